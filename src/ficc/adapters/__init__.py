@@ -1,0 +1,1 @@
+"""FICC adapters layer."""

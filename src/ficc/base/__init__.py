@@ -1,0 +1,1 @@
+"""Shared vocabulary of FICC: errors, IDs and units. Imports nothing else of ficc."""

@@ -1,0 +1,1 @@
+"""The `ficc` command line: thin click commands over the control socket."""

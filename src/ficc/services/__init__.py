@@ -1,0 +1,1 @@
+"""FICC services layer."""

@@ -1,0 +1,1 @@
+"""FICC web layer."""
