@@ -1,0 +1,1 @@
+"""The composition root: settings in, wired services out. Only entrypoints import it."""
