@@ -1,1 +1,174 @@
-"""The composition root: settings in, wired services out. Only entrypoints import it."""
+"""The composition root: settings in, a wired cluster out. Only entrypoints import it."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ficc.adapters.blobstore import BlobStore, resolve_user_path
+from ficc.adapters.keys import ClusterKey
+from ficc.adapters.node_probe import probe_node
+from ficc.adapters.passwords import Argon2Hasher
+from ficc.adapters.sql.database import create_engine, default_url, migrate
+from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+from ficc.adapters.state_dir import StateDir
+from ficc.base.ids import new_id
+from ficc.domain.nodes import Gpu
+from ficc.domain.principals import ALL_PROJECTS
+from ficc.domain.scopes import LOCAL_SCOPES
+from ficc.services import accounts
+from ficc.services.nodes import Capacity
+from ficc.services.ports import Clock
+
+DEFAULT_LISTEN = "127.0.0.1:8470"
+DEFAULT_HYPERNET_BIND = "0.0.0.0:0"
+LABEL_SETTING = "label"
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything `ficc serve` and `ficc init` are configured with."""
+
+    state_dir: Path
+    database_url: str | None = None
+    listen: str = DEFAULT_LISTEN
+    hypernet_bind: str = DEFAULT_HYPERNET_BIND
+    hypernet_relay: str = "disabled"
+
+    @property
+    def state(self) -> StateDir:
+        return StateDir(self.state_dir)
+
+    @property
+    def database(self) -> str:
+        return self.database_url or default_url(self.state_dir)
+
+
+@dataclass(frozen=True)
+class InitResult:
+    state_dir: Path
+    created: bool
+    label: str
+    cluster_key: str
+
+
+@dataclass
+class Cluster:
+    """The wired parts of one running FICC cluster."""
+
+    settings: Settings
+    engine: AsyncEngine
+    uow_factory: SqlUnitOfWorkFactory
+    cluster_key: ClusterKey
+    clock: Clock = system_clock
+    hasher: Argon2Hasher = field(default_factory=Argon2Hasher)
+    label: str = ""
+    public_url: str | None = None
+
+    @property
+    def blobs(self) -> BlobStore:
+        return BlobStore(self.state.blobs)
+
+    def resolve_user_path(self, path: str, *, field: str) -> Path:
+        """The local owner may import any regular file this process can read."""
+        return resolve_user_path(path, None, field=field)
+
+    @property
+    def state(self) -> StateDir:
+        return self.settings.state
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+async def initialise(settings: Settings, *, label: str | None = None) -> InitResult:
+    """Create the state directory once; on an initialised directory change nothing."""
+    state = settings.state
+    state.create()
+    engine = create_engine(settings.database)
+    try:
+        await migrate(engine)
+        uow_factory = SqlUnitOfWorkFactory(engine)
+        created_key = not state.cluster_key.exists()
+        if created_key:
+            ClusterKey.generate().save(state.cluster_key)
+        key = ClusterKey.load(state.cluster_key)
+        async with uow_factory() as uow:
+            owner, created_owner = await accounts.ensure_owner(uow, system_clock)
+            stored_label = await uow.settings.get(LABEL_SETTING)
+            if not isinstance(stored_label, str):
+                stored_label = label or f"ficc-{key.public_text[:8]}"
+                await uow.settings.put(LABEL_SETTING, stored_label)
+            issued = None
+            if not state.owner_token.exists():
+                issued = await accounts.mint_token(
+                    uow,
+                    system_clock,
+                    user=owner,
+                    scopes=frozenset(LOCAL_SCOPES),
+                    projects=frozenset({ALL_PROJECTS}),
+                    lifetime_seconds=None,
+                    actor="init",
+                )
+            await uow.commit()
+        if issued is not None:
+            state.write_owner_token(issued.token)
+        return InitResult(
+            state_dir=state.root,
+            created=created_key or created_owner or issued is not None,
+            label=stored_label,
+            cluster_key=key.public_text,
+        )
+    finally:
+        await engine.dispose()
+
+
+async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cluster:
+    """Initialise if needed, migrate, and wire the parts a server needs."""
+    await initialise(settings)
+    engine = create_engine(settings.database)
+    await migrate(engine)
+    uow_factory = SqlUnitOfWorkFactory(engine)
+    async with uow_factory() as uow:
+        label = await uow.settings.get(LABEL_SETTING)
+    return Cluster(
+        settings=settings,
+        engine=engine,
+        uow_factory=uow_factory,
+        cluster_key=ClusterKey.load(settings.state.cluster_key),
+        clock=clock,
+        label=str(label or ""),
+    )
+
+
+def new_node_id() -> str:
+    return new_id("node", secrets.token_bytes(16))
+
+
+def probe_capacity() -> Capacity:
+    """This machine's capacity, as the node registry records it."""
+    probe = probe_node()
+    return Capacity(
+        hostname=socket.gethostname(),
+        cpu_count=probe.cpu_count,
+        memory_bytes=probe.memory_bytes,
+        memory_available_bytes=probe.memory_available_bytes,
+        gpus=tuple(
+            Gpu(
+                index=gpu.index,
+                name=gpu.name,
+                memory_bytes=gpu.memory_bytes,
+                memory_used_bytes=gpu.memory_used_bytes,
+            )
+            for gpu in probe.gpus
+        ),
+    )

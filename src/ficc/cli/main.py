@@ -1,11 +1,230 @@
-"""Entry point of the `ficc` console script."""
+"""Entry point of the `ficc` console script.
+
+Every command but ``serve`` and ``init`` talks to the running server of its state directory
+through the control socket, as the local owner. Results are JSON on stdout; errors are the
+JSON error envelope on stderr. Exit status: 0 done, 1 refused by FICC, 2 usage error,
+3 no server, 4 deadline reached, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from ficc.base.errors import FiccError
+from ficc.bootstrap import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, Settings, initialise
+from ficc.cli.client import ControlClient, NoServer
 
-@click.group()
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_NO_SERVER = 3
+EXIT_DEADLINE = 4
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _default_state_dir() -> str:
+    return os.environ.get("FICC_STATE_DIR", ".ficc")
+
+
+def state_options(function: F) -> F:
+    """--state-dir and --project, taken by every command."""
+    function = click.option(
+        "--project",
+        default="default",
+        show_default=True,
+        help="Project to act in.",
+    )(function)
+    function = click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=_default_state_dir,
+        help="State directory (default $FICC_STATE_DIR, else .ficc).",
+    )(function)
+    return function
+
+
+def fail(error: FiccError) -> NoReturn:
+    envelope = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    click.echo(json.dumps(envelope), err=True)
+    sys.exit(EXIT_REFUSED)
+
+
+def emit(result: Any) -> None:
+    click.echo(json.dumps(result, indent=2, sort_keys=True))
+
+
+def handles_errors(function: F) -> F:
+    """Translate FICC errors to the CLI's exit codes, once."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except NoServer as exc:
+            click.echo(json.dumps({"error": {"code": "no_server", "message": str(exc)}}), err=True)
+            sys.exit(EXIT_NO_SERVER)
+        except FiccError as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def read_input(path: str) -> Any:
+    """The JSON body of ``--input FILE`` (``-`` for stdin)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise click.UsageError(f"--input: cannot read {path}: {exc.strerror}") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.UsageError(f"--input: {path} is not valid JSON") from exc
+
+
+def call(state_dir: Path, project: str, method: str, path: str, body: Any = None) -> Any:
+    with ControlClient(state_dir, project) as client:
+        return client.request(method, path, body)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ficc")
 def cli() -> None:
-    """FICC: a control plane for inference clusters."""
+    """FICC: a control plane for inference clusters, with federation."""
+
+
+@cli.command()
+@state_options
+@click.option("--label", default=None, help="A name for this cluster, shown to peers.")
+@handles_errors
+def init(state_dir: Path, project: str, label: str | None) -> None:
+    """Create the state directory (database, cluster key, owner token); idempotent."""
+    result = asyncio.run(initialise(Settings(state_dir=state_dir), label=label))
+    emit(
+        {
+            "state_dir": str(result.state_dir),
+            "created": result.created,
+            "label": result.label,
+            "cluster_key": result.cluster_key,
+            "owner_token_file": str(state_dir / "owner.token"),
+        }
+    )
+
+
+@cli.command()
+@state_options
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the API.")
+@click.option("--database", default=None, help="Database URL (default: SQLite in the state dir).")
+@click.option("--hypernet-bind", default=DEFAULT_HYPERNET_BIND, show_default=True)
+@click.option("--hypernet-relay", default="disabled", show_default=True)
+def serve(
+    state_dir: Path,
+    project: str,
+    listen: str,
+    database: str | None,
+    hypernet_bind: str,
+    hypernet_relay: str,
+) -> None:
+    """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
+    from ficc.cli.serve import parse_listen, serve
+
+    try:
+        parse_listen(listen)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    settings = Settings(
+        state_dir=state_dir,
+        database_url=database,
+        listen=listen,
+        hypernet_bind=hypernet_bind,
+        hypernet_relay=hypernet_relay,
+    )
+    try:
+        asyncio.run(serve(settings))
+    except FiccError as exc:
+        fail(exc)
+    except OSError as exc:
+        click.echo(json.dumps({"error": {"code": "os_error", "message": str(exc)}}), err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@cli.command("token-create")
+@state_options
+@click.option("--scope", "scopes", multiple=True, required=True, help="A scope; repeat.")
+@click.option("--lifetime", type=int, default=None, help="Lifetime in seconds.")
+@handles_errors
+def token_create(
+    state_dir: Path, project: str, scopes: tuple[str, ...], lifetime: int | None
+) -> None:
+    """Create an API token for --project holding the scopes; prints it once."""
+    body = {"scopes": list(scopes), "projects": [project], "lifetime": lifetime}
+    emit(call(state_dir, project, "POST", "/api/v1/tokens", body))
+
+
+@cli.command("login-link")
+@state_options
+@handles_errors
+def login_link(state_dir: Path, project: str) -> None:
+    """Print a one-time, short-lived browser login URL for the local owner."""
+    click.echo(call(state_dir, project, "POST", "/api/v1/login-links")["url"])
+
+
+@cli.command("set-password")
+@state_options
+@click.option("--password-stdin", is_flag=True, required=True, help="Read the password from stdin.")
+@handles_errors
+def set_password(state_dir: Path, project: str, password_stdin: bool) -> None:
+    """Set the owner's password for browser login (read from stdin)."""
+    password = sys.stdin.readline().rstrip("\n")
+    call(state_dir, project, "PUT", "/api/v1/owner/password", {"password": password})
+    emit({"password_set": True})
+
+
+@cli.command("model-add")
+@state_options
+@click.option("--name", required=True, help="The model's name.")
+@click.argument("paths", nargs=-1, required=True)
+@handles_errors
+def model_add(state_dir: Path, project: str, name: str, paths: tuple[str, ...]) -> None:
+    """Import local files as one model (streamed, hashed, stored by content)."""
+    absolute = [str(Path(path).absolute()) for path in paths]
+    emit(call(state_dir, project, "POST", "/api/v1/models", {"name": name, "paths": absolute}))
+
+
+@cli.command("models")
+@state_options
+@handles_errors
+def models(state_dir: Path, project: str) -> None:
+    """List the project's models."""
+    emit(call(state_dir, project, "GET", "/api/v1/models"))
+
+
+@cli.command("nodes")
+@state_options
+@handles_errors
+def nodes(state_dir: Path, project: str) -> None:
+    """List this cluster's nodes with capacity and availability."""
+    emit(call(state_dir, project, "GET", "/api/v1/nodes"))
+
+
+@cli.command("example-model")
+@handles_errors
+def example_model() -> None:
+    """Print the path of the small example model the install brings (SmolLM2-135M GGUF)."""
+    from ficc.adapters.example_model import example_model_path
+
+    click.echo(str(example_model_path()))
 
 
 def main() -> None:

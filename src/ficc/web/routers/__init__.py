@@ -1,1 +1,1 @@
-"""FICC web/routers layer."""
+"""HTTP routes, one module per concept; each handler calls one use case."""

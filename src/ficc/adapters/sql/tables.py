@@ -1,0 +1,172 @@
+"""SQLAlchemy Core tables: the schema the Alembic migrations create.
+
+Times are stored as RFC 3339 UTC strings (sortable, portable across SQLite and PostgreSQL);
+JSON documents as JSON text.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+TIME = String(40)
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("created_at", TIME, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("username", String(64), nullable=False, unique=True),
+    Column("password_hash", Text, nullable=True),
+    Column("is_owner", Boolean, nullable=False),
+    Column("scopes", JSON, nullable=False),
+    Column("projects", JSON, nullable=False),
+    Column("created_at", TIME, nullable=False),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
+    Column("secret_hash", String(64), nullable=False, unique=True),
+    Column("scopes", JSON, nullable=False),
+    Column("projects", JSON, nullable=False),
+    Column("created_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=True),
+    Column("revoked_at", TIME, nullable=True),
+)
+
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
+    Column("secret_hash", String(64), nullable=False, unique=True),
+    Column("csrf_token", String(64), nullable=False),
+    Column("created_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+)
+
+login_links = Table(
+    "login_links",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
+    Column("secret_hash", String(64), nullable=False, unique=True),
+    Column("created_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+    Column("used_at", TIME, nullable=True),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", TIME, nullable=False),
+    Column("project", String(63), nullable=True),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(100), nullable=False),
+    Column("target", String(200), nullable=True),
+    Column("peer_hypernet_id", String(64), nullable=True),
+    Column("peer_cluster_key", String(64), nullable=True),
+    Column("details", JSON, nullable=False),
+)
+
+cluster_settings = Table(
+    "cluster_settings",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", JSON, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("is_local", Boolean, nullable=False),
+    Column("cpu_count", Integer, nullable=False),
+    Column("memory_bytes", BigInteger, nullable=False),
+    Column("memory_available_bytes", BigInteger, nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)
+
+models = Table(
+    "models",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("format", String(64), nullable=False),
+    Column("manifest", JSON, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("provenance", JSON, nullable=True),
+    Column("created_at", TIME, nullable=False),
+)
+
+services = Table(
+    "services",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("model", String(40), nullable=False),
+    Column("node", String(40), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("created_by_grant", String(40), nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)
+
+replica_attempts = Table(
+    "replica_attempts",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("service_id", String(40), ForeignKey("services.id"), nullable=False),
+    Column("replica", Integer, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("pid", Integer, nullable=True),
+    Column("pid_start_ticks", BigInteger, nullable=True),
+    Column("port", Integer, nullable=True),
+    Column("serve_instance", String(40), nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("log_tail", Text, nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("ended_at", TIME, nullable=True),
+)
+
+mutation_receipts = Table(
+    "mutation_receipts",
+    metadata,
+    Column("scope", String(80), primary_key=True),
+    Column("mutation_id", String(32), primary_key=True),
+    Column("operation", String(40), nullable=False),
+    Column("arguments_sha256", String(64), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("result", JSON, nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("completed_at", TIME, nullable=True),
+)

@@ -1,0 +1,99 @@
+"""The SQL unit of work: one connection, one transaction, rolled back unless committed."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ficc.adapters.sql.database import WriterLock
+from ficc.adapters.sql.repositories import (
+    SqlAudit,
+    SqlLoginLinks,
+    SqlModels,
+    SqlModelUsage,
+    SqlNodes,
+    SqlProjects,
+    SqlSessions,
+    SqlSettings,
+    SqlTokens,
+    SqlUsers,
+)
+from ficc.services.ports import (
+    AuditRepository,
+    LoginLinksRepository,
+    ModelsRepository,
+    ModelUsage,
+    NodesRepository,
+    ProjectsRepository,
+    SessionsRepository,
+    SettingsRepository,
+    TokensRepository,
+    UsersRepository,
+)
+
+
+class SqlUnitOfWork:
+    """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
+
+    def __init__(self, engine: AsyncEngine, lock: WriterLock) -> None:
+        self._engine = engine
+        self._lock = lock
+        self._connection: AsyncConnection | None = None
+
+    async def __aenter__(self) -> Self:
+        await self._lock.__aenter__()
+        try:
+            connection = await self._engine.connect()
+            await connection.begin()
+        except BaseException:
+            await self._lock.__aexit__()
+            raise
+        self._connection = connection
+        self.users: UsersRepository = SqlUsers(connection)
+        self.tokens: TokensRepository = SqlTokens(connection)
+        self.sessions: SessionsRepository = SqlSessions(connection)
+        self.login_links: LoginLinksRepository = SqlLoginLinks(connection)
+        self.projects: ProjectsRepository = SqlProjects(connection)
+        self.audit: AuditRepository = SqlAudit(connection)
+        self.settings: SettingsRepository = SqlSettings(connection)
+        self.nodes: NodesRepository = SqlNodes(connection)
+        self.models: ModelsRepository = SqlModels(connection)
+        self.model_usage: ModelUsage = SqlModelUsage(connection)
+        return self
+
+    @property
+    def connection(self) -> AsyncConnection:
+        if self._connection is None:
+            raise RuntimeError("the unit of work is not open")
+        return self._connection
+
+    async def commit(self) -> None:
+        await self.connection.commit()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        connection, self._connection = self._connection, None
+        try:
+            if connection is not None:
+                if connection.in_transaction():
+                    await connection.rollback()
+                await connection.close()
+        finally:
+            await self._lock.__aexit__()
+
+
+class SqlUnitOfWorkFactory:
+    """Makes units of work sharing one engine and, on SQLite, one writer lock."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._lock = WriterLock(engine)
+
+    def __call__(self) -> SqlUnitOfWork:
+        return SqlUnitOfWork(self.engine, self._lock)

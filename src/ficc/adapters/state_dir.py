@@ -1,0 +1,75 @@
+"""The state directory's layout: one place names every file FICC keeps there."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ficc.adapters.keys import read_secret_file, write_secret_file
+
+STATE_DIR_MODE = 0o700
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: Path
+
+    @property
+    def database(self) -> Path:
+        return self.root / "ficc.db"
+
+    @property
+    def cluster_key(self) -> Path:
+        return self.root / "cluster.key"
+
+    @property
+    def owner_token(self) -> Path:
+        return self.root / "owner.token"
+
+    @property
+    def server_json(self) -> Path:
+        return self.root / "server.json"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "ficc.sock"
+
+    @property
+    def blobs(self) -> Path:
+        return self.root / "blobs"
+
+    @property
+    def runtime(self) -> Path:
+        """Engine logs and other per-process files."""
+        return self.root / "run"
+
+    @property
+    def transfers(self) -> Path:
+        return self.root / "transfers"
+
+    def create(self) -> None:
+        self.root.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+        for folder in (self.blobs, self.runtime, self.transfers):
+            folder.mkdir(mode=STATE_DIR_MODE, exist_ok=True)
+
+    def write_owner_token(self, token: str) -> None:
+        write_secret_file(self.owner_token, (token + "\n").encode("ascii"))
+
+    def read_owner_token(self) -> str:
+        return read_secret_file(self.owner_token).decode("ascii").strip()
+
+    def write_server_json(self, info: dict[str, Any]) -> None:
+        """Atomically, so a reader never sees half a file."""
+        temporary = self.server_json.with_suffix(".tmp")
+        temporary.write_text(json.dumps(info))
+        os.replace(temporary, self.server_json)
+
+    def read_server_json(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.server_json.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None

@@ -1,0 +1,20 @@
+"""RFC 3339 UTC timestamps: the one format for times in the API and the database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def format_time(moment: datetime) -> str:
+    """``2026-11-29T12:00:00.123456Z``; naive datetimes are taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """The inverse of :func:`format_time`, always timezone-aware."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

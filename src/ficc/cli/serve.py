@@ -1,0 +1,117 @@
+"""`ficc serve`: the HTTP API on TCP and the control socket, in one process and one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Generator
+
+import uvicorn
+
+from ficc.bootstrap import Cluster, Settings, new_node_id, open_cluster, probe_capacity
+from ficc.services import nodes
+from ficc.web.app import LocalOwnerApp, create_app
+
+log = logging.getLogger("ficc.serve")
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server whose signals FICC handles (two servers share one process)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def _tcp_socket(listen: str) -> socket.socket:
+    host, port = parse_listen(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _control_socket(path: str) -> socket.socket:
+    """A Unix socket only the owner of the state directory can open (0600 from the start)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    previous = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(previous)
+    os.chmod(path, 0o600)
+    sock.listen(256)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(settings: Settings) -> None:
+    cluster = await open_cluster(settings)
+    tcp = _tcp_socket(settings.listen)
+    host, port = tcp.getsockname()[:2]
+    shown_host = f"[{host}]" if ":" in host else host
+    cluster.public_url = f"http://{shown_host}:{port}"
+    control = _control_socket(str(cluster.state.socket))
+    app = create_app(cluster)
+    await nodes.register_local_node(
+        cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
+    )
+    http_server = _Server(
+        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+    )
+    socket_server = _Server(
+        uvicorn.Config(LocalOwnerApp(app), lifespan="off", log_level="warning", access_log=False)
+    )
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        http_server.should_exit = True
+        socket_server.should_exit = True
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop)
+    tasks = [
+        asyncio.create_task(http_server.serve(sockets=[tcp])),
+        asyncio.create_task(socket_server.serve(sockets=[control])),
+    ]
+    try:
+        while not (http_server.started and socket_server.started):
+            if any(task.done() for task in tasks):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            cluster.state.write_server_json({"url": cluster.public_url, "pid": os.getpid()})
+            print(f"FICC {cluster.label} serving on {cluster.public_url}", flush=True)
+            print(
+                f"Log in: run `ficc login-link --state-dir {settings.state_dir}` and open the "
+                f"link, or use the token in {cluster.state.owner_token}",
+                flush=True,
+            )
+        await asyncio.gather(*tasks)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await shutdown(cluster)
+
+
+async def shutdown(cluster: Cluster) -> None:
+    for path in (cluster.state.server_json, cluster.state.socket):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    await cluster.close()

@@ -1,0 +1,27 @@
+"""Catalogue records: a model is an immutable manifest stored under an ID in a project."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CatalogueModel:
+    """A model in the catalogue; ``sha256`` is the manifest's canonical SHA-256."""
+
+    id: str
+    project: str
+    name: str
+    format: str
+    manifest: dict[str, Any]
+    sha256: str
+    created_at: datetime
+    provenance: dict[str, Any] | None = None
+
+    def blob_digests(self) -> list[str]:
+        return [str(entry["sha256"]) for entry in self.manifest["files"]]
+
+    def total_bytes(self) -> int:
+        return sum(int(entry["size"]) for entry in self.manifest["files"])

@@ -1,0 +1,53 @@
+"""Writing and reading the append-only audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ficc.domain.audit import AuditEntry
+from ficc.domain.principals import Principal
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+
+MAX_AUDIT_PAGE = 500
+
+
+def actor_of(principal: Principal) -> str:
+    """How a local principal appears in the audit log."""
+    credential = principal.token_id or principal.session_id or principal.via
+    return f"{principal.username}:{credential}"
+
+
+async def record(
+    uow: UnitOfWork,
+    clock: Clock,
+    *,
+    action: str,
+    actor: str,
+    project: str | None,
+    target: str | None,
+    details: dict[str, Any] | None = None,
+    peer_hypernet_id: str | None = None,
+    peer_cluster_key: str | None = None,
+) -> None:
+    """Append an entry inside the caller's transaction, so it commits with the change."""
+    await uow.audit.append(
+        AuditEntry(
+            action=action,
+            actor=actor,
+            project=project,
+            target=target,
+            at=clock(),
+            details=details or {},
+            peer_hypernet_id=peer_hypernet_id,
+            peer_cluster_key=peer_cluster_key,
+        )
+    )
+
+
+async def list_audit(
+    uow_factory: UnitOfWorkFactory, *, project: str, after_seq: int, limit: int
+) -> list[AuditEntry]:
+    async with uow_factory() as uow:
+        return await uow.audit.list(
+            project=project, after_seq=after_seq, limit=min(limit, MAX_AUDIT_PAGE)
+        )

@@ -1,0 +1,154 @@
+"""The model catalogue: import local files as a model, list, show and delete models."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+from typing import Any
+
+from ficc.base.errors import Conflict, InvalidInput, NotFound
+from ficc.base.ids import new_id
+from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.manifests import build_manifest, canonical_sha256, parse_safe_relative_path
+from ficc.domain.principals import Principal
+from ficc.services import audit
+from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory, UserPathResolver
+
+MAX_MODEL_FILES = 256
+MAX_MODEL_NAME_CHARS = 200
+
+
+def _format_of(paths: list[Path]) -> str:
+    suffixes = {path.suffix.lower() for path in paths}
+    if ".gguf" in suffixes:
+        return "gguf"
+    if ".safetensors" in suffixes:
+        return "safetensors"
+    return "files"
+
+
+def _parse_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS:
+        raise InvalidInput(
+            f"name must be a non-empty string of at most {MAX_MODEL_NAME_CHARS} characters",
+            field="name",
+        )
+    return name.strip()
+
+
+async def add_model(
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    blobs: BlobStore,
+    resolve_path: UserPathResolver,
+    principal: Principal,
+    project: str,
+    *,
+    name: object,
+    paths: object,
+) -> CatalogueModel:
+    """Import files (streamed, hashed, fsynced) and record the model; the local owner only."""
+    principal.require_local_owner()
+    model_name = _parse_name(name)
+    if not isinstance(paths, list) or not paths or len(paths) > MAX_MODEL_FILES:
+        raise InvalidInput(
+            f"paths must be a list of 1 to {MAX_MODEL_FILES} file paths", field="paths"
+        )
+    files: list[Path] = []
+    for index, path in enumerate(paths):
+        if not isinstance(path, str):
+            raise InvalidInput(f"paths[{index}] must be a string", field=f"paths[{index}]")
+        files.append(resolve_path(path, field=f"paths[{index}]"))
+    names = [parse_safe_relative_path(file.name, field="paths") for file in files]
+    if len(set(names)) != len(names):
+        raise InvalidInput("paths must name files with distinct file names", field="paths")
+    entries = []
+    for index, file in enumerate(files):
+        digest, size = await asyncio.to_thread(blobs.import_file, file, field=f"paths[{index}]")
+        entries.append((str(names[index]), size, str(digest)))
+    manifest = build_manifest(model_name, _format_of(files), entries, {})
+    model = CatalogueModel(
+        id=new_id("model", secrets.token_bytes(16)),
+        project=project,
+        name=model_name,
+        format=manifest.format,
+        manifest=manifest.to_json(),
+        sha256=canonical_sha256(manifest),
+        created_at=clock(),
+    )
+    async with uow_factory() as uow:
+        await uow.models.add(model)
+        await audit.record(
+            uow,
+            clock,
+            action="model.created",
+            actor=audit.actor_of(principal),
+            project=project,
+            target=model.id,
+            details={"name": model.name, "sha256": model.sha256},
+        )
+        await uow.commit()
+    return model
+
+
+async def list_models(uow_factory: UnitOfWorkFactory, project: str) -> list[CatalogueModel]:
+    async with uow_factory() as uow:
+        return await uow.models.list(project)
+
+
+async def get_model(uow_factory: UnitOfWorkFactory, project: str, model_id: str) -> CatalogueModel:
+    async with uow_factory() as uow:
+        model = await uow.models.get(model_id)
+    if model is None or model.project != project:
+        raise NotFound(f"no model {model_id} in project {project}", details={"model": model_id})
+    return model
+
+
+async def delete_model(
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    blobs: BlobStore,
+    principal: Principal,
+    project: str,
+    model_id: str,
+) -> None:
+    """Refused while a service uses the model; blobs no other model uses are removed."""
+    async with uow_factory() as uow:
+        model = await uow.models.get(model_id)
+        if model is None or model.project != project:
+            raise NotFound(f"no model {model_id} in project {project}", details={"model": model_id})
+        users = await uow.model_usage.users_of_model(model_id)
+        if users:
+            raise Conflict(
+                f"model {model_id} is used by the service {users[0]}; remove the service first",
+                details={"services": list(users)},
+            )
+        await uow.models.delete(model_id)
+        orphans = [
+            digest for digest in model.blob_digests() if not await uow.models.blob_in_use(digest)
+        ]
+        await audit.record(
+            uow,
+            clock,
+            action="model.deleted",
+            actor=audit.actor_of(principal),
+            project=project,
+            target=model_id,
+        )
+        await uow.commit()
+    for digest in orphans:
+        await asyncio.to_thread(blobs.remove, digest)
+
+
+def model_json(model: CatalogueModel) -> dict[str, Any]:
+    return {
+        "id": model.id,
+        "name": model.name,
+        "format": model.format,
+        "manifest": model.manifest,
+        "sha256": model.sha256,
+        "size_bytes": model.total_bytes(),
+        "provenance": model.provenance,
+        "created_at": model.created_at,
+    }

@@ -1,0 +1,56 @@
+"""Nodes: the local node is registered at start and refreshed when asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ficc.domain.nodes import Gpu, Node
+from ficc.services.ports import Clock, UnitOfWorkFactory
+
+LOCAL_NODE_SETTING = "local_node_id"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a probe of this machine found."""
+
+    hostname: str
+    cpu_count: int
+    memory_bytes: int
+    memory_available_bytes: int
+    gpus: tuple[Gpu, ...]
+
+
+CapacityProbe = Callable[[], Capacity]
+
+
+async def register_local_node(
+    uow_factory: UnitOfWorkFactory, clock: Clock, probe: CapacityProbe, node_id: str
+) -> Node:
+    """Record (or refresh) this machine as the cluster's local node under a stable ID."""
+    capacity = probe()
+    async with uow_factory() as uow:
+        stored = await uow.settings.get(LOCAL_NODE_SETTING)
+        if isinstance(stored, str):
+            node_id = stored
+        else:
+            await uow.settings.put(LOCAL_NODE_SETTING, node_id)
+        node = Node(
+            id=node_id,
+            name=capacity.hostname,
+            cpu_count=capacity.cpu_count,
+            memory_bytes=capacity.memory_bytes,
+            memory_available_bytes=capacity.memory_available_bytes,
+            gpus=capacity.gpus,
+            is_local=True,
+            updated_at=clock(),
+        )
+        await uow.nodes.upsert(node)
+        await uow.commit()
+    return node
+
+
+async def list_nodes(uow_factory: UnitOfWorkFactory) -> list[Node]:
+    async with uow_factory() as uow:
+        return await uow.nodes.list()

@@ -1,0 +1,47 @@
+"""The FastAPI application factory: routers, error rendering and body limits."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ficc import __version__
+from ficc.bootstrap import Cluster
+from ficc.web.auth import LOCAL_OWNER_SCOPE_KEY
+from ficc.web.errors import install_error_handlers
+from ficc.web.limits import BodyLimit
+from ficc.web.responses import FiccJSONResponse
+from ficc.web.routers import accounts, catalogue, federation, nodes, projects, ui
+
+
+def create_app(cluster: Cluster) -> FastAPI:
+    app = FastAPI(
+        title="FICC",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=FiccJSONResponse,
+    )
+    app.state.cluster = cluster
+    for module in (accounts, projects, catalogue, nodes, federation, ui):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit)
+    return app
+
+
+class LocalOwnerApp:
+    """Marks every request that arrives on the control socket as the local owner's.
+
+    Only this wrapper, mounted on the 0600 socket, sets the mark; no header can.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope = dict(scope)
+            scope[LOCAL_OWNER_SCOPE_KEY] = True
+        await self.app(scope, receive, send)

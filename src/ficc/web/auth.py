@@ -1,0 +1,111 @@
+"""Who is calling, in which project, with which scopes: one dependency every route declares.
+
+``scoped("models:read")`` authenticates (bearer token, session cookie with CSRF on unsafe
+methods, or the control socket as local owner), selects the project from ``X-FICC-Project``
+and checks the scopes. The route-enumeration test reads ``required_scopes`` from it, so no
+route can forget to declare what it needs.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fastapi import Depends, Request
+
+from ficc.base.errors import CsrfFailed, NotFound, Unauthenticated
+from ficc.base.ids import parse_project_name
+from ficc.bootstrap import Cluster
+from ficc.domain.principals import Principal
+from ficc.services import accounts
+
+SESSION_COOKIE: Final = "ficc_session"
+CSRF_HEADER: Final = "x-csrf-token"
+PROJECT_HEADER: Final = "x-ficc-project"
+LOCAL_OWNER_SCOPE_KEY: Final = "ficc.local_owner"
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+AUTHENTICATED_ONLY: Final = "authenticated"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a handler knows about its request: the cluster, the caller and the project."""
+
+    cluster: Cluster
+    principal: Principal
+    project: str
+
+
+def cluster_of(request: Request) -> Cluster:
+    cluster: Cluster = request.app.state.cluster
+    return cluster
+
+
+async def authenticate(request: Request) -> Principal:
+    cluster = cluster_of(request)
+    if request.scope.get(LOCAL_OWNER_SCOPE_KEY) is True:
+        return await accounts.local_owner(cluster.uow_factory)
+    if "access_token" in request.query_params or "token" in request.query_params:
+        raise Unauthenticated("a credential in the query string is never accepted")
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        scheme, _, secret = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise Unauthenticated("the Authorization header must be 'Bearer TOKEN'")
+        return await accounts.authenticate_token(cluster.uow_factory, cluster.clock, secret.strip())
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        principal, csrf_token = await accounts.authenticate_session(
+            cluster.uow_factory, cluster.clock, cookie
+        )
+        if request.method not in SAFE_METHODS:
+            sent = request.headers.get(CSRF_HEADER, "")
+            if not hmac.compare_digest(sent.encode(), csrf_token.encode()):
+                raise CsrfFailed(
+                    "a cookie-authenticated request must carry the session's X-CSRF-Token"
+                )
+        return principal
+    raise Unauthenticated("no credential: send 'Authorization: Bearer TOKEN' or log in")
+
+
+async def select_project(request: Request, principal: Principal) -> str:
+    header = request.headers.get(PROJECT_HEADER)
+    project = parse_project_name(header if header is not None else "default", field="project")
+    principal.require_project(project)
+    cluster = cluster_of(request)
+    async with cluster.uow_factory() as uow:
+        if not await uow.projects.exists(project):
+            raise NotFound(f"no project {project}", details={"project": project})
+    return project
+
+
+def scoped(*scopes: str, local_owner: bool = False) -> Any:
+    """The dependency of a route that needs every scope in ``scopes`` (none: any caller)."""
+
+    async def dependency(request: Request) -> Context:
+        principal = await authenticate(request)
+        project = await select_project(request, principal)
+        principal.require_scope(*scopes)
+        if local_owner:
+            principal.require_local_owner()
+        return Context(cluster=cluster_of(request), principal=principal, project=project)
+
+    dependency.required_scopes = scopes or (AUTHENTICATED_ONLY,)  # type: ignore[attr-defined]
+    dependency.local_owner = local_owner  # type: ignore[attr-defined]
+    return Depends(dependency)
+
+
+def public() -> Any:
+    """The dependency of a route anyone may call (log in, open a login link)."""
+
+    async def dependency(request: Request) -> Cluster:
+        return cluster_of(request)
+
+    dependency.required_scopes = ()  # type: ignore[attr-defined]
+    dependency.public = True  # type: ignore[attr-defined]
+    return Depends(dependency)
+
+
+Handler = Callable[..., Awaitable[Any]]

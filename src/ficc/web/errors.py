@@ -1,0 +1,137 @@
+"""Errors at the HTTP boundary: FiccError → status and the contract's envelope, once.
+
+Under the OpenAI-compatible URLs the same errors take OpenAI's shape. Nothing internal leaks:
+unexpected exceptions are logged with a request id and answered with that id only.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ficc.base import errors as e
+
+log = logging.getLogger("ficc.web")
+
+STATUS_BY_CLASS: dict[type[e.FiccError], int] = {
+    e.InvalidInput: 400,
+    e.TooLarge: 413,
+    e.Unauthenticated: 401,
+    e.PermissionDenied: 403,
+    e.NotFound: 404,
+    e.Conflict: 409,
+    e.LimitExceeded: 429,
+    e.Unavailable: 502,
+    e.OutcomeUnknown: 504,
+    e.ProtocolError: 502,
+}
+
+OPENAI_PREFIXES = ("/api/v1/inference/v1", "/api/v1/federation/peers/")
+
+
+def status_of(error: e.FiccError) -> int:
+    for cls in type(error).__mro__:
+        if cls in STATUS_BY_CLASS:
+            return STATUS_BY_CLASS[cls]
+    return 500
+
+
+def _is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIXES[0]) or (
+        path.startswith(OPENAI_PREFIXES[1]) and "/v1/" in path
+    )
+
+
+def envelope(error: e.FiccError) -> dict[str, Any]:
+    return {"error": {"code": error.code, "message": error.message, "details": error.details}}
+
+
+def openai_envelope(error: e.FiccError, status: int) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status in (401, 403):
+        kind = "authentication_error" if status == 401 else "permission_error"
+    return {
+        "error": {
+            "message": error.message,
+            "type": kind,
+            "code": error.code,
+            "param": error.details.get("field"),
+        }
+    }
+
+
+def error_response(request: Request, error: e.FiccError) -> JSONResponse:
+    status = status_of(error)
+    body = openai_envelope(error, status) if _is_openai_path(request.url.path) else envelope(error)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _field_of(location: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(part) for part in location if part not in ("body", "query", "path", "header")]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text or "body"
+
+
+def validation_error(exc: RequestValidationError) -> e.InvalidInput:
+    """The first problem, in one sentence naming the field and the rule."""
+    problems = exc.errors()
+    if not problems:
+        return e.InvalidInput("the request body is invalid", field="body")
+    first = problems[0]
+    kind = str(first.get("type", ""))
+    field = _field_of(first.get("loc", ()))
+    if kind == "json_invalid":
+        return e.InvalidInput("the request body is not valid JSON", field="body")
+    if kind == "extra_forbidden":
+        return e.InvalidInput(f"{field} is not a known field", field=field)
+    if kind == "missing":
+        return e.InvalidInput(f"{field} is required", field=field)
+    message = str(first.get("msg", "is invalid"))
+    return e.InvalidInput(f"{field}: {message}", field=field)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_ficc_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, e.FiccError)
+        return error_response(request, exc)
+
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(request, validation_error(exc))
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        error: e.FiccError
+        if exc.status_code == 404:
+            error = e.NotFound("no such route")
+        elif exc.status_code == 405:
+            error = e.InvalidInput("this method is not allowed on this route", field="method")
+        else:
+            error = e.InvalidInput("the request was refused", field="request")
+        response = error_response(request, error)
+        if exc.status_code == 405:
+            response.status_code = 405
+        return response
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        request_id = secrets.token_hex(8)
+        log.error("unhandled error in request %s", request_id, exc_info=exc)
+        error = e.FiccError(
+            f"internal error; the server log has the details under request id {request_id}",
+            details={"request_id": request_id},
+        )
+        return JSONResponse(envelope(error), status_code=500)
+
+    app.add_exception_handler(e.FiccError, on_ficc_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

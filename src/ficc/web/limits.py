@@ -1,0 +1,88 @@
+"""Request body limits, enforced before a handler reads the body (ASGI middleware)."""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ficc.base.units import MiB
+
+DEFAULT_MAX_BODY_BYTES: Final = 1 * MiB
+
+
+class BodyLimit:
+    """Refuse a body over the limit with 413: from Content-Length, or while it streams."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = limit + 1
+                if declared > limit:
+                    await _refuse(send, limit)
+                    return
+        received = 0
+        refused = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    refused = True
+                    raise _BodyTooLarge
+            return message
+
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await _refuse(send, limit)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _refuse(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": "too_large",
+                "message": f"the request body exceeds the limit of {limit} bytes",
+                "details": {"limit": "body_bytes", "max_bytes": limit},
+            }
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,119 @@
+"""Tokens, browser sessions, the owner's password and one-time login links."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
+
+from ficc.bootstrap import Cluster
+from ficc.domain.accounts import LOGIN_LINK_LIFETIME_SECONDS, SESSION_LIFETIME_SECONDS
+from ficc.services import accounts
+from ficc.web.auth import SESSION_COOKIE, Context, public, scoped
+from ficc.web.schemas import PasswordSet, SessionCreate, TokenCreate
+
+router = APIRouter()
+
+
+def _set_session_cookie(response: Response, issued: accounts.IssuedSession) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        issued.secret,
+        max_age=SESSION_LIFETIME_SECONDS,
+        httponly=True,
+        samesite="strict",
+        path="/",
+    )
+
+
+@router.post("/api/v1/tokens", status_code=201)
+async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")) -> Any:
+    issued = await accounts.create_token(
+        ctx.cluster.uow_factory,
+        ctx.cluster.clock,
+        ctx.principal,
+        scopes=body.scopes,
+        projects=body.projects,
+        lifetime=body.lifetime,
+    )
+    return {
+        "id": issued.id,
+        "token": issued.token,
+        "scopes": issued.scopes,
+        "projects": issued.projects,
+        "expires_at": issued.expires_at,
+    }
+
+
+@router.delete("/api/v1/tokens/{token_id}", status_code=204)
+async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) -> Response:
+    await accounts.revoke_token(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, token_id)
+    return Response(status_code=204)
+
+
+@router.post("/api/v1/session", status_code=201)
+async def create_session(
+    body: SessionCreate, response: Response, cluster: Cluster = public()
+) -> Any:
+    issued = await accounts.login(
+        cluster.uow_factory,
+        cluster.clock,
+        cluster.hasher,
+        username=body.username,
+        password=body.password,
+    )
+    _set_session_cookie(response, issued)
+    return {"user": issued.principal.username, "csrf_token": issued.csrf_token}
+
+
+@router.get("/api/v1/session")
+async def read_session(request: Request, ctx: Context = scoped()) -> Any:
+    csrf_token = None
+    if ctx.principal.session_id is not None:
+        _, csrf_token = await accounts.authenticate_session(
+            ctx.cluster.uow_factory, ctx.cluster.clock, request.cookies[SESSION_COOKIE]
+        )
+    return {
+        "user": ctx.principal.username,
+        "csrf_token": csrf_token,
+        "scopes": ctx.principal.scopes,
+        "local_owner": ctx.principal.is_owner,
+    }
+
+
+@router.delete("/api/v1/session", status_code=204)
+async def delete_session(ctx: Context = scoped()) -> Response:
+    await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    response = Response(status_code=204)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+@router.put("/api/v1/owner/password", status_code=204)
+async def set_password(
+    body: PasswordSet, ctx: Context = scoped("tokens:manage", local_owner=True)
+) -> Response:
+    await accounts.set_password(
+        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.cluster.hasher, ctx.principal, body.password
+    )
+    return Response(status_code=204)
+
+
+@router.post("/api/v1/login-links", status_code=201)
+async def create_login_link(
+    request: Request, ctx: Context = scoped("tokens:manage", local_owner=True)
+) -> Any:
+    secret = await accounts.create_login_link(
+        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal
+    )
+    base = ctx.cluster.public_url or str(request.base_url).rstrip("/")
+    return {"url": f"{base}/login/{secret}", "expires_in": LOGIN_LINK_LIFETIME_SECONDS}
+
+
+@router.get("/login/{secret}")
+async def open_login_link(secret: str, cluster: Cluster = public()) -> Response:
+    issued = await accounts.consume_login_link(cluster.uow_factory, cluster.clock, secret)
+    response = RedirectResponse("/ui", status_code=303)
+    _set_session_cookie(response, issued)
+    return response

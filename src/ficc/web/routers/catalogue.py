@@ -1,0 +1,55 @@
+"""The model catalogue: list, show, import (local owner) and delete models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from ficc.services import catalogue
+from ficc.web.auth import Context, scoped
+from ficc.web.schemas import ModelCreate
+
+router = APIRouter()
+
+
+@router.get("/api/v1/models")
+async def list_models(ctx: Context = scoped("models:read")) -> Any:
+    models = await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
+    return {"models": [catalogue.model_json(model) for model in models]}
+
+
+@router.get("/api/v1/models/{model_id}")
+async def get_model(model_id: str, ctx: Context = scoped("models:read")) -> Any:
+    model = await catalogue.get_model(ctx.cluster.uow_factory, ctx.project, model_id)
+    return catalogue.model_json(model)
+
+
+@router.post("/api/v1/models", status_code=201)
+async def add_model(
+    body: ModelCreate, ctx: Context = scoped("models:manage", local_owner=True)
+) -> Any:
+    model = await catalogue.add_model(
+        ctx.cluster.uow_factory,
+        ctx.cluster.clock,
+        ctx.cluster.blobs,
+        ctx.cluster.resolve_user_path,
+        ctx.principal,
+        ctx.project,
+        name=body.name,
+        paths=body.paths,
+    )
+    return catalogue.model_json(model)
+
+
+@router.delete("/api/v1/models/{model_id}", status_code=204)
+async def delete_model(model_id: str, ctx: Context = scoped("models:manage")) -> Response:
+    await catalogue.delete_model(
+        ctx.cluster.uow_factory,
+        ctx.cluster.clock,
+        ctx.cluster.blobs,
+        ctx.principal,
+        ctx.project,
+        model_id,
+    )
+    return Response(status_code=204)

@@ -1,0 +1,18 @@
+"""Nodes of this cluster with capacity and availability."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ficc.services import nodes
+from ficc.web.auth import Context, scoped
+
+router = APIRouter()
+
+
+@router.get("/api/v1/nodes")
+async def list_nodes(ctx: Context = scoped("resources:read")) -> Any:
+    found = await nodes.list_nodes(ctx.cluster.uow_factory)
+    return {"nodes": [node.as_json() for node in found]}

@@ -1,0 +1,27 @@
+"""Projects: list those the caller is admitted to; create one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ficc.services import projects
+from ficc.web.auth import Context, scoped
+from ficc.web.schemas import ProjectCreate
+
+router = APIRouter()
+
+
+@router.get("/api/v1/projects")
+async def list_projects(ctx: Context = scoped()) -> Any:
+    found = await projects.list_projects(ctx.cluster.uow_factory, ctx.principal)
+    return {"projects": [{"name": name, "created_at": at} for name, at in found]}
+
+
+@router.post("/api/v1/projects", status_code=201)
+async def create_project(body: ProjectCreate, ctx: Context = scoped("projects:manage")) -> Any:
+    name, at = await projects.create_project(
+        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, body.name
+    )
+    return {"name": name, "created_at": at}

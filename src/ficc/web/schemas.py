@@ -1,0 +1,33 @@
+"""Request bodies: strict models, unknown fields refused. Pydantic lives only here, at the edge."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TokenCreate(Strict):
+    scopes: list[str]
+    projects: list[str] | None = None
+    lifetime: int | None = None
+
+
+class ProjectCreate(Strict):
+    name: str
+
+
+class SessionCreate(Strict):
+    username: str
+    password: str
+
+
+class PasswordSet(Strict):
+    password: str
+
+
+class ModelCreate(Strict):
+    name: str
+    paths: list[str]
