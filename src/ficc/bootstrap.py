@@ -76,7 +76,7 @@ class Cluster:
 
     @property
     def blobs(self) -> BlobStore:
-        return BlobStore(self.state.blobs)
+        return BlobStore(self.state.store)
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
         """The local owner may import any regular file this process can read."""

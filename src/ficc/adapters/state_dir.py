@@ -38,8 +38,9 @@ class StateDir:
         return self.root / "ficc.sock"
 
     @property
-    def blobs(self) -> Path:
-        return self.root / "blobs"
+    def store(self) -> Path:
+        """The blob store: blobs by content address, temp and partial files beside them."""
+        return self.root / "store"
 
     @property
     def runtime(self) -> Path:
@@ -52,7 +53,7 @@ class StateDir:
 
     def create(self) -> None:
         self.root.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
-        for folder in (self.blobs, self.runtime, self.transfers):
+        for folder in (self.store, self.runtime, self.transfers):
             folder.mkdir(mode=STATE_DIR_MODE, exist_ok=True)
 
     def write_owner_token(self, token: str) -> None:

@@ -28,6 +28,14 @@ def _format_of(paths: list[Path]) -> str:
     return "files"
 
 
+def _resolve(resolve_path: UserPathResolver, path: str, field: str) -> Path:
+    """Check a user's path; refusals name the field, never echo the path back."""
+    try:
+        return resolve_path(path, field=field)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message.replace(path, field), field=field) from exc
+
+
 def _parse_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS:
         raise InvalidInput(
@@ -59,7 +67,7 @@ async def add_model(
     for index, path in enumerate(paths):
         if not isinstance(path, str):
             raise InvalidInput(f"paths[{index}] must be a string", field=f"paths[{index}]")
-        files.append(resolve_path(path, field=f"paths[{index}]"))
+        files.append(_resolve(resolve_path, path, f"paths[{index}]"))
     names = [parse_safe_relative_path(file.name, field="paths") for file in files]
     if len(set(names)) != len(names):
         raise InvalidInput("paths must name files with distinct file names", field="paths")

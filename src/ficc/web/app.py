@@ -14,6 +14,9 @@ from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers import accounts, catalogue, federation, nodes, projects, ui
 
 
+ROUTERS = tuple(module.router for module in (accounts, projects, catalogue, nodes, federation, ui))
+
+
 def create_app(cluster: Cluster) -> FastAPI:
     app = FastAPI(
         title="FICC",
@@ -24,8 +27,8 @@ def create_app(cluster: Cluster) -> FastAPI:
         default_response_class=FiccJSONResponse,
     )
     app.state.cluster = cluster
-    for module in (accounts, projects, catalogue, nodes, federation, ui):
-        app.include_router(module.router)
+    for router in ROUTERS:
+        app.include_router(router)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     return app
