@@ -1,0 +1,152 @@
+"""Run the benchmarks: ``python -m benchmarks [NAME...]``, NAME as ``catalogue`` (or with bench_).
+
+Every selected module runs even when another fails; a failure is reported on stderr and makes
+the exit status 1. The rows of the modules that succeeded are written to
+``benchmarks/results/latest.json`` beside a description of the machine, and shown as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import pkgutil
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+import benchmarks
+from benchmarks import ROW_KEYS
+from ficc.adapters.node_probe import probe_node
+
+RESULTS_PATH = Path(__file__).parent / "results" / "latest.json"
+PREFIX = "bench_"
+
+
+def discover() -> list[str]:
+    """Names of the ``bench_*`` modules of this package, sorted."""
+    return sorted(
+        info.name
+        for info in pkgutil.iter_modules(benchmarks.__path__)
+        if info.name.startswith(PREFIX)
+    )
+
+
+def select(available: Sequence[str], wanted: Sequence[str]) -> list[str]:
+    """The modules named on the command line (with or without the prefix), or all of them."""
+    if not wanted:
+        return list(available)
+    chosen: list[str] = []
+    for name in wanted:
+        module = name if name.startswith(PREFIX) else PREFIX + name
+        if module not in available:
+            known = ", ".join(item.removeprefix(PREFIX) for item in available)
+            raise ValueError(f"no benchmark named {name!r}; known: {known}")
+        if module not in chosen:
+            chosen.append(module)
+    return chosen
+
+
+def check_rows(rows: object) -> list[dict[str, Any]]:
+    """Refuse a result that does not follow the row shape, so the JSON file stays trustworthy."""
+    if not isinstance(rows, list):
+        raise TypeError(f"run() returned {type(rows).__name__}, not a list of rows")
+    for index, item in enumerate(rows):
+        if not isinstance(item, dict) or tuple(sorted(item)) != tuple(sorted(ROW_KEYS)):
+            raise ValueError(f"row {index} must have exactly the keys {', '.join(ROW_KEYS)}")
+        for key in ("value", "baseline_value"):
+            number = item[key]
+            if not isinstance(number, int | float) or not math.isfinite(number):
+                raise ValueError(f"row {index}: {key} must be a finite number")
+    return rows
+
+
+def machine() -> dict[str, Any]:
+    node = probe_node()
+    return {
+        "cpu_count": node.cpu_count,
+        "memory_bytes": node.memory_bytes,
+        "gpus": [gpu.name for gpu in node.gpus],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
+    """Rows of one module, or None after reporting its failure."""
+    console.print(f"[bold]running {name}…[/bold]")
+    started = time.perf_counter()
+    try:
+        module = importlib.import_module(f"benchmarks.{name}")
+        rows = check_rows(module.run())
+    except Exception:  # noqa: BLE001 - one module's failure must not stop the others
+        print(f"benchmark {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        return None
+    console.print(f"  {name}: {len(rows)} rows in {time.perf_counter() - started:.1f} s")
+    return rows
+
+
+def render(rows: Sequence[dict[str, Any]], console: Console) -> None:
+    table = Table(title="FICC benchmarks")
+    for column in ("name", "metric", "baseline"):
+        table.add_column(column)
+    for column in ("value", "baseline value", "ratio"):
+        table.add_column(column, justify="right")
+    for item in rows:
+        unit = item["unit"]
+        ratio = item["ratio"]
+        table.add_row(
+            item["name"],
+            item["metric"],
+            item["baseline"],
+            f"{item['value']:,.1f} {unit}",
+            f"{item['baseline_value']:,.1f} {unit}",
+            "—" if ratio is None else f"{ratio:.2f}×",
+        )
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS_PATH, help=f"JSON file (default: {RESULTS_PATH})"
+    )
+    arguments = parser.parse_args(argv)
+    # Wide enough for the table when the output is a file or a CI log, not a terminal.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        chosen = select(discover(), arguments.names)
+    except ValueError as exc:
+        parser.error(str(exc))
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for name in chosen:
+        result = run_module(name, console)
+        if result is None:
+            failed.append(name)
+        else:
+            rows.extend(result)
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    document = {"machine": machine(), "benchmarks": rows}
+    arguments.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    render(rows, console)
+    console.print(f"results written to {arguments.output}")
+    if failed:
+        print(f"failed benchmarks: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
