@@ -63,7 +63,7 @@ def parse_id(kind: str, text: object, *, field: str | None = None) -> str:
     if (
         not isinstance(text, str)
         or not text.startswith(prefix)
-        or not _BODY.match(text[len(prefix) :])
+        or not _BODY.fullmatch(text[len(prefix) :])
     ):
         raise InvalidInput(f"{name} must be a {kind} ID like {prefix}…", field=name)
     return text
@@ -71,14 +71,14 @@ def parse_id(kind: str, text: object, *, field: str | None = None) -> str:
 
 def parse_mutation_id(text: object, *, field: str = "mutation_id") -> MutationId:
     """A mutation_id is exactly 32 lowercase hexadecimal characters."""
-    if not isinstance(text, str) or not _MUTATION_ID.match(text):
+    if not isinstance(text, str) or not _MUTATION_ID.fullmatch(text):
         raise InvalidInput(f"{field} must be 32 lowercase hexadecimal characters", field=field)
     return MutationId(text)
 
 
 def parse_project_name(text: object, *, field: str = "project") -> ProjectName:
     """Project names are 1–63 characters of lowercase letters, digits and '-'."""
-    if not isinstance(text, str) or not _PROJECT_NAME.match(text):
+    if not isinstance(text, str) or not _PROJECT_NAME.fullmatch(text):
         raise InvalidInput(
             f"{field} must be 1-63 lowercase letters, digits or '-', starting with a letter "
             "or digit",

@@ -1,0 +1,68 @@
+"""The ``llama.cpp`` runtime: llama-cpp-python's OpenAI-compatible server, one per replica.
+
+Flags fixed by what was measured (docs: engine.md): ``--interrupt_requests false`` because the
+default cuts a running stream short when another request arrives; one thread unless the spec
+asks for more; loopback only, on a free port.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Final
+
+from ficc.adapters.runtimes.supervised import SupervisedRuntime, python_module_command
+from ficc.domain.inference import DEFAULT_LLAMA_CPP_THREADS, RuntimeName
+from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
+
+SERVER_MODULE: Final = "llama_cpp.server"
+_PASSED_OPTIONS: Final = ("n_ctx", "n_batch", "n_gpu_layers", "seed")
+
+
+def llama_cpp_installed() -> bool:
+    """Whether llama-cpp-python is installed; found without importing (that loads the library)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+class LlamaCppRuntime(SupervisedRuntime):
+    """Runs GGUF models through ``python -m llama_cpp.server`` on this node."""
+
+    @property
+    def name(self) -> RuntimeName:
+        """``llama.cpp``."""
+        return RuntimeName.LLAMA_CPP
+
+    async def availability(self, node: NodeInfo) -> Availability:
+        """Local node only, with llama-cpp-python installed in FICC's environment."""
+        reasons = []
+        if not node.local:
+            reasons.append(f"node {node.node_id} is not this FICC's node")
+        if not llama_cpp_installed():
+            reasons.append(
+                "llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"
+            )
+        return Availability(tuple(reasons))
+
+    def command(self, request: LaunchRequest, port: int) -> list[str]:
+        """The server's flags; the model's file and the name it answers to come from the request."""
+        assert request.model_path is not None
+        threads = int(request.options.get("n_threads", DEFAULT_LLAMA_CPP_THREADS))
+        arguments = [
+            "--model",
+            str(request.model_path),
+            "--model_alias",
+            request.model_name,
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--interrupt_requests",
+            "false",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
+        for option in _PASSED_OPTIONS:
+            if option in request.options:
+                arguments += [f"--{option}", str(request.options[option])]
+        return python_module_command(self._python, SERVER_MODULE, arguments)

@@ -1,0 +1,499 @@
+"""Managed inference: the service spec, the service state machine and replica attempts.
+
+Pure rules, no I/O: the web layer, the CLI and remote peers all reach a service through
+``parse_service_spec`` and the two transition tables, so a rule is written once and a refused
+spec or operation names the field or the state that refused it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ficc.base.errors import Conflict, InvalidInput, UnacknowledgedOutcome
+from ficc.base.ids import parse_id
+
+# --- the spec -------------------------------------------------------------------------------
+
+
+class RuntimeName(StrEnum):
+    """The engines FICC can run a service on."""
+
+    LLAMA_CPP = "llama.cpp"
+    OPENAI = "openai"
+    VLLM = "vllm"
+
+
+MAX_REPLICAS: Final = 16
+"""More replicas than this on one node is a typo, not a plan."""
+
+MAX_MODEL_NAME_CHARS: Final = 256
+SPEC_FIELDS: Final = frozenset({"name", "model", "runtime", "node", "replicas", "options"})
+_REQUIRED_FIELDS: Final = ("name", "model", "runtime")
+_SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_UPSTREAM_MODEL_NAME = re.compile(r"^[\x21-\x7e][\x20-\x7e]*$")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A checked service spec; made only by :func:`parse_service_spec`.
+
+    ``model`` is a local model ID for ``llama.cpp`` and ``vllm``; for ``openai`` it is the model
+    name the upstream server knows. ``node`` is a node ID, or ``None`` for the local node.
+    """
+
+    name: str
+    model: str
+    runtime: RuntimeName
+    node: str | None
+    replicas: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as the API shows it, options with their defaults filled in."""
+        return {
+            "name": self.name,
+            "model": self.model,
+            "runtime": self.runtime.value,
+            "node": self.node,
+            "replicas": self.replicas,
+            "options": dict(self.options),
+        }
+
+
+def uses_local_model(runtime: RuntimeName) -> bool:
+    """Whether ``spec.model`` is a local model ID whose files the runtime loads."""
+    return runtime is not RuntimeName.OPENAI
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One option of a runtime: its check and its default (``None``: absent unless given)."""
+
+    check: Callable[[str, object], Any]
+    default: Any = None
+    required: bool = False
+
+
+def _integer(low: int, high: int) -> Callable[[str, object], int]:
+    def check(name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidInput(
+                f"{name} must be an integer from {low} to {high}",
+                field=name,
+                details={"minimum": low, "maximum": high},
+            )
+        return value
+
+    return check
+
+
+def _number(low: float, high: float) -> Callable[[str, object], float]:
+    def check(name: str, value: object) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            raise InvalidInput(
+                f"{name} must be a number from {low} to {high}",
+                field=name,
+                details={"minimum": low, "maximum": high},
+            )
+        return float(value)
+
+    return check
+
+
+def _boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false", field=name)
+    return value
+
+
+def _one_of(*choices: str) -> Callable[[str, object], str]:
+    def check(name: str, value: object) -> str:
+        if value not in choices:
+            raise InvalidInput(
+                f"{name} must be one of {', '.join(choices)}",
+                field=name,
+                details={"allowed": list(choices)},
+            )
+        assert isinstance(value, str)
+        return value
+
+    return check
+
+
+MAX_BASE_URL_CHARS: Final = 2048
+
+
+def parse_base_url(name: str, value: object) -> str:
+    """An http(s) URL of an OpenAI-compatible server, stored without a trailing ``/v1``.
+
+    Users paste the URL an OpenAI client takes (``http://host:8000/v1``) as often as the server's
+    root; both mean the same server. Credentials, queries and fragments are refused because they
+    would be shown wherever the spec is.
+    """
+    rule = f"{name} must be an http or https URL with a host and no user, query or fragment"
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_BASE_URL_CHARS:
+        raise InvalidInput(rule, field=name)
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidInput(rule, field=name) from exc
+    if (
+        parts.scheme not in {"http", "https"}
+        or not parts.hostname
+        or parts.username is not None
+        or parts.password is not None
+        or parts.query
+        or parts.fragment
+        or any(ch.isspace() or not ch.isprintable() for ch in value)
+    ):
+        raise InvalidInput(rule, field=name)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+DEFAULT_LLAMA_CPP_THREADS: Final = 1
+"""engine.md: more than one thread was erratic on two cores."""
+
+DEFAULT_LLAMA_CPP_CTX: Final = 2048
+
+RUNTIME_OPTIONS: Final[Mapping[RuntimeName, Mapping[str, _Option]]] = {
+    RuntimeName.LLAMA_CPP: {
+        "n_threads": _Option(_integer(1, 256), default=DEFAULT_LLAMA_CPP_THREADS),
+        "n_ctx": _Option(_integer(128, 1_048_576), default=DEFAULT_LLAMA_CPP_CTX),
+        "n_batch": _Option(_integer(1, 65_536)),
+        "n_gpu_layers": _Option(_integer(0, 10_000), default=0),
+        "seed": _Option(_integer(0, 2**32 - 1)),
+    },
+    RuntimeName.OPENAI: {
+        "base_url": _Option(parse_base_url, required=True),
+    },
+    RuntimeName.VLLM: {
+        "tensor_parallel_size": _Option(_integer(1, 64), default=1),
+        "max_model_len": _Option(_integer(128, 10_485_760)),
+        "gpu_memory_utilization": _Option(_number(0.05, 0.99)),
+        "dtype": _Option(_one_of("auto", "float16", "bfloat16", "float32"), default="auto"),
+        "enforce_eager": _Option(_boolean, default=False),
+    },
+}
+
+
+def parse_options(runtime: RuntimeName, value: object) -> dict[str, Any]:
+    """Check ``options`` against the runtime's table; unknown options are refused."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput("options must be an object", field="options")
+    table = RUNTIME_OPTIONS[runtime]
+    for key in value:
+        if key not in table:
+            allowed = ", ".join(sorted(table))
+            raise InvalidInput(
+                f"options.{key} is not an option of runtime {runtime.value} (allowed: {allowed})",
+                field=f"options.{key}",
+                details={"allowed": sorted(table)},
+            )
+    options: dict[str, Any] = {}
+    for key, option in table.items():
+        name = f"options.{key}"
+        if key in value:
+            options[key] = option.check(name, value[key])
+        elif option.required:
+            raise InvalidInput(f"{name} is required for runtime {runtime.value}", field=name)
+        elif option.default is not None:
+            options[key] = option.default
+    return options
+
+
+def _parse_name(value: object) -> str:
+    if not isinstance(value, str) or not _SERVICE_NAME.fullmatch(value):
+        raise InvalidInput(
+            "name must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            field="name",
+        )
+    return value
+
+
+def _parse_runtime(value: object) -> RuntimeName:
+    allowed = [runtime.value for runtime in RuntimeName]
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidInput(
+            f"runtime must be one of {', '.join(allowed)}",
+            field="runtime",
+            details={"allowed": allowed},
+        )
+    return RuntimeName(value)
+
+
+def _parse_model(runtime: RuntimeName, value: object) -> str:
+    if uses_local_model(runtime):
+        return parse_id("model", value, field="model")
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_MODEL_NAME_CHARS
+        or not _UPSTREAM_MODEL_NAME.fullmatch(value)
+    ):
+        raise InvalidInput(
+            f"model must be the upstream model name: 1-{MAX_MODEL_NAME_CHARS} printable "
+            "ASCII characters",
+            field="model",
+        )
+    return value
+
+
+def parse_service_spec(data: object) -> ServiceSpec:
+    """Check a spec as sent by a user or a peer; refuse naming the first bad field."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput("spec must be an object", field="spec")
+    unknown = sorted(str(key) for key in data if key not in SPEC_FIELDS)
+    if unknown:
+        raise InvalidInput(
+            f"spec field {unknown[0]} is unknown (allowed: {', '.join(sorted(SPEC_FIELDS))})",
+            field=unknown[0],
+        )
+    for key in _REQUIRED_FIELDS:
+        if key not in data:
+            raise InvalidInput(f"{key} is required", field=key)
+    name = _parse_name(data["name"])
+    runtime = _parse_runtime(data["runtime"])
+    model = _parse_model(runtime, data["model"])
+    node = data.get("node")
+    if node is not None:
+        node = parse_id("node", node, field="node")
+    replicas = _integer(1, MAX_REPLICAS)("replicas", data.get("replicas", 1))
+    options = parse_options(runtime, data.get("options"))
+    return ServiceSpec(name, model, runtime, node, replicas, options)
+
+
+# --- the service state machine --------------------------------------------------------------
+
+
+class ServiceState(StrEnum):
+    """Where a service is; ``failed`` keeps its replicas' exit and log lines for the operator."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    FAILED = "failed"
+
+
+class Operation(StrEnum):
+    """What a user (or a peer) asks of a service: the ``control`` operations and ``replace``."""
+
+    START = "start"
+    DRAIN = "drain"
+    STOP = "stop"
+    REMOVE = "remove"
+    REPLACE = "replace"
+
+
+_S = ServiceState
+
+REMOVED: Final = None
+"""The target of ``remove``: the record is deleted (its ID is never reused)."""
+
+OPERATION_TABLE: Final[Mapping[Operation, Mapping[ServiceState, ServiceState | None]]] = {
+    # A failed service starts again without an explicit stop: its replicas are gone already.
+    Operation.START: {_S.STOPPED: _S.STARTING, _S.FAILED: _S.STARTING},
+    # Draining lets requests in flight finish and admits no new ones.
+    Operation.DRAIN: {_S.RUNNING: _S.DRAINING},
+    # Stop is immediate from every state and changes nothing when already stopped.
+    Operation.STOP: {
+        _S.STOPPED: _S.STOPPED,
+        _S.STARTING: _S.STOPPED,
+        _S.RUNNING: _S.STOPPED,
+        _S.DRAINING: _S.STOPPED,
+        _S.FAILED: _S.STOPPED,
+    },
+    Operation.REMOVE: {_S.STOPPED: REMOVED},
+    Operation.REPLACE: {_S.STOPPED: _S.STOPPED},
+}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An allowed operation; ``to_state`` is ``None`` when the service record is deleted."""
+
+    operation: Operation
+    from_state: ServiceState
+    to_state: ServiceState | None
+
+
+def parse_operation(value: object, *, field: str = "operation") -> Operation:
+    """Only the operations of the table; ``replace`` travels as its own request, not here."""
+    allowed = [op.value for op in Operation if op is not Operation.REPLACE]
+    if value not in allowed:
+        raise InvalidInput(
+            f"{field} must be one of {', '.join(allowed)}",
+            field=field,
+            details={"allowed": allowed},
+        )
+    return Operation(value)
+
+
+def allowed_states(operation: Operation) -> list[ServiceState]:
+    """The states in which ``operation`` is allowed, in the order of :class:`ServiceState`."""
+    table = OPERATION_TABLE[operation]
+    return [state for state in ServiceState if state in table]
+
+
+def plan_operation(state: ServiceState, operation: Operation) -> Transition:
+    """The transition ``operation`` makes from ``state``, or Conflict naming the allowed states."""
+    table = OPERATION_TABLE[operation]
+    if state not in table:
+        allowed = [s.value for s in allowed_states(operation)]
+        raise Conflict(
+            f"{operation.value} is allowed only when the service is {' or '.join(allowed)}; "
+            f"it is {state.value}",
+            details={"state": state.value, "operation": operation.value, "allowed": allowed},
+        )
+    return Transition(operation, state, table[state])
+
+
+class ServiceEvent(StrEnum):
+    """What the engines report about a service's replicas."""
+
+    READY = "ready"  # every replica answers its health check
+    LAUNCH_FAILED = "launch_failed"  # a replica could not be launched or never became healthy
+    CRASHED = "crashed"  # a replica's process ended without being asked to
+    DRAINED = "drained"  # the last request in flight of a draining service ended
+
+
+EVENT_TABLE: Final[Mapping[ServiceEvent, Mapping[ServiceState, ServiceState]]] = {
+    ServiceEvent.READY: {_S.STARTING: _S.RUNNING},
+    ServiceEvent.LAUNCH_FAILED: {_S.STARTING: _S.FAILED},
+    ServiceEvent.CRASHED: {_S.STARTING: _S.FAILED, _S.RUNNING: _S.FAILED, _S.DRAINING: _S.FAILED},
+    ServiceEvent.DRAINED: {_S.DRAINING: _S.STOPPED},
+}
+
+
+def apply_event(state: ServiceState, event: ServiceEvent) -> ServiceState:
+    """The state after ``event``; an event the state does not expect is stale and changes nothing.
+
+    Stale events are normal: a health check that ends after the user stopped the service, or a
+    crash noticed after the stop that caused it.
+    """
+    return EVENT_TABLE[event].get(state, state)
+
+
+def admits_requests(state: ServiceState) -> bool:
+    """Only a running service takes new inference requests; draining finishes the old ones."""
+    return state is ServiceState.RUNNING
+
+
+# --- replica attempts -----------------------------------------------------------------------
+
+
+class AttemptState(StrEnum):
+    """One try at running one replica, recorded before its process is launched (write-ahead).
+
+    ``unknown``: recorded, but FICC stopped before it recorded a launch or a failure, so whether
+    a process was started cannot be proved; a user must acknowledge it before the next start.
+    """
+
+    PENDING = "pending"
+    LAUNCHED = "launched"
+    HEALTHY = "healthy"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    ACKNOWLEDGED = "acknowledged"
+
+
+class AttemptEvent(StrEnum):
+    """What happens to an attempt: engine reports, a stop, and FICC's recovery after a restart."""
+
+    LAUNCHED = "launched"  # the process exists; its pid and start time are recorded
+    LAUNCH_FAILED = "launch_failed"  # nothing runs: the launch was refused or the process ended
+    HEALTHY = "healthy"  # the engine answered its health check
+    STOP = "stop"  # FICC asked the process to end
+    EXITED = "exited"  # the process ended after FICC asked it to
+    CRASHED = "crashed"  # the process ended without being asked to
+    RECOVERED = "recovered"  # after a FICC restart: the earlier process was fenced and killed
+    LOST = "lost"  # after a FICC restart: the attempt's fate cannot be proved
+    ACKNOWLEDGE = "acknowledge"  # a user accepted an unknown outcome
+
+
+_A = AttemptState
+
+ATTEMPT_TABLE: Final[Mapping[AttemptEvent, Mapping[AttemptState, AttemptState]]] = {
+    AttemptEvent.LAUNCHED: {_A.PENDING: _A.LAUNCHED},
+    AttemptEvent.LAUNCH_FAILED: {_A.PENDING: _A.FAILED, _A.LAUNCHED: _A.FAILED},
+    AttemptEvent.HEALTHY: {_A.LAUNCHED: _A.HEALTHY},
+    AttemptEvent.STOP: {_A.LAUNCHED: _A.STOPPING, _A.HEALTHY: _A.STOPPING},
+    AttemptEvent.EXITED: {_A.STOPPING: _A.STOPPED},
+    AttemptEvent.CRASHED: {
+        _A.LAUNCHED: _A.CRASHED,
+        _A.HEALTHY: _A.CRASHED,
+        _A.STOPPING: _A.STOPPED,
+    },
+    AttemptEvent.RECOVERED: {
+        _A.LAUNCHED: _A.STOPPED,
+        _A.HEALTHY: _A.STOPPED,
+        _A.STOPPING: _A.STOPPED,
+    },
+    AttemptEvent.LOST: {_A.PENDING: _A.UNKNOWN},
+    AttemptEvent.ACKNOWLEDGE: {_A.UNKNOWN: _A.ACKNOWLEDGED},
+}
+
+ATTEMPT_FINAL_STATES: Final = frozenset(
+    {_A.STOPPED, _A.CRASHED, _A.FAILED, _A.UNKNOWN, _A.ACKNOWLEDGED}
+)
+"""States no engine event leaves; ``unknown`` leaves only by a user's acknowledgement."""
+
+
+def next_attempt_state(state: AttemptState, event: AttemptEvent) -> AttemptState:
+    """The attempt's state after ``event``, or Conflict: a wrong event here is a broken record."""
+    table = ATTEMPT_TABLE[event]
+    if state not in table:
+        raise Conflict(
+            f"an attempt in state {state.value} cannot take event {event.value}",
+            details={"state": state.value, "event": event.value},
+        )
+    return table[state]
+
+
+def recovery_event(state: AttemptState) -> AttemptEvent | None:
+    """After a FICC restart: what to record for an attempt found in ``state``.
+
+    An attempt with a recorded process is fenced (killed by pid and start time) and so is
+    provably over; a pending one may or may not have started a process: its outcome is unknown.
+    """
+    if state is _A.PENDING:
+        return AttemptEvent.LOST
+    if state in {_A.LAUNCHED, _A.HEALTHY, _A.STOPPING}:
+        return AttemptEvent.RECOVERED
+    return None
+
+
+def check_start(
+    state: ServiceState, attempts: list[AttemptState], *, acknowledge_unknown: bool
+) -> Transition:
+    """A start is refused while an earlier attempt's outcome is unknown and not acknowledged."""
+    transition = plan_operation(state, Operation.START)
+    unknown = sum(1 for attempt in attempts if attempt is _A.UNKNOWN)
+    if unknown and not acknowledge_unknown:
+        raise UnacknowledgedOutcome(
+            f"{unknown} earlier replica attempt(s) of this service have an unknown outcome; "
+            "inspect the node, then start with acknowledge_unknown set to true",
+            details={"unknown_attempts": unknown},
+        )
+    return transition

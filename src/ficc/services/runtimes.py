@@ -1,0 +1,176 @@
+"""The port through which services run inference engines, and the values that cross it.
+
+Services never start a process or open a socket themselves: they ask a :class:`Runtime`. A
+:class:`ReplicaHandle` is plain data so that it can be recorded before FICC stops and used after
+it restarts (fencing a left-over process by pid and start time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from ficc.domain.inference import RuntimeName
+
+DEFAULT_LOG_TAIL_LINES = 40
+"""How many of an engine's last log lines an operator sees beside a crash."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What a runtime needs to know of a node to say whether it can run there."""
+
+    node_id: str
+    local: bool
+    gpu_count: int
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process as it can be proved to be the same one later: pid plus its start time.
+
+    ``start_ticks`` is field 22 of ``/proc/PID/stat`` (clock ticks after boot); a pid reused by
+    another process has another start time, so fencing by both never kills a stranger.
+    """
+
+    pid: int
+    start_ticks: int
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One replica to launch: the attempt it belongs to, the node, the model and its options.
+
+    ``model_name`` is the name the engine answers to (the service ID); ``model_path`` the model's
+    file on the node, for runtimes that load one.
+    """
+
+    attempt_id: str
+    node: NodeInfo
+    model_name: str
+    options: Mapping[str, Any]
+    model_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaHandle:
+    """A launched replica; ``process`` is ``None`` when FICC started no process (``openai``)."""
+
+    attempt_id: str
+    runtime: RuntimeName
+    base_url: str
+    model_name: str
+    process: ProcessIdentity | None = None
+    port: int | None = None
+    log_path: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The engine's process ID, if FICC launched a process."""
+        return None if self.process is None else self.process.pid
+
+
+class HealthState(StrEnum):
+    """``starting`` and ``unhealthy`` may pass; ``exited`` is final."""
+
+    HEALTHY = "healthy"
+    STARTING = "starting"
+    UNHEALTHY = "unhealthy"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    """How a replica's process ended; ``crashed`` unless FICC asked it to stop."""
+
+    crashed: bool
+    exit_code: int | None
+    signal: int | None
+    log_tail: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for the operator: how the process ended."""
+        how = "crashed" if self.crashed else "stopped"
+        if self.signal is not None:
+            return f"engine {how}: killed by signal {self.signal}"
+        if self.exit_code is not None:
+            return f"engine {how}: exit code {self.exit_code}"
+        return f"engine {how}"
+
+
+@dataclass(frozen=True)
+class Health:
+    """One health check: the state, a short reason when not healthy, and the exit if any."""
+
+    state: HealthState
+    reason: str | None = None
+    exit: ReplicaExit | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the replica answered as an engine should."""
+        return self.state is HealthState.HEALTHY
+
+
+class FenceResult(StrEnum):
+    """What fencing an earlier attempt's process found."""
+
+    ABSENT = "absent"  # no process has that pid
+    PID_REUSED = "pid_reused"  # another process holds the pid: left alone
+    KILLED = "killed"  # the very process was ended
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Reasons a runtime cannot run on a node; empty means it can."""
+
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def available(self) -> bool:
+        """No reason against it."""
+        return not self.reasons
+
+
+class Runtime(Protocol):
+    """An engine FICC can run replicas on; one adapter per :class:`RuntimeName`."""
+
+    @property
+    def name(self) -> RuntimeName:
+        """The runtime this adapter implements."""
+        ...
+
+    async def availability(self, node: NodeInfo) -> Availability:
+        """Why this runtime cannot run on ``node`` now (an empty result: it can)."""
+        ...
+
+    async def launch(self, request: LaunchRequest) -> ReplicaHandle:
+        """Start a replica; Conflict naming the reasons when the node cannot run it."""
+        ...
+
+    async def wait_ready(self, handle: ReplicaHandle, timeout_seconds: float) -> Health:
+        """Wait until the replica is healthy, has exited, or ``timeout_seconds`` passed."""
+        ...
+
+    async def health(self, handle: ReplicaHandle) -> Health:
+        """One health check, answered promptly."""
+        ...
+
+    async def wait_exited(self, handle: ReplicaHandle) -> ReplicaExit:
+        """Return when the replica ends, whether it crashed or was stopped."""
+        ...
+
+    async def stop(self, handle: ReplicaHandle, grace_seconds: float) -> ReplicaExit:
+        """Ask the replica to end, force it after ``grace_seconds``; safe to repeat."""
+        ...
+
+    def log_tail(self, handle: ReplicaHandle, lines: int = DEFAULT_LOG_TAIL_LINES) -> list[str]:
+        """The last lines the engine wrote, for the operator (local eyes only)."""
+        ...
+
+    async def fence(self, process: ProcessIdentity, grace_seconds: float) -> FenceResult:
+        """End an earlier attempt's process after a FICC restart, only if it is the same one."""
+        ...
