@@ -11,17 +11,22 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
+from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.keys import ClusterKey
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
+from ficc.adapters.runtimes import build_runtimes
+from ficc.adapters.runtimes.attempt_fence import fence_attempt
 from ficc.adapters.sql.database import create_engine, default_url, migrate
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.adapters.state_dir import StateDir
 from ficc.base.ids import new_id
+from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts
+from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
 
@@ -73,10 +78,33 @@ class Cluster:
     hasher: Argon2Hasher = field(default_factory=Argon2Hasher)
     label: str = ""
     public_url: str | None = None
+    blobs: BlobStore = field(init=False)
+    inference: InferenceServices = field(init=False)
 
-    @property
-    def blobs(self) -> BlobStore:
-        return BlobStore(self.state.store)
+    def __post_init__(self) -> None:
+        self.blobs = BlobStore(self.state.store)
+        self.inference = InferenceServices(
+            self.uow_factory,
+            self.clock,
+            build_runtimes(log_dir=self.state.runtime),
+            self.model_file,
+            fence_attempt,
+            EngineClients(),
+            serve_instance=secrets.token_hex(8),
+        )
+
+    def model_file(self, model: CatalogueModel) -> Path:
+        """The file an engine loads for ``model``: its GGUF file (or its first file)."""
+        files = model.manifest["files"]
+        entry = next((f for f in files if str(f["path"]).endswith(".gguf")), files[0])
+        digest = str(entry["sha256"])
+        if self.blobs.has(digest):
+            return self.blobs.blob_path(digest)
+        return self.state.store / "missing" / digest
+
+    async def start(self) -> None:
+        """Bring what an earlier FICC process left to a known state."""
+        await self.inference.recover()
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
         """The local owner may import any regular file this process can read."""
@@ -87,6 +115,8 @@ class Cluster:
         return self.settings.state
 
     async def close(self) -> None:
+        await self.inference.close()
+        await self.inference.engines.aclose()
         await self.engine.dispose()
 
 

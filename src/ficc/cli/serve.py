@@ -72,6 +72,7 @@ async def serve(settings: Settings) -> None:
     await nodes.register_local_node(
         cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
     )
+    await cluster.start()
     http_server = _Server(
         uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     )

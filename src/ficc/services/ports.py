@@ -5,7 +5,7 @@ Adapters implement them; services never import an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -15,6 +15,7 @@ from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.nodes import Node
+from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 
 Clock = Callable[[], datetime]
 
@@ -99,6 +100,9 @@ class UnitOfWork(Protocol):
     nodes: NodesRepository
     models: ModelsRepository
     model_usage: ModelUsage
+    services: ServicesRepository
+    attempts: AttemptsRepository
+    receipts: ReceiptsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
@@ -128,3 +132,55 @@ class UserPathResolver(Protocol):
     """Checks a path a user named on this machine and returns the real file."""
 
     def __call__(self, path: str, *, field: str) -> Path: ...
+
+
+class ServicesRepository(Protocol):
+    async def add(self, service: ServiceRecord) -> None: ...
+    async def get(self, service_id: str) -> ServiceRecord | None: ...
+    async def list_all(self) -> list[ServiceRecord]: ...
+    async def list(self, project: str) -> list[ServiceRecord]: ...
+    async def update(self, service: ServiceRecord) -> None: ...
+    async def delete(self, service_id: str) -> None: ...
+    async def count_created_by(self, grant_id: str) -> int: ...
+
+
+class AttemptsRepository(Protocol):
+    async def add(self, attempt: AttemptRecord) -> None: ...
+    async def get(self, attempt_id: str) -> AttemptRecord | None: ...
+    async def for_service(self, service_id: str) -> list[AttemptRecord]: ...
+    async def update(self, attempt: AttemptRecord) -> None: ...
+    async def delete_for_service(self, service_id: str) -> None: ...
+
+
+class ReceiptsRepository(Protocol):
+    async def get(self, scope: str, mutation_id: str) -> MutationReceipt | None: ...
+    async def put(self, receipt: MutationReceipt) -> None: ...
+    async def delete_scope(self, scope: str) -> None: ...
+
+
+class EngineEvent(Protocol):
+    """One server-sent event from an engine."""
+
+    @property
+    def data(self) -> str: ...
+    @property
+    def done(self) -> bool: ...
+
+
+class EngineStream(Protocol):
+    """An open streamed engine response; closing it stops the generation."""
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]: ...
+    async def aclose(self) -> None: ...
+
+
+class EngineConnector(Protocol):
+    """Calls OpenAI-compatible engines, always in streaming mode."""
+
+    async def open_stream(
+        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+    ) -> EngineStream: ...
+    async def complete(
+        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+    async def aclose(self) -> None: ...

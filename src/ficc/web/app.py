@@ -11,10 +11,30 @@ from ficc.web.auth import LOCAL_OWNER_SCOPE_KEY
 from ficc.web.errors import install_error_handlers
 from ficc.web.limits import BodyLimit
 from ficc.web.responses import FiccJSONResponse
-from ficc.web.routers import accounts, catalogue, federation, nodes, projects, ui
+from ficc.web.routers import (
+    accounts,
+    catalogue,
+    federation,
+    inference,
+    nodes,
+    openai_local,
+    projects,
+    ui,
+)
 
-
-ROUTERS = tuple(module.router for module in (accounts, projects, catalogue, nodes, federation, ui))
+ROUTERS = tuple(
+    module.router
+    for module in (
+        accounts,
+        projects,
+        catalogue,
+        nodes,
+        inference,
+        openai_local,
+        federation,
+        ui,
+    )
+)
 
 
 def create_app(cluster: Cluster) -> FastAPI:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -31,3 +33,18 @@ class PasswordSet(Strict):
 class ModelCreate(Strict):
     name: str
     paths: list[str]
+
+
+class ServiceReplace(Strict):
+    revision: int
+    spec: dict[str, Any]
+
+
+class ServiceControl(Strict):
+    revision: int
+    operation: str
+    acknowledge_unknown: bool = False
+
+
+class PreviewRequest(Strict):
+    spec: dict[str, Any]

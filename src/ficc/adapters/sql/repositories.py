@@ -14,7 +14,9 @@ from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
 from ficc.domain.nodes import Gpu, Node
+from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 
 
 def _time(value: str | None) -> datetime | None:
@@ -349,3 +351,180 @@ class SqlModelUsage(_Repository):
     async def users_of_model(self, model_id: str) -> Sequence[str]:
         query = select(t.services.c.id).where(t.services.c.model == model_id)
         return [row.id for row in await self._c.execute(query)]
+
+
+class SqlServices(_Repository):
+    @staticmethod
+    def _service(row: Any) -> ServiceRecord:
+        return ServiceRecord(
+            id=row.id,
+            project=row.project,
+            spec=parse_service_spec(row.spec),
+            node=row.node,
+            state=ServiceState(row.state),
+            revision=row.revision,
+            error=row.error,
+            created_by_grant=row.created_by_grant,
+            created_at=_req_time(row.created_at),
+            updated_at=_req_time(row.updated_at),
+        )
+
+    @staticmethod
+    def _values(service: ServiceRecord) -> dict[str, Any]:
+        return {
+            "project": service.project,
+            "name": service.spec.name,
+            "model": service.spec.model,
+            "node": service.node,
+            "spec": service.spec.to_json(),
+            "state": service.state.value,
+            "revision": service.revision,
+            "error": service.error,
+            "created_by_grant": service.created_by_grant,
+            "created_at": format_time(service.created_at),
+            "updated_at": format_time(service.updated_at),
+        }
+
+    async def add(self, service: ServiceRecord) -> None:
+        await self._c.execute(insert(t.services).values(id=service.id, **self._values(service)))
+
+    async def get(self, service_id: str) -> ServiceRecord | None:
+        query = select(t.services).where(t.services.c.id == service_id)
+        row = (await self._c.execute(query)).first()
+        return None if row is None else self._service(row)
+
+    async def list_all(self) -> list[ServiceRecord]:
+        rows = await self._c.execute(select(t.services).order_by(t.services.c.created_at))
+        return [self._service(row) for row in rows]
+
+    async def list(self, project: str) -> list[ServiceRecord]:
+        query = select(t.services).where(t.services.c.project == project)
+        rows = await self._c.execute(query.order_by(t.services.c.created_at, t.services.c.id))
+        return [self._service(row) for row in rows]
+
+    async def update(self, service: ServiceRecord) -> None:
+        await self._c.execute(
+            update(t.services).where(t.services.c.id == service.id).values(**self._values(service))
+        )
+
+    async def delete(self, service_id: str) -> None:
+        await self._c.execute(delete(t.services).where(t.services.c.id == service_id))
+
+    async def count_created_by(self, grant_id: str) -> int:
+        query = (
+            select(func.count())
+            .select_from(t.services)
+            .where(t.services.c.created_by_grant == grant_id)
+        )
+        return int((await self._c.execute(query)).scalar_one())
+
+
+class SqlAttempts(_Repository):
+    @staticmethod
+    def _attempt(row: Any) -> AttemptRecord:
+        return AttemptRecord(
+            id=row.id,
+            service_id=row.service_id,
+            replica=row.replica,
+            state=AttemptState(row.state),
+            serve_instance=row.serve_instance,
+            created_at=_req_time(row.created_at),
+            pid=row.pid,
+            pid_start_ticks=row.pid_start_ticks,
+            port=row.port,
+            exit_code=row.exit_code,
+            log_tail=row.log_tail,
+            ended_at=_time(row.ended_at),
+        )
+
+    @staticmethod
+    def _values(attempt: AttemptRecord) -> dict[str, Any]:
+        return {
+            "service_id": attempt.service_id,
+            "replica": attempt.replica,
+            "state": attempt.state.value,
+            "serve_instance": attempt.serve_instance,
+            "created_at": format_time(attempt.created_at),
+            "pid": attempt.pid,
+            "pid_start_ticks": attempt.pid_start_ticks,
+            "port": attempt.port,
+            "exit_code": attempt.exit_code,
+            "log_tail": attempt.log_tail,
+            "ended_at": _opt(attempt.ended_at),
+        }
+
+    async def add(self, attempt: AttemptRecord) -> None:
+        await self._c.execute(
+            insert(t.replica_attempts).values(id=attempt.id, **self._values(attempt))
+        )
+
+    async def get(self, attempt_id: str) -> AttemptRecord | None:
+        query = select(t.replica_attempts).where(t.replica_attempts.c.id == attempt_id)
+        row = (await self._c.execute(query)).first()
+        return None if row is None else self._attempt(row)
+
+    async def for_service(self, service_id: str) -> list[AttemptRecord]:
+        query = select(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
+        rows = await self._c.execute(query.order_by(t.replica_attempts.c.created_at))
+        return [self._attempt(row) for row in rows]
+
+    async def update(self, attempt: AttemptRecord) -> None:
+        await self._c.execute(
+            update(t.replica_attempts)
+            .where(t.replica_attempts.c.id == attempt.id)
+            .values(**self._values(attempt))
+        )
+
+    async def delete_for_service(self, service_id: str) -> None:
+        await self._c.execute(
+            delete(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
+        )
+
+
+class SqlReceipts(_Repository):
+    async def get(self, scope: str, mutation_id: str) -> MutationReceipt | None:
+        query = select(t.mutation_receipts).where(
+            t.mutation_receipts.c.scope == scope, t.mutation_receipts.c.mutation_id == mutation_id
+        )
+        row = (await self._c.execute(query)).first()
+        if row is None:
+            return None
+        return MutationReceipt(
+            scope=row.scope,
+            mutation_id=row.mutation_id,
+            operation=row.operation,
+            arguments_sha256=row.arguments_sha256,
+            state=row.state,
+            result=None if row.result is None else dict(row.result),
+            created_at=_req_time(row.created_at),
+            completed_at=_time(row.completed_at),
+        )
+
+    async def put(self, receipt: MutationReceipt) -> None:
+        values = {
+            "operation": receipt.operation,
+            "arguments_sha256": receipt.arguments_sha256,
+            "state": receipt.state,
+            "result": receipt.result,
+            "created_at": format_time(receipt.created_at),
+            "completed_at": _opt(receipt.completed_at),
+        }
+        changed = await self._c.execute(
+            update(t.mutation_receipts)
+            .where(
+                t.mutation_receipts.c.scope == receipt.scope,
+                t.mutation_receipts.c.mutation_id == receipt.mutation_id,
+            )
+            .values(**values)
+        )
+        if changed.rowcount == 0:
+            await self._c.execute(
+                insert(t.mutation_receipts).values(
+                    scope=receipt.scope, mutation_id=receipt.mutation_id, **values
+                )
+            )
+
+    async def delete_scope(self, scope: str) -> None:
+        await self._c.execute(
+            delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
+        )

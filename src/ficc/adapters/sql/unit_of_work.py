@@ -9,24 +9,30 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ficc.adapters.sql.database import WriterLock
 from ficc.adapters.sql.repositories import (
+    SqlAttempts,
     SqlAudit,
     SqlLoginLinks,
     SqlModels,
     SqlModelUsage,
     SqlNodes,
     SqlProjects,
+    SqlReceipts,
+    SqlServices,
     SqlSessions,
     SqlSettings,
     SqlTokens,
     SqlUsers,
 )
 from ficc.services.ports import (
+    AttemptsRepository,
     AuditRepository,
     LoginLinksRepository,
     ModelsRepository,
     ModelUsage,
     NodesRepository,
     ProjectsRepository,
+    ReceiptsRepository,
+    ServicesRepository,
     SessionsRepository,
     SettingsRepository,
     TokensRepository,
@@ -61,6 +67,9 @@ class SqlUnitOfWork:
         self.nodes: NodesRepository = SqlNodes(connection)
         self.models: ModelsRepository = SqlModels(connection)
         self.model_usage: ModelUsage = SqlModelUsage(connection)
+        self.services: ServicesRepository = SqlServices(connection)
+        self.attempts: AttemptsRepository = SqlAttempts(connection)
+        self.receipts: ReceiptsRepository = SqlReceipts(connection)
         return self
 
     @property

@@ -1,0 +1,926 @@
+"""Managed inference services: specs, lifecycle, supervision, admission and invocation.
+
+Every replica attempt is recorded before its engine is launched (write-ahead). After a FICC
+restart, an attempt with a recorded process is fenced (killed by pid and start time) and one
+without is *unknown*: a start then needs ``acknowledge_unknown``, which first kills whatever
+such an attempt may have left running (found by the attempt ID in its environment).
+
+``revision`` grows with every user change (create, replace, control); engine events (ready,
+crashed, drained) change ``state`` but not ``revision``, so a caller's revision stays valid
+while a service comes up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+from ficc.base.errors import (
+    Conflict,
+    FiccError,
+    InvalidInput,
+    NotFound,
+    RevisionMismatch,
+    Unavailable,
+)
+from ficc.base.ids import new_id
+from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.inference import (
+    AttemptEvent,
+    AttemptState,
+    Operation,
+    RuntimeName,
+    ServiceEvent,
+    ServiceSpec,
+    ServiceState,
+    admits_requests,
+    apply_event,
+    check_start,
+    next_attempt_state,
+    parse_operation,
+    parse_service_spec,
+    plan_operation,
+    recovery_event,
+    uses_local_model,
+)
+from ficc.domain.mutations import derived_entropy
+from ficc.domain.nodes import Node
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
+from ficc.services import audit, mutations
+from ficc.services.mutations import MutationKey
+from ficc.services.ports import (
+    Clock,
+    EngineConnector,
+    EngineEvent,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
+from ficc.services.runtimes import (
+    LaunchRequest,
+    NodeInfo,
+    ProcessIdentity,
+    ReplicaHandle,
+    Runtime,
+)
+
+log = logging.getLogger("ficc.inference")
+
+START_TIMEOUT_SECONDS: Final = 120.0
+STOP_GRACE_SECONDS: Final = 5.0
+ENGINE_OVERHEAD_BYTES: Final = 256 * 1024 * 1024
+"""Memory an engine needs beyond its model file (measured: ~235 MB RSS for SmolLM2)."""
+
+ModelPath = Callable[[CatalogueModel], Path]
+AttemptFence = Callable[[str, float], Awaitable[int]]
+"""Kill every process tagged with an attempt ID; returns how many were killed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a running service answers, and the name its engine knows it by."""
+
+    service_id: str
+    base_url: str
+    model_name: str
+    runtime: RuntimeName
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who changes a service: an audit name, and the grant when a peer acts."""
+
+    name: str
+    grant_id: str | None = None
+    peer_hypernet_id: str | None = None
+    peer_cluster_key: str | None = None
+
+
+class InferenceServices:
+    """The use cases of managed inference, and the supervisor of their engine replicas."""
+
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        runtimes: Mapping[RuntimeName, Runtime],
+        model_path: ModelPath,
+        fence_attempt: AttemptFence,
+        engines: EngineConnector,
+        serve_instance: str,
+        *,
+        start_timeout_seconds: float = START_TIMEOUT_SECONDS,
+        stop_grace_seconds: float = STOP_GRACE_SECONDS,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._runtimes = runtimes
+        self._model_path = model_path
+        self._fence_attempt = fence_attempt
+        self.engines = engines
+        self._serve_instance = serve_instance
+        self._start_timeout = start_timeout_seconds
+        self._grace = stop_grace_seconds
+        self._handles: dict[str, list[ReplicaHandle]] = {}
+        self._stopping: set[str] = set()
+        self._in_flight: dict[str, int] = {}
+        self._idle: dict[str, asyncio.Event] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_replica: dict[str, int] = {}
+
+    # --- lifecycle of FICC itself ----------------------------------------------------------
+
+    async def recover(self) -> None:
+        """At start: nothing from an earlier FICC process is believed running."""
+        async with self._uow_factory() as uow:
+            for service in await uow.services.list_all():
+                lost = 0
+                for attempt in await uow.attempts.for_service(service.id):
+                    event = recovery_event(attempt.state)
+                    if event is None:
+                        continue
+                    if event is AttemptEvent.RECOVERED and attempt.pid is not None:
+                        await self._runtime(service.spec.runtime).fence(
+                            ProcessIdentity(attempt.pid, attempt.pid_start_ticks or -1),
+                            self._grace,
+                        )
+                    if event is AttemptEvent.LOST:
+                        lost += 1
+                    await uow.attempts.update(
+                        replace(
+                            attempt,
+                            state=next_attempt_state(attempt.state, event),
+                            ended_at=self._clock(),
+                        )
+                    )
+                if service.state in (
+                    ServiceState.STARTING,
+                    ServiceState.RUNNING,
+                    ServiceState.DRAINING,
+                ):
+                    reason = f"FICC restarted while the service was {service.state.value}"
+                    reason += "; its replicas were stopped"
+                    if lost:
+                        reason += f"; {lost} replica attempt(s) have an unknown outcome"
+                    await uow.services.update(
+                        replace(
+                            service,
+                            state=ServiceState.FAILED,
+                            error=reason,
+                            updated_at=self._clock(),
+                        )
+                    )
+            await uow.commit()
+
+    async def close(self) -> None:
+        """At a clean shutdown: stop every engine and record the services as stopped."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for service_id in list(self._handles):
+            await self._stop_replicas(service_id)
+            async with self._uow_factory() as uow:
+                service = await uow.services.get(service_id)
+                if service is not None and service.state is not ServiceState.STOPPED:
+                    await uow.services.update(
+                        replace(service, state=ServiceState.STOPPED, updated_at=self._clock())
+                    )
+                await uow.commit()
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def list_services(self, project: str) -> list[dict[str, Any]]:
+        async with self._uow_factory() as uow:
+            services = await uow.services.list(project)
+            return [await self._view(uow, service) for service in services]
+
+    async def get_service(self, project: str, service_id: str) -> dict[str, Any]:
+        async with self._uow_factory() as uow:
+            service = await self._load(uow, project, service_id)
+            return await self._view(uow, service)
+
+    async def _load(self, uow: UnitOfWork, project: str, service_id: str) -> ServiceRecord:
+        service = await uow.services.get(service_id)
+        if service is None or service.project != project:
+            raise NotFound(
+                f"no service {service_id} in project {project}", details={"service": service_id}
+            )
+        return service
+
+    async def _view(self, uow: UnitOfWork, service: ServiceRecord) -> dict[str, Any]:
+        attempts = await uow.attempts.for_service(service.id)
+        return service_json(service, attempts)
+
+    # --- changing ----------------------------------------------------------------------------
+
+    async def create_service(
+        self,
+        actor: Actor,
+        project: str,
+        spec_data: object,
+        *,
+        key: MutationKey | None = None,
+        check: Callable[[UnitOfWork, ServiceSpec], Awaitable[None]] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """A new service in state ``stopped``; returns (service, replayed)."""
+        spec = parse_service_spec(spec_data)
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            node = await self._check_spec(uow, project, spec)
+            if check is not None:
+                await check(uow, spec)
+            entropy = (
+                derived_entropy(key.scope, key.mutation_id, "service")
+                if key is not None
+                else secrets.token_bytes(16)
+            )
+            now = self._clock()
+            service = ServiceRecord(
+                id=new_id("service", entropy),
+                project=project,
+                spec=spec,
+                node=node.id,
+                state=ServiceState.STOPPED,
+                revision=1,
+                error=None,
+                created_by_grant=actor.grant_id,
+                created_at=now,
+                updated_at=now,
+            )
+            if await uow.services.get(service.id) is not None:
+                # An earlier try of this very mutation created it; its receipt was not kept.
+                existing = await uow.services.get(service.id)
+                assert existing is not None
+                result = await self._view(uow, existing)
+            else:
+                await uow.services.add(service)
+                result = await self._view(uow, service)
+                await self._audit(uow, actor, project, "service.created", service.id)
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+            await uow.commit()
+        return result, False
+
+    async def replace_service(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        *,
+        revision: object,
+        spec_data: object,
+        key: MutationKey | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """A new spec for a stopped service."""
+        spec = parse_service_spec(spec_data)
+        expected = _parse_revision(revision)
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            plan_operation(service.state, Operation.REPLACE)
+            node = await self._check_spec(uow, project, spec)
+            updated = replace(
+                service,
+                spec=spec,
+                node=node.id,
+                revision=service.revision + 1,
+                error=None,
+                updated_at=self._clock(),
+            )
+            await uow.services.update(updated)
+            await self._audit(uow, actor, project, "service.replaced", service_id)
+            result = await self._view(uow, updated)
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+            await uow.commit()
+        return result, False
+
+    async def control_service(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        *,
+        revision: object,
+        operation: object,
+        acknowledge_unknown: object = False,
+        key: MutationKey | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """start, drain, stop or remove, checked against the current revision."""
+        op = parse_operation(operation)
+        if not isinstance(acknowledge_unknown, bool):
+            raise InvalidInput(
+                "acknowledge_unknown must be a JSON boolean (true or false)",
+                field="acknowledge_unknown",
+            )
+        if acknowledge_unknown and op is not Operation.START:
+            raise InvalidInput(
+                "acknowledge_unknown is accepted only for start", field="acknowledge_unknown"
+            )
+        expected = _parse_revision(revision)
+        lock = self._locks.setdefault(service_id, asyncio.Lock())
+        async with lock:
+            if op is Operation.START:
+                return await self._start(
+                    actor, project, service_id, expected, acknowledge_unknown, key
+                )
+            if op is Operation.STOP:
+                return await self._stop(actor, project, service_id, expected, key)
+            if op is Operation.DRAIN:
+                return await self._drain(actor, project, service_id, expected, key)
+            return await self._remove(actor, project, service_id, expected, key)
+
+    async def _start(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        expected: int,
+        acknowledge: bool,
+        key: MutationKey | None,
+    ) -> tuple[dict[str, Any], bool]:
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            attempts = await uow.attempts.for_service(service_id)
+            check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
+            node = await self._node(uow, service.node)
+            await self._check_runtime(service.spec, node)
+            model_path = await self._model_file(uow, project, service.spec)
+        if acknowledge:
+            # Release every earlier attempt before a new one starts.
+            for attempt in attempts:
+                if attempt.state is AttemptState.UNKNOWN:
+                    await self._fence_attempt(attempt.id, self._grace)
+        async with self._uow_factory() as uow:
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            now = self._clock()
+            for attempt in await uow.attempts.for_service(service_id):
+                if attempt.state is AttemptState.UNKNOWN and acknowledge:
+                    await uow.attempts.update(
+                        replace(
+                            attempt,
+                            state=next_attempt_state(attempt.state, AttemptEvent.ACKNOWLEDGE),
+                        )
+                    )
+            new_attempts = [
+                AttemptRecord(
+                    id=new_id("attempt", secrets.token_bytes(16)),
+                    service_id=service_id,
+                    replica=index,
+                    state=AttemptState.PENDING,
+                    serve_instance=self._serve_instance,
+                    created_at=now,
+                )
+                for index in range(service.spec.replicas)
+            ]
+            for attempt in new_attempts:
+                await uow.attempts.add(attempt)
+            started = replace(
+                service,
+                state=ServiceState.STARTING,
+                revision=service.revision + 1,
+                error=None,
+                updated_at=now,
+            )
+            await uow.services.update(started)
+            await self._audit(
+                uow,
+                actor,
+                project,
+                "service.start",
+                service_id,
+                {"acknowledge_unknown": acknowledge},
+            )
+            result = await self._view(uow, started)
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+            await uow.commit()
+        self._spawn(self._launch(started, node, model_path, new_attempts))
+        return result, False
+
+    async def _stop(
+        self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
+    ) -> tuple[dict[str, Any], bool]:
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            plan_operation(service.state, Operation.STOP)
+            stopped = replace(
+                service,
+                state=ServiceState.STOPPED,
+                revision=service.revision + 1,
+                updated_at=self._clock(),
+            )
+            await uow.services.update(stopped)
+            await self._audit(uow, actor, project, "service.stop", service_id)
+            await uow.commit()
+        await self._stop_replicas(service_id)
+        async with self._uow_factory() as uow:
+            result = await self._view(uow, stopped)
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+                await uow.commit()
+        return result, False
+
+    async def _drain(
+        self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
+    ) -> tuple[dict[str, Any], bool]:
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            plan_operation(service.state, Operation.DRAIN)
+            draining = replace(
+                service,
+                state=ServiceState.DRAINING,
+                revision=service.revision + 1,
+                updated_at=self._clock(),
+            )
+            await uow.services.update(draining)
+            await self._audit(uow, actor, project, "service.drain", service_id)
+            result = await self._view(uow, draining)
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+            await uow.commit()
+        self._spawn(self._finish_drain(service_id))
+        return result, False
+
+    async def _remove(
+        self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
+    ) -> tuple[dict[str, Any], bool]:
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await self._load(uow, project, service_id)
+            _check_revision(service, expected)
+            plan_operation(service.state, Operation.REMOVE)
+            await uow.attempts.delete_for_service(service_id)
+            await uow.services.delete(service_id)
+            await self._audit(uow, actor, project, "service.removed", service_id)
+            result = {"id": service_id, "removed": True}
+            if key is not None:
+                await mutations.record(uow, self._clock, key, state="completed", result=result)
+            await uow.commit()
+        return result, False
+
+    # --- admission ---------------------------------------------------------------------------
+
+    async def preview(self, project: str, spec_data: object) -> dict[str, Any]:
+        """Would this spec fit on its node now? Reasons, not a launch."""
+        spec = parse_service_spec(spec_data)
+        reasons: list[str] = []
+        warnings: list[str] = []
+        async with self._uow_factory() as uow:
+            node = await self._find_node(uow, spec.node)
+            model: CatalogueModel | None = None
+            if uses_local_model(spec.runtime):
+                model = await uow.models.get(spec.model)
+                if model is None or model.project != project:
+                    reasons.append(f"model {spec.model} is not in the catalogue of {project}")
+            if node is None:
+                reasons.append(f"node {spec.node} is not a node of this cluster")
+                return _preview_json(spec, None, reasons, warnings, {})
+            others = [
+                s
+                for s in await uow.services.list_all()
+                if s.node == node.id and s.state is not ServiceState.STOPPED
+            ]
+        availability = await self._runtime(spec.runtime).availability(_node_info(node))
+        reasons.extend(availability.reasons)
+        if model is not None and not self._model_path(model).exists():
+            reasons.append(f"model {model.id} has files missing from the blob store")
+        need = _requirements(spec, model)
+        used = _committed(others)
+        free_memory = node.memory_available_bytes - used["memory_bytes"]
+        if need["memory_bytes"] > free_memory:
+            reasons.append(
+                f"needs {need['memory_bytes']} bytes of memory; {max(free_memory, 0)} are free"
+            )
+        free_cpus = node.cpu_count - used["cpu_slots"]
+        if need["cpu_slots"] > node.cpu_count:
+            reasons.append(f"needs {need['cpu_slots']} CPU slots; the node has {node.cpu_count}")
+        elif need["cpu_slots"] > free_cpus:
+            warnings.append(
+                f"needs {need['cpu_slots']} CPU slots; {max(free_cpus, 0)} are not yet taken"
+            )
+        if need["gpus"] > len(node.gpus):
+            reasons.append(f"needs {need['gpus']} GPU(s); the node has {len(node.gpus)}")
+        return _preview_json(spec, node, reasons, warnings, need)
+
+    async def prepare(
+        self,
+        project: str,
+        *,
+        model_ids: frozenset[str] | None = None,
+        node_ids: frozenset[str] | None = None,
+    ) -> dict[str, Any]:
+        """Models (names, revisions, readiness) and the node/runtime offers that can run them."""
+        async with self._uow_factory() as uow:
+            models = [
+                m for m in await uow.models.list(project) if model_ids is None or m.id in model_ids
+            ]
+            nodes = [n for n in await uow.nodes.list() if node_ids is None or n.id in node_ids]
+        offers = []
+        for node in nodes:
+            for runtime in self._runtimes.values():
+                availability = await runtime.availability(_node_info(node))
+                offers.append(
+                    {
+                        "node": node.id,
+                        "runtime": runtime.name.value,
+                        "available": availability.available,
+                        "reasons": list(availability.reasons),
+                    }
+                )
+        return {
+            "models": [
+                {
+                    "id": model.id,
+                    "name": model.name,
+                    "revision": model.sha256,
+                    "format": model.format,
+                    "ready": self._model_path(model).exists(),
+                }
+                for model in models
+            ],
+            "offers": offers,
+        }
+
+    # --- invocation --------------------------------------------------------------------------
+
+    async def endpoint(self, project: str, service_id: str) -> Endpoint:
+        """Where a running service of ``project`` answers; refused unless it is running."""
+        async with self._uow_factory() as uow:
+            service = await self._load(uow, project, service_id)
+        handles = self._handles.get(service_id, [])
+        if not admits_requests(service.state) or not handles:
+            raise Conflict(
+                f"service {service_id} is {service.state.value}; only a running service "
+                "takes requests",
+                details={"state": service.state.value},
+            )
+        replica = self._next_replica.get(service_id, 0) % len(handles)
+        self._next_replica[service_id] = replica + 1
+        handle = handles[replica]
+        return Endpoint(service_id, handle.base_url, handle.model_name, service.spec.runtime)
+
+    @contextlib.asynccontextmanager
+    async def in_flight(self, service_id: str) -> AsyncIterator[None]:
+        """Count a request in flight, so a drain waits for it."""
+        self._in_flight[service_id] = self._in_flight.get(service_id, 0) + 1
+        self._idle.setdefault(service_id, asyncio.Event()).clear()
+        try:
+            yield
+        finally:
+            self._in_flight[service_id] -= 1
+            if self._in_flight[service_id] == 0:
+                self._idle[service_id].set()
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[EngineEvent]]:
+        """Open a streamed invocation; leaving the block closes it, which stops the engine."""
+        endpoint = await self.endpoint(project, service_id)
+        async with self.in_flight(service_id):
+            stream = await self.engines.open_stream(
+                endpoint.base_url, endpoint.model_name, path, body
+            )
+            try:
+                yield aiter(stream)
+            finally:
+                await stream.aclose()
+
+    async def complete(
+        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A plain answer, generated in streaming mode so that cancelling this call stops it."""
+        endpoint = await self.endpoint(project, service_id)
+        async with self.in_flight(service_id):
+            return await self.engines.complete(endpoint.base_url, endpoint.model_name, path, body)
+
+    async def running_services(self, project: str) -> list[ServiceRecord]:
+        async with self._uow_factory() as uow:
+            services = await uow.services.list(project)
+        return [s for s in services if admits_requests(s.state) and self._handles.get(s.id)]
+
+    # --- supervision ------------------------------------------------------------------------
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the outermost handler of a background task
+                log.exception("background inference work failed")
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _launch(
+        self,
+        service: ServiceRecord,
+        node: Node,
+        model_path: Path | None,
+        attempts: list[AttemptRecord],
+    ) -> None:
+        runtime = self._runtime(service.spec.runtime)
+        handles: list[ReplicaHandle] = []
+        self._handles[service.id] = handles
+        self._stopping.discard(service.id)
+        for attempt in attempts:
+            request = LaunchRequest(
+                attempt_id=attempt.id,
+                node=_node_info(node),
+                model_name=service.id,
+                options=dict(service.spec.options),
+                model_path=model_path,
+            )
+            try:
+                handle = await runtime.launch(request)
+            except FiccError as exc:
+                await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
+                await self._service_event(service.id, ServiceEvent.LAUNCH_FAILED, exc.message)
+                await self._stop_replicas(service.id)
+                return
+            handles.append(handle)
+            await self._attempt_launched(attempt.id, handle)
+            self._spawn(self._watch(service.id, runtime, handle))
+        for handle in list(handles):
+            health = await runtime.wait_ready(handle, self._start_timeout)
+            if service.id in self._stopping:
+                return
+            if not health.healthy:
+                tail = "\n".join(runtime.log_tail(handle))
+                await self._attempt_event(handle.attempt_id, AttemptEvent.LAUNCH_FAILED, tail)
+                await self._service_event(
+                    service.id, ServiceEvent.LAUNCH_FAILED, health.reason or "engine not ready"
+                )
+                await self._stop_replicas(service.id)
+                return
+            await self._attempt_event(handle.attempt_id, AttemptEvent.HEALTHY)
+        await self._service_event(service.id, ServiceEvent.READY, None)
+
+    async def _watch(self, service_id: str, runtime: Runtime, handle: ReplicaHandle) -> None:
+        ended = await runtime.wait_exited(handle)
+        if service_id in self._stopping or handle not in self._handles.get(service_id, []):
+            return
+        tail = "\n".join(ended.log_tail or runtime.log_tail(handle))
+        await self._attempt_event(handle.attempt_id, AttemptEvent.CRASHED, tail, ended.exit_code)
+        await self._service_event(service_id, ServiceEvent.CRASHED, ended.describe())
+        await self._stop_replicas(service_id)
+
+    async def _finish_drain(self, service_id: str) -> None:
+        idle = self._idle.setdefault(service_id, asyncio.Event())
+        if self._in_flight.get(service_id, 0) == 0:
+            idle.set()
+        await idle.wait()
+        await self._stop_replicas(service_id)
+        await self._service_event(service_id, ServiceEvent.DRAINED, None)
+
+    async def _stop_replicas(self, service_id: str) -> None:
+        handles = self._handles.pop(service_id, [])
+        if not handles:
+            return
+        self._stopping.add(service_id)
+        for handle in handles:
+            runtime = self._runtime(handle.runtime)
+            await self._attempt_event(handle.attempt_id, AttemptEvent.STOP)
+            ended = await runtime.stop(handle, self._grace)
+            await self._attempt_event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
+
+    async def _attempt_launched(self, attempt_id: str, handle: ReplicaHandle) -> None:
+        async with self._uow_factory() as uow:
+            attempt = await uow.attempts.get(attempt_id)
+            if attempt is None:
+                return
+            await uow.attempts.update(
+                replace(
+                    attempt,
+                    state=next_attempt_state(attempt.state, AttemptEvent.LAUNCHED),
+                    pid=handle.pid,
+                    pid_start_ticks=None if handle.process is None else handle.process.start_ticks,
+                    port=handle.port,
+                )
+            )
+            await uow.commit()
+
+    async def _attempt_event(
+        self,
+        attempt_id: str,
+        event: AttemptEvent,
+        log_tail: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        async with self._uow_factory() as uow:
+            attempt = await uow.attempts.get(attempt_id)
+            if attempt is None:
+                return
+            try:
+                state = next_attempt_state(attempt.state, event)
+            except Conflict:
+                return  # a stale event: the attempt moved on already
+            ended = state in (AttemptState.STOPPED, AttemptState.CRASHED, AttemptState.FAILED)
+            await uow.attempts.update(
+                replace(
+                    attempt,
+                    state=state,
+                    log_tail=log_tail if log_tail is not None else attempt.log_tail,
+                    exit_code=exit_code if exit_code is not None else attempt.exit_code,
+                    ended_at=self._clock() if ended else attempt.ended_at,
+                )
+            )
+            await uow.commit()
+
+    async def _service_event(self, service_id: str, event: ServiceEvent, error: str | None) -> None:
+        async with self._uow_factory() as uow:
+            service = await uow.services.get(service_id)
+            if service is None:
+                return
+            state = apply_event(service.state, event)
+            if state is service.state:
+                return
+            await uow.services.update(
+                replace(
+                    service,
+                    state=state,
+                    error=error if state is ServiceState.FAILED else service.error,
+                    updated_at=self._clock(),
+                )
+            )
+            await uow.commit()
+
+    # --- checks ------------------------------------------------------------------------------
+
+    def _runtime(self, name: RuntimeName) -> Runtime:
+        runtime = self._runtimes.get(name)
+        if runtime is None:
+            raise Unavailable(f"runtime {name.value} is not installed on this cluster")
+        return runtime
+
+    async def _find_node(self, uow: UnitOfWork, node_id: str | None) -> Node | None:
+        if node_id is None:
+            local = [node for node in await uow.nodes.list() if node.is_local]
+            return local[0] if local else None
+        return await uow.nodes.get(node_id)
+
+    async def _node(self, uow: UnitOfWork, node_id: str) -> Node:
+        node = await uow.nodes.get(node_id)
+        if node is None:
+            raise Conflict(f"node {node_id} is no longer part of this cluster")
+        return node
+
+    async def _check_spec(self, uow: UnitOfWork, project: str, spec: ServiceSpec) -> Node:
+        node = await self._find_node(uow, spec.node)
+        if node is None:
+            raise InvalidInput(f"node {spec.node} is not a node of this cluster", field="node")
+        if uses_local_model(spec.runtime):
+            model = await uow.models.get(spec.model)
+            if model is None or model.project != project:
+                raise InvalidInput(
+                    f"model {spec.model} is not in the catalogue of project {project}",
+                    field="model",
+                )
+        return node
+
+    async def _check_runtime(self, spec: ServiceSpec, node: Node) -> None:
+        availability = await self._runtime(spec.runtime).availability(_node_info(node))
+        if not availability.available:
+            raise Conflict(
+                f"runtime {spec.runtime.value} cannot run on node {node.id}: "
+                + "; ".join(availability.reasons),
+                details={"runtime": spec.runtime.value, "reasons": list(availability.reasons)},
+            )
+
+    async def _model_file(self, uow: UnitOfWork, project: str, spec: ServiceSpec) -> Path | None:
+        if not uses_local_model(spec.runtime):
+            return None
+        model = await uow.models.get(spec.model)
+        if model is None or model.project != project:
+            raise Conflict(f"model {spec.model} is no longer in the catalogue")
+        return self._model_path(model)
+
+    async def _audit(
+        self,
+        uow: UnitOfWork,
+        actor: Actor,
+        project: str,
+        action: str,
+        target: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        await audit.record(
+            uow,
+            self._clock,
+            action=action,
+            actor=actor.name,
+            project=project,
+            target=target,
+            details=details,
+            peer_hypernet_id=actor.peer_hypernet_id,
+            peer_cluster_key=actor.peer_cluster_key,
+        )
+
+
+def _parse_revision(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput("revision must be a positive integer", field="revision")
+    return value
+
+
+def _check_revision(service: ServiceRecord, expected: int) -> None:
+    if service.revision != expected:
+        raise RevisionMismatch(
+            f"revision {expected} is stale; the service is at revision {service.revision}",
+            details={"revision": service.revision},
+        )
+
+
+def _node_info(node: Node) -> NodeInfo:
+    return NodeInfo(node_id=node.id, local=node.is_local, gpu_count=len(node.gpus))
+
+
+def _requirements(spec: ServiceSpec, model: CatalogueModel | None) -> dict[str, int]:
+    model_bytes = model.total_bytes() if model is not None else 0
+    threads = int(spec.options.get("n_threads", 1)) if spec.runtime is RuntimeName.LLAMA_CPP else 0
+    per_replica_memory = (
+        model_bytes + ENGINE_OVERHEAD_BYTES if spec.runtime is not RuntimeName.OPENAI else 0
+    )
+    return {
+        "memory_bytes": per_replica_memory * spec.replicas,
+        "cpu_slots": threads * spec.replicas,
+        "gpus": 1 if spec.runtime is RuntimeName.VLLM else 0,
+    }
+
+
+def _committed(services: list[ServiceRecord]) -> dict[str, int]:
+    used = {"memory_bytes": 0, "cpu_slots": 0}
+    for service in services:
+        need = _requirements(service.spec, None)
+        used["cpu_slots"] += need["cpu_slots"]
+    return used
+
+
+def _preview_json(
+    spec: ServiceSpec,
+    node: Node | None,
+    reasons: list[str],
+    warnings: list[str],
+    need: dict[str, int],
+) -> dict[str, Any]:
+    return {
+        "fits": not reasons,
+        "reasons": reasons,
+        "warnings": warnings,
+        "node": None if node is None else node.id,
+        "spec": spec.to_json(),
+        "requirements": need,
+    }
+
+
+def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> dict[str, Any]:
+    """A service as its owner sees it (with engine log lines; peers get a filtered view)."""
+    return {
+        "id": service.id,
+        "spec": service.spec.to_json(),
+        "node": service.node,
+        "state": service.state.value,
+        "revision": service.revision,
+        "error": service.error,
+        "created_by_grant": service.created_by_grant,
+        "unknown_attempts": sum(1 for a in attempts if a.state is AttemptState.UNKNOWN),
+        "replicas": [
+            {
+                "attempt": attempt.id,
+                "replica": attempt.replica,
+                "state": attempt.state.value,
+                "pid": attempt.pid,
+                "port": attempt.port,
+                "exit_code": attempt.exit_code,
+                "log_tail": attempt.log_tail,
+                "created_at": attempt.created_at,
+                "ended_at": attempt.ended_at,
+            }
+            for attempt in attempts
+        ],
+        "created_at": service.created_at,
+        "updated_at": service.updated_at,
+    }

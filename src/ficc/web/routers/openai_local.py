@@ -1,0 +1,83 @@
+"""The local OpenAI-compatible URL /api/v1/inference/v1: ``model`` is a local service ID."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Final
+
+from fastapi import APIRouter, Request, Response
+
+from ficc.base.errors import InvalidInput, NotFound
+from ficc.web.auth import Context, scoped
+from ficc.web.responses import FiccJSONResponse
+from ficc.web.sse import EventStreamResponse, json_body, unless_disconnected
+
+router = APIRouter()
+
+PREFIX: Final = "/api/v1/inference/v1"
+CLIENT_CLOSED_REQUEST: Final = 499
+
+
+@router.get(f"{PREFIX}/models")
+async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
+    services = await ctx.cluster.inference.running_services(ctx.project)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": service.id,
+                "object": "model",
+                "created": int(service.created_at.timestamp()),
+                "owned_by": ctx.project,
+            }
+            for service in services
+        ],
+    }
+
+
+async def _read_body(request: Request) -> dict[str, Any]:
+    try:
+        value = await request.json()
+    except ValueError as exc:
+        raise InvalidInput("the request body is not valid JSON", field="body") from exc
+    body = json_body(value)
+    if not isinstance(body.get("model"), str):
+        raise InvalidInput("model must be the ID of a running service", field="model")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("stream must be a boolean", field="stream")
+    return body
+
+
+async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
+    body = await _read_body(request)
+    service_id = body["model"]
+    inference = ctx.cluster.inference
+    try:
+        await inference.endpoint(ctx.project, service_id)
+    except NotFound as exc:
+        raise NotFound(
+            f"the model {service_id} is not a service of this project",
+            details={"field": "model"},
+        ) from exc
+    if body.get("stream") is True:
+        stack = contextlib.AsyncExitStack()
+        events = await stack.enter_async_context(
+            inference.stream(ctx.project, service_id, engine_path, body)
+        )
+        return EventStreamResponse(events, stack.aclose)
+    answer = await unless_disconnected(
+        request, inference.complete(ctx.project, service_id, engine_path, body)
+    )
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return FiccJSONResponse(answer)
+
+
+@router.post(f"{PREFIX}/chat/completions")
+async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
+    return await relay(ctx, request, "/v1/chat/completions")
+
+
+@router.post(f"{PREFIX}/completions")
+async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
+    return await relay(ctx, request, "/v1/completions")

@@ -1,0 +1,101 @@
+"""Server-sent events straight from an engine, and plain answers that stop when the caller goes.
+
+Nothing is buffered: each event is sent as it arrives. Whatever ends the response — the last
+event, an error, or the caller closing the connection — closes the engine's stream, so the
+engine stops generating and the request's slot is freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from ficc.base.errors import FiccError, InvalidInput
+from ficc.services.ports import EngineEvent
+
+T = TypeVar("T")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def error_event(error: FiccError) -> bytes:
+    body = {"error": {"message": error.message, "type": "server_error", "code": error.code}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EventStreamResponse(Response):
+    """Relays engine events as SSE; ``close`` runs on every exit path."""
+
+    def __init__(
+        self, events: AsyncIterator[EngineEvent], close: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(status_code=200)
+        self._events = events
+        self._close = close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            relay = asyncio.create_task(self._relay(send))
+            listen = asyncio.create_task(wait_for_disconnect(receive))
+            try:
+                await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (relay, listen):
+                    task.cancel()
+                await asyncio.gather(relay, listen, return_exceptions=True)
+            if relay.done() and not relay.cancelled() and relay.exception() is None:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the caller is gone; closing below is all that is left to do
+        finally:
+            await self._close()
+
+    async def _relay(self, send: Send) -> None:
+        try:
+            async for event in self._events:
+                chunk = b"data: " + event.data.encode() + b"\n\n"
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except FiccError as exc:
+            await send({"type": "http.response.body", "body": error_event(exc), "more_body": True})
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Run ``work``; if the caller disconnects first, cancel it and return None."""
+    task = asyncio.ensure_future(work)
+    listen = asyncio.create_task(wait_for_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, listen}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        listen.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(listen, return_exceptions=True)
+    if task.cancelled():
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    return task.result()
+
+
+def json_body(value: Any) -> dict[str, Any]:
+    """An OpenAI request body must be a JSON object."""
+    if not isinstance(value, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    return value
