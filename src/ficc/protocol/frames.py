@@ -52,6 +52,13 @@ class FrameDecoder:
         """Bytes held while waiting for the rest of a frame (never more than one frame)."""
         return len(self._buffer)
 
+    @property
+    def wanted_bytes(self) -> int:
+        """Bytes still missing from the frame in progress (its header, or its payload)."""
+        if self._expected is None:
+            return LENGTH_BYTES - len(self._buffer)
+        return self._expected - len(self._buffer)
+
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every payload they complete, in order."""
         if self._failed is not None:

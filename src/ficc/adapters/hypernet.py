@@ -1,0 +1,365 @@
+"""The HyperNet companion endpoint: iroh glue that drives the ficc.federation/1 core.
+
+Nothing above the adapters touches iroh. This module binds the endpoint (always with an
+explicit minimal preset and explicit bind addresses), accepts connections for our ALPN,
+runs the handshake, keeps one registry of peer sessions, and implements the
+:class:`~ficc.services.peer_channel.PeerChannel` port. One asyncio loop per process owns
+iroh: the bindings' event loop is process-global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any, Final, cast
+
+import iroh
+from iroh import iroh_ffi
+
+from ficc.adapters.hypernet_errors import describe, translate
+from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
+from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
+from ficc.adapters.hypernet_session import PeerSession
+from ficc.adapters.hypernet_writefix import apply_write_fix
+from ficc.base.errors import FiccError, InvalidInput, ProtocolError, Unavailable
+from ficc.protocol import ALPN
+from ficc.protocol.handshake import Role
+from ficc.protocol.signing import Signer, Verify
+from ficc.services.peer_channel import PeerIdentity, PeerLookup, RequestHandler
+
+apply_write_fix()
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BIND_ADDRESS: Final = "0.0.0.0:0"
+DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
+"""A dead address otherwise hangs ~30 s in iroh."""
+DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
+HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
+
+_loop_owner: asyncio.AbstractEventLoop | None = None
+
+
+def _claim_event_loop() -> None:
+    """Make the running loop the one that owns iroh, refusing a second live owner."""
+    global _loop_owner
+    loop = asyncio.get_running_loop()
+    if _loop_owner is not None and _loop_owner is not loop and not _loop_owner.is_closed():
+        raise RuntimeError("another running asyncio loop already owns iroh in this process")
+    _loop_owner = loop
+    iroh_ffi.uniffi_set_event_loop(cast(asyncio.BaseEventLoop, loop))
+
+
+def bind_addresses(address: str) -> list[str]:
+    """``address`` plus an explicit socket of the other IP family in the same scope.
+
+    Without an explicit second address iroh also binds ``[::]`` on every interface.
+    """
+    host, separator, port = address.rpartition(":")
+    try:
+        ip = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+        if not separator or not 0 <= int(port) <= 65535:
+            raise ValueError(address)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"the HyperNet bind address {address!r} must be HOST:PORT", field="hypernet_bind"
+        ) from exc
+    if ip.version == 4:
+        partner = "[::]:0" if ip.is_unspecified else "[::1]:0"
+    else:
+        partner = "0.0.0.0:0" if ip.is_unspecified else "127.0.0.1:0"
+    return [address, partner]
+
+
+def relay_mode(relay: str) -> iroh.RelayMode:
+    """``disabled``, ``default`` (n0's relays) or the URL of one relay."""
+    if relay == "disabled":
+        return iroh.RelayMode.disabled()
+    if relay == "default":
+        return iroh.RelayMode.default_mode()
+    if relay.startswith(("https://", "http://")):
+        return iroh.RelayMode.custom_from_urls([relay])
+    raise InvalidInput(
+        "the HyperNet relay must be disabled, default or a relay URL", field="hypernet_relay"
+    )
+
+
+class _ExplicitBind(iroh.Preset):
+    """The minimal preset (no relays, no DNS discovery) bound to explicit addresses only."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self._addresses = addresses
+
+    def apply(self, builder: iroh.EndpointBuilder) -> None:
+        builder.apply_minimal()
+        for address in self._addresses:
+            builder.bind_addr(address)
+
+
+class HyperNetEndpoint:
+    """The companion's endpoint; implements the ``PeerChannel`` port."""
+
+    def __init__(
+        self,
+        *,
+        agent_directory: Path,
+        cluster_key: Signer,
+        lookup: PeerLookup,
+        handler: RequestHandler,
+        verify: Verify = ed25519_verify,
+        bind_address: str = DEFAULT_BIND_ADDRESS,
+        relay: str = "disabled",
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
+        on_peer_lost: Callable[[PeerIdentity, FiccError], None] | None = None,
+    ) -> None:
+        self._agent_directory = agent_directory
+        self._signer = cluster_key
+        self._lookup = lookup
+        self._handler = handler
+        self._verify = verify
+        self._bind = bind_addresses(bind_address)
+        self._relay = relay_mode(relay)
+        self._connect_timeout = connect_timeout_seconds
+        self._request_timeout = request_timeout_seconds
+        self._on_peer_lost = on_peer_lost
+        self._nonces = NonceMemory()
+        self._endpoint: iroh.Endpoint | None = None
+        self._sessions: dict[str, PeerSession] = {}
+        self._connecting: dict[str, asyncio.Future[PeerSession]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load or create the HyperNet key, bind, and start accepting peers."""
+        if self._endpoint is not None:
+            raise RuntimeError("the HyperNet endpoint is already started")
+        seed = load_or_create_secret_key(self._agent_directory)
+        _claim_event_loop()
+        options = iroh.EndpointOptions(
+            preset=_ExplicitBind(self._bind),
+            secret_key=seed,
+            alpns=[ALPN],
+            relay_mode=self._relay,
+        )
+        try:
+            self._endpoint = await iroh.Endpoint.bind(options)
+        except iroh.IrohError as exc:
+            raise translate(exc, "binding the HyperNet endpoint") from exc
+        self._spawn(self._accept_loop())
+
+    async def stop(self) -> None:
+        """Close every session and the endpoint; safe to call twice."""
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is None:
+            return
+        for session in list(self._sessions.values()):
+            session.close(Unavailable("the HyperNet endpoint stopped"))
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(iroh.IrohError):
+            await endpoint.close()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, FiccError):
+                await task
+
+    async def __aenter__(self) -> HyperNetEndpoint:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    @property
+    def _bound(self) -> iroh.Endpoint:
+        if self._endpoint is None:
+            raise Unavailable("the HyperNet endpoint is not running")
+        return self._endpoint
+
+    @property
+    def hypernet_id(self) -> str:
+        """This endpoint's HyperNet ID: 64 lowercase hex characters."""
+        return bytes(self._bound.id().to_bytes()).hex()
+
+    @property
+    def addresses(self) -> list[str]:
+        """The direct addresses peers can reach this endpoint on."""
+        return list(self._bound.addr().direct_addresses())
+
+    @property
+    def ticket(self) -> str:
+        """The HyperNet ID plus current addresses, as one string for a peer."""
+        return str(iroh.EndpointTicket.from_addr(self._bound.addr()))
+
+    def session(self, hypernet_id: str) -> PeerSession | None:
+        """The open session with a peer, if any."""
+        session = self._sessions.get(hypernet_id)
+        return session if session is not None and not session.closed.is_set() else None
+
+    def _spawn(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def _register(self, session: PeerSession) -> None:
+        self._sessions[session.identity.hypernet_id] = session
+        session.start()
+
+    def _forget(self, session: PeerSession, reason: FiccError) -> None:
+        if self._sessions.get(session.identity.hypernet_id) is session:
+            del self._sessions[session.identity.hypernet_id]
+        log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
+        if self._on_peer_lost is not None:
+            self._on_peer_lost(session.identity, reason)
+
+    def _new_session(self, connection: iroh.Connection, handshake: Any) -> PeerSession:
+        session_state, control = handshake
+        return PeerSession(
+            connection=connection,
+            control=control,
+            session=session_state,
+            signer=self._signer,
+            verify=self._verify,
+            handler=self._handler,
+            on_closed=self._forget,
+        )
+
+    async def _accept_loop(self) -> None:
+        endpoint = self._bound
+        while True:
+            try:
+                incoming = await endpoint.accept_next()
+            except iroh.IrohError as exc:
+                log.warning("HyperNet accept loop ended: %s", describe(exc))
+                return
+            if incoming is None:
+                return
+            self._spawn(self._accept(incoming))
+
+    async def _accept(self, incoming: iroh.Incoming) -> None:
+        connection: iroh.Connection | None = None
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
+                connection = await (await incoming.accept()).connect()
+                handshake = await self._handshake(connection, Role.RESPONDER)
+        except TimeoutError:
+            log.info("an incoming HyperNet handshake timed out")
+            if connection is not None:
+                await refuse(connection, None, ProtocolError("the handshake timed out"))
+            return
+        except iroh.IrohError as exc:
+            log.info("an incoming HyperNet connection failed: %s", describe(exc))
+            return
+        except FiccError as exc:
+            log.info("an incoming HyperNet handshake failed: %s", exc.message)
+            if connection is not None:
+                await refuse(connection, None, exc)
+            return
+        self._register(self._new_session(connection, handshake))
+
+    async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
+        return await run_handshake(
+            connection,
+            role,
+            local_hypernet_id=bytes(self._bound.id().to_bytes()),
+            signer=self._signer,
+            verify=self._verify,
+            lookup=self._lookup,
+            nonces=self._nonces,
+        )
+
+    async def connect(self, peer: str, *, ticket: str | None = None) -> PeerSession:
+        """The open session with ``peer``, connecting and handshaking if there is none."""
+        existing = self.session(peer)
+        if existing is not None:
+            return existing
+        pending = self._connecting.get(peer)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(peer, ticket))
+            self._connecting[peer] = pending
+            pending.add_done_callback(lambda _: self._connecting.pop(peer, None))
+        return await asyncio.shield(pending)
+
+    def _address(self, peer: str, ticket: str | None) -> iroh.EndpointAddr:
+        try:
+            remote = iroh.EndpointId.from_string(peer)
+            if ticket is not None:
+                address = iroh.EndpointTicket.from_string(ticket).endpoint_addr()
+                if bytes(address.id().to_bytes()) != bytes(remote.to_bytes()):
+                    raise InvalidInput("the ticket is for another HyperNet ID", field="ticket")
+                return address
+        except iroh.IrohError as exc:
+            raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc
+        return iroh.EndpointAddr(remote, None, [])
+
+    async def _connect(self, peer: str, ticket: str | None) -> PeerSession:
+        address = self._address(peer, ticket)
+        if not ticket:
+            with contextlib.suppress(iroh.IrohError):
+                address = await self._bound.remote_addr(address.id()) or address
+        connection: iroh.Connection | None = None
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                connection = await self._bound.connect(address, ALPN)
+                handshake = await self._handshake(connection, Role.INITIATOR)
+        except TimeoutError as exc:
+            if connection is not None:
+                await refuse(connection, None, Unavailable("the handshake timed out"))
+            raise Unavailable(
+                f"could not reach the peer {peer} within {self._connect_timeout} s"
+            ) from exc
+        except iroh.IrohError as exc:
+            raise translate(exc, f"connecting to the peer {peer}") from exc
+        session = self._new_session(connection, handshake)
+        self._register(session)
+        return session
+
+    # -- the PeerChannel port -------------------------------------------------------------
+
+    async def request(
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, Any],
+        *,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Send ``operation`` to ``peer`` and return its JSON result."""
+        session = await self.connect(peer, ticket=ticket)
+        timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
+        return await session.request(operation, body, timeout)
+
+    def stream(
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, Any],
+        *,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Send ``operation`` and iterate the chunks it streams back."""
+        timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
+        return self._stream(peer, operation, body, ticket, timeout)
+
+    @asynccontextmanager
+    async def _stream(
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, Any],
+        ticket: str | None,
+        timeout_seconds: float,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        session = await self.connect(peer, ticket=ticket)
+        async with session.stream(operation, body, timeout_seconds) as chunks:
+            yield chunks

@@ -1,0 +1,27 @@
+"""IrohError translated once into FICC's tree (``str(IrohError)`` is empty in iroh 1.2.0)."""
+
+from __future__ import annotations
+
+from iroh import IrohError, IrohErrorKind
+
+from ficc.base.errors import FiccError, ProtocolError, Unavailable
+
+
+def describe(exc: IrohError) -> str:
+    """``KIND: message`` — what to log, since ``str(exc)`` says nothing."""
+    try:
+        return f"{exc.kind().name}: {exc.message()}"
+    except Exception:  # noqa: BLE001 - describing an error must never raise another
+        return type(exc).__name__
+
+
+def translate(exc: IrohError, doing: str) -> FiccError:
+    """The FICC error for ``exc`` raised while ``doing`` something; raise it ``from exc``."""
+    detail = describe(exc)
+    try:
+        kind = exc.kind()
+    except Exception:  # noqa: BLE001 - an unreadable kind is treated as a transport failure
+        kind = None
+    if kind is IrohErrorKind.ALPN:
+        return ProtocolError(f"{doing}: the peer does not speak ficc.federation/1 ({detail})")
+    return Unavailable(f"{doing}: {detail}", details={"transport": detail})

@@ -1,0 +1,111 @@
+"""Drives the protocol core's handshake over a fresh connection's first bi-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import OrderedDict
+from typing import Final
+
+from iroh import Connection, IrohError
+
+from ficc.adapters.hypernet_errors import translate
+from ficc.adapters.hypernet_streams import PROTOCOL_ERROR_CODE, FrameStream
+from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.protocol.handshake import Handshake, Role, Session, State
+from ficc.protocol.messages import NONCE_BYTES, Error
+from ficc.protocol.signing import Signer, Verify
+from ficc.services.peer_channel import PeerLookup
+
+log = logging.getLogger(__name__)
+
+REMEMBERED_NONCES: Final = 65536
+GOODBYE_SECONDS: Final = 1.0
+
+
+class NonceMemory:
+    """Remote challenge nonces seen recently: a repeated one is a replay."""
+
+    def __init__(self, capacity: int = REMEMBERED_NONCES) -> None:
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._capacity = capacity
+
+    def fresh(self, nonce: bytes) -> bool:
+        """True the first time ``nonce`` is offered; remembers it."""
+        if nonce in self._seen:
+            return False
+        self._seen[nonce] = None
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return True
+
+
+async def refuse(connection: Connection, stream: FrameStream | None, error: FiccError) -> None:
+    """Tell the peer why (an error frame it can read), then close the connection."""
+    if stream is not None:
+        with contextlib.suppress(FiccError, TimeoutError):
+            async with asyncio.timeout(GOODBYE_SECONDS):
+                await stream.send(Error.from_exception(error))
+                await stream.finish_and_wait()
+    reason = error.message.encode("utf-8", "replace")[:200]
+    with contextlib.suppress(IrohError, ValueError):
+        connection.close(PROTOCOL_ERROR_CODE, reason)
+
+
+async def run_handshake(
+    connection: Connection,
+    role: Role,
+    *,
+    local_hypernet_id: bytes,
+    signer: Signer,
+    verify: Verify,
+    lookup: PeerLookup,
+    nonces: NonceMemory,
+    nonce: bytes | None = None,
+) -> tuple[Session, FrameStream]:
+    """Run the handshake; on success return the session and its control stream.
+
+    On a protocol error the peer receives an error frame and the connection is closed.
+    ``nonce`` is fresh randomness unless a test fixes it.
+    """
+    remote_id = connection.remote_id().to_bytes()
+    known = await lookup(remote_id.hex())
+    machine = Handshake(
+        role=role,
+        local_hypernet_id=local_hypernet_id,
+        remote_hypernet_id=remote_id,
+        signer=signer,
+        verify=verify,
+        nonce=nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES),
+        known_peer=known,
+        nonce_is_fresh=nonces.fresh,
+    )
+    stream: FrameStream | None = None
+    try:
+        try:
+            if role is Role.INITIATOR:
+                stream = FrameStream(await connection.open_bi())
+                await stream.send(*machine.begin())
+            else:
+                stream = FrameStream(await connection.accept_bi())
+        except IrohError as exc:
+            raise translate(exc, "opening the handshake stream") from exc
+        while machine.state is not State.ESTABLISHED:
+            message = await stream.receive()
+            if message is None:
+                raise Unavailable("the peer ended the handshake without an answer")
+            outgoing = machine.receive(message)
+            if outgoing:
+                await stream.send(*outgoing)
+    except ProtocolError as exc:
+        log.info("handshake with %s refused: %s", remote_id.hex(), exc.message)
+        refused_by_peer = "peer_code" in exc.details
+        await refuse(connection, None if refused_by_peer else stream, exc)
+        raise
+    except BaseException:
+        if stream is not None:
+            await asyncio.shield(stream.reset())
+        raise
+    return machine.session, stream

@@ -1,0 +1,428 @@
+"""One established peer connection: heartbeats, request streams in both directions.
+
+Each request travels on its own bi-stream (idle ones are reused, so a request normally costs
+what an echo on an open stream costs). The requester abandoning a request cancels the
+handler on the serving side; any protocol error closes the whole connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Final
+
+from iroh import Connection, IrohError
+
+from ficc.adapters.hypernet_errors import describe
+from ficc.adapters.hypernet_streams import CANCELLED_CODE, PROTOCOL_ERROR_CODE, FrameStream
+from ficc.base.errors import (
+    FiccError,
+    OutcomeUnknown,
+    ProtocolError,
+    Unavailable,
+    error_from_code,
+)
+from ficc.protocol.handshake import Session
+from ficc.protocol.liveness import Liveness
+from ficc.protocol.messages import (
+    MAX_CHUNK_BYTES,
+    Cancel,
+    Chunk,
+    End,
+    Error,
+    Heartbeat,
+    Message,
+    Request,
+    Response,
+    encode_chunk_frame,
+)
+from ficc.protocol.requests import RequestSigner, RequestVerifier
+from ficc.protocol.signing import Signer, Verify
+from ficc.services.peer_channel import PeerIdentity, RequestHandler
+
+log = logging.getLogger(__name__)
+
+MAX_PEER_STREAMS: Final = 128
+"""Incoming bi-streams a peer may hold open at once (QUIC's default is 100)."""
+MAX_IDLE_STREAMS: Final = 8
+MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
+ABANDON_SECONDS: Final = 1.0
+
+
+class PeerSession:
+    """A connection whose handshake succeeded; serves and sends requests until closed."""
+
+    def __init__(
+        self,
+        *,
+        connection: Connection,
+        control: FrameStream,
+        session: Session,
+        signer: Signer,
+        verify: Verify,
+        handler: RequestHandler,
+        on_closed: Callable[[PeerSession, FiccError], None],
+    ) -> None:
+        self.connection = connection
+        self.session = session
+        self.identity = PeerIdentity(
+            hypernet_id=session.remote_hypernet_id.hex(),
+            cluster_key=session.remote_cluster_key,
+            generation=session.generation,
+        )
+        self.closed = asyncio.Event()
+        self.close_reason: FiccError | None = None
+        self._control = control
+        self._outgoing = RequestSigner(session, signer)
+        self._incoming = RequestVerifier(session, verify)
+        self._handler = handler
+        self._on_closed = on_closed
+        self._slots = asyncio.Semaphore(MAX_REQUESTS_IN_FLIGHT)
+        self._idle: list[FrameStream] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin heartbeats and serving the peer's requests."""
+        with contextlib.suppress(IrohError):
+            self.connection.set_max_concurrent_bi_streams(MAX_PEER_STREAMS)
+        loop = asyncio.get_running_loop()
+        liveness = Liveness(loop.time())
+        self._spawn(self._send_heartbeats(liveness))
+        self._spawn(self._read_control(liveness))
+        self._spawn(self._accept_streams())
+
+    def close(self, reason: FiccError, *, code: int = 0) -> None:
+        """Close the connection and stop every task of this session (idempotent)."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        self.close_reason = reason
+        with contextlib.suppress(IrohError, ValueError):
+            self.connection.close(code, reason.message.encode("utf-8", "replace")[:200])
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        self._on_closed(self, reason)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fail(self, stream: FrameStream | None, error: ProtocolError) -> None:
+        """A protocol error is terminal: tell the peer on ``stream``, then close everything."""
+        log.info("closing the session with %s: %s", self.identity.hypernet_id, error.message)
+        if stream is not None:
+            with contextlib.suppress(FiccError, TimeoutError):
+                async with asyncio.timeout(ABANDON_SECONDS):
+                    await stream.send(Error.from_exception(error))
+                    await stream.finish_and_wait()
+        self.close(error, code=PROTOCOL_ERROR_CODE)
+
+    # -- liveness -------------------------------------------------------------------------
+
+    async def _send_heartbeats(self, liveness: Liveness) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                now = loop.time()
+                if liveness.is_dead(now):
+                    self.close(Unavailable("the peer stopped answering heartbeats"))
+                    return
+                beat = liveness.due(now)
+                if beat is not None:
+                    await self._control.send(beat)
+                await asyncio.sleep(max(0.0, liveness.next_deadline() - loop.time()))
+        except FiccError as exc:
+            self.close(exc)
+
+    async def _read_control(self, liveness: Liveness) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                message = await self._control.receive()
+                if message is None:
+                    self.close(Unavailable("the peer closed the session"))
+                    return
+                if isinstance(message, Heartbeat):
+                    liveness.heard(loop.time(), message)
+                elif isinstance(message, Error):
+                    self.close(Unavailable(f"the peer closed the session: {message.message}"))
+                    return
+                else:
+                    raise ProtocolError("only heartbeats travel on the control stream")
+        except ProtocolError as exc:
+            await self._fail(self._control, exc)
+        except FiccError as exc:
+            self.close(exc)
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _accept_streams(self) -> None:
+        while True:
+            try:
+                stream = await self.connection.accept_bi()
+            except IrohError as exc:
+                self.close(Unavailable(f"the connection ended: {describe(exc)}"))
+                return
+            self._spawn(self._serve_stream(FrameStream(stream)))
+
+    async def _serve_stream(self, stream: FrameStream) -> None:
+        previous_seq = 0
+        receiving = asyncio.ensure_future(stream.receive())
+        work: asyncio.Future[None] | None = None
+        try:
+            while True:
+                message = await receiving
+                if message is None:
+                    await stream.finish()
+                    return
+                if isinstance(message, Cancel):
+                    receiving = asyncio.ensure_future(stream.receive())
+                    continue
+                if not isinstance(message, Request):
+                    raise ProtocolError(f"expected a request, got {type(message).__name__}")
+                self._incoming.verify(message, previous_on_stream=previous_seq)
+                previous_seq = message.seq
+                work = asyncio.ensure_future(self._answer(stream, message))
+                receiving = asyncio.ensure_future(stream.receive())
+                cancel_work = _canceller(work)
+                receiving.add_done_callback(cancel_work)
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    if not receiving.done():
+                        raise
+                    # The requester spoke while the handler worked: only a cancel may.
+                    following = receiving.result()
+                    if following is not None and not isinstance(following, Cancel):
+                        raise ProtocolError(
+                            "only a cancel may follow a request in flight"
+                        ) from None
+                    await stream.reset(CANCELLED_CODE)
+                    return
+                receiving.remove_done_callback(cancel_work)
+        except ProtocolError as exc:
+            await self._fail(stream, exc)
+        except FiccError as exc:
+            log.debug("request stream from %s ended: %s", self.identity.hypernet_id, exc)
+            await stream.reset()
+        finally:
+            for future in (receiving, work):
+                if future is not None and not future.done():
+                    future.cancel()
+
+    async def _answer(self, stream: FrameStream, request: Request) -> None:
+        try:
+            result = await self._handler(self.identity, request.operation, request.body)
+            if isinstance(result, dict):
+                await stream.send(Response(result))
+                return
+            total = 0
+            async with _closing(result):
+                async for chunk in result:
+                    data = chunk if isinstance(chunk, bytes) else bytes(chunk)
+                    await stream.write(_chunk_frames(data))
+                    total += len(data)
+            await stream.send(End(total))
+        except (Unavailable, OutcomeUnknown):
+            raise
+        except FiccError as exc:
+            await stream.send(Error.from_exception(exc))
+        except Exception:
+            log.exception("handler for %s failed", request.operation)
+            await stream.send(Error("internal", "the peer failed to handle the request", {}))
+
+    # -- requesting -----------------------------------------------------------------------
+
+    async def request(
+        self, operation: str, body: Mapping[str, Any], timeout_seconds: float
+    ) -> dict[str, Any]:
+        """Send one request and return its JSON result."""
+        exchange = _Exchange(self, operation, dict(body))
+        async with exchange.running(timeout_seconds):
+            await exchange.send()
+            message = await exchange.receive()
+            if isinstance(message, Response):
+                exchange.complete()
+                return message.body
+            raise exchange.unexpected(message)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def stream(
+        self, operation: str, body: Mapping[str, Any], timeout_seconds: float
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Send one request and iterate the chunks it streams back."""
+        return self._stream(_Exchange(self, operation, dict(body)), timeout_seconds)
+
+    @asynccontextmanager
+    async def _stream(
+        self, exchange: _Exchange, timeout_seconds: float
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        async with exchange.running(timeout_seconds, per_message=True):
+            await exchange.send()
+            first = await exchange.receive()
+            if not isinstance(first, Chunk | End):
+                raise exchange.unexpected(first)
+
+            async def chunks() -> AsyncGenerator[bytes, None]:
+                message: Message | None = first
+                total = 0
+                while isinstance(message, Chunk):
+                    total += len(message.data)
+                    yield message.data
+                    message = await exchange.receive()
+                if not isinstance(message, End):
+                    raise exchange.unexpected(message)
+                if message.total_bytes != total:
+                    raise ProtocolError(
+                        f"the stream ended at {total} bytes, the peer says {message.total_bytes}"
+                    )
+                exchange.complete()
+
+            iterator = chunks()
+            async with contextlib.aclosing(iterator):
+                yield iterator
+
+    async def _take_stream(self) -> FrameStream:
+        if self._idle:
+            return self._idle.pop()
+        if self.closed.is_set():
+            raise Unavailable("the session with the peer is closed")
+        try:
+            return FrameStream(await self.connection.open_bi())
+        except IrohError as exc:
+            raise Unavailable(f"cannot open a stream to the peer: {describe(exc)}") from exc
+
+    def _return_stream(self, stream: FrameStream) -> None:
+        if len(self._idle) < MAX_IDLE_STREAMS and not self.closed.is_set():
+            self._idle.append(stream)
+        else:
+            self._spawn(stream.finish())
+
+    def _abandon(self, stream: FrameStream, *, cancelled: bool) -> None:
+        async def abandon() -> None:
+            if cancelled:
+                with contextlib.suppress(FiccError, TimeoutError):
+                    async with asyncio.timeout(ABANDON_SECONDS):
+                        await stream.send(Cancel())
+            await stream.reset(CANCELLED_CODE)
+
+        self._spawn(abandon())
+
+
+def _canceller(work: asyncio.Future[None]) -> Callable[[object], None]:
+    """A done-callback that cancels ``work``."""
+
+    def cancel(_: object) -> None:
+        work.cancel()
+
+    return cancel
+
+
+def _chunk_frames(data: bytes) -> bytes:
+    """``data`` as chunk frames, coalesced into one write (never a tiny trailing write)."""
+    if len(data) <= MAX_CHUNK_BYTES:
+        return encode_chunk_frame(data)
+    view = memoryview(data)
+    return b"".join(
+        encode_chunk_frame(bytes(view[start : start + MAX_CHUNK_BYTES]))
+        for start in range(0, len(data), MAX_CHUNK_BYTES)
+    )
+
+
+@asynccontextmanager
+async def _closing(chunks: AsyncIterator[bytes]) -> AsyncIterator[None]:
+    """Close a handler's async generator on every exit, so its ``finally`` runs now."""
+    try:
+        yield
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _Exchange:
+    """One request on one stream, with its deadline and its cleanup on every exit path."""
+
+    def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
+        self._session = session
+        self._operation = operation
+        self._body = body
+        self._stream: FrameStream | None = None
+        self._sent = False
+        self._complete = False
+        self._timeout = 0.0
+        self._per_message = False
+
+    @asynccontextmanager
+    async def running(
+        self, timeout_seconds: float, *, per_message: bool = False
+    ) -> AsyncIterator[None]:
+        session = self._session
+        self._timeout = timeout_seconds
+        self._per_message = per_message
+        mutation_id = self._body.get("mutation_id")
+        try:
+            async with asyncio.timeout(None if per_message else timeout_seconds):
+                async with session._slots:
+                    self._stream = await session._take_stream()
+                    yield
+        except TimeoutError as exc:
+            raise self._lost(
+                f"no answer from the peer within {timeout_seconds} s", mutation_id
+            ) from exc
+        except (Unavailable, OutcomeUnknown) as exc:
+            if self._sent and not self._complete and isinstance(exc, Unavailable):
+                raise self._lost(exc.message, mutation_id) from exc
+            raise
+        except ProtocolError as exc:
+            if not self._complete:
+                await session._fail(self._stream, exc)
+            raise
+        finally:
+            stream = self._stream
+            if stream is not None:
+                if self._complete:
+                    session._return_stream(stream)
+                else:
+                    session._abandon(stream, cancelled=self._sent)
+
+    def _lost(self, why: str, mutation_id: object) -> FiccError:
+        if not self._sent:
+            return Unavailable(f"the request was not sent: {why}")
+        return OutcomeUnknown(
+            f"the outcome of {self._operation} is unknown: {why}",
+            mutation_id=mutation_id if isinstance(mutation_id, str) else None,
+        )
+
+    async def send(self) -> None:
+        assert self._stream is not None
+        request = self._session._outgoing.sign(self._operation, self._body)
+        self._sent = True
+        await self._stream.send(request)
+
+    async def receive(self) -> Message | None:
+        assert self._stream is not None
+        if self._per_message:
+            async with asyncio.timeout(self._timeout):
+                return await self._stream.receive()
+        return await self._stream.receive()
+
+    def complete(self) -> None:
+        self._complete = True
+
+    def unexpected(self, message: Message | None) -> FiccError:
+        """The error for a message that does not answer a request of this kind."""
+        if isinstance(message, Error):
+            self._complete = True
+            return error_from_code(message.code, message.message, message.details)
+        if message is None:
+            return Unavailable("the peer ended the request's stream without an answer")
+        return ProtocolError(f"unexpected {type(message).__name__} in answer to a request")

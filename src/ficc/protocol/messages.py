@@ -1,0 +1,314 @@
+"""The messages of ficc.federation/1 and their byte encoding inside a frame payload.
+
+Every payload starts with a one-byte tag. Fixed-size cryptographic messages and stream chunks
+use fixed binary headers (a chunk is its tag then the raw bytes, so bulk data is never
+re-encoded); the other control messages carry canonical JSON. ``docs/protocol.md`` lists every
+layout byte for byte. :func:`decode_message` raises only :class:`ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ficc.base.errors import FiccError, ProtocolError
+from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)
+NONCE_BYTES: Final = 32
+KEY_BYTES: Final = 32
+SIGNATURE_BYTES: Final = 64
+MAX_VERSIONS: Final = 16
+MAX_U64: Final = 2**64 - 1
+
+_ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_U64 = struct.Struct(">Q")
+_PROOF = struct.Struct(f">Q{KEY_BYTES}s{SIGNATURE_BYTES}s")
+_REQUEST_HEAD = struct.Struct(f">Q{SIGNATURE_BYTES}s")
+
+
+class Tag(enum.IntEnum):
+    """The first byte of every frame payload."""
+
+    HELLO = 0x01
+    CHALLENGE = 0x02
+    PROOF = 0x03
+    REQUEST = 0x10
+    RESPONSE = 0x11
+    ERROR = 0x12
+    CHUNK = 0x13
+    END = 0x14
+    CANCEL = 0x15
+    HEARTBEAT = 0x20
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Opens the handshake: who the sender claims to be and which versions it speaks."""
+
+    hypernet_id: bytes
+    versions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """A fresh nonce the other side must sign over."""
+
+    nonce: bytes
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The sender's cluster key and its signature over the handshake transcript."""
+
+    generation: int
+    cluster_key: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """A remote operation, signed for one session, direction and sequence number."""
+
+    seq: int
+    signature: bytes
+    operation: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Response:
+    """The JSON result of a request."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Error:
+    """A refusal or failure with a stable ``code`` from :mod:`ficc.base.errors`."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_exception(cls, exc: FiccError) -> Error:
+        """The frame that tells a peer about ``exc`` (its message is meant for callers)."""
+        return cls(code=exc.code, message=exc.message, details=_jsonable(exc.details))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a streamed result: raw bytes behind a one-byte tag."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class End:
+    """Closes a streamed result; ``total_bytes`` lets the receiver check nothing was lost."""
+
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The requester abandoned the request in flight on this stream."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Proof of life on the control stream; ``counter`` increases by one each time."""
+
+    counter: int
+
+
+Message = Hello | Challenge | Proof | Request | Response | Error | Chunk | End | Cancel | Heartbeat
+
+CHUNK_HEADER_BYTES: Final = 1
+MAX_CHUNK_BYTES: Final = MAX_FRAME_BYTES - CHUNK_HEADER_BYTES
+_CHUNK_FRAME_HEAD = struct.Struct(">IB")
+
+
+def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
+    try:
+        canonical_json(details)
+    except (TypeError, ValueError):
+        return {}
+    return details
+
+
+def _check_u64(value: int, name: str) -> None:
+    if not 0 <= value <= MAX_U64:
+        raise ProtocolError(f"{name} must be an unsigned 64-bit integer")
+
+
+def _check_len(value: bytes, size: int, name: str) -> None:
+    if len(value) != size:
+        raise ProtocolError(f"{name} must be exactly {size} bytes")
+
+
+def encode_message(message: Message) -> bytes:
+    """The frame payload of ``message`` (wrap it with :func:`encode_frame` to send it)."""
+    match message:
+        case Hello(hypernet_id, versions):
+            _check_len(hypernet_id, KEY_BYTES, "hello hypernet_id")
+            body = {"hypernet_id": hypernet_id.hex(), "versions": list(versions)}
+            return bytes([Tag.HELLO]) + canonical_json(body)
+        case Challenge(nonce):
+            _check_len(nonce, NONCE_BYTES, "challenge nonce")
+            return bytes([Tag.CHALLENGE]) + nonce
+        case Proof(generation, cluster_key, signature):
+            _check_u64(generation, "proof generation")
+            _check_len(cluster_key, KEY_BYTES, "proof cluster_key")
+            _check_len(signature, SIGNATURE_BYTES, "proof signature")
+            return bytes([Tag.PROOF]) + _PROOF.pack(generation, cluster_key, signature)
+        case Request(seq, signature, operation, body):
+            _check_u64(seq, "request seq")
+            _check_len(signature, SIGNATURE_BYTES, "request signature")
+            head = bytes([Tag.REQUEST]) + _REQUEST_HEAD.pack(seq, signature)
+            return head + request_content(operation, body)
+        case Response(body):
+            return bytes([Tag.RESPONSE]) + canonical_json(body)
+        case Error(code, text, details):
+            doc = {"code": code, "details": details, "message": text}
+            return bytes([Tag.ERROR]) + canonical_json(doc)
+        case Chunk(data):
+            return bytes([Tag.CHUNK]) + data
+        case End(total_bytes):
+            _check_u64(total_bytes, "end total_bytes")
+            return bytes([Tag.END]) + _U64.pack(total_bytes)
+        case Cancel():
+            return bytes([Tag.CANCEL])
+        case Heartbeat(counter):
+            _check_u64(counter, "heartbeat counter")
+            return bytes([Tag.HEARTBEAT]) + _U64.pack(counter)
+    raise TypeError(f"not a ficc.federation/1 message: {message!r}")
+
+
+def request_content(operation: str, body: dict[str, Any]) -> bytes:
+    """The canonical JSON a request carries and its signature covers."""
+    return canonical_json({"body": body, "operation": operation})
+
+
+def encode_chunk_frame(data: bytes) -> bytes:
+    """A whole chunk frame (length, tag, bytes) built with a single copy of ``data``."""
+    if len(data) > MAX_CHUNK_BYTES:
+        raise ProtocolError(f"a chunk carries at most {MAX_CHUNK_BYTES} bytes")
+    return _CHUNK_FRAME_HEAD.pack(len(data) + CHUNK_HEADER_BYTES, Tag.CHUNK) + data
+
+
+def _fixed(rest: bytes, size: int, name: str) -> bytes:
+    if len(rest) != size:
+        raise ProtocolError(f"{name} payload must be exactly {size} bytes after its tag")
+    return rest
+
+
+def _decode_hello(rest: bytes) -> Hello:
+    doc = parse_json_object(rest, what="hello")
+    if set(doc) != {"hypernet_id", "versions"}:
+        raise ProtocolError("hello must have exactly the fields hypernet_id and versions")
+    hex_id, versions = doc["hypernet_id"], doc["versions"]
+    if not isinstance(hex_id, str) or not re.fullmatch(r"[0-9a-f]{64}", hex_id):
+        raise ProtocolError("hello hypernet_id must be 64 lowercase hexadecimal characters")
+    if (
+        not isinstance(versions, list)
+        or not 1 <= len(versions) <= MAX_VERSIONS
+        or not all(type(v) is int and 1 <= v <= 65535 for v in versions)
+    ):
+        raise ProtocolError("hello versions must be 1 to 16 integers between 1 and 65535")
+    return Hello(hypernet_id=bytes.fromhex(hex_id), versions=tuple(versions))
+
+
+def _decode_request(rest: bytes) -> Request:
+    if len(rest) < _REQUEST_HEAD.size:
+        raise ProtocolError("request payload is shorter than its fixed header")
+    seq, signature = _REQUEST_HEAD.unpack_from(rest)
+    doc = parse_json_object(rest[_REQUEST_HEAD.size :], what="request")
+    if set(doc) != {"body", "operation"}:
+        raise ProtocolError("request must have exactly the fields body and operation")
+    operation, body = doc["operation"], doc["body"]
+    if not isinstance(operation, str) or not operation:
+        raise ProtocolError("request operation must be a non-empty string")
+    if not isinstance(body, dict):
+        raise ProtocolError("request body must be a JSON object")
+    return Request(seq=seq, signature=signature, operation=operation, body=body)
+
+
+def _decode_response(rest: bytes) -> Response:
+    return Response(body=parse_json_object(rest, what="response"))
+
+
+def _decode_error(rest: bytes) -> Error:
+    doc = parse_json_object(rest, what="error")
+    if set(doc) != {"code", "details", "message"}:
+        raise ProtocolError("error must have exactly the fields code, details and message")
+    code, text, details = doc["code"], doc["message"], doc["details"]
+    if not isinstance(code, str) or not _ERROR_CODE.match(code):
+        raise ProtocolError("error code must be snake_case")
+    if not isinstance(text, str) or not isinstance(details, dict):
+        raise ProtocolError("error message must be a string and details an object")
+    return Error(code=code, message=text, details=details)
+
+
+def decode_message(payload: bytes) -> Message:
+    """The message a frame payload holds; anything malformed raises :class:`ProtocolError`."""
+    if not payload:
+        raise ProtocolError("an empty frame payload carries no message")
+    tag, rest = payload[0], payload[1:]
+    if tag == Tag.CHUNK:
+        return Chunk(data=rest)
+    if tag == Tag.REQUEST:
+        return _decode_request(rest)
+    if tag == Tag.RESPONSE:
+        return _decode_response(rest)
+    if tag == Tag.HEARTBEAT:
+        return Heartbeat(counter=_U64.unpack(_fixed(rest, _U64.size, "heartbeat"))[0])
+    if tag == Tag.END:
+        return End(total_bytes=_U64.unpack(_fixed(rest, _U64.size, "end"))[0])
+    if tag == Tag.CANCEL:
+        _fixed(rest, 0, "cancel")
+        return Cancel()
+    if tag == Tag.ERROR:
+        return _decode_error(rest)
+    if tag == Tag.HELLO:
+        return _decode_hello(rest)
+    if tag == Tag.CHALLENGE:
+        return Challenge(nonce=_fixed(rest, NONCE_BYTES, "challenge"))
+    if tag == Tag.PROOF:
+        generation, key, signature = _PROOF.unpack(_fixed(rest, _PROOF.size, "proof"))
+        return Proof(generation=generation, cluster_key=key, signature=signature)
+    raise ProtocolError(f"unknown message tag 0x{tag:02x}")
+
+
+__all__ = [
+    "CHUNK_HEADER_BYTES",
+    "KEY_BYTES",
+    "LENGTH_BYTES",
+    "MAX_CHUNK_BYTES",
+    "NONCE_BYTES",
+    "PROTOCOL_VERSION",
+    "SIGNATURE_BYTES",
+    "SUPPORTED_VERSIONS",
+    "Cancel",
+    "Challenge",
+    "Chunk",
+    "End",
+    "Error",
+    "Heartbeat",
+    "Hello",
+    "Message",
+    "Proof",
+    "Request",
+    "Response",
+    "Tag",
+    "decode_message",
+    "encode_chunk_frame",
+    "encode_message",
+    "request_content",
+]

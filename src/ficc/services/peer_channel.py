@@ -1,0 +1,82 @@
+"""The port through which services talk to peer clusters; only adapters know the transport.
+
+A service sends a request to a peer (named by its HyperNet ID) and gets either a JSON result
+or an async stream of byte chunks. The serving side is a :data:`RequestHandler` the adapter
+calls with the peer's proven identity. Errors the caller sees are :mod:`ficc.base.errors`:
+``Unavailable`` (nothing was sent or the peer is unreachable), ``OutcomeUnknown`` (sent, but
+no answer in time), ``ProtocolError``, or the error the peer's handler raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ficc.protocol.handshake import KnownPeer
+
+__all__ = [
+    "KnownPeer",
+    "PeerChannel",
+    "PeerIdentity",
+    "PeerLookup",
+    "RequestHandler",
+    "RequestResult",
+]
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """Who sent a request, as proven: the transport-verified HyperNet ID, the cluster key
+    proven in the handshake, and the pairing generation the session was bound to."""
+
+    hypernet_id: str
+    cluster_key: bytes
+    generation: int
+
+
+RequestResult = dict[str, Any] | AsyncIterator[bytes]
+"""A handler answers with a JSON object, or with chunks of bytes to stream."""
+
+RequestHandler = Callable[[PeerIdentity, str, dict[str, Any]], Awaitable[RequestResult]]
+"""``handler(peer, operation, body)``; cancelled when the requester abandons the request.
+Raise a :class:`~ficc.base.errors.FiccError` to refuse: the requester receives it."""
+
+PeerLookup = Callable[[str], Awaitable[KnownPeer | None]]
+"""The cluster key and generation recorded for a HyperNet ID, or ``None`` if never paired."""
+
+
+class PeerChannel(Protocol):
+    """Requests to peer clusters."""
+
+    async def request(
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, Any],
+        *,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result.
+
+        ``ticket`` is an address hint only; the peer's identity is its HyperNet ID.
+        """
+        ...
+
+    def stream(
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, Any],
+        *,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Send ``operation`` and iterate the chunks it streams back.
+
+        Leaving the context before the end cancels the request on the peer;
+        ``timeout_seconds`` bounds the wait for each chunk.
+        """
+        ...
