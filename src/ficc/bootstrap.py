@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
-from ficc.adapters.keys import ClusterKey
+from ficc.adapters.hypernet import HyperNetEndpoint
+from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
 from ficc.adapters.runtimes import build_runtimes
@@ -26,6 +27,9 @@ from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts
+from ficc.services.companion import Companion, Transport
+from ficc.services.federation import ClusterSigner, Federation
+from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
@@ -80,6 +84,8 @@ class Cluster:
     public_url: str | None = None
     blobs: BlobStore = field(init=False)
     inference: InferenceServices = field(init=False)
+    companion: Companion = field(init=False)
+    federation: Federation = field(init=False)
 
     def __post_init__(self) -> None:
         self.blobs = BlobStore(self.state.store)
@@ -92,6 +98,28 @@ class Cluster:
             EngineClients(),
             serve_instance=secrets.token_hex(8),
         )
+        self.companion = Companion(
+            self.uow_factory, self.clock, self._transport, self.cluster_key.public_text
+        )
+        self.federation = Federation(
+            self.uow_factory,
+            self.clock,
+            self.companion,
+            ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign),
+            verify_signature,
+            GrantSlots(),
+        )
+        self.federation.on_grant_ended.append(self.inference.stop_for_grant)
+
+    def _transport(self, agent_directory: Path) -> Transport:
+        return HyperNetEndpoint(
+            agent_directory=agent_directory,
+            cluster_key=self.cluster_key,
+            lookup=self.federation.lookup,
+            handler=self.federation.handle,
+            bind_address=self.settings.hypernet_bind,
+            relay=self.settings.hypernet_relay,
+        )
 
     def model_file(self, model: CatalogueModel) -> Path:
         """The file an engine loads for ``model``: its GGUF file (or its first file)."""
@@ -103,8 +131,10 @@ class Cluster:
         return self.state.store / "missing" / digest
 
     async def start(self) -> None:
-        """Bring what an earlier FICC process left to a known state."""
+        """Bring what an earlier FICC process left to a known state, then rejoin peers."""
         await self.inference.recover()
+        await self.federation.load()
+        await self.companion.restore()
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
         """The local owner may import any regular file this process can read."""
@@ -115,6 +145,7 @@ class Cluster:
         return self.settings.state
 
     async def close(self) -> None:
+        await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()
         await self.engine.dispose()

@@ -197,6 +197,11 @@ class HyperNetEndpoint:
         """The HyperNet ID plus current addresses, as one string for a peer."""
         return str(iroh.EndpointTicket.from_addr(self._bound.addr()))
 
+    def identity_of(self, hypernet_id: str) -> PeerIdentity | None:
+        """The proven identity of the open session with a peer, if any."""
+        session = self.session(hypernet_id)
+        return None if session is None else session.identity
+
     def session(self, hypernet_id: str) -> PeerSession | None:
         """The open session with a peer, if any."""
         session = self._sessions.get(hypernet_id)
@@ -280,7 +285,12 @@ class HyperNetEndpoint:
         """The open session with ``peer``, connecting and handshaking if there is none."""
         existing = self.session(peer)
         if existing is not None:
-            return existing
+            known = await self._lookup(peer)
+            if existing.identity.generation == (known.generation if known else 0):
+                return existing
+            # The pairing changed since this session's handshake: a new one binds the new
+            # generation (the old session can serve nothing of the new pairing).
+            existing.close(Unavailable("the pairing generation changed"))
         pending = self._connecting.get(peer)
         if pending is None:
             pending = asyncio.ensure_future(self._connect(peer, ticket))

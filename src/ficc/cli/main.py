@@ -228,4 +228,6 @@ def example_model() -> None:
 
 
 def main() -> None:
+    from ficc.cli import federation  # noqa: F401 - registers the federation-* commands
+
     cli()

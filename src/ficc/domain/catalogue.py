@@ -19,6 +19,7 @@ class CatalogueModel:
     sha256: str
     created_at: datetime
     provenance: dict[str, Any] | None = None
+    created_by_grant: str | None = None
 
     def blob_digests(self) -> list[str]:
         return [str(entry["sha256"]) for entry in self.manifest["files"]]

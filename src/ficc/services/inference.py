@@ -31,6 +31,7 @@ from ficc.base.errors import (
 )
 from ficc.base.ids import new_id
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
@@ -478,6 +479,36 @@ class InferenceServices:
                 await mutations.record(uow, self._clock, key, state="completed", result=result)
             await uow.commit()
         return result, False
+
+    async def stop_for_grant(self, grant: Grant) -> None:
+        """With ``stop_on_revoke``, an ended grant's services are stopped."""
+        if not grant.terms.stop_on_revoke:
+            return
+        for service_id in sorted(grant.created_services):
+            async with self._locks.setdefault(service_id, asyncio.Lock()):
+                async with self._uow_factory() as uow:
+                    service = await uow.services.get(service_id)
+                    if service is None or service.state is ServiceState.STOPPED:
+                        continue
+                    await uow.services.update(
+                        replace(
+                            service,
+                            state=ServiceState.STOPPED,
+                            revision=service.revision + 1,
+                            updated_at=self._clock(),
+                        )
+                    )
+                    await audit.record(
+                        uow,
+                        self._clock,
+                        action="service.stop",
+                        actor="stop_on_revoke",
+                        project=service.project,
+                        target=service_id,
+                        details={"grant": grant.id},
+                    )
+                    await uow.commit()
+                await self._stop_replicas(service_id)
 
     # --- admission ---------------------------------------------------------------------------
 

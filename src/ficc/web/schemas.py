@@ -48,3 +48,27 @@ class ServiceControl(Strict):
 
 class PreviewRequest(Strict):
     spec: dict[str, Any]
+
+
+class Configuration(Strict):
+    agent_directory: str
+    label: str | None = None
+
+
+class OfferCreate(Strict):
+    service: str
+    scopes: list[str]
+    ticket: str | None = None
+
+
+class OfferApprove(Strict):
+    revision: int
+    grant: dict[str, Any]
+
+
+class OfferFinish(Strict):
+    receipt: str
+
+
+class Refresh(Strict):
+    grant: str | None = None

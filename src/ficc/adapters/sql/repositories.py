@@ -14,8 +14,11 @@ from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import Grant, parse_grant
 from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
 from ficc.domain.nodes import Gpu, Node
+from ficc.domain.offers import Offer
+from ficc.domain.peers import Peer
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 
 
@@ -313,6 +316,7 @@ class SqlModels(_Repository):
             sha256=row.sha256,
             created_at=_req_time(row.created_at),
             provenance=None if row.provenance is None else dict(row.provenance),
+            created_by_grant=row.created_by_grant,
         )
 
     async def add(self, model: CatalogueModel) -> None:
@@ -326,6 +330,7 @@ class SqlModels(_Repository):
                 sha256=model.sha256,
                 provenance=model.provenance,
                 created_at=format_time(model.created_at),
+                created_by_grant=model.created_by_grant,
             )
         )
 
@@ -528,3 +533,228 @@ class SqlReceipts(_Repository):
         await self._c.execute(
             delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
         )
+
+
+class SqlPeers(_Repository):
+    @staticmethod
+    def _peer(row: Any) -> Peer:
+        return Peer(
+            id=row.id,
+            project=row.project,
+            label=row.label,
+            hypernet_id=row.hypernet_id,
+            cluster_key=row.cluster_key,
+            state=row.state,
+            generation=row.generation,
+            role=row.role,
+            offer_id=row.offer_id,
+            selected_grant=row.selected_grant,
+            ticket=row.ticket,
+            created_at=_req_time(row.created_at),
+            updated_at=_req_time(row.updated_at),
+        )
+
+    @staticmethod
+    def _values(peer: Peer) -> dict[str, Any]:
+        return {
+            "project": peer.project,
+            "label": peer.label,
+            "hypernet_id": peer.hypernet_id,
+            "cluster_key": peer.cluster_key,
+            "state": peer.state,
+            "generation": peer.generation,
+            "role": peer.role,
+            "offer_id": peer.offer_id,
+            "selected_grant": peer.selected_grant,
+            "ticket": peer.ticket,
+            "created_at": format_time(peer.created_at),
+            "updated_at": format_time(peer.updated_at),
+        }
+
+    async def add(self, peer: Peer) -> None:
+        await self._c.execute(insert(t.peers).values(id=peer.id, **self._values(peer)))
+
+    async def update(self, peer: Peer) -> None:
+        await self._c.execute(
+            update(t.peers).where(t.peers.c.id == peer.id).values(**self._values(peer))
+        )
+
+    async def get(self, peer_id: str) -> Peer | None:
+        row = (await self._c.execute(select(t.peers).where(t.peers.c.id == peer_id))).first()
+        return None if row is None else self._peer(row)
+
+    async def by_hypernet_id(self, hypernet_id: str) -> list[Peer]:
+        query = select(t.peers).where(t.peers.c.hypernet_id == hypernet_id)
+        return [self._peer(row) for row in await self._c.execute(query)]
+
+    async def in_project(self, project: str) -> list[Peer]:
+        query = select(t.peers).where(t.peers.c.project == project).order_by(t.peers.c.created_at)
+        return [self._peer(row) for row in await self._c.execute(query)]
+
+    async def delete(self, peer_id: str) -> None:
+        await self._c.execute(delete(t.peers).where(t.peers.c.id == peer_id))
+
+
+class SqlOffers(_Repository):
+    @staticmethod
+    def _offer(row: Any) -> Offer:
+        return Offer(
+            id=row.id,
+            direction=row.direction,
+            project=row.project,
+            service=row.service,
+            peer_label=row.peer_label,
+            peer_cluster_key=row.peer_cluster_key,
+            scopes=frozenset(row.scopes),
+            state=row.state,
+            revision=row.revision,
+            receipt=None if row.receipt is None else dict(row.receipt),
+            ticket=row.ticket,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+            peer_id=row.peer_id,
+        )
+
+    @staticmethod
+    def _values(offer: Offer) -> dict[str, Any]:
+        return {
+            "direction": offer.direction,
+            "project": offer.project,
+            "service": offer.service,
+            "peer_label": offer.peer_label,
+            "peer_cluster_key": offer.peer_cluster_key,
+            "scopes": sorted(offer.scopes),
+            "state": offer.state,
+            "revision": offer.revision,
+            "receipt": offer.receipt,
+            "ticket": offer.ticket,
+            "peer_id": offer.peer_id,
+            "created_at": format_time(offer.created_at),
+            "expires_at": format_time(offer.expires_at),
+        }
+
+    async def add(self, offer: Offer) -> None:
+        await self._c.execute(insert(t.offers).values(id=offer.id, **self._values(offer)))
+
+    async def update(self, offer: Offer) -> None:
+        await self._c.execute(
+            update(t.offers).where(t.offers.c.id == offer.id).values(**self._values(offer))
+        )
+
+    async def get(self, offer_id: str) -> Offer | None:
+        row = (await self._c.execute(select(t.offers).where(t.offers.c.id == offer_id))).first()
+        return None if row is None else self._offer(row)
+
+    async def visible_to(self, project: str) -> list[Offer]:
+        """This project's offers, and incoming offers no project has taken yet."""
+        query = select(t.offers).where(
+            (t.offers.c.project == project) | t.offers.c.project.is_(None)
+        )
+        rows = await self._c.execute(query.order_by(t.offers.c.created_at))
+        return [self._offer(row) for row in rows]
+
+    async def of_peer(self, peer_id: str) -> list[Offer]:
+        query = select(t.offers).where(t.offers.c.peer_id == peer_id)
+        return [self._offer(row) for row in await self._c.execute(query)]
+
+    async def delete(self, offer_id: str) -> None:
+        await self._c.execute(delete(t.offers).where(t.offers.c.id == offer_id))
+
+
+class SqlGrants(_Repository):
+    @staticmethod
+    def _grant(row: Any, created_services: frozenset[str], created_models: frozenset[str]) -> Grant:
+        return Grant(
+            id=row.id,
+            project=row.project,
+            peer_id=row.peer_id,
+            terms=parse_grant(row.terms),
+            state=row.state,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+            revoked_at=_time(row.revoked_at),
+            requests_used=row.requests_used,
+            transfer_bytes_used=row.transfer_bytes_used,
+            created_services=created_services,
+            created_models=created_models,
+        )
+
+    async def _load(self, row: Any) -> Grant:
+        services = await self._c.execute(
+            select(t.services.c.id).where(t.services.c.created_by_grant == row.id)
+        )
+        models = await self._c.execute(
+            select(t.models.c.id).where(t.models.c.created_by_grant == row.id)
+        )
+        return self._grant(row, frozenset(r.id for r in services), frozenset(r.id for r in models))
+
+    async def add(self, grant: Grant) -> None:
+        await self._c.execute(
+            insert(t.grants).values(
+                id=grant.id,
+                project=grant.project,
+                peer_id=grant.peer_id,
+                terms=grant.terms.to_json(),
+                state=grant.state,
+                created_at=format_time(grant.created_at),
+                expires_at=format_time(grant.expires_at),
+                revoked_at=_opt(grant.revoked_at),
+                requests_used=grant.requests_used,
+                transfer_bytes_used=grant.transfer_bytes_used,
+            )
+        )
+
+    async def get(self, grant_id: str) -> Grant | None:
+        row = (await self._c.execute(select(t.grants).where(t.grants.c.id == grant_id))).first()
+        return None if row is None else await self._load(row)
+
+    async def of_peer(self, peer_id: str) -> list[Grant]:
+        query = (
+            select(t.grants).where(t.grants.c.peer_id == peer_id).order_by(t.grants.c.created_at)
+        )
+        return [await self._load(row) for row in (await self._c.execute(query)).all()]
+
+    async def in_project(self, project: str) -> list[Grant]:
+        query = (
+            select(t.grants).where(t.grants.c.project == project).order_by(t.grants.c.created_at)
+        )
+        return [await self._load(row) for row in (await self._c.execute(query)).all()]
+
+    async def set_state(self, grant_id: str, state: str, at: datetime | None) -> None:
+        values: dict[str, Any] = {"state": state}
+        if at is not None:
+            values["revoked_at"] = format_time(at)
+        await self._c.execute(update(t.grants).where(t.grants.c.id == grant_id).values(**values))
+
+    async def charge(self, grant_id: str, *, requests: int, transfer_bytes: int) -> None:
+        await self._c.execute(
+            update(t.grants)
+            .where(t.grants.c.id == grant_id)
+            .values(
+                requests_used=t.grants.c.requests_used + requests,
+                transfer_bytes_used=t.grants.c.transfer_bytes_used + transfer_bytes,
+            )
+        )
+
+    async def delete(self, grant_id: str) -> None:
+        await self._c.execute(delete(t.grants).where(t.grants.c.id == grant_id))
+
+
+class SqlRemoteGrants(_Repository):
+    async def replace_for_peer(
+        self, peer_id: str, grants: list[dict[str, Any]], at: datetime
+    ) -> None:
+        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        for grant in grants:
+            await self._c.execute(
+                insert(t.remote_grants).values(
+                    id=grant["id"], peer_id=peer_id, data=grant, refreshed_at=format_time(at)
+                )
+            )
+
+    async def of_peer(self, peer_id: str) -> list[dict[str, Any]]:
+        query = select(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id)
+        return [dict(row.data) for row in await self._c.execute(query)]
+
+    async def delete_for_peer(self, peer_id: str) -> None:
+        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))

@@ -122,6 +122,7 @@ models = Table(
     Column("sha256", String(64), nullable=False),
     Column("provenance", JSON, nullable=True),
     Column("created_at", TIME, nullable=False),
+    Column("created_by_grant", String(40), nullable=True),
 )
 
 services = Table(
@@ -169,4 +170,65 @@ mutation_receipts = Table(
     Column("result", JSON, nullable=True),
     Column("created_at", TIME, nullable=False),
     Column("completed_at", TIME, nullable=True),
+)
+
+peers = Table(
+    "peers",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("label", String(200), nullable=True),
+    Column("hypernet_id", String(64), nullable=False),
+    Column("cluster_key", String(64), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("offer_id", String(40), nullable=True),
+    Column("selected_grant", String(40), nullable=True),
+    Column("ticket", Text, nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)
+
+offers = Table(
+    "offers",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("direction", String(20), nullable=False),
+    Column("project", String(63), nullable=True),
+    Column("service", String(64), nullable=False),
+    Column("peer_label", String(200), nullable=True),
+    Column("peer_cluster_key", String(64), nullable=True),
+    Column("scopes", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("receipt", JSON, nullable=True),
+    Column("ticket", Text, nullable=True),
+    Column("peer_id", String(40), nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+)
+
+grants = Table(
+    "grants",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("peer_id", String(40), nullable=False),
+    Column("terms", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("created_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+    Column("revoked_at", TIME, nullable=True),
+    Column("requests_used", BigInteger, nullable=False),
+    Column("transfer_bytes_used", BigInteger, nullable=False),
+)
+
+remote_grants = Table(
+    "remote_grants",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("peer_id", String(40), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("refreshed_at", TIME, nullable=False),
 )

@@ -11,12 +11,16 @@ from ficc.adapters.sql.database import WriterLock
 from ficc.adapters.sql.repositories import (
     SqlAttempts,
     SqlAudit,
+    SqlGrants,
     SqlLoginLinks,
     SqlModels,
     SqlModelUsage,
     SqlNodes,
+    SqlOffers,
+    SqlPeers,
     SqlProjects,
     SqlReceipts,
+    SqlRemoteGrants,
     SqlServices,
     SqlSessions,
     SqlSettings,
@@ -26,12 +30,16 @@ from ficc.adapters.sql.repositories import (
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
+    GrantsRepository,
     LoginLinksRepository,
     ModelsRepository,
     ModelUsage,
     NodesRepository,
+    OffersRepository,
+    PeersRepository,
     ProjectsRepository,
     ReceiptsRepository,
+    RemoteGrantsRepository,
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
@@ -70,6 +78,10 @@ class SqlUnitOfWork:
         self.services: ServicesRepository = SqlServices(connection)
         self.attempts: AttemptsRepository = SqlAttempts(connection)
         self.receipts: ReceiptsRepository = SqlReceipts(connection)
+        self.peers: PeersRepository = SqlPeers(connection)
+        self.offers: OffersRepository = SqlOffers(connection)
+        self.grants: GrantsRepository = SqlGrants(connection)
+        self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         return self
 
     @property

@@ -1,18 +1,100 @@
-"""The federation's overview and its audit log."""
+"""The Federation API (prefix /api/v1/federation): companion, offers, peers, grants, audit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 
 from ficc.services import audit
 from ficc.web.auth import Context, scoped
+from ficc.web.schemas import Configuration, OfferApprove, OfferCreate, OfferFinish, Refresh
 
 router = APIRouter()
 
+PREFIX: Final = "/api/v1/federation"
 
-@router.get("/api/v1/federation/audit")
+
+@router.get(f"{PREFIX}/")
+async def overview(ctx: Context = scoped("federation:read")) -> Any:
+    return await ctx.cluster.federation.overview(ctx.project)
+
+
+@router.put(f"{PREFIX}/configuration")
+async def configure(
+    body: Configuration, ctx: Context = scoped("federation:manage", local_owner=True)
+) -> Any:
+    await ctx.cluster.companion.configure(ctx.principal, body.agent_directory, body.label)
+    return await ctx.cluster.federation.overview(ctx.project)
+
+
+@router.post(f"{PREFIX}/offers", status_code=201)
+async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.create_offer(
+        ctx.principal, ctx.project, service=body.service, scopes=body.scopes, ticket=body.ticket
+    )
+
+
+@router.post(f"{PREFIX}/offers/{{offer_id}}/approve")
+async def approve_offer(
+    offer_id: str, body: OfferApprove, ctx: Context = scoped("federation:manage")
+) -> Any:
+    return await ctx.cluster.federation.approve_offer(
+        ctx.principal, ctx.project, offer_id, revision=body.revision, grant=body.grant
+    )
+
+
+@router.post(f"{PREFIX}/offers/{{offer_id}}/finish")
+async def finish_offer(
+    offer_id: str, body: OfferFinish, ctx: Context = scoped("federation:manage")
+) -> Any:
+    return await ctx.cluster.federation.finish_offer(
+        ctx.principal, ctx.project, offer_id, receipt=body.receipt
+    )
+
+
+@router.delete(f"{PREFIX}/offers/{{offer_id}}")
+async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.discard_offer(ctx.principal, ctx.project, offer_id)
+
+
+@router.delete(f"{PREFIX}/peers/{{peer_id}}")
+async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.remove_peer(ctx.principal, ctx.project, peer_id)
+
+
+@router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201)
+async def create_grant(
+    peer_id: str, grant: dict[str, Any] = Body(...), ctx: Context = scoped("federation:manage")
+) -> Any:
+    return await ctx.cluster.federation.create_grant(
+        ctx.principal, ctx.project, peer_id, grant=grant
+    )
+
+
+@router.delete(f"{PREFIX}/grants/{{grant_id}}")
+async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.revoke_grant(ctx.principal, ctx.project, grant_id)
+
+
+@router.post(f"{PREFIX}/peers/{{peer_id}}/refresh")
+async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.refresh(
+        ctx.principal, ctx.project, peer_id, grant=body.grant
+    )
+
+
+@router.post(f"{PREFIX}/grants/{{grant_id}}/retire")
+async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.retire_grant(ctx.principal, ctx.project, grant_id)
+
+
+@router.post(f"{PREFIX}/peers/{{peer_id}}/forget")
+async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
+    return await ctx.cluster.federation.forget_peer(ctx.principal, ctx.project, peer_id)
+
+
+@router.get(f"{PREFIX}/audit")
 async def list_audit(
     ctx: Context = scoped("federation:read"),
     after: int = Query(0, ge=0),

@@ -1,0 +1,159 @@
+"""`ficc federation-*`: the Federation API from the command line, as the local owner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ficc.cli.main import call, cli, emit, handles_errors, read_input, state_options
+
+PREFIX = "/api/v1/federation"
+
+
+def _body_or(input_path: str | None, built: dict[str, Any]) -> Any:
+    return read_input(input_path) if input_path is not None else built
+
+
+@cli.command("federation-status")
+@state_options
+@handles_errors
+def federation_status(state_dir: Path, project: str) -> None:
+    """Companion, identity, peers, offers, grants and transfers of the project."""
+    emit(call(state_dir, project, "GET", f"{PREFIX}/"))
+
+
+@cli.command("federation-configure")
+@state_options
+@click.option("--input", "input_path", help="JSON body file ('-' for stdin).")
+@click.option("--agent-directory", help="Directory for the HyperNet key (created 0700).")
+@click.option("--label", help="A name for this cluster, shown to peers.")
+@handles_errors
+def federation_configure(
+    state_dir: Path,
+    project: str,
+    input_path: str | None,
+    agent_directory: str | None,
+    label: str | None,
+) -> None:
+    """Configure and (re)start the companion."""
+    if input_path is None and agent_directory is None:
+        raise click.UsageError("give --input FILE or --agent-directory DIR")
+    built: dict[str, Any] = {"agent_directory": str(Path(agent_directory or "").absolute())}
+    if label is not None:
+        built["label"] = label
+    emit(call(state_dir, project, "PUT", f"{PREFIX}/configuration", _body_or(input_path, built)))
+
+
+@cli.command("federation-pair")
+@state_options
+@click.option("--input", "input_path", help="JSON body file ('-' for stdin).")
+@click.option("--service", help="The service cluster's HyperNet ID.")
+@click.option("--ticket", help="An address hint for the service cluster.")
+@click.option("--scope", "scopes", multiple=True, help="A remote scope to request; repeat.")
+@handles_errors
+def federation_pair(
+    state_dir: Path,
+    project: str,
+    input_path: str | None,
+    service: str | None,
+    ticket: str | None,
+    scopes: tuple[str, ...],
+) -> None:
+    """Send an offer to a service cluster."""
+    if input_path is None and (service is None or not scopes):
+        raise click.UsageError("give --input FILE, or --service ID and at least one --scope")
+    built: dict[str, Any] = {"service": service, "scopes": list(scopes)}
+    if ticket is not None:
+        built["ticket"] = ticket
+    emit(call(state_dir, project, "POST", f"{PREFIX}/offers", _body_or(input_path, built)))
+
+
+@cli.command("federation-approve")
+@state_options
+@click.argument("offer")
+@click.option("--input", "input_path", required=True, help='{"revision", "grant"} as JSON.')
+@handles_errors
+def federation_approve(state_dir: Path, project: str, offer: str, input_path: str) -> None:
+    """Approve an incoming offer with a grant."""
+    body = read_input(input_path)
+    emit(call(state_dir, project, "POST", f"{PREFIX}/offers/{offer}/approve", body))
+
+
+@cli.command("federation-finish")
+@state_options
+@click.argument("offer")
+@click.option("--receipt", help="The receipt's digest.")
+@click.option("--input", "input_path", help='{"receipt": DIGEST} as JSON.')
+@handles_errors
+def federation_finish(
+    state_dir: Path, project: str, offer: str, receipt: str | None, input_path: str | None
+) -> None:
+    """Complete the pairing with the exact accepted receipt."""
+    if (receipt is None) == (input_path is None):
+        raise click.UsageError("give exactly one of --receipt DIGEST or --input FILE")
+    body = _body_or(input_path, {"receipt": receipt})
+    emit(call(state_dir, project, "POST", f"{PREFIX}/offers/{offer}/finish", body))
+
+
+@cli.command("federation-remove")
+@state_options
+@click.argument("peer", required=False)
+@click.option("--offer", help="Discard this unaccepted offer instead of removing a peer.")
+@handles_errors
+def federation_remove(state_dir: Path, project: str, peer: str | None, offer: str | None) -> None:
+    """Remove a peer (revoking its grants), or discard an offer with --offer."""
+    if (peer is None) == (offer is None):
+        raise click.UsageError("give a PEER or --offer OFFER")
+    path = f"{PREFIX}/offers/{offer}" if offer is not None else f"{PREFIX}/peers/{peer}"
+    emit(call(state_dir, project, "DELETE", path))
+
+
+@cli.command("federation-grant")
+@state_options
+@click.argument("peer")
+@click.option("--input", "input_path", required=True, help="The GRANT as JSON.")
+@handles_errors
+def federation_grant(state_dir: Path, project: str, peer: str, input_path: str) -> None:
+    """Give a paired peer a further exact grant."""
+    body = read_input(input_path)
+    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/grants", body))
+
+
+@cli.command("federation-revoke")
+@state_options
+@click.argument("grant")
+@handles_errors
+def federation_revoke(state_dir: Path, project: str, grant: str) -> None:
+    """Revoke a grant; requests on it are refused from now on."""
+    emit(call(state_dir, project, "DELETE", f"{PREFIX}/grants/{grant}"))
+
+
+@cli.command("federation-refresh")
+@state_options
+@click.argument("peer")
+@click.option("--grant", help="Select this remote grant for later requests.")
+@handles_errors
+def federation_refresh(state_dir: Path, project: str, peer: str, grant: str | None) -> None:
+    """List the grants a peer gives us, or select one."""
+    body = {} if grant is None else {"grant": grant}
+    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/refresh", body))
+
+
+@cli.command("federation-retire")
+@state_options
+@click.argument("grant")
+@handles_errors
+def federation_retire(state_dir: Path, project: str, grant: str) -> None:
+    """Delete a revoked or expired grant's operation receipts, keeping a tombstone."""
+    emit(call(state_dir, project, "POST", f"{PREFIX}/grants/{grant}/retire"))
+
+
+@cli.command("federation-forget")
+@state_options
+@click.argument("peer")
+@handles_errors
+def federation_forget(state_dir: Path, project: str, peer: str) -> None:
+    """Delete a removed peer whose grants are all retired."""
+    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget"))

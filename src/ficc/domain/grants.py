@@ -1,0 +1,206 @@
+"""Grants: exact, limited, revocable access given to a peer. Validation, defaults and maxima.
+
+"Defaults are one day, two concurrent requests, 1,000 total requests, no model transfer,
+512 KiB request and 64 MiB inference response. Maximum lifetime is 30 days, concurrency 16,
+requests 1,000,000, model allowance 16 TiB and response 256 MiB." (the Federation API)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from ficc.base.errors import InvalidInput
+from ficc.base.units import DAY_SECONDS, KiB, MiB, TiB
+from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
+
+DEFAULT_LIFETIME_SECONDS: Final = 1 * DAY_SECONDS
+MAX_LIFETIME_SECONDS: Final = 30 * DAY_SECONDS
+DEFAULT_CONCURRENT: Final = 2
+MAX_CONCURRENT: Final = 16
+DEFAULT_REQUESTS: Final = 1_000
+MAX_REQUESTS: Final = 1_000_000
+DEFAULT_TRANSFER_BYTES: Final = 0
+MAX_TRANSFER_BYTES: Final = 16 * TiB
+DEFAULT_REQUEST_BYTES: Final = 512 * KiB
+MAX_REQUEST_BYTES: Final = 64 * MiB  # the contract's bound: one request travels in memory
+DEFAULT_RESPONSE_BYTES: Final = 64 * MiB
+MAX_RESPONSE_BYTES: Final = 256 * MiB
+# "Each grant can create at most 64 service records and 64 model records."
+MAX_CREATED_SERVICES: Final = 64
+MAX_CREATED_MODELS: Final = 64
+
+GRANT_FIELDS: Final = frozenset(
+    {
+        "scopes",
+        "services",
+        "models",
+        "nodes",
+        "lifetime",
+        "concurrent",
+        "requests",
+        "transfer_bytes",
+        "request_bytes",
+        "response_bytes",
+        "stop_on_revoke",
+    }
+)
+ID_KINDS: Final = {"services": "svc", "models": "mdl", "nodes": "nod"}
+_EXACT_ID = re.compile(r"^[a-z]{3}_[a-z2-7]{26}$")
+
+ACTIVE: Final = "active"
+REVOKED: Final = "revoked"
+EXPIRED: Final = "expired"
+RETIRED: Final = "retired"
+
+
+@dataclass(frozen=True)
+class GrantTerms:
+    """What a grant allows: scopes, exact resource IDs and limits."""
+
+    scopes: frozenset[str]
+    services: frozenset[str]
+    models: frozenset[str]
+    nodes: frozenset[str]
+    lifetime: int
+    concurrent: int
+    requests: int
+    transfer_bytes: int
+    request_bytes: int
+    response_bytes: int
+    stop_on_revoke: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scopes": sorted(self.scopes),
+            "services": sorted(self.services),
+            "models": sorted(self.models),
+            "nodes": sorted(self.nodes),
+            "lifetime": self.lifetime,
+            "concurrent": self.concurrent,
+            "requests": self.requests,
+            "transfer_bytes": self.transfer_bytes,
+            "request_bytes": self.request_bytes,
+            "response_bytes": self.response_bytes,
+            "stop_on_revoke": self.stop_on_revoke,
+        }
+
+
+def _count(data: Mapping[str, Any], name: str, default: int, maximum: int, minimum: int) -> int:
+    value = data.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"grant.{name} must be an integer", field=f"grant.{name}")
+    if not minimum <= value <= maximum:
+        raise InvalidInput(
+            f"grant.{name} must be between {minimum} and {maximum}",
+            field=f"grant.{name}",
+            details={"minimum": minimum, "maximum": maximum},
+        )
+    return value
+
+
+def _ids(data: Mapping[str, Any], name: str) -> frozenset[str]:
+    value = data.get(name, [])
+    if not isinstance(value, list):
+        raise InvalidInput(f"grant.{name} must be a list of exact IDs", field=f"grant.{name}")
+    prefix = ID_KINDS[name] + "_"
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        field = f"grant.{name}[{index}]"
+        if not isinstance(item, str) or not _EXACT_ID.match(item) or not item.startswith(prefix):
+            raise InvalidInput(
+                f"{field} must be an exact {name[:-1]} ID ({prefix}…); there is no wildcard",
+                field=field,
+            )
+        if item in seen:
+            raise InvalidInput(f"{field} repeats {item}", field=field)
+        seen.add(item)
+    return frozenset(seen)
+
+
+def parse_grant(data: object, *, requested_scopes: Iterable[str] | None = None) -> GrantTerms:
+    """Check a GRANT object: types, defaults, maxima, the seven remote scopes, exact IDs.
+
+    With ``requested_scopes`` (approval of an offer), the scopes must be a subset of them.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInput("grant must be an object", field="grant")
+    unknown = sorted(set(data) - GRANT_FIELDS)
+    if unknown:
+        raise InvalidInput(f"grant.{unknown[0]} is not a known field", field=f"grant.{unknown[0]}")
+    if "scopes" not in data:
+        raise InvalidInput("grant.scopes is required", field="grant.scopes")
+    scopes = parse_scopes(data["scopes"], field="grant.scopes", allowed=REMOTE_SCOPES)
+    if requested_scopes is not None:
+        extra = sorted(scopes - set(requested_scopes))
+        if extra:
+            raise InvalidInput(
+                f"grant.scopes holds {extra[0]}, which the offer did not request",
+                field="grant.scopes",
+                details={"scope": extra[0]},
+            )
+    stop_on_revoke = data.get("stop_on_revoke", False)
+    if not isinstance(stop_on_revoke, bool):
+        raise InvalidInput("grant.stop_on_revoke must be a boolean", field="grant.stop_on_revoke")
+    return GrantTerms(
+        scopes=scopes,
+        services=_ids(data, "services"),
+        models=_ids(data, "models"),
+        nodes=_ids(data, "nodes"),
+        lifetime=_count(data, "lifetime", DEFAULT_LIFETIME_SECONDS, MAX_LIFETIME_SECONDS, 1),
+        concurrent=_count(data, "concurrent", DEFAULT_CONCURRENT, MAX_CONCURRENT, 1),
+        requests=_count(data, "requests", DEFAULT_REQUESTS, MAX_REQUESTS, 1),
+        transfer_bytes=_count(
+            data, "transfer_bytes", DEFAULT_TRANSFER_BYTES, MAX_TRANSFER_BYTES, 0
+        ),
+        request_bytes=_count(data, "request_bytes", DEFAULT_REQUEST_BYTES, MAX_REQUEST_BYTES, 1),
+        response_bytes=_count(
+            data, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES, 1
+        ),
+        stop_on_revoke=stop_on_revoke,
+    )
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A grant this cluster gave a peer, with what it has used."""
+
+    id: str
+    project: str
+    peer_id: str
+    terms: GrantTerms
+    state: str
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    requests_used: int
+    transfer_bytes_used: int
+    created_services: frozenset[str] = frozenset()
+    created_models: frozenset[str] = frozenset()
+
+    def state_at(self, now: datetime) -> str:
+        """Lifetime expiry makes an active grant expired at ``expires_at``."""
+        if self.state == ACTIVE and now >= self.expires_at:
+            return EXPIRED
+        return self.state
+
+    def remaining(self) -> dict[str, int]:
+        return {
+            "requests": max(self.terms.requests - self.requests_used, 0),
+            "transfer_bytes": max(self.terms.transfer_bytes - self.transfer_bytes_used, 0),
+        }
+
+    def covers(self, kind: str, resource_id: str) -> bool:
+        """Whether an exact resource ID is in the grant (or was created through it)."""
+        if kind == "services":
+            return resource_id in self.terms.services or resource_id in self.created_services
+        if kind == "models":
+            return resource_id in self.terms.models or resource_id in self.created_models
+        return resource_id in self.terms.nodes
+
+
+def expiry_of(created_at: datetime, terms: GrantTerms) -> datetime:
+    return created_at + timedelta(seconds=terms.lifetime)

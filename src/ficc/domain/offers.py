@@ -1,0 +1,85 @@
+"""Offers: a request to pair, from the requester to the service's cluster, and its states.
+
+Outgoing (requester): sent → accepted (receipt received) → finished; or discarded, expired.
+Incoming (service side): received → approved (receipt signed) → finished; or discarded, expired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from ficc.base.errors import Conflict
+from ficc.base.units import DAY_SECONDS
+
+# "Offers not approved within 7 days expire."
+OFFER_LIFETIME_SECONDS: Final = 7 * DAY_SECONDS
+
+OUTGOING: Final = "outgoing"
+INCOMING: Final = "incoming"
+
+SENT: Final = "sent"
+RECEIVED: Final = "received"
+APPROVED: Final = "approved"
+ACCEPTED: Final = "accepted"
+FINISHED: Final = "finished"
+DISCARDED: Final = "discarded"
+EXPIRED: Final = "expired"
+
+OPEN_STATES: Final = frozenset({SENT, RECEIVED, APPROVED, ACCEPTED})
+
+# (direction, state, event) → next state
+TRANSITIONS: Final[dict[tuple[str, str, str], str]] = {
+    (OUTGOING, SENT, "receipt"): ACCEPTED,
+    (OUTGOING, ACCEPTED, "receipt"): ACCEPTED,
+    (OUTGOING, SENT, "finish"): FINISHED,
+    (OUTGOING, ACCEPTED, "finish"): FINISHED,
+    (OUTGOING, SENT, "discard"): DISCARDED,
+    (OUTGOING, ACCEPTED, "discard"): DISCARDED,
+    (INCOMING, RECEIVED, "approve"): APPROVED,
+    (INCOMING, RECEIVED, "discard"): DISCARDED,
+    (INCOMING, APPROVED, "finish"): FINISHED,
+    (INCOMING, APPROVED, "discard"): DISCARDED,
+}
+
+
+@dataclass(frozen=True)
+class Offer:
+    id: str
+    direction: str
+    project: str | None
+    service: str
+    """The HyperNet ID of the other side: the service's cluster (outgoing), the requester's
+    (incoming)."""
+    peer_label: str | None
+    peer_cluster_key: str | None
+    scopes: frozenset[str]
+    state: str
+    revision: int
+    receipt: dict[str, Any] | None
+    ticket: str | None
+    created_at: datetime
+    expires_at: datetime
+    peer_id: str | None = None
+
+    def state_at(self, now: datetime) -> str:
+        if self.state in (SENT, RECEIVED) and now >= self.expires_at:
+            return EXPIRED
+        return self.state
+
+
+def next_state(offer: Offer, event: str, now: datetime) -> str:
+    """The state after ``event``, or Conflict naming what the offer's state allows."""
+    state = offer.state_at(now)
+    target = TRANSITIONS.get((offer.direction, state, event))
+    if target is None:
+        raise Conflict(
+            f"this {offer.direction} offer is {state}; '{event}' is not possible now",
+            details={"state": state, "event": event},
+        )
+    return target
+
+
+def expiry(created_at: datetime) -> datetime:
+    return created_at + timedelta(seconds=OFFER_LIFETIME_SECONDS)

@@ -1,0 +1,169 @@
+"""The companion: this cluster's HyperNet endpoint, configured once and restored at start.
+
+A broken agent directory does not stop FICC: the companion shows ``failed`` with the reason,
+and the API keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.domain.principals import Principal
+from ficc.services import audit
+from ficc.services.peer_channel import PeerChannel, PeerIdentity
+from ficc.services.ports import Clock, UnitOfWorkFactory
+
+log = logging.getLogger("ficc.companion")
+
+COMPANION_SETTING: Final = "companion"
+LABEL_SETTING: Final = "label"
+MAX_LABEL_CHARS: Final = 100
+
+UNCONFIGURED: Final = "unconfigured"
+RUNNING: Final = "running"
+FAILED: Final = "failed"
+STOPPED: Final = "stopped"
+
+
+class Transport(PeerChannel, Protocol):
+    """A started HyperNet endpoint, as the services see it."""
+
+    @property
+    def hypernet_id(self) -> str: ...
+    @property
+    def addresses(self) -> list[str]: ...
+    @property
+    def ticket(self) -> str: ...
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
+
+
+TransportFactory = Callable[[Path], Transport]
+
+
+def parse_label(value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_LABEL_CHARS:
+        raise InvalidInput(
+            f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters",
+            field="label",
+        )
+    return value.strip()
+
+
+def parse_agent_directory(value: object) -> Path:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise InvalidInput("agent_directory must be a path", field="agent_directory")
+    path = Path(value)
+    if not path.is_absolute():
+        raise InvalidInput("agent_directory must be an absolute path", field="agent_directory")
+    if ".." in path.parts:
+        raise InvalidInput("agent_directory must not contain '..'", field="agent_directory")
+    return path
+
+
+class Companion:
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        factory: TransportFactory,
+        cluster_key: str,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._factory = factory
+        self.cluster_key = cluster_key
+        self.state = UNCONFIGURED
+        self.error: str | None = None
+        self.agent_directory: Path | None = None
+        self.label = ""
+        self._transport: Transport | None = None
+
+    async def restore(self) -> None:
+        """Start the companion a previous configuration asked for."""
+        async with self._uow_factory() as uow:
+            config = await uow.settings.get(COMPANION_SETTING)
+            label = await uow.settings.get(LABEL_SETTING)
+        self.label = str(label or "")
+        if isinstance(config, dict) and isinstance(config.get("agent_directory"), str):
+            await self._start(Path(config["agent_directory"]))
+
+    async def configure(self, principal: Principal, agent_directory: object, label: object) -> None:
+        principal.require_scope("federation:manage")
+        principal.require_local_owner()
+        directory = parse_agent_directory(agent_directory)
+        new_label = parse_label(label) if label is not None else None
+        async with self._uow_factory() as uow:
+            await uow.settings.put(COMPANION_SETTING, {"agent_directory": str(directory)})
+            if new_label is not None:
+                await uow.settings.put(LABEL_SETTING, new_label)
+            await audit.record(
+                uow,
+                self._clock,
+                action="companion.configured",
+                actor=audit.actor_of(principal),
+                project=None,
+                target=str(directory),
+                details={"label": new_label},
+            )
+            await uow.commit()
+        if new_label is not None:
+            self.label = new_label
+        await self._start(directory)
+
+    async def _start(self, directory: Path) -> None:
+        await self.stop()
+        self.agent_directory = directory
+        transport = self._factory(directory)
+        try:
+            await transport.start()
+        except FiccError as exc:
+            self.state, self.error = FAILED, exc.message
+            log.warning("the companion failed to start: %s", exc.message)
+            return
+        except OSError as exc:
+            self.state = FAILED
+            self.error = f"the agent directory cannot be used: {exc.strerror or 'I/O error'}"
+            return
+        self._transport, self.state, self.error = transport, RUNNING, None
+
+    async def stop(self) -> None:
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.stop()
+            self.state = STOPPED
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            raise Unavailable(
+                "the companion is not running; configure it with PUT /api/v1/federation/"
+                "configuration",
+                details={"companion": self.state},
+            )
+        return self._transport
+
+    def companion_json(self) -> dict[str, Any]:
+        transport = self._transport
+        return {
+            "configured": self.agent_directory is not None,
+            "state": self.state,
+            "agent_directory": None if self.agent_directory is None else str(self.agent_directory),
+            "hypernet_id": None if transport is None else transport.hypernet_id,
+            "addresses": [] if transport is None else transport.addresses,
+            "error": self.error,
+        }
+
+    def identity_json(self) -> dict[str, Any]:
+        transport = self._transport
+        return {
+            "label": self.label,
+            "cluster_key": self.cluster_key,
+            "hypernet_id": None if transport is None else transport.hypernet_id,
+            "ticket": None if transport is None else transport.ticket,
+        }
