@@ -33,6 +33,7 @@ from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
+from ficc.services.remote_operations import RemoteOperations
 
 DEFAULT_LISTEN = "127.0.0.1:8470"
 DEFAULT_HYPERNET_BIND = "0.0.0.0:0"
@@ -86,6 +87,7 @@ class Cluster:
     inference: InferenceServices = field(init=False)
     companion: Companion = field(init=False)
     federation: Federation = field(init=False)
+    remote: RemoteOperations = field(init=False)
 
     def __post_init__(self) -> None:
         self.blobs = BlobStore(self.state.store)
@@ -110,6 +112,9 @@ class Cluster:
             GrantSlots(),
         )
         self.federation.on_grant_ended.append(self.inference.stop_for_grant)
+        self.remote = RemoteOperations(
+            self.uow_factory, self.clock, self.federation, self.inference
+        )
 
     def _transport(self, agent_directory: Path) -> Transport:
         return HyperNetEndpoint(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,24 @@ class ControlClient:
         if response.is_error:
             raise _error_of(payload, response.status_code)
         return payload
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, body: Any | None = None) -> Iterator[httpx.Response]:
+        """A response whose body is read as it arrives (server-sent events)."""
+        if not (self.state_dir / SOCKET_NAME).exists():
+            raise NoServer(self.state_dir)
+        try:
+            with self._client.stream(method, path, json=body) as response:
+                if response.is_error:
+                    response.read()
+                    try:
+                        payload = response.json()
+                    except ValueError:
+                        payload = None
+                    raise _error_of(payload, response.status_code)
+                yield response
+        except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
+            raise NoServer(self.state_dir) from exc
 
 
 def _error_of(payload: Any, status: int) -> FiccError:

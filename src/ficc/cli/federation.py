@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
+from ficc.cli.client import ControlClient
 from ficc.cli.main import call, cli, emit, handles_errors, read_input, state_options
+from ficc.services.remote_operations import INVOKE_TIMEOUT_SECONDS, is_streaming
 
 PREFIX = "/api/v1/federation"
 
@@ -157,3 +161,53 @@ def federation_retire(state_dir: Path, project: str, grant: str) -> None:
 def federation_forget(state_dir: Path, project: str, peer: str) -> None:
     """Delete a removed peer whose grants are all retired."""
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget"))
+
+
+@cli.command("federation-request")
+@state_options
+@click.argument("peer")
+@click.option("--input", "input_path", required=True, help='{"operation", "body", "mutation_id"?}')
+@click.option("--output", "output_path", help="Write the result here; the file must not exist.")
+@handles_errors
+def federation_request(
+    state_dir: Path, project: str, peer: str, input_path: str, output_path: str | None
+) -> None:
+    """Send one remote operation through the selected grant (never retried)."""
+    body = read_input(input_path)
+    output = _exclusive(output_path) if output_path is not None else None
+    try:
+        with ControlClient(state_dir, project, timeout_seconds=INVOKE_TIMEOUT_SECONDS) as client:
+            path = f"{PREFIX}/peers/{peer}/request"
+            if (
+                isinstance(body, dict)
+                and isinstance(body.get("body"), dict)
+                and (is_streaming(str(body.get("operation")), body["body"]))
+            ):
+                with client.stream("POST", path, body) as response:
+                    for data in response.iter_bytes():
+                        _write(output, data)
+            else:
+                result = client.request("POST", path, body)
+                _write(output, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+    finally:
+        if output is not None:
+            output.close()
+
+
+def _exclusive(path: str) -> BinaryIO:
+    """Create the output file, refusing one that exists (and touching nothing)."""
+    try:
+        return open(path, "xb")
+    except FileExistsError as exc:
+        raise click.UsageError(f"--output: {path} exists already; it was not touched") from exc
+    except OSError as exc:
+        raise click.UsageError(f"--output: cannot create {path}: {exc.strerror}") from exc
+
+
+def _write(output: BinaryIO | None, data: bytes) -> None:
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        output.write(data)
+        output.flush()

@@ -7,12 +7,19 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ficc.base.errors import Conflict, InvalidInput, NotFound
+from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound
 from ficc.base.ids import new_id
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.manifests import build_manifest, canonical_sha256, parse_safe_relative_path
+from ficc.domain.manifests import (
+    Manifest,
+    build_manifest,
+    canonical_sha256,
+    parse_safe_relative_path,
+)
+from ficc.domain.mutations import derived_entropy
 from ficc.domain.principals import Principal
-from ficc.services import audit
+from ficc.services import audit, mutations
+from ficc.services.mutations import MutationKey
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory, UserPathResolver
 
 MAX_MODEL_FILES = 256
@@ -160,3 +167,110 @@ def model_json(model: CatalogueModel) -> dict[str, Any]:
         "provenance": model.provenance,
         "created_at": model.created_at,
     }
+
+
+async def create_model_record(
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    project: str,
+    manifest: Manifest,
+    *,
+    key: MutationKey,
+    created_by_grant: str,
+    actor: str,
+    peer: tuple[str, str],
+    max_created: int,
+) -> tuple[dict[str, Any], bool]:
+    """A catalogue record from a peer's manifest: no files, never an existing record adopted.
+
+    Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
+    """
+    async with uow_factory() as uow:
+        done = await mutations.replay(uow, key)
+        if done is not None:
+            return done, True
+        model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
+        existing = await uow.models.get(model_id)
+        if existing is None:
+            created = sum(
+                1 for m in await uow.models.list(project) if m.created_by_grant == created_by_grant
+            )
+            uncertain = await uow.receipts.count(key.scope, "models.create", mutations.UNCERTAIN)
+            if created + uncertain - 1 >= max_created:
+                raise LimitExceeded(
+                    f"a grant can create at most {max_created} models",
+                    details={"limit": "created_models", "allowed": max_created},
+                )
+            existing = CatalogueModel(
+                id=model_id,
+                project=project,
+                name=manifest.name,
+                format=manifest.format,
+                manifest=manifest.to_json(),
+                sha256=canonical_sha256(manifest),
+                created_at=clock(),
+                created_by_grant=created_by_grant,
+            )
+            await uow.models.add(existing)
+            await audit.record(
+                uow,
+                clock,
+                action="model.created",
+                actor=actor,
+                project=project,
+                target=model_id,
+                details={"sha256": existing.sha256, "grant": created_by_grant},
+                peer_hypernet_id=peer[0],
+                peer_cluster_key=peer[1],
+            )
+        result = _plain_model(existing)
+        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await uow.commit()
+    return result, False
+
+
+async def remove_model_record(
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    project: str,
+    model_id: str,
+    *,
+    key: MutationKey,
+    actor: str,
+    peer: tuple[str, str],
+) -> tuple[dict[str, Any], bool]:
+    """Remove a granted catalogue record that no service uses (its blobs stay if shared)."""
+    async with uow_factory() as uow:
+        done = await mutations.replay(uow, key)
+        if done is not None:
+            return done, True
+        model = await uow.models.get(model_id)
+        if model is None or model.project != project:
+            raise NotFound(f"no model {model_id}", details={"model": model_id})
+        users = await uow.model_usage.users_of_model(model_id)
+        if users:
+            raise Conflict(
+                f"model {model_id} is used by the service {users[0]}",
+                details={"services": list(users)},
+            )
+        await uow.models.delete(model_id)
+        await audit.record(
+            uow,
+            clock,
+            action="model.deleted",
+            actor=actor,
+            project=project,
+            target=model_id,
+            peer_hypernet_id=peer[0],
+            peer_cluster_key=peer[1],
+        )
+        result = {"id": model_id, "removed": True}
+        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await uow.commit()
+    return result, False
+
+
+def _plain_model(model: CatalogueModel) -> dict[str, Any]:
+    shown = model_json(model)
+    shown["created_at"] = model.created_at.isoformat()
+    return shown

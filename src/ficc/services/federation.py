@@ -25,6 +25,8 @@ from typing import Any, Final
 from ficc.base.errors import (
     Conflict,
     FiccError,
+    GrantExpired,
+    GrantRevoked,
     InvalidInput,
     NotFound,
     PermissionDenied,
@@ -363,7 +365,13 @@ class Federation:
             )
             await uow.offers.update(finished)
             await self._audit(
-                uow, principal, project, "pairing.finished", peer.id, None, {"offer": offer_id}
+                uow,
+                principal,
+                project,
+                "pairing.finished",
+                peer.id,
+                _proven_peer(peer),
+                {"offer": offer_id},
             )
             await uow.commit()
         self._remember(peer)
@@ -379,7 +387,9 @@ class Federation:
             o.next_state(offer, "discard", now)
             discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
-            await self._audit(uow, principal, project, "offer.discarded", offer_id, None)
+            await self._audit(
+                uow, principal, project, "offer.discarded", offer_id, _proven_offerer(offer)
+            )
             await uow.commit()
         told = await self._tell(offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket)
         return {**self._offer_json(discarded, now), "told": told}
@@ -402,7 +412,9 @@ class Federation:
                     )
                 peer = replace(peer, selected_grant=grant_id, updated_at=now)
                 await uow.peers.update(peer)
-                await self._audit(uow, principal, project, "grant.selected", grant_id, None)
+                await self._audit(
+                    uow, principal, project, "grant.selected", grant_id, _proven_peer(peer)
+                )
                 await uow.commit()
                 remote = await uow.remote_grants.of_peer(peer_id)
                 return peer_json(peer, remote)
@@ -508,7 +520,7 @@ class Federation:
                 project,
                 "offer.approved",
                 offer_id,
-                None,
+                _proven_offerer(offer),
                 {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
             )
             await uow.commit()
@@ -542,7 +554,9 @@ class Federation:
                 transfer_bytes_used=0,
             )
             await uow.grants.add(given)
-            await self._audit(uow, principal, project, "grant.created", given.id, None)
+            await self._audit(
+                uow, principal, project, "grant.created", given.id, _proven_peer(peer)
+            )
             await uow.commit()
         return self.grant_json(given, now)
 
@@ -556,8 +570,15 @@ class Federation:
             if grant.state_at(now) not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
                 raise Conflict(f"grant {grant_id} is {grant.state}", details={"state": grant.state})
             await uow.grants.set_state(grant_id, g.REVOKED, now)
-            await self._audit(uow, principal, project, "grant.revoked", grant_id, None)
             peer = await uow.peers.get(grant.peer_id)
+            await self._audit(
+                uow,
+                principal,
+                project,
+                "grant.revoked",
+                grant_id,
+                None if peer is None else _proven_peer(peer),
+            )
             await uow.commit()
         revoked = replace(grant, state=g.REVOKED, revoked_at=now)
         await self._grant_ended(revoked)
@@ -582,7 +603,15 @@ class Federation:
                 )
             await uow.receipts.delete_scope(grant_scope(grant_id))
             await uow.grants.set_state(grant_id, g.RETIRED, None)
-            await self._audit(uow, principal, project, "grant.retired", grant_id, None)
+            peer = await uow.peers.get(grant.peer_id)
+            await self._audit(
+                uow,
+                principal,
+                project,
+                "grant.retired",
+                grant_id,
+                None if peer is None else _proven_peer(peer),
+            )
             await uow.commit()
         if state == g.EXPIRED:
             await self._grant_ended(grant)
@@ -609,16 +638,19 @@ class Federation:
                 project,
                 "peer.removed",
                 peer_id,
-                None,
+                _proven_peer(peer),
                 {"revoked": [grant.id for grant in ended]},
             )
             await uow.commit()
-        self._remember(removed)
         for grant in ended:
             await self._grant_ended(grant)
         told = False
         if peer.state == p.PAIRED:
+            # Told over a session at the pairing's generation, so the peer can prove it is
+            # this pairing that ends; only then is the generation forgotten. The peer is
+            # already removed in the database, so nothing is served meanwhile.
             told = await self._tell(peer.hypernet_id, "peer.removed", {}, peer.ticket, peer)
+        self._remember(removed)
         async with self._uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
@@ -644,7 +676,9 @@ class Federation:
             await uow.remote_grants.delete_for_peer(peer_id)
             await self._delete_grants(uow, grants)
             await uow.peers.delete(peer_id)
-            await self._audit(uow, principal, project, "peer.forgotten", peer_id, None)
+            await self._audit(
+                uow, principal, project, "peer.forgotten", peer_id, _proven_peer(peer)
+            )
             await uow.commit()
         return {"peer": peer_id, "forgotten": True}
 
@@ -677,7 +711,12 @@ class Federation:
 
     async def _grant_ended(self, grant: g.Grant) -> None:
         """Revocation, expiry, removal: cancel what runs under the grant, then the hooks."""
-        self.slots.cancel_all(grant.id)
+        reason: FiccError = (
+            GrantExpired("the grant expired", details={"grant": grant.id})
+            if grant.state == g.EXPIRED
+            else GrantRevoked("the grant was revoked", details={"grant": grant.id})
+        )
+        self.slots.end_all(grant.id, reason)
         for hook in self.on_grant_ended:
             try:
                 await hook(grant)
@@ -908,6 +947,18 @@ class Federation:
 def grant_scope(grant_id: str) -> str:
     """The mutation-receipt scope of a grant's remote mutations."""
     return f"grant:{grant_id}"
+
+
+def _proven_peer(peer: p.Peer) -> PeerIdentity:
+    """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
+    return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
+
+
+def _proven_offerer(offer: o.Offer) -> PeerIdentity | None:
+    """The identity the other side of an offer proved in the session that carried it."""
+    if offer.peer_cluster_key is None:
+        return None
+    return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
 
 
 def _label(value: object) -> str | None:

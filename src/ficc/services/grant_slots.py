@@ -1,48 +1,105 @@
-"""Requests in flight under each grant: the ``concurrent`` limit and cancellation on revoke.
+"""Requests in flight under each grant: the ``concurrent`` limit, and ending them on revoke.
 
 A slot is taken at admission and given back on every exit path (the context manager's exit
-runs on success, error, timeout and cancellation). Revoking a grant cancels the tasks that
-hold its slots, on this side; the peer is told separately.
+runs on success, error, timeout and cancellation). Ending a grant (revocation, expiry, peer
+removal) ends every request holding one of its slots: each one's work is raced against the
+slot's end, so the peer receives ``grant_revoked`` or ``grant_expired``, not a silent stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from datetime import datetime
+from typing import TypeVar
 
-from ficc.base.errors import LimitExceeded
+from ficc.base.errors import FiccError, GrantExpired, LimitExceeded
+
+T = TypeVar("T")
+
+
+class Slot:
+    """One admitted request; ``ended`` is set when its grant ends."""
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+        self.reason: FiccError | None = None
+
+    def end(self, reason: FiccError) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.ended.set()
+
+    def check(self) -> None:
+        if self.reason is not None:
+            raise self.reason
+
+    async def race(self, work: Awaitable[T]) -> T:
+        """``work``'s result, unless the grant ends first (then ``work`` is cancelled)."""
+        self.check()
+        task = asyncio.ensure_future(work)
+        ended = asyncio.ensure_future(self.ended.wait())
+        try:
+            await asyncio.wait({task, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            self.check()
+            raise asyncio.CancelledError
+        return task.result()
+
+    async def guard(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
+        """The items of ``items`` until it ends or the grant ends."""
+        iterator = aiter(items)
+        while True:
+            try:
+                item = await self.race(anext(iterator))
+            except StopAsyncIteration:
+                return
+            yield item
 
 
 class GrantSlots:
     def __init__(self) -> None:
-        self._holders: dict[str, set[asyncio.Task[object]]] = {}
+        self._slots: dict[str, set[Slot]] = {}
 
     def in_flight(self, grant_id: str) -> int:
-        return len(self._holders.get(grant_id, ()))
+        return len(self._slots.get(grant_id, ()))
 
     @contextlib.asynccontextmanager
-    async def slot(self, grant_id: str, concurrent: int) -> AsyncIterator[None]:
-        """Hold one of ``concurrent`` slots for the current task, or refuse at once."""
-        holders = self._holders.setdefault(grant_id, set())
-        if len(holders) >= concurrent:
+    async def slot(
+        self, grant_id: str, concurrent: int, expires_at: datetime, now: datetime
+    ) -> AsyncIterator[Slot]:
+        """Hold one of ``concurrent`` slots, or refuse at once naming the limit."""
+        slots = self._slots.setdefault(grant_id, set())
+        if len(slots) >= concurrent:
             raise LimitExceeded(
                 f"the grant allows {concurrent} concurrent requests; all are in use",
                 details={"limit": "concurrent", "allowed": concurrent},
             )
-        task = asyncio.current_task()
-        assert task is not None
-        holders.add(task)
+        slot = Slot()
+        slots.add(slot)
+        loop = asyncio.get_running_loop()
+        expiry = loop.call_later(
+            max((expires_at - now).total_seconds(), 0),
+            slot.end,
+            GrantExpired("the grant expired", details={"grant": grant_id}),
+        )
         try:
-            yield
+            yield slot
         finally:
-            holders.discard(task)
-            if not holders:
-                self._holders.pop(grant_id, None)
+            expiry.cancel()
+            slots.discard(slot)
+            if not slots:
+                self._slots.pop(grant_id, None)
 
-    def cancel_all(self, grant_id: str) -> int:
-        """Cancel every request in flight under a grant (revocation, expiry, peer removal)."""
-        holders = list(self._holders.get(grant_id, ()))
-        for task in holders:
-            task.cancel()
-        return len(holders)
+    def end_all(self, grant_id: str, reason: FiccError) -> int:
+        """End every request in flight under a grant."""
+        slots = list(self._slots.get(grant_id, ()))
+        for slot in slots:
+            slot.end(reason)
+        return len(slots)

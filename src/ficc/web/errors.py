@@ -7,6 +7,7 @@ unexpected exceptions are logged with a request id and answered with that id onl
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from typing import Any
 
@@ -32,7 +33,7 @@ STATUS_BY_CLASS: dict[type[e.FiccError], int] = {
     e.ProtocolError: 502,
 }
 
-OPENAI_PREFIXES = ("/api/v1/inference/v1", "/api/v1/federation/peers/")
+OPENAI_PATH = re.compile(r"^/api/v1/(inference|federation/peers/[^/]+)/v1(/|$)")
 
 
 def status_of(error: e.FiccError) -> int:
@@ -43,9 +44,7 @@ def status_of(error: e.FiccError) -> int:
 
 
 def _is_openai_path(path: str) -> bool:
-    return path.startswith(OPENAI_PREFIXES[0]) or (
-        path.startswith(OPENAI_PREFIXES[1]) and "/v1/" in path
-    )
+    return OPENAI_PATH.match(path) is not None
 
 
 def envelope(error: e.FiccError) -> dict[str, Any]:

@@ -72,3 +72,9 @@ class OfferFinish(Strict):
 
 class Refresh(Strict):
     grant: str | None = None
+
+
+class RemoteRequest(Strict):
+    operation: str
+    body: dict[str, Any] = {}
+    mutation_id: str | None = None

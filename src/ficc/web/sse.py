@@ -40,14 +40,22 @@ async def wait_for_disconnect(receive: Receive) -> None:
             return
 
 
-class EventStreamResponse(Response):
-    """Relays engine events as SSE; ``close`` runs on every exit path."""
+def sse_bytes(events: AsyncIterator[EngineEvent]) -> AsyncIterator[bytes]:
+    """Engine events as the bytes of server-sent events."""
 
-    def __init__(
-        self, events: AsyncIterator[EngineEvent], close: Callable[[], Awaitable[None]]
-    ) -> None:
+    async def encode() -> AsyncIterator[bytes]:
+        async for event in events:
+            yield b"data: " + event.data.encode() + b"\n\n"
+
+    return encode()
+
+
+class EventStreamResponse(Response):
+    """Relays server-sent events as they come; ``close`` runs on every exit path."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
         super().__init__(status_code=200)
-        self._events = events
+        self._chunks = chunks
         self._close = close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -70,8 +78,7 @@ class EventStreamResponse(Response):
 
     async def _relay(self, send: Send) -> None:
         try:
-            async for event in self._events:
-                chunk = b"data: " + event.data.encode() + b"\n\n"
+            async for chunk in self._chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except FiccError as exc:
             await send({"type": "http.response.body", "body": error_event(exc), "more_body": True})

@@ -534,6 +534,26 @@ class SqlReceipts(_Repository):
             delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
         )
 
+    async def delete(self, scope: str, mutation_id: str) -> None:
+        await self._c.execute(
+            delete(t.mutation_receipts).where(
+                t.mutation_receipts.c.scope == scope,
+                t.mutation_receipts.c.mutation_id == mutation_id,
+            )
+        )
+
+    async def count(self, scope: str, operation: str, state: str) -> int:
+        query = (
+            select(func.count())
+            .select_from(t.mutation_receipts)
+            .where(
+                t.mutation_receipts.c.scope == scope,
+                t.mutation_receipts.c.operation == operation,
+                t.mutation_receipts.c.state == state,
+            )
+        )
+        return int((await self._c.execute(query)).scalar_one())
+
 
 class SqlPeers(_Repository):
     @staticmethod

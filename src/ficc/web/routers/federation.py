@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request, Response
 
 from ficc.services import audit
+from ficc.services.remote_operations import is_streaming
 from ficc.web.auth import Context, scoped
-from ficc.web.schemas import Configuration, OfferApprove, OfferCreate, OfferFinish, Refresh
+from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
+from ficc.web.schemas import (
+    Configuration,
+    OfferApprove,
+    OfferCreate,
+    OfferFinish,
+    Refresh,
+    RemoteRequest,
+)
+from ficc.web.sse import EventStreamResponse, unless_disconnected
 
 router = APIRouter()
 
@@ -92,6 +103,38 @@ async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")
 @router.post(f"{PREFIX}/peers/{{peer_id}}/forget")
 async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.forget_peer(ctx.principal, ctx.project, peer_id)
+
+
+@router.post(f"{PREFIX}/peers/{{peer_id}}/request")
+async def request(
+    peer_id: str,
+    body: RemoteRequest,
+    http: Request,
+    ctx: Context = scoped("federation:invoke"),
+) -> Any:
+    remote = ctx.cluster.remote
+    if is_streaming(body.operation, body.body):
+        stack = contextlib.AsyncExitStack()
+        chunks = await stack.enter_async_context(
+            remote.open_stream(
+                ctx.principal, ctx.project, peer_id, operation=body.operation, body=body.body
+            )
+        )
+        return EventStreamResponse(chunks, stack.aclose)
+    answer = await unless_disconnected(
+        http,
+        remote.request(
+            ctx.principal,
+            ctx.project,
+            peer_id,
+            operation=body.operation,
+            body=body.body,
+            mutation_id=body.mutation_id,
+        ),
+    )
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return answer
 
 
 @router.get(f"{PREFIX}/audit")

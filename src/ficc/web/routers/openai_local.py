@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
-from ficc.web.sse import EventStreamResponse, json_body, unless_disconnected
+from ficc.web.sse import EventStreamResponse, json_body, sse_bytes, unless_disconnected
 
 router = APIRouter()
 
@@ -64,7 +64,7 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
         events = await stack.enter_async_context(
             inference.stream(ctx.project, service_id, engine_path, body)
         )
-        return EventStreamResponse(events, stack.aclose)
+        return EventStreamResponse(sse_bytes(events), stack.aclose)
     answer = await unless_disconnected(
         request, inference.complete(ctx.project, service_id, engine_path, body)
     )

@@ -1,0 +1,575 @@
+"""Remote operations under a grant: the requester's side and the grantor's side.
+
+The grantor checks every request, in this order, before any effect: the session's proven
+identity is the grant's peer at the pairing's generation; the grant is active and not expired;
+the operation's scope is in the grant; the mutation_id rule; ``request_bytes``; a
+``concurrent`` slot (held until the answer or stream ends, on every exit path); the
+``requests`` allowance (charged at admission); then every resource ID named in the body.
+
+Mutations are exactly-once: an *uncertain* receipt is committed before the effect; the effect
+and the completed receipt commit together. A retry with the same mutation_id and arguments
+replays the result; other arguments are a conflict. IDs of created records derive from the
+mutation, so a retry after a crash finds what the first try made instead of making another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ficc.base.errors import (
+    Conflict,
+    FiccError,
+    GrantExpired,
+    GrantRevoked,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    TooLarge,
+)
+from ficc.base.ids import parse_id
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.domain.inference import parse_service_spec, uses_local_model
+from ficc.domain.manifests import parse_manifest
+from ficc.domain.operations import (
+    check_mutation_id,
+    check_scope,
+    invoke_path,
+    only_fields,
+    parse_body,
+    parse_operation_name,
+)
+from ficc.domain.principals import Principal
+from ficc.domain.receipts import b64
+from ficc.services import mutations
+from ficc.services.catalogue import create_model_record, remove_model_record
+from ficc.services.federation import Federation, grant_scope
+from ficc.services.grant_slots import Slot
+from ficc.services.inference import Actor, InferenceServices
+from ficc.services.mutations import MutationKey
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+
+log = logging.getLogger("ficc.remote")
+
+WIRE_OPERATION: Final = "grant.request"
+REQUEST_TIMEOUT_SECONDS: Final = 30.0
+INVOKE_TIMEOUT_SECONDS: Final = 300.0
+
+
+@dataclass(frozen=True)
+class Call:
+    """One admitted request: who, under which grant, what, and the slot it holds."""
+
+    identity: PeerIdentity
+    peer: p.Peer
+    grant: g.Grant
+    operation: str
+    body: dict[str, Any]
+    mutation_id: str | None
+    slot: Slot
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(
+            name=f"peer:{self.peer.id}",
+            grant_id=self.grant.id,
+            peer_hypernet_id=self.identity.hypernet_id,
+            peer_cluster_key=b64(self.identity.cluster_key),
+        )
+
+    def key(self) -> MutationKey:
+        assert self.mutation_id is not None
+        return MutationKey.of(
+            grant_scope(self.grant.id), self.mutation_id, self.operation, self.body
+        )
+
+    def require(self, kind: str, resource_id: str, field: str) -> None:
+        """Every resource ID named in the body must be in the grant (or created by it)."""
+        if not self.grant.covers(kind, resource_id):
+            raise PermissionDenied(
+                f"{field} names {resource_id}, which the grant does not include",
+                details={"field": field, "reason": "resource_not_granted"},
+            )
+
+
+Handler = Callable[[Call], Awaitable[dict[str, Any]]]
+
+
+def is_streaming(operation: str, body: dict[str, Any]) -> bool:
+    inner = body.get("body")
+    return (
+        operation == "inference.invoke" and isinstance(inner, dict) and inner.get("stream") is True
+    )
+
+
+class RemoteOperations:
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        federation: Federation,
+        inference: InferenceServices,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._federation = federation
+        self._inference = inference
+        self._handlers: dict[str, Handler] = {
+            "discover": self._discover,
+            "inference.prepare": self._prepare,
+            "inference.preview": self._preview,
+            "inference.get": self._get,
+            "inference.create": self._create,
+            "inference.replace": self._replace,
+            "inference.control": self._control,
+            "inference.invoke": self._invoke,
+            "models.manifest": self._manifest,
+            "models.create": self._model_create,
+            "models.remove": self._model_remove,
+            "resources": self._resources,
+            "operation.status": self._status,
+        }
+        self._streams: dict[str, Callable[[Call], AsyncIterator[bytes]]] = {
+            "inference.invoke": self._invoke_stream,
+        }
+        federation.register(WIRE_OPERATION, self.serve)
+
+    def add_handler(self, operation: str, handler: Handler) -> None:
+        self._handlers[operation] = handler
+
+    def add_stream(self, operation: str, handler: Callable[[Call], AsyncIterator[bytes]]) -> None:
+        self._streams[operation] = handler
+
+    # --- the grantor's side -------------------------------------------------------------------
+
+    async def serve(self, identity: PeerIdentity, wire: dict[str, Any]) -> RequestResult:
+        operation = parse_operation_name(wire.get("operation"))
+        body = parse_body(wire.get("body", {}))
+        streaming = operation in self._streams and (
+            operation != "inference.invoke" or is_streaming(operation, body)
+        )
+        if streaming:
+            return self._serve_stream(identity, wire, operation, body)
+        async with self._admitted(identity, wire, operation, body) as call:
+            handler = self._handlers.get(operation)
+            if handler is None:
+                raise InvalidInput(f"{operation} is not served here", field="operation")
+            return await call.slot.race(handler(call))
+
+    async def _serve_stream(
+        self, identity: PeerIdentity, wire: dict[str, Any], operation: str, body: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        async with self._admitted(identity, wire, operation, body) as call:
+            async for chunk in call.slot.guard(self._streams[operation](call)):
+                yield chunk
+
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, identity: PeerIdentity, wire: dict[str, Any], operation: str, body: dict[str, Any]
+    ) -> AsyncIterator[Call]:
+        grant_id = parse_id("grant", wire.get("grant"), field="grant")
+        now = self._clock()
+        async with self._uow_factory() as uow:
+            peer = await self._federation.paired_peer(uow, identity)
+            grant = await uow.grants.get(grant_id)
+        if grant is None or grant.peer_id != peer.id:
+            raise PermissionDenied(
+                "this peer holds no such grant", details={"grant": grant_id, "reason": "no_grant"}
+            )
+        state = grant.state_at(now)
+        if state in (g.REVOKED, g.RETIRED):
+            raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
+        if state == g.EXPIRED:
+            raise GrantExpired("the grant expired", details={"grant": grant_id})
+        check_scope(operation, grant.terms.scopes)
+        mutation_id = check_mutation_id(operation, wire.get("mutation_id"))
+        size = len(json.dumps(body, separators=(",", ":")).encode())
+        if size > grant.terms.request_bytes:
+            raise TooLarge(
+                f"the request body is {size} bytes; the grant allows {grant.terms.request_bytes}",
+                details={"limit": "request_bytes", "allowed": grant.terms.request_bytes},
+            )
+        async with self._federation.slots.slot(
+            grant.id, grant.terms.concurrent, grant.expires_at, now
+        ) as slot:
+            async with self._uow_factory() as uow:
+                current = await uow.grants.get(grant.id)
+                assert current is not None
+                if current.requests_used >= current.terms.requests:
+                    raise LimitExceeded(
+                        f"the grant's {current.terms.requests} requests are used up",
+                        details={"limit": "requests", "allowed": current.terms.requests},
+                    )
+                await uow.grants.charge(grant.id, requests=1, transfer_bytes=0)
+                await uow.commit()
+            yield Call(identity, peer, current, operation, body, mutation_id, slot)
+
+    async def _once(
+        self, call: Call, effect: Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
+    ) -> dict[str, Any]:
+        """Record uncertainty, then run the effect (which completes the receipt with itself)."""
+        key = call.key()
+        async with self._uow_factory() as uow:
+            done = await mutations.replay(uow, key)
+            if done is not None:
+                return {"replayed": True, "result": done}
+            await mutations.record(uow, self._clock, key, state=mutations.UNCERTAIN, result=None)
+            await uow.commit()
+        result, replayed = await effect(key)
+        return {"replayed": replayed, "result": result}
+
+    # --- operations -------------------------------------------------------------------------
+
+    async def _discover(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, set(), set())
+        project = call.grant.project
+        services = []
+        async with self._uow_factory() as uow:
+            for service_id in sorted(call.grant.terms.services | call.grant.created_services):
+                service = await uow.services.get(service_id)
+                if service is not None and service.project == project:
+                    services.append(
+                        {
+                            "id": service.id,
+                            "alias": service.spec.name,
+                            "state": service.state.value,
+                            "capabilities": ["chat.completions", "completions"],
+                            "model": service.spec.model,
+                        }
+                    )
+        return {
+            "replayed": False,
+            "result": {
+                "services": services,
+                "models": sorted(call.grant.terms.models | call.grant.created_models),
+                "nodes": sorted(call.grant.terms.nodes),
+            },
+        }
+
+    async def _prepare(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, set(), set())
+        result = await self._inference.prepare(
+            call.grant.project,
+            model_ids=frozenset(call.grant.terms.models | call.grant.created_models),
+            node_ids=frozenset(call.grant.terms.nodes),
+        )
+        return {"replayed": False, "result": result}
+
+    async def _check_spec(self, call: Call, spec_data: object) -> None:
+        spec = parse_service_spec(spec_data)
+        if uses_local_model(spec.runtime):
+            call.require("models", spec.model, "body.spec.model")
+        node = spec.node
+        if node is None:
+            async with self._uow_factory() as uow:
+                local = [n.id for n in await uow.nodes.list() if n.is_local]
+            node = local[0] if local else None
+        if node is None or not call.grant.covers("nodes", node):
+            raise PermissionDenied(
+                "body.spec.node must be a node the grant includes",
+                details={"field": "body.spec.node", "reason": "resource_not_granted"},
+            )
+
+    async def _preview(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"spec"}, {"spec"})
+        await self._check_spec(call, call.body["spec"])
+        result = await self._inference.preview(call.grant.project, call.body["spec"])
+        return {"replayed": False, "result": result}
+
+    async def _service(self, call: Call) -> str:
+        service_id = parse_id("service", call.body.get("service"), field="body.service")
+        call.require("services", service_id, "body.service")
+        return service_id
+
+    async def _get(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"service"}, {"service"})
+        service_id = await self._service(call)
+        view = await self._inference.get_service(call.grant.project, service_id)
+        return {"replayed": False, "result": peer_view(view)}
+
+    async def _create(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"spec"}, {"spec"})
+        await self._check_spec(call, call.body["spec"])
+        grant = call.grant
+
+        async def within_cap(uow: UnitOfWork, _: object) -> None:
+            created = await uow.services.count_created_by(grant.id)
+            uncertain = await uow.receipts.count(
+                grant_scope(grant.id), "inference.create", mutations.UNCERTAIN
+            )
+            # This request's own uncertain receipt is among them.
+            if created + uncertain - 1 >= g.MAX_CREATED_SERVICES:
+                raise LimitExceeded(
+                    f"a grant can create at most {g.MAX_CREATED_SERVICES} services",
+                    details={"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES},
+                )
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.create_service(
+                call.actor, grant.project, call.body["spec"], key=key, check=within_cap
+            )
+            return peer_view(view), replayed
+
+        return await self._once(call, effect)
+
+    async def _replace(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"service", "revision", "spec"}, {"service", "revision", "spec"})
+        service_id = await self._service(call)
+        await self._check_spec(call, call.body["spec"])
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.replace_service(
+                call.actor,
+                call.grant.project,
+                service_id,
+                revision=call.body["revision"],
+                spec_data=call.body["spec"],
+                key=key,
+            )
+            return peer_view(view), replayed
+
+        return await self._once(call, effect)
+
+    async def _control(self, call: Call) -> dict[str, Any]:
+        only_fields(
+            call.body,
+            {"service", "revision", "operation", "acknowledge_unknown"},
+            {"service", "revision", "operation"},
+        )
+        service_id = await self._service(call)
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.control_service(
+                call.actor,
+                call.grant.project,
+                service_id,
+                revision=call.body["revision"],
+                operation=call.body["operation"],
+                acknowledge_unknown=call.body.get("acknowledge_unknown", False),
+                key=key,
+            )
+            return (peer_view(view) if "spec" in view else view), replayed
+
+        return await self._once(call, effect)
+
+    def _invoke_args(self, call: Call) -> tuple[str, str, dict[str, Any]]:
+        only_fields(call.body, {"service", "path", "body"}, {"service", "path", "body"})
+        service_id = parse_id("service", call.body.get("service"), field="body.service")
+        call.require("services", service_id, "body.service")
+        path = invoke_path(call.body["path"])
+        inner = call.body["body"]
+        if not isinstance(inner, dict):
+            raise InvalidInput("body.body must be a JSON object", field="body.body")
+        return service_id, path, inner
+
+    async def _invoke(self, call: Call) -> dict[str, Any]:
+        service_id, path, inner = self._invoke_args(call)
+        answer = await self._inference.complete(call.grant.project, service_id, path, inner)
+        size = len(json.dumps(answer).encode())
+        if size > call.grant.terms.response_bytes:
+            raise LimitExceeded(
+                f"the response is {size} bytes; the grant allows {call.grant.terms.response_bytes}",
+                details={"limit": "response_bytes", "allowed": call.grant.terms.response_bytes},
+            )
+        return {"replayed": False, "result": answer}
+
+    async def _invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
+        service_id, path, inner = self._invoke_args(call)
+        limit = call.grant.terms.response_bytes
+        sent = 0
+        async with self._inference.stream(call.grant.project, service_id, path, inner) as events:
+            async for event in events:
+                chunk = b"data: " + event.data.encode() + b"\n\n"
+                if sent + len(chunk) > limit:
+                    yield error_event(
+                        LimitExceeded(
+                            f"the response would pass the grant's {limit} response bytes",
+                            details={"limit": "response_bytes", "allowed": limit},
+                        )
+                    )
+                    return
+                sent += len(chunk)
+                yield chunk
+
+    async def _manifest(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"model"}, {"model"})
+        model_id = parse_id("model", call.body.get("model"), field="body.model")
+        call.require("models", model_id, "body.model")
+        async with self._uow_factory() as uow:
+            model = await uow.models.get(model_id)
+        if model is None or model.project != call.grant.project:
+            raise NotFound(f"no model {model_id}", details={"model": model_id})
+        return {
+            "replayed": False,
+            "result": {"model": model.id, "manifest": model.manifest, "sha256": model.sha256},
+        }
+
+    async def _model_create(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"manifest"}, {"manifest"})
+        manifest = parse_manifest(call.body["manifest"], field="body.manifest")
+        grant = call.grant
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            return await create_model_record(
+                self._uow_factory,
+                self._clock,
+                grant.project,
+                manifest,
+                key=key,
+                created_by_grant=grant.id,
+                actor=call.actor.name,
+                peer=(call.identity.hypernet_id, b64(call.identity.cluster_key)),
+                max_created=g.MAX_CREATED_MODELS,
+            )
+
+        return await self._once(call, effect)
+
+    async def _model_remove(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"model"}, {"model"})
+        model_id = parse_id("model", call.body.get("model"), field="body.model")
+        call.require("models", model_id, "body.model")
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            return await remove_model_record(
+                self._uow_factory,
+                self._clock,
+                call.grant.project,
+                model_id,
+                key=key,
+                actor=call.actor.name,
+                peer=(call.identity.hypernet_id, b64(call.identity.cluster_key)),
+            )
+
+        return await self._once(call, effect)
+
+    async def _resources(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, set(), set())
+        async with self._uow_factory() as uow:
+            nodes = [n for n in await uow.nodes.list() if n.id in call.grant.terms.nodes]
+        return {"replayed": False, "result": {"nodes": [_plain(node.as_json()) for node in nodes]}}
+
+    async def _status(self, call: Call) -> dict[str, Any]:
+        only_fields(call.body, {"id"}, {"id"})
+        mutation_id = check_mutation_id("inference.create", call.body.get("id"))
+        assert mutation_id is not None
+        async with self._uow_factory() as uow:
+            receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
+        if receipt is None:
+            raise NotFound(
+                f"no operation {mutation_id} under this grant", details={"id": mutation_id}
+            )
+        return {
+            "replayed": False,
+            "result": {
+                "id": receipt.mutation_id,
+                "operation": receipt.operation,
+                "state": receipt.state,
+                "result": receipt.result,
+                "advice": (
+                    None
+                    if receipt.state == mutations.COMPLETED
+                    else "retry with the same mutation_id and arguments; it is applied once"
+                ),
+            },
+        }
+
+    # --- the requester's side -----------------------------------------------------------------
+
+    async def _route(self, principal: Principal, project: str, peer_id: str) -> tuple[p.Peer, str]:
+        principal.require_scope("federation:invoke")
+        async with self._uow_factory() as uow:
+            peer = await uow.peers.get(peer_id)
+        if peer is None or peer.project != project:
+            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        if peer.state != p.PAIRED:
+            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        if peer.selected_grant is None:
+            raise Conflict(
+                "no grant of this peer is selected; refresh and select one",
+                details={"peer": peer_id},
+            )
+        return peer, peer.selected_grant
+
+    def _wire(
+        self, grant_id: str, operation: object, body: object, mutation_id: object
+    ) -> tuple[str, dict[str, Any]]:
+        name = parse_operation_name(operation)
+        checked_id = check_mutation_id(name, mutation_id)
+        wire: dict[str, Any] = {"grant": grant_id, "operation": name, "body": parse_body(body)}
+        if checked_id is not None:
+            wire["mutation_id"] = checked_id
+        return name, wire
+
+    async def request(
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
+    ) -> dict[str, Any]:
+        """Send one operation through the selected grant; nothing is retried."""
+        peer, grant_id = await self._route(principal, project, peer_id)
+        name, wire = self._wire(grant_id, operation, body, mutation_id)
+        timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
+        answer = await self._federation.companion.transport.request(
+            peer.hypernet_id, WIRE_OPERATION, wire, ticket=peer.ticket, timeout_seconds=timeout
+        )
+        return {
+            "operation": name,
+            "mutation_id": wire.get("mutation_id"),
+            "replayed": bool(answer.get("replayed", False)),
+            "result": answer.get("result"),
+        }
+
+    @contextlib.asynccontextmanager
+    async def open_stream(
+        self, principal: Principal, project: str, peer_id: str, *, operation: object, body: object
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A streamed operation; leaving the block cancels it on the peer."""
+        peer, grant_id = await self._route(principal, project, peer_id)
+        _, wire = self._wire(grant_id, operation, body, None)
+        async with self._federation.companion.transport.stream(
+            peer.hypernet_id,
+            WIRE_OPERATION,
+            wire,
+            ticket=peer.ticket,
+            timeout_seconds=INVOKE_TIMEOUT_SECONDS,
+        ) as chunks:
+            yield chunks
+
+
+def error_event(error: FiccError) -> bytes:
+    body = {"error": {"message": error.message, "type": "server_error", "code": error.code}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def peer_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A service as a peer sees it: no engine log lines, no process IDs or ports."""
+    shown = {k: v for k, v in view.items() if k != "replicas"}
+    shown["replicas"] = [
+        {"replica": r["replica"], "state": r["state"], "exit_code": r["exit_code"]}
+        for r in view.get("replicas", [])
+    ]
+    plain: dict[str, Any] = _plain(shown)
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
