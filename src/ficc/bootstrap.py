@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import shutil
 import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
 from ficc.services.remote_operations import RemoteOperations
+from ficc.services.transfers import Transfers
 
 DEFAULT_LISTEN = "127.0.0.1:8470"
 DEFAULT_HYPERNET_BIND = "0.0.0.0:0"
@@ -88,6 +90,7 @@ class Cluster:
     companion: Companion = field(init=False)
     federation: Federation = field(init=False)
     remote: RemoteOperations = field(init=False)
+    transfers: Transfers = field(init=False)
 
     def __post_init__(self) -> None:
         self.blobs = BlobStore(self.state.store)
@@ -115,6 +118,13 @@ class Cluster:
         self.remote = RemoteOperations(
             self.uow_factory, self.clock, self.federation, self.inference
         )
+        self.transfers = Transfers(
+            self.uow_factory, self.clock, self.remote, self.blobs, self.free_disk
+        )
+        self.federation.transfers_of = self.transfers.list
+
+    def free_disk(self) -> int:
+        return shutil.disk_usage(self.state.store).free
 
     def _transport(self, agent_directory: Path) -> Transport:
         return HyperNetEndpoint(
@@ -138,6 +148,7 @@ class Cluster:
     async def start(self) -> None:
         """Bring what an earlier FICC process left to a known state, then rejoin peers."""
         await self.inference.recover()
+        await self.transfers.recover()
         await self.federation.load()
         await self.companion.restore()
 
@@ -150,6 +161,7 @@ class Cluster:
         return self.settings.state
 
     async def close(self) -> None:
+        await self.transfers.close()
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()

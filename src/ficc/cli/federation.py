@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
+from ficc.base.errors import FiccError
 from ficc.cli.client import ControlClient
-from ficc.cli.main import call, cli, emit, handles_errors, read_input, state_options
+from ficc.cli.main import (
+    EXIT_DEADLINE,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    call,
+    cli,
+    emit,
+    handles_errors,
+    read_input,
+    state_options,
+)
 from ficc.services.remote_operations import INVOKE_TIMEOUT_SECONDS, is_streaming
 
 PREFIX = "/api/v1/federation"
@@ -211,3 +233,69 @@ def _write(output: BinaryIO | None, data: bytes) -> None:
     else:
         output.write(data)
         output.flush()
+
+
+@cli.command("federation-acquire")
+@state_options
+@click.argument("peer")
+@click.argument("model")
+@click.option("--deadline", type=float, default=3600.0, show_default=True, help="Seconds to wait.")
+@handles_errors
+def federation_acquire(
+    state_dir: Path, project: str, peer: str, model: str, deadline: float
+) -> None:
+    """Start or resume acquiring a peer's model; pause it on the deadline or Ctrl-C."""
+    with ControlClient(state_dir, project) as client:
+        transfer = client.request("POST", f"{PREFIX}/peers/{peer}/models", {"model": model})
+        try:
+            transfer = _follow(client, transfer, deadline)
+        except KeyboardInterrupt:
+            _pause_quietly(client, transfer["id"])
+            click.echo(json.dumps({"paused": transfer["id"], "reason": "interrupted"}), err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        if transfer["state"] == "complete":
+            emit(transfer)
+            return
+        if transfer["state"] in ("running", "verifying"):
+            _pause_quietly(client, transfer["id"])
+            transfer = client.request("GET", f"{PREFIX}/transfers/{transfer['id']}")
+            click.echo(json.dumps({"paused": transfer["id"], "reason": "deadline"}), err=True)
+            emit(transfer)
+            sys.exit(EXIT_DEADLINE)
+        emit(transfer)
+        sys.exit(EXIT_REFUSED)
+
+
+def _follow(client: ControlClient, transfer: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """Show a progress bar on stderr until the transfer leaves ``running`` or time is up."""
+    end = time.monotonic() + deadline
+    console = Console(stderr=True)
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(transfer["id"], total=transfer["bytes_total"])
+        while True:
+            progress.update(bar, completed=transfer["bytes_done"])
+            if transfer["state"] not in ("running", "verifying") or time.monotonic() >= end:
+                return transfer
+            time.sleep(min(0.25, max(end - time.monotonic(), 0)))
+            transfer = client.request("GET", f"{PREFIX}/transfers/{transfer['id']}")
+
+
+def _pause_quietly(client: ControlClient, transfer_id: str) -> None:
+    with contextlib.suppress(FiccError):
+        client.request("POST", f"{PREFIX}/transfers/{transfer_id}/pause")
+
+
+@cli.command("federation-pause")
+@state_options
+@click.argument("transfer")
+@handles_errors
+def federation_pause(state_dir: Path, project: str, transfer: str) -> None:
+    """Pause an acquisition, keeping its partial bytes."""
+    emit(call(state_dir, project, "POST", f"{PREFIX}/transfers/{transfer}/pause"))

@@ -100,6 +100,7 @@ class Federation:
             "grants.list": self._on_grants_list,
         }
         self.on_grant_ended: list[Callable[[g.Grant], Awaitable[None]]] = []
+        self.transfers_of: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
 
     # --- the transport's view -------------------------------------------------------------
 
@@ -167,7 +168,7 @@ class Federation:
             "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
             "offers": [self._offer_json(offer, now) for offer in offers],
             "grants": [self.grant_json(grant, now) for grant in grants],
-            "transfers": [],
+            "transfers": [] if self.transfers_of is None else await self.transfers_of(project),
         }
 
     def grant_json(self, grant: g.Grant, now: datetime) -> dict[str, Any]:
@@ -202,6 +203,12 @@ class Federation:
             "peer": offer.peer_id,
             "project": offer.project,
         }
+
+    async def peer_view(self, project: str, peer_id: str) -> dict[str, Any]:
+        async with self._uow_factory() as uow:
+            peer = await self._project_peer(uow, project, peer_id)
+            remote = await uow.remote_grants.of_peer(peer_id)
+        return peer_json(peer, remote)
 
     async def get_offer(self, project: str, offer_id: str) -> dict[str, Any]:
         async with self._uow_factory() as uow:

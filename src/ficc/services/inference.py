@@ -625,10 +625,21 @@ class InferenceServices:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+        self,
+        project: str,
+        service_id: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        endpoint: Endpoint | None = None,
     ) -> AsyncIterator[AsyncIterator[EngineEvent]]:
-        """Open a streamed invocation; leaving the block closes it, which stops the engine."""
-        endpoint = await self.endpoint(project, service_id)
+        """Open a streamed invocation; leaving the block closes it, which stops the engine.
+
+        ``endpoint``: the replica from :meth:`endpoint` when the caller asked for it already
+        (asking twice would also advance the round robin twice).
+        """
+        if endpoint is None:
+            endpoint = await self.endpoint(project, service_id)
         async with self.in_flight(service_id):
             stream = await self.engines.open_stream(
                 endpoint.base_url, endpoint.model_name, path, body
@@ -639,10 +650,17 @@ class InferenceServices:
                 await stream.aclose()
 
     async def complete(
-        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+        self,
+        project: str,
+        service_id: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        endpoint: Endpoint | None = None,
     ) -> dict[str, Any]:
         """A plain answer, generated in streaming mode so that cancelling this call stops it."""
-        endpoint = await self.endpoint(project, service_id)
+        if endpoint is None:
+            endpoint = await self.endpoint(project, service_id)
         async with self.in_flight(service_id):
             return await self.engines.complete(endpoint.base_url, endpoint.model_name, path, body)
 
@@ -677,7 +695,15 @@ class InferenceServices:
         handles: list[ReplicaHandle] = []
         self._handles[service.id] = handles
         self._stopping.discard(service.id)
-        for attempt in attempts:
+
+        def superseded() -> bool:
+            """A stop, a crash or a newer start has taken this launch's replicas away."""
+            return self._handles.get(service.id) is not handles
+
+        for index, attempt in enumerate(attempts):
+            if superseded():
+                await self._never_launched(attempts[index:])
+                return
             request = LaunchRequest(
                 attempt_id=attempt.id,
                 node=_node_info(node),
@@ -689,15 +715,22 @@ class InferenceServices:
                 handle = await runtime.launch(request)
             except FiccError as exc:
                 await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
-                await self._service_event(service.id, ServiceEvent.LAUNCH_FAILED, exc.message)
-                await self._stop_replicas(service.id)
+                await self._never_launched(attempts[index + 1 :])
+                if not superseded():
+                    await self._service_event(service.id, ServiceEvent.LAUNCH_FAILED, exc.message)
+                    await self._stop_replicas(service.id)
+                return
+            await self._attempt_launched(attempt.id, handle)
+            if superseded():
+                # Stopped while this engine was being launched: end it here, or nobody will.
+                await self._end_replica(handle)
+                await self._never_launched(attempts[index + 1 :])
                 return
             handles.append(handle)
-            await self._attempt_launched(attempt.id, handle)
             self._spawn(self._watch(service.id, runtime, handle))
         for handle in list(handles):
             health = await runtime.wait_ready(handle, self._start_timeout)
-            if service.id in self._stopping:
+            if superseded():
                 return
             if not health.healthy:
                 tail = "\n".join(runtime.log_tail(handle))
@@ -708,7 +741,16 @@ class InferenceServices:
                 await self._stop_replicas(service.id)
                 return
             await self._attempt_event(handle.attempt_id, AttemptEvent.HEALTHY)
-        await self._service_event(service.id, ServiceEvent.READY, None)
+        if not superseded():
+            await self._service_event(service.id, ServiceEvent.READY, None)
+
+    async def _never_launched(self, attempts: list[AttemptRecord]) -> None:
+        """Attempts a launch gave up before starting them: provably no process, not pending.
+
+        Left pending, they would read as "unknown outcome" after a FICC restart.
+        """
+        for attempt in attempts:
+            await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
 
     async def _watch(self, service_id: str, runtime: Runtime, handle: ReplicaHandle) -> None:
         ended = await runtime.wait_exited(handle)
@@ -720,23 +762,29 @@ class InferenceServices:
         await self._stop_replicas(service_id)
 
     async def _finish_drain(self, service_id: str) -> None:
+        handles = self._handles.get(service_id)
         idle = self._idle.setdefault(service_id, asyncio.Event())
         if self._in_flight.get(service_id, 0) == 0:
             idle.set()
         await idle.wait()
+        if handles is not None and self._handles.get(service_id) is not handles:
+            return  # stopped, crashed or started again meanwhile: not this drain's replicas
         await self._stop_replicas(service_id)
         await self._service_event(service_id, ServiceEvent.DRAINED, None)
 
     async def _stop_replicas(self, service_id: str) -> None:
-        handles = self._handles.pop(service_id, [])
-        if not handles:
-            return
+        # Marked even when no replica is known yet: a launch in progress sees it is superseded
+        # and ends the engine it is starting itself.
         self._stopping.add(service_id)
+        handles = list(self._handles.pop(service_id, []))
         for handle in handles:
-            runtime = self._runtime(handle.runtime)
-            await self._attempt_event(handle.attempt_id, AttemptEvent.STOP)
-            ended = await runtime.stop(handle, self._grace)
-            await self._attempt_event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
+            await self._end_replica(handle)
+
+    async def _end_replica(self, handle: ReplicaHandle) -> None:
+        runtime = self._runtime(handle.runtime)
+        await self._attempt_event(handle.attempt_id, AttemptEvent.STOP)
+        ended = await runtime.stop(handle, self._grace)
+        await self._attempt_event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
 
     async def _attempt_launched(self, attempt_id: str, handle: ReplicaHandle) -> None:
         async with self._uow_factory() as uow:

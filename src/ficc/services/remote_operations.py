@@ -104,6 +104,9 @@ Handler = Callable[[Call], Awaitable[dict[str, Any]]]
 
 
 def is_streaming(operation: str, body: dict[str, Any]) -> bool:
+    """Operations answered with a stream: ranges, and invocations that ask to stream."""
+    if operation == "models.range":
+        return True
     inner = body.get("body")
     return (
         operation == "inference.invoke" and isinstance(inner, dict) and inner.get("stream") is True
@@ -153,9 +156,7 @@ class RemoteOperations:
     async def serve(self, identity: PeerIdentity, wire: dict[str, Any]) -> RequestResult:
         operation = parse_operation_name(wire.get("operation"))
         body = parse_body(wire.get("body", {}))
-        streaming = operation in self._streams and (
-            operation != "inference.invoke" or is_streaming(operation, body)
-        )
+        streaming = operation in self._streams and is_streaming(operation, body)
         if streaming:
             return self._serve_stream(identity, wire, operation, body)
         async with self._admitted(identity, wire, operation, body) as call:

@@ -17,8 +17,10 @@ from ficc.web.routers import (
     federation,
     inference,
     nodes,
+    openai_federated,
     openai_local,
     projects,
+    transfers,
     ui,
 )
 
@@ -31,7 +33,9 @@ ROUTERS = tuple(
         nodes,
         inference,
         openai_local,
+        openai_federated,
         federation,
+        transfers,
         ui,
     )
 )

@@ -78,3 +78,7 @@ class RemoteRequest(Strict):
     operation: str
     body: dict[str, Any] = {}
     mutation_id: str | None = None
+
+
+class Acquire(Strict):
+    model: str

@@ -94,9 +94,10 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
         listen.cancel()
         if not task.done():
             task.cancel()
-        await asyncio.gather(listen, return_exceptions=True)
+        # Wait for the cancelled work to unwind (it closes the engine's stream on its way out):
+        # until then the task is not done, and asking for its result would raise.
+        await asyncio.gather(task, listen, return_exceptions=True)
     if task.cancelled():
-        await asyncio.gather(task, return_exceptions=True)
         return None
     return task.result()
 

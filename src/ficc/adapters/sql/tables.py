@@ -232,3 +232,21 @@ remote_grants = Table(
     Column("data", JSON, nullable=False),
     Column("refreshed_at", TIME, nullable=False),
 )
+
+transfers = Table(
+    "transfers",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("peer_id", String(40), nullable=False),
+    Column("remote_model", String(40), nullable=False),
+    Column("grant_id", String(40), nullable=False),
+    Column("manifest", JSON, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("files", JSON, nullable=False),
+    Column("local_model", String(40), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at", TIME, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)

@@ -25,6 +25,7 @@ from ficc.adapters.sql.repositories import (
     SqlSessions,
     SqlSettings,
     SqlTokens,
+    SqlTransfers,
     SqlUsers,
 )
 from ficc.services.ports import (
@@ -44,6 +45,7 @@ from ficc.services.ports import (
     SessionsRepository,
     SettingsRepository,
     TokensRepository,
+    TransfersRepository,
     UsersRepository,
 )
 
@@ -82,6 +84,7 @@ class SqlUnitOfWork:
         self.offers: OffersRepository = SqlOffers(connection)
         self.grants: GrantsRepository = SqlGrants(connection)
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
+        self.transfers: TransfersRepository = SqlTransfers(connection)
         return self
 
     @property

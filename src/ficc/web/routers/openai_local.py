@@ -53,7 +53,8 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     service_id = body["model"]
     inference = ctx.cluster.inference
     try:
-        await inference.endpoint(ctx.project, service_id)
+        # Resolved once and handed on: each resolution takes the next replica in turn.
+        endpoint = await inference.endpoint(ctx.project, service_id)
     except NotFound as exc:
         raise NotFound(
             f"the model {service_id} is not a service of this project",
@@ -62,11 +63,12 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     if body.get("stream") is True:
         stack = contextlib.AsyncExitStack()
         events = await stack.enter_async_context(
-            inference.stream(ctx.project, service_id, engine_path, body)
+            inference.stream(ctx.project, service_id, engine_path, body, endpoint=endpoint)
         )
         return EventStreamResponse(sse_bytes(events), stack.aclose)
     answer = await unless_disconnected(
-        request, inference.complete(ctx.project, service_id, engine_path, body)
+        request,
+        inference.complete(ctx.project, service_id, engine_path, body, endpoint=endpoint),
     )
     if answer is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

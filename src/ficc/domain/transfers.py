@@ -1,0 +1,86 @@
+"""Transfers: acquiring a peer's model file by file, range by range, verified before use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ficc.base.units import MiB
+
+MAX_RANGE_BYTES: Final = 256 * MiB
+"""The Federation API's bound on one ``models.range``."""
+RANGE_BYTES: Final = 64 * MiB
+"""What FICC asks for at once: an interruption re-fetches at most this much."""
+STALL_SECONDS: Final = 30.0
+"""A range without progress this long is abandoned (and retried once)."""
+
+RUNNING: Final = "running"
+PAUSED: Final = "paused"
+VERIFYING: Final = "verifying"
+COMPLETE: Final = "complete"
+FAILED: Final = "failed"
+
+
+@dataclass(frozen=True)
+class TransferFile:
+    path: str
+    size: int
+    sha256: str
+    done: int = 0
+    verified: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "bytes_done": self.done,
+            "verified": self.verified,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TransferFile:
+        return cls(
+            path=str(data["path"]),
+            size=int(data["size"]),
+            sha256=str(data["sha256"]),
+            done=int(data["bytes_done"]),
+            verified=bool(data["verified"]),
+        )
+
+
+@dataclass(frozen=True)
+class Transfer:
+    id: str
+    project: str
+    peer_id: str
+    remote_model: str
+    grant_id: str
+    manifest: dict[str, Any]
+    sha256: str
+    state: str
+    files: tuple[TransferFile, ...]
+    local_model: str | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def bytes_done(self) -> int:
+        return sum(f.done for f in self.files)
+
+
+def ranges(size: int, done: int, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int]]:
+    """The (offset, length) ranges still to fetch of a file with ``done`` bytes on disk."""
+    result = []
+    offset = done
+    while offset < size:
+        length = min(range_bytes, size - offset)
+        result.append((offset, length))
+        offset += length
+    return result

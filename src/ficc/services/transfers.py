@@ -1,0 +1,525 @@
+"""Model acquisition from a peer: verified, resumable, within the grant's allowance.
+
+The requester fetches the manifest (``models.manifest``: canonical SHA-256 checked, no URL),
+then each file range by range (``models.range``) into a partial file, hashing as it writes.
+A range's bytes count as done only after they are fsynced and recorded, so an interruption of
+any kind re-fetches at most the range that was in flight. The running hash lives in memory;
+after a restart it is rebuilt once by reading the file's partial prefix from local disk (see
+docs/transfers.md). Nothing enters the blob store before its SHA-256 matches the manifest, and
+the model is registered only when every file did.
+
+The grantor's side (``serve_range``) reserves the range's bytes from ``transfer_bytes`` before
+sending and gives back what it could not send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any, Final
+
+from ficc.base.errors import (
+    Conflict,
+    FiccError,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    Unavailable,
+)
+from ficc.base.ids import new_id, parse_id
+from ficc.base.units import MiB
+from ficc.domain import peers as p
+from ficc.domain import transfers as tr
+from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.manifests import canonical_sha256, parse_manifest
+from ficc.domain.operations import only_fields
+from ficc.domain.principals import Principal
+from ficc.services import audit
+from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
+from ficc.services.remote_operations import Call, RemoteOperations
+
+log = logging.getLogger("ficc.transfers")
+
+CHUNK_BYTES: Final = 1 * MiB
+FreeDisk = Callable[[], int]
+
+
+class Transfers:
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        remote: RemoteOperations,
+        blobs: BlobStore,
+        free_disk: FreeDisk,
+        *,
+        range_bytes: int = tr.RANGE_BYTES,
+        stall_seconds: float = tr.STALL_SECONDS,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._remote = remote
+        self._blobs = blobs
+        self._free_disk = free_disk
+        self._range_bytes = range_bytes
+        self._stall_seconds = stall_seconds
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._hashers: dict[tuple[str, int], tuple[int, Any]] = {}
+        self._rates: dict[str, float] = {}
+        remote.add_stream("models.range", self.serve_range)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Transfers left running by an earlier FICC process are paused, bytes kept."""
+        async with self._uow_factory() as uow:
+            for transfer in await uow.transfers.in_state(tr.RUNNING) + await uow.transfers.in_state(
+                tr.VERIFYING
+            ):
+                await uow.transfers.update(
+                    replace(
+                        transfer,
+                        state=tr.PAUSED,
+                        error="FICC restarted during the transfer; acquire again to resume",
+                        updated_at=self._clock(),
+                    )
+                )
+            await uow.commit()
+
+    async def close(self) -> None:
+        for transfer_id in list(self._tasks):
+            await self._stop_task(transfer_id)
+            await self._set_state(transfer_id, tr.PAUSED, "FICC stopped; acquire again to resume")
+
+    # --- the requester's side -------------------------------------------------------------------
+
+    async def acquire(
+        self, principal: Principal, project: str, peer_id: str, *, model: object
+    ) -> dict[str, Any]:
+        """Start, resume, or show the completed acquisition of a peer's model."""
+        principal.require_scope("federation:invoke", "models:manage")
+        remote_model = parse_id("model", model, field="model")
+        async with self._uow_factory() as uow:
+            peer = await uow.peers.get(peer_id)
+            if peer is None or peer.project != project:
+                raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+            existing = await uow.transfers.of_model(project, peer_id, remote_model)
+        if existing is not None and existing.state != tr.FAILED:
+            if existing.state in (tr.PAUSED,) and existing.id not in self._tasks:
+                await self._set_state(existing.id, tr.RUNNING, None)
+                self._start(existing.id, principal)
+            return await self.get(project, existing.id)
+        if peer.state != p.PAIRED or peer.selected_grant is None:
+            raise Conflict(f"peer {peer_id} is not paired with a selected grant")
+        answer = await self._remote.request(
+            principal, project, peer_id, operation="models.manifest", body={"model": remote_model}
+        )
+        result = answer["result"]
+        if not isinstance(result, dict):
+            raise Unavailable("the peer's manifest answer is not an object")
+        manifest = parse_manifest(result.get("manifest"), field="manifest")
+        digest = canonical_sha256(manifest)
+        if result.get("sha256") != digest:
+            raise Conflict(
+                "the peer's manifest does not match its canonical SHA-256",
+                details={"expected": result.get("sha256"), "actual": digest},
+            )
+        now = self._clock()
+        transfer = tr.Transfer(
+            id=new_id("transfer", secrets.token_bytes(16)),
+            project=project,
+            peer_id=peer_id,
+            remote_model=remote_model,
+            grant_id=peer.selected_grant,
+            manifest=manifest.to_json(),
+            sha256=digest,
+            state=tr.RUNNING,
+            files=tuple(tr.TransferFile(f.path, f.size, f.sha256) for f in manifest.files),
+            local_model=None,
+            error=None,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self._uow_factory() as uow:
+            await uow.transfers.add(transfer)
+            await audit.record(
+                uow,
+                self._clock,
+                action="transfer.started",
+                actor=audit.actor_of(principal),
+                project=project,
+                target=transfer.id,
+                details={"peer": peer_id, "model": remote_model, "sha256": digest},
+            )
+            await uow.commit()
+        self._start(transfer.id, principal)
+        return await self.get(project, transfer.id)
+
+    async def pause(self, principal: Principal, project: str, transfer_id: str) -> dict[str, Any]:
+        """Stop at once; bytes on disk stay for the next acquire."""
+        principal.require_scope("federation:invoke")
+        transfer = await self._load(project, transfer_id)
+        if transfer.state in (tr.COMPLETE, tr.FAILED):
+            raise Conflict(
+                f"transfer {transfer_id} is {transfer.state}", details={"state": transfer.state}
+            )
+        await self._stop_task(transfer_id)
+        await self._set_state(transfer_id, tr.PAUSED, None)
+        return await self.get(project, transfer_id)
+
+    async def get(self, project: str, transfer_id: str) -> dict[str, Any]:
+        return self._json(await self._load(project, transfer_id))
+
+    async def list(self, project: str) -> list[dict[str, Any]]:
+        async with self._uow_factory() as uow:
+            return [self._json(t) for t in await uow.transfers.in_project(project)]
+
+    async def _load(self, project: str, transfer_id: str) -> tr.Transfer:
+        async with self._uow_factory() as uow:
+            transfer = await uow.transfers.get(transfer_id)
+        if transfer is None or transfer.project != project:
+            raise NotFound(f"no transfer {transfer_id}", details={"transfer": transfer_id})
+        return transfer
+
+    def _json(self, transfer: tr.Transfer) -> dict[str, Any]:
+        return {
+            "id": transfer.id,
+            "peer": transfer.peer_id,
+            "model": transfer.remote_model,
+            "grant": transfer.grant_id,
+            "sha256": transfer.sha256,
+            "state": transfer.state,
+            "bytes_done": transfer.bytes_done,
+            "bytes_total": transfer.bytes_total,
+            "rate_bytes_per_second": round(self._rates.get(transfer.id, 0.0)),
+            "files": [f.to_json() for f in transfer.files],
+            "local_model": transfer.local_model,
+            "error": transfer.error,
+            "created_at": transfer.created_at,
+            "updated_at": transfer.updated_at,
+        }
+
+    def _start(self, transfer_id: str, principal: Principal) -> None:
+        task = asyncio.create_task(self._run(transfer_id, principal))
+        self._tasks[transfer_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(transfer_id, None))
+
+    async def _stop_task(self, transfer_id: str) -> None:
+        task = self._tasks.pop(transfer_id, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _set_state(self, transfer_id: str, state: str, error: str | None) -> None:
+        async with self._uow_factory() as uow:
+            transfer = await uow.transfers.get(transfer_id)
+            if transfer is None:
+                return
+            await uow.transfers.update(
+                replace(transfer, state=state, error=error, updated_at=self._clock())
+            )
+            await uow.commit()
+
+    async def _run(self, transfer_id: str, principal: Principal) -> None:
+        try:
+            await self._fetch_all(transfer_id, principal)
+        except asyncio.CancelledError:
+            raise
+        except _Failed:
+            return
+        except _Paused as paused:
+            await self._set_state(transfer_id, tr.PAUSED, paused.message)
+        except FiccError as exc:
+            await self._set_state(transfer_id, tr.PAUSED, f"{exc.code}: {exc.message}")
+        except OSError as exc:
+            await self._set_state(
+                transfer_id, tr.PAUSED, f"local disk error: {exc.strerror or 'I/O error'}"
+            )
+
+    async def _fetch_all(self, transfer_id: str, principal: Principal) -> None:
+        async with self._uow_factory() as uow:
+            transfer = await uow.transfers.get(transfer_id)
+        assert transfer is not None
+        started = time.monotonic()
+        fetched = 0
+        for index, entry in enumerate(transfer.files):
+            if entry.verified:
+                continue
+            name = _partial_name(transfer_id, index)
+            on_disk = await asyncio.to_thread(self._blobs.partial_size, name)
+            if on_disk != entry.done:
+                # Bytes past the last recorded range were never confirmed: drop them.
+                await asyncio.to_thread(self._blobs.truncate_partial, name, entry.done)
+            hasher = await self._hasher(transfer_id, index, name, entry.done)
+            done = entry.done
+            for offset, length in tr.ranges(entry.size, done, self._range_bytes):
+                await self._check_room(transfer, length)
+                hasher = await self._fetch_range(
+                    principal, transfer, entry, name, hasher, offset, length
+                )
+                done = offset + length
+                fetched += length
+                self._rates[transfer_id] = fetched / max(time.monotonic() - started, 1e-6)
+                self._hashers[(transfer_id, index)] = (done, hasher)
+                transfer = await self._record(transfer_id, index, done=done, verified=False)
+            if hasher.hexdigest() != entry.sha256:
+                await asyncio.to_thread(self._blobs.remove_partial, name)
+                self._hashers.pop((transfer_id, index), None)
+                await self._record(transfer_id, index, done=0, verified=False)
+                await self._set_state(
+                    transfer_id,
+                    tr.FAILED,
+                    f"{entry.path} failed verification: its SHA-256 is not the manifest's; "
+                    "nothing was registered",
+                )
+                raise _Failed
+            await asyncio.to_thread(self._blobs.adopt_partial, name, entry.sha256, entry.size)
+            self._hashers.pop((transfer_id, index), None)
+            transfer = await self._record(transfer_id, index, done=entry.size, verified=True)
+        await self._register(transfer_id, principal)
+
+    async def _hasher(self, transfer_id: str, index: int, name: str, done: int) -> Any:
+        kept = self._hashers.get((transfer_id, index))
+        if kept is not None and kept[0] == done:
+            return kept[1]
+        hasher = hashlib.sha256()
+        offset = 0
+        while offset < done:
+            data = await asyncio.to_thread(
+                self._blobs.read_partial, name, offset, min(8 * MiB, done - offset)
+            )
+            if not data:
+                break
+            hasher.update(data)
+            offset += len(data)
+        return hasher
+
+    async def _check_room(self, transfer: tr.Transfer, length: int) -> None:
+        free = await asyncio.to_thread(self._free_disk)
+        if free < length + 64 * MiB:
+            raise _Paused(f"disk full: {length} bytes needed for the next range, {free} free")
+        async with self._uow_factory() as uow:
+            remote = await uow.remote_grants.of_peer(transfer.peer_id)
+        for grant in remote:
+            if grant.get("id") == transfer.grant_id:
+                remaining = grant.get("remaining", {}).get("transfer_bytes")
+                if isinstance(remaining, int) and remaining < length:
+                    raise _Paused(
+                        f"limit_exceeded: the grant's remaining transfer_bytes ({remaining}) "
+                        f"are less than the next range ({length})"
+                    )
+
+    async def _fetch_range(
+        self,
+        principal: Principal,
+        transfer: tr.Transfer,
+        entry: tr.TransferFile,
+        name: str,
+        hasher: Any,
+        offset: int,
+        length: int,
+    ) -> Any:
+        """One range, retried once from its start after a stall, then fsynced.
+
+        Returns the file's running hash advanced over the range (a copy: a range abandoned
+        half-way leaves the caller's hash as it was).
+        """
+        body = {
+            "model": transfer.remote_model,
+            "file": entry.path,
+            "offset": offset,
+            "length": length,
+            "digest": entry.sha256,
+        }
+        for attempt in (1, 2):
+            position = offset
+            running = hasher.copy()
+            try:
+                async with self._remote.open_stream(
+                    principal,
+                    transfer.project,
+                    transfer.peer_id,
+                    operation="models.range",
+                    body=body,
+                ) as chunks:
+                    iterator = aiter(chunks)
+                    while True:
+                        try:
+                            async with asyncio.timeout(self._stall_seconds):
+                                data = await anext(iterator)
+                        except StopAsyncIteration:
+                            break
+                        if position + len(data) > offset + length:
+                            raise Conflict("the peer sent more bytes than the range asked for")
+                        await asyncio.to_thread(self._write, name, position, data, running)
+                        position += len(data)
+            except TimeoutError as exc:
+                if attempt == 2:
+                    raise _Paused(
+                        f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
+                        f"{position}; paused after one retry"
+                    ) from exc
+                log.info("a range of %s stalled; retrying once from its start", entry.path)
+                continue
+            if position != offset + length:
+                raise Unavailable(f"the peer ended the range of {entry.path} early")
+            break
+        await asyncio.to_thread(self._blobs.sync_partial, name)
+        return running
+
+    def _write(self, name: str, position: int, data: bytes, running: Any) -> None:
+        """Write and hash in a worker thread: both release the GIL on large buffers."""
+        self._blobs.write_partial_at(name, position, data)
+        running.update(data)
+
+    async def _record(
+        self, transfer_id: str, index: int, *, done: int, verified: bool
+    ) -> tr.Transfer:
+        async with self._uow_factory() as uow:
+            transfer = await uow.transfers.get(transfer_id)
+            assert transfer is not None
+            files = list(transfer.files)
+            files[index] = replace(files[index], done=done, verified=verified)
+            updated = replace(transfer, files=tuple(files), updated_at=self._clock())
+            await uow.transfers.update(updated)
+            await uow.commit()
+        return updated
+
+    async def _register(self, transfer_id: str, principal: Principal) -> None:
+        async with self._uow_factory() as uow:
+            transfer = await uow.transfers.get(transfer_id)
+            assert transfer is not None
+            await uow.transfers.update(replace(transfer, state=tr.VERIFYING))
+            await uow.commit()
+        manifest = parse_manifest(transfer.manifest)
+        if canonical_sha256(manifest) != transfer.sha256:
+            await self._set_state(
+                transfer_id, tr.FAILED, "the manifest changed; nothing registered"
+            )
+            return
+        model = CatalogueModel(
+            id=new_id("model", secrets.token_bytes(16)),
+            project=transfer.project,
+            name=manifest.name,
+            format=manifest.format,
+            manifest=manifest.to_json(),
+            sha256=transfer.sha256,
+            created_at=self._clock(),
+            provenance={
+                "peer": transfer.peer_id,
+                "remote_model": transfer.remote_model,
+                "grant": transfer.grant_id,
+                "transfer": transfer.id,
+            },
+        )
+        async with self._uow_factory() as uow:
+            await uow.models.add(model)
+            await uow.transfers.update(
+                replace(
+                    transfer,
+                    state=tr.COMPLETE,
+                    local_model=model.id,
+                    error=None,
+                    updated_at=self._clock(),
+                )
+            )
+            await audit.record(
+                uow,
+                self._clock,
+                action="transfer.completed",
+                actor=audit.actor_of(principal),
+                project=transfer.project,
+                target=transfer.id,
+                details={"model": model.id, "sha256": model.sha256},
+            )
+            await uow.commit()
+
+    # --- the grantor's side ------------------------------------------------------------------
+
+    async def serve_range(self, call: Call) -> AsyncIterator[bytes]:
+        """Stream one verified range of a granted model's file, charged to transfer_bytes."""
+        body = call.body
+        only_fields(
+            body,
+            {"model", "file", "offset", "length", "digest"},
+            {"model", "file", "offset", "length", "digest"},
+        )
+        model_id = parse_id("model", body["model"], field="body.model")
+        call.require("models", model_id, "body.model")
+        offset, length = body["offset"], body["length"]
+        for name, value in (("offset", offset), ("length", length)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(
+                    f"body.{name} must be a non-negative integer", field=f"body.{name}"
+                )
+        if not 1 <= length <= tr.MAX_RANGE_BYTES:
+            raise InvalidInput(
+                f"body.length must be between 1 and {tr.MAX_RANGE_BYTES}", field="body.length"
+            )
+        async with self._uow_factory() as uow:
+            model = await uow.models.get(model_id)
+        if model is None or model.project != call.grant.project:
+            raise NotFound(f"no model {model_id}", details={"model": model_id})
+        entry = next((f for f in model.manifest["files"] if f["path"] == body["file"]), None)
+        if entry is None:
+            raise InvalidInput("body.file is not a file of the model", field="body.file")
+        if body["digest"] != entry["sha256"]:
+            raise InvalidInput("body.digest is not the file's SHA-256", field="body.digest")
+        if offset + length > int(entry["size"]):
+            raise InvalidInput("the range passes the end of the file", field="body.length")
+        if not self._blobs.has(entry["sha256"]):
+            raise Unavailable("the file is not stored on this cluster")
+        async with self._uow_factory() as uow:
+            grant = await uow.grants.get(call.grant.id)
+            assert grant is not None
+            remaining = grant.terms.transfer_bytes - grant.transfer_bytes_used
+            if length > remaining:
+                raise LimitExceeded(
+                    f"the range is {length} bytes; the grant has {max(remaining, 0)} "
+                    "transfer bytes left",
+                    details={"limit": "transfer_bytes", "remaining": max(remaining, 0)},
+                )
+            await uow.grants.charge(grant.id, requests=0, transfer_bytes=length)
+            await uow.commit()
+        sent = 0
+        try:
+            while sent < length:
+                data = await asyncio.to_thread(
+                    self._blobs.read_blob,
+                    entry["sha256"],
+                    offset + sent,
+                    min(CHUNK_BYTES, length - sent),
+                )
+                if not data:
+                    break
+                sent += len(data)
+                yield data
+        finally:
+            if sent < length:
+                with contextlib.suppress(FiccError):
+                    await self._refund(call.grant.id, length - sent)
+
+    async def _refund(self, grant_id: str, unsent: int) -> None:
+        async with self._uow_factory() as uow:
+            await uow.grants.charge(grant_id, requests=0, transfer_bytes=-unsent)
+            await uow.commit()
+
+
+class _Failed(Exception):
+    """The transfer failed and says why in its record."""
+
+
+class _Paused(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _partial_name(transfer_id: str, index: int) -> str:
+    return f"{transfer_id}.{index}"

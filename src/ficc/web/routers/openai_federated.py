@@ -1,0 +1,92 @@
+"""The federated OpenAI-compatible URL /api/v1/federation/peers/{id}/v1.
+
+``model`` is a remote service ID published by the selected grant. Each request travels as one
+``inference.invoke`` through the grant; streams pass through unbuffered; closing the response
+cancels the remote request. Nothing is retried or replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Final
+
+from fastapi import APIRouter, Request, Response
+
+from ficc.base.errors import InvalidInput, NotFound
+from ficc.web.auth import Context, scoped
+from ficc.web.responses import FiccJSONResponse
+from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
+from ficc.web.sse import EventStreamResponse, json_body, unless_disconnected
+
+router = APIRouter()
+
+PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
+
+
+async def _published(ctx: Context, peer_id: str) -> list[str]:
+    peer = await ctx.cluster.federation.peer_view(ctx.project, peer_id)
+    selected = peer["selected"]
+    for grant in peer["remote_grants"]:
+        if grant.get("id") == selected:
+            return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
+    return []
+
+
+@router.get(f"{PREFIX}/models")
+async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
+    return {
+        "object": "list",
+        "data": [
+            {"id": service, "object": "model", "created": 0, "owned_by": peer_id}
+            for service in await _published(ctx, peer_id)
+        ],
+    }
+
+
+async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Response:
+    try:
+        value = await request.json()
+    except ValueError as exc:
+        raise InvalidInput("the request body is not valid JSON", field="body") from exc
+    body = json_body(value)
+    model = body.get("model")
+    if not isinstance(model, str) or model not in await _published(ctx, peer_id):
+        raise NotFound(
+            f"the model {model} is not a service published by this peer's selected grant",
+            details={"field": "model"},
+        )
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("stream must be a boolean", field="stream")
+    remote = ctx.cluster.remote
+    invocation = {"service": model, "path": path, "body": body}
+    if body.get("stream") is True:
+        stack = contextlib.AsyncExitStack()
+        chunks = await stack.enter_async_context(
+            remote.open_stream(
+                ctx.principal, ctx.project, peer_id, operation="inference.invoke", body=invocation
+            )
+        )
+        return EventStreamResponse(chunks, stack.aclose)
+    answer = await unless_disconnected(
+        request,
+        remote.request(
+            ctx.principal, ctx.project, peer_id, operation="inference.invoke", body=invocation
+        ),
+    )
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return FiccJSONResponse(answer["result"])
+
+
+@router.post(f"{PREFIX}/chat/completions")
+async def chat_completions(
+    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
+) -> Any:
+    return await relay(ctx, request, peer_id, "/v1/chat/completions")
+
+
+@router.post(f"{PREFIX}/completions")
+async def completions(
+    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
+) -> Any:
+    return await relay(ctx, request, peer_id, "/v1/completions")

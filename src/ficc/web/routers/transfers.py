@@ -1,0 +1,33 @@
+"""Model acquisition: start or resume, show, pause."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from fastapi import APIRouter
+
+from ficc.web.auth import Context, scoped
+from ficc.web.schemas import Acquire
+
+router = APIRouter()
+
+PREFIX: Final = "/api/v1/federation"
+
+
+@router.post(f"{PREFIX}/peers/{{peer_id}}/models", status_code=202)
+async def acquire_model(
+    peer_id: str, body: Acquire, ctx: Context = scoped("federation:invoke", "models:manage")
+) -> Any:
+    return await ctx.cluster.transfers.acquire(
+        ctx.principal, ctx.project, peer_id, model=body.model
+    )
+
+
+@router.get(f"{PREFIX}/transfers/{{transfer_id}}")
+async def get_transfer(transfer_id: str, ctx: Context = scoped("federation:read")) -> Any:
+    return await ctx.cluster.transfers.get(ctx.project, transfer_id)
+
+
+@router.post(f"{PREFIX}/transfers/{{transfer_id}}/pause")
+async def pause_transfer(transfer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
+    return await ctx.cluster.transfers.pause(ctx.principal, ctx.project, transfer_id)
