@@ -31,8 +31,8 @@ run: setup
 	$(BIN)/ficc serve --state-dir $(STATE_DIR)
 
 lint: setup-test
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 
@@ -43,7 +43,7 @@ bench: setup-test
 	scripts/in-loopback-netns $(BIN)/python -m benchmarks
 
 demo: setup
-	scripts/in-loopback-netns $(BIN)/python -m ficc.demo
+	scripts/demo-netns $(BIN)/python scripts/demo.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -219,8 +219,9 @@ def nodes(state_dir: Path, project: str) -> None:
 
 
 @cli.command("example-model")
+@state_options
 @handles_errors
-def example_model() -> None:
+def example_model(state_dir: Path, project: str) -> None:
     """Print the path of the small example model the install brings (SmolLM2-135M GGUF)."""
     from ficc.adapters.example_model import example_model_path
 
