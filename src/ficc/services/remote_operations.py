@@ -48,6 +48,7 @@ from ficc.domain.operations import (
 )
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64
+from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.services import mutations
 from ficc.services.catalogue import create_model_record, remove_model_record
 from ficc.services.federation import Federation, grant_scope
@@ -62,6 +63,8 @@ log = logging.getLogger("ficc.remote")
 WIRE_OPERATION: Final = "grant.request"
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
+MAX_WIRE_REQUEST_BYTES: Final = MAX_FRAME_BYTES - 64 * 1024
+"""A request, its signature and framing fit in one frame of ficc.federation/1."""
 
 
 @dataclass(frozen=True)
@@ -507,6 +510,13 @@ class RemoteOperations:
         wire: dict[str, Any] = {"grant": grant_id, "operation": name, "body": parse_body(body)}
         if checked_id is not None:
             wire["mutation_id"] = checked_id
+        size = len(json.dumps(wire, separators=(",", ":")).encode())
+        if size > MAX_WIRE_REQUEST_BYTES:
+            raise TooLarge(
+                f"the request is {size} bytes; one request travels in one frame of at most "
+                f"{MAX_WIRE_REQUEST_BYTES} bytes",
+                details={"limit": "frame_bytes", "allowed": MAX_WIRE_REQUEST_BYTES},
+            )
         return name, wire
 
     async def request(
