@@ -34,7 +34,23 @@ async def index(request: Request, cluster: Cluster = public()) -> Response:
         project = await select_project(request, principal)
     except FiccError:
         return templates.TemplateResponse(request, "index.html", context, status_code=401)
+    federation = (
+        await cluster.federation.overview(project)
+        if "federation:read" in principal.scopes
+        else None
+    )
+    services = (
+        await cluster.inference.list_services(project)
+        if "inference:read" in principal.scopes
+        else []
+    )
+    live = federation is not None and any(
+        t["state"] in ("running", "verifying") for t in federation["transfers"]
+    )
     context.update(
+        federation=federation,
+        services=services,
+        live=live or any(s["state"] in ("starting", "draining") for s in services),
         user=principal.username,
         project=project,
         nodes=await nodes.list_nodes(cluster.uow_factory),
