@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
 import shutil
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,12 +25,14 @@ from ficc.adapters.runtimes.attempt_fence import fence_attempt
 from ficc.adapters.sql.database import create_engine, default_url, migrate
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.adapters.state_dir import StateDir
+from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
+from ficc.domain import transfers as tr
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
-from ficc.services import accounts
+from ficc.services import accounts, nodes
 from ficc.services.companion import Companion, Transport
 from ficc.services.federation import ClusterSigner, Federation
 from ficc.services.grant_slots import GrantSlots
@@ -38,8 +43,52 @@ from ficc.services.remote_operations import RemoteOperations
 from ficc.services.transfers import Transfers
 
 DEFAULT_LISTEN = "127.0.0.1:8470"
+NODE_REFRESH_SECONDS = 10.0
 DEFAULT_HYPERNET_BIND = "0.0.0.0:0"
 LABEL_SETTING = "label"
+RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
+"""Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
+benchmarks set it to keep model files small; an interruption re-fetches at most this much."""
+STALL_SECONDS_VARIABLE = "FICC_TRANSFER_STALL_SECONDS"
+"""Seconds without a byte before a range is abandoned and retried once (default 30)."""
+
+
+@dataclass(frozen=True)
+class TransferTuning:
+    """How acquisition splits files and when it gives up on a silent peer."""
+
+    range_bytes: int = tr.RANGE_BYTES
+    stall_seconds: float = tr.STALL_SECONDS
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> TransferTuning:
+        """Read the two ``FICC_TRANSFER_*`` variables; an unset or empty one keeps its default."""
+        env = os.environ if environ is None else environ
+        range_bytes = tr.RANGE_BYTES
+        stall_seconds = tr.STALL_SECONDS
+        raw_range = env.get(RANGE_BYTES_VARIABLE, "").strip()
+        if raw_range:
+            try:
+                range_bytes = int(raw_range)
+            except ValueError:
+                range_bytes = 0
+            if not 1 <= range_bytes <= tr.MAX_RANGE_BYTES:
+                raise InvalidInput(
+                    f"{RANGE_BYTES_VARIABLE} must be an integer from 1 to {tr.MAX_RANGE_BYTES}",
+                    field=RANGE_BYTES_VARIABLE,
+                )
+        raw_stall = env.get(STALL_SECONDS_VARIABLE, "").strip()
+        if raw_stall:
+            try:
+                stall_seconds = float(raw_stall)
+            except ValueError:
+                stall_seconds = 0.0
+            if not 0.1 <= stall_seconds <= 3600:
+                raise InvalidInput(
+                    f"{STALL_SECONDS_VARIABLE} must be a number of seconds from 0.1 to 3600",
+                    field=STALL_SECONDS_VARIABLE,
+                )
+        return cls(range_bytes=range_bytes, stall_seconds=stall_seconds)
 
 
 def system_clock() -> datetime:
@@ -55,6 +104,7 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     hypernet_bind: str = DEFAULT_HYPERNET_BIND
     hypernet_relay: str = "disabled"
+    transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
 
     @property
     def state(self) -> StateDir:
@@ -85,6 +135,7 @@ class Cluster:
     hasher: Argon2Hasher = field(default_factory=Argon2Hasher)
     label: str = ""
     public_url: str | None = None
+    _node_refresher: asyncio.Task[None] | None = None
     blobs: BlobStore = field(init=False)
     inference: InferenceServices = field(init=False)
     companion: Companion = field(init=False)
@@ -119,7 +170,13 @@ class Cluster:
             self.uow_factory, self.clock, self.federation, self.inference
         )
         self.transfers = Transfers(
-            self.uow_factory, self.clock, self.remote, self.blobs, self.free_disk
+            self.uow_factory,
+            self.clock,
+            self.remote,
+            self.blobs,
+            self.free_disk,
+            range_bytes=self.settings.transfers.range_bytes,
+            stall_seconds=self.settings.transfers.stall_seconds,
         )
         self.federation.transfers_of = self.transfers.list
 
@@ -147,6 +204,8 @@ class Cluster:
 
     async def start(self) -> None:
         """Bring what an earlier FICC process left to a known state, then rejoin peers."""
+        await nodes.register_local_node(self.uow_factory, self.clock, probe_capacity, new_node_id())
+        self._node_refresher = asyncio.create_task(self._refresh_nodes())
         await self.inference.recover()
         await self.transfers.recover()
         await self.federation.load()
@@ -160,7 +219,18 @@ class Cluster:
     def state(self) -> StateDir:
         return self.settings.state
 
+    async def _refresh_nodes(self) -> None:
+        """Keep the local node's availability current (memory, GPU memory)."""
+        while True:
+            await asyncio.sleep(NODE_REFRESH_SECONDS)
+            await nodes.register_local_node(
+                self.uow_factory, self.clock, probe_capacity, new_node_id()
+            )
+
     async def close(self) -> None:
+        if self._node_refresher is not None:
+            self._node_refresher.cancel()
+            await asyncio.gather(self._node_refresher, return_exceptions=True)
         await self.transfers.close()
         await self.companion.stop()
         await self.inference.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -239,31 +240,45 @@ def _write(output: BinaryIO | None, data: bytes) -> None:
 @state_options
 @click.argument("peer")
 @click.argument("model")
-@click.option("--deadline", type=float, default=3600.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait before pausing.",
+)
 @handles_errors
 def federation_acquire(
     state_dir: Path, project: str, peer: str, model: str, deadline: float
 ) -> None:
     """Start or resume acquiring a peer's model; pause it on the deadline or Ctrl-C."""
     with ControlClient(state_dir, project) as client:
-        transfer = client.request("POST", f"{PREFIX}/peers/{peer}/models", {"model": model})
+        try:
+            transfer = client.request("POST", f"{PREFIX}/peers/{peer}/models", {"model": model})
+        except KeyboardInterrupt:
+            # The server may have started the transfer before the answer arrived: find it.
+            _pause_started(client, peer, model)
+            sys.exit(EXIT_INTERRUPTED)
         try:
             transfer = _follow(client, transfer, deadline)
         except KeyboardInterrupt:
-            _pause_quietly(client, transfer["id"])
+            transfer = _pause_quietly(client, transfer)
+            if transfer["state"] == "complete":
+                emit(transfer)
+                return
             click.echo(json.dumps({"paused": transfer["id"], "reason": "interrupted"}), err=True)
             sys.exit(EXIT_INTERRUPTED)
-        if transfer["state"] == "complete":
-            emit(transfer)
-            return
         if transfer["state"] in ("running", "verifying"):
-            _pause_quietly(client, transfer["id"])
-            transfer = client.request("GET", f"{PREFIX}/transfers/{transfer['id']}")
-            click.echo(json.dumps({"paused": transfer["id"], "reason": "deadline"}), err=True)
-            emit(transfer)
-            sys.exit(EXIT_DEADLINE)
+            transfer = _pause_quietly(client, transfer)
+            if transfer["state"] != "complete":
+                click.echo(json.dumps({"paused": transfer["id"], "reason": "deadline"}), err=True)
+                emit(transfer)
+                sys.exit(EXIT_DEADLINE)
         emit(transfer)
-        sys.exit(EXIT_REFUSED)
+        if transfer["state"] != "complete":
+            # Paused by FICC itself (stall, peer gone, allowance, disk) or failed: its error
+            # says why; run the command again to resume a paused one.
+            sys.exit(EXIT_REFUSED)
 
 
 def _follow(client: ControlClient, transfer: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -287,9 +302,38 @@ def _follow(client: ControlClient, transfer: dict[str, Any], deadline: float) ->
             transfer = client.request("GET", f"{PREFIX}/transfers/{transfer['id']}")
 
 
-def _pause_quietly(client: ControlClient, transfer_id: str) -> None:
-    with contextlib.suppress(FiccError):
-        client.request("POST", f"{PREFIX}/transfers/{transfer_id}/pause")
+def _pause_quietly(client: ControlClient, transfer: dict[str, Any]) -> dict[str, Any]:
+    """Pause (a second Ctrl-C cannot interrupt it); the transfer as it is afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(FiccError):
+            # Refused only when it completed or failed meanwhile; the GET below shows which.
+            client.request("POST", f"{PREFIX}/transfers/{transfer['id']}/pause")
+        with contextlib.suppress(FiccError):
+            transfer = client.request("GET", f"{PREFIX}/transfers/{transfer['id']}")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return transfer
+
+
+def _pause_started(client: ControlClient, peer: str, model: str) -> None:
+    """Pause the running transfer of ``model`` from ``peer``, if the interrupted start began one."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(FiccError):
+            overview = client.request("GET", f"{PREFIX}/")
+            for transfer in overview.get("transfers", []):
+                if (
+                    transfer.get("peer") == peer
+                    and transfer.get("model") == model
+                    and transfer.get("state") in ("running", "verifying")
+                ):
+                    _pause_quietly(client, transfer)
+                    click.echo(
+                        json.dumps({"paused": transfer["id"], "reason": "interrupted"}), err=True
+                    )
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @cli.command("federation-pause")

@@ -12,8 +12,7 @@ from collections.abc import Generator
 
 import uvicorn
 
-from ficc.bootstrap import Cluster, Settings, new_node_id, open_cluster, probe_capacity
-from ficc.services import nodes
+from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.web.app import LocalOwnerApp, create_app
 
 log = logging.getLogger("ficc.serve")
@@ -69,9 +68,6 @@ async def serve(settings: Settings) -> None:
     cluster.public_url = f"http://{shown_host}:{port}"
     control = _control_socket(str(cluster.state.socket))
     app = create_app(cluster)
-    await nodes.register_local_node(
-        cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
-    )
     await cluster.start()
     http_server = _Server(
         uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)

@@ -296,9 +296,10 @@ class Federation:
         now = self._clock()
         async with self._uow_factory() as uow:
             offer = await self._visible_offer(uow, project, offer_id)
-        if offer.direction != o.OUTGOING:
-            raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
-        o.next_state(offer, "finish", now)
+            if offer.direction != o.OUTGOING:
+                raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
+            o.next_state(offer, "finish", now)
+            await self._refuse_second_pairing(uow, offer.service)
         transport = self.companion.transport
         stored = offer.receipt
         if stored is None:
@@ -394,6 +395,7 @@ class Federation:
             o.next_state(offer, "discard", now)
             discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
+            await self._drop_pending_peer(uow, offer, now)
             await self._audit(
                 uow, principal, project, "offer.discarded", offer_id, _proven_offerer(offer)
             )
@@ -462,6 +464,7 @@ class Federation:
                     details={"revision": offer.revision},
                 )
             o.next_state(offer, "approve", now)
+            await self._refuse_second_pairing(uow, offer.service)
             terms = g.parse_grant(grant, requested_scopes=offer.scopes)
             principal.require_scope(*sorted(terms.scopes))
             await self._check_resources(uow, project, terms)
@@ -693,6 +696,29 @@ class Federation:
         for grant in grants:
             await uow.grants.delete(grant.id)
 
+    async def _drop_pending_peer(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> None:
+        """A discarded approved offer: its unfinished peer goes and its grant is revoked."""
+        if offer.peer_id is None:
+            return
+        peer = await uow.peers.get(offer.peer_id)
+        if peer is not None and peer.state == p.PENDING:
+            await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
+            for grant in await uow.grants.of_peer(peer.id):
+                if grant.state == g.ACTIVE:
+                    await uow.grants.set_state(grant.id, g.REVOKED, now)
+
+    async def _refuse_second_pairing(self, uow: UnitOfWork, hypernet_id: str) -> None:
+        """One pairing per other cluster: its generation binds every session with it, so a
+        second pairing would silently end the first. Further grants go on the paired peer."""
+        for peer in await uow.peers.by_hypernet_id(hypernet_id):
+            if peer.state == p.PAIRED:
+                raise Conflict(
+                    f"this cluster is already paired with {hypernet_id} as peer {peer.id}"
+                    f" (project {peer.project}); give further grants there, or remove that"
+                    " peer first",
+                    details={"peer": peer.id, "project": peer.project},
+                )
+
     async def _check_resources(self, uow: UnitOfWork, project: str, terms: g.GrantTerms) -> None:
         """Exact IDs of this project's services and models, and of this cluster's nodes."""
         for index, service_id in enumerate(sorted(terms.services)):
@@ -864,6 +890,7 @@ class Federation:
             peer = await uow.peers.get(offer.peer_id)
             if peer is None or peer.state != p.PENDING:
                 raise Conflict("the pairing of this offer is gone")
+            await self._refuse_second_pairing(uow, identity.hypernet_id)
             paired = replace(peer, state=p.PAIRED, updated_at=now)
             await uow.peers.update(paired)
             await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
@@ -885,12 +912,7 @@ class Federation:
                 await uow.offers.update(
                     replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
                 )
-                if offer.peer_id is not None:
-                    peer = await uow.peers.get(offer.peer_id)
-                    if peer is not None and peer.state == p.PENDING:
-                        await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
-                        for grant in await uow.grants.of_peer(peer.id):
-                            await uow.grants.set_state(grant.id, g.REVOKED, now)
+                await self._drop_pending_peer(uow, offer, now)
                 await self._audit(uow, None, offer.project, "offer.discarded", offer_id, identity)
                 await uow.commit()
         return {}

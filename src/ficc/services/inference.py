@@ -30,6 +30,7 @@ from ficc.base.errors import (
     Unavailable,
 )
 from ficc.base.ids import new_id
+from ficc.base.times import format_time
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.inference import (
@@ -93,6 +94,15 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class _Admission:
+    """A service this process saw become ready, and the replicas it became ready with."""
+
+    project: str
+    runtime: RuntimeName
+    handles: list[ReplicaHandle]
+
+
+@dataclass(frozen=True)
 class Actor:
     """Who changes a service: an audit name, and the grant when a peer acts."""
 
@@ -134,6 +144,7 @@ class InferenceServices:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_replica: dict[str, int] = {}
+        self._admitting: dict[str, _Admission] = {}
 
     # --- lifecycle of FICC itself ----------------------------------------------------------
 
@@ -181,6 +192,7 @@ class InferenceServices:
 
     async def close(self) -> None:
         """At a clean shutdown: stop every engine and record the services as stopped."""
+        self._admitting.clear()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -421,6 +433,7 @@ class InferenceServices:
             service = await self._load(uow, project, service_id)
             _check_revision(service, expected)
             plan_operation(service.state, Operation.STOP)
+            self._admitting.pop(service_id, None)
             stopped = replace(
                 service,
                 state=ServiceState.STOPPED,
@@ -447,6 +460,7 @@ class InferenceServices:
             service = await self._load(uow, project, service_id)
             _check_revision(service, expected)
             plan_operation(service.state, Operation.DRAIN)
+            self._admitting.pop(service_id, None)  # no new request from now on
             draining = replace(
                 service,
                 state=ServiceState.DRAINING,
@@ -596,20 +610,36 @@ class InferenceServices:
     # --- invocation --------------------------------------------------------------------------
 
     async def endpoint(self, project: str, service_id: str) -> Endpoint:
-        """Where a running service of ``project`` answers; refused unless it is running."""
-        async with self._uow_factory() as uow:
-            service = await self._load(uow, project, service_id)
-        handles = self._handles.get(service_id, [])
-        if not admits_requests(service.state) or not handles:
-            raise Conflict(
-                f"service {service_id} is {service.state.value}; only a running service "
-                "takes requests",
-                details={"state": service.state.value},
-            )
+        """Where a running service of ``project`` answers; refused unless it is running.
+
+        Read on every inference request. While the replicas that this process saw become
+        ready are still the service's replicas (no stop, crash, drain or new start since), the
+        answer comes from memory; otherwise from the database, as the authority.
+        """
+        handles = self._handles.get(service_id)
+        admission = self._admitting.get(service_id)
+        if (
+            admission is not None
+            and admission.project == project
+            and admission.handles is handles
+            and handles
+        ):
+            runtime = admission.runtime
+        else:
+            async with self._uow_factory() as uow:
+                service = await self._load(uow, project, service_id)
+            handles = self._handles.get(service_id)
+            if not admits_requests(service.state) or not handles:
+                raise Conflict(
+                    f"service {service_id} is {service.state.value}; only a running service "
+                    "takes requests",
+                    details={"state": service.state.value},
+                )
+            runtime = service.spec.runtime
         replica = self._next_replica.get(service_id, 0) % len(handles)
         self._next_replica[service_id] = replica + 1
         handle = handles[replica]
-        return Endpoint(service_id, handle.base_url, handle.model_name, service.spec.runtime)
+        return Endpoint(service_id, handle.base_url, handle.model_name, runtime)
 
     @contextlib.asynccontextmanager
     async def in_flight(self, service_id: str) -> AsyncIterator[None]:
@@ -742,7 +772,11 @@ class InferenceServices:
                 return
             await self._attempt_event(handle.attempt_id, AttemptEvent.HEALTHY)
         if not superseded():
-            await self._service_event(service.id, ServiceEvent.READY, None)
+            ready = await self._service_event(service.id, ServiceEvent.READY, None)
+            if ready is ServiceState.RUNNING:
+                self._admitting[service.id] = _Admission(
+                    service.project, service.spec.runtime, handles
+                )
 
     async def _never_launched(self, attempts: list[AttemptRecord]) -> None:
         """Attempts a launch gave up before starting them: provably no process, not pending.
@@ -756,6 +790,7 @@ class InferenceServices:
         ended = await runtime.wait_exited(handle)
         if service_id in self._stopping or handle not in self._handles.get(service_id, []):
             return
+        self._admitting.pop(service_id, None)
         tail = "\n".join(ended.log_tail or runtime.log_tail(handle))
         await self._attempt_event(handle.attempt_id, AttemptEvent.CRASHED, tail, ended.exit_code)
         await self._service_event(service_id, ServiceEvent.CRASHED, ended.describe())
@@ -829,14 +864,19 @@ class InferenceServices:
             )
             await uow.commit()
 
-    async def _service_event(self, service_id: str, event: ServiceEvent, error: str | None) -> None:
+    async def _service_event(
+        self, service_id: str, event: ServiceEvent, error: str | None
+    ) -> ServiceState | None:
+        """Apply an engine event; the new state, or None when the event was stale."""
         async with self._uow_factory() as uow:
             service = await uow.services.get(service_id)
             if service is None:
-                return
+                return None
             state = apply_event(service.state, event)
             if state is service.state:
-                return
+                return None
+            if not admits_requests(state):
+                self._admitting.pop(service_id, None)
             await uow.services.update(
                 replace(
                     service,
@@ -846,6 +886,7 @@ class InferenceServices:
                 )
             )
             await uow.commit()
+        return state
 
     # --- checks ------------------------------------------------------------------------------
 
@@ -976,7 +1017,11 @@ def _preview_json(
 
 
 def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> dict[str, Any]:
-    """A service as its owner sees it (with engine log lines; peers get a filtered view)."""
+    """A service as its owner sees it (with engine log lines; peers get a filtered view).
+
+    Plain JSON values only (times as RFC 3339 strings): the same object is kept in the
+    receipt of an idempotent change and replayed from there.
+    """
     return {
         "id": service.id,
         "spec": service.spec.to_json(),
@@ -995,11 +1040,11 @@ def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> dict[
                 "port": attempt.port,
                 "exit_code": attempt.exit_code,
                 "log_tail": attempt.log_tail,
-                "created_at": attempt.created_at,
-                "ended_at": attempt.ended_at,
+                "created_at": format_time(attempt.created_at),
+                "ended_at": None if attempt.ended_at is None else format_time(attempt.ended_at),
             }
             for attempt in attempts
         ],
-        "created_at": service.created_at,
-        "updated_at": service.updated_at,
+        "created_at": format_time(service.created_at),
+        "updated_at": format_time(service.updated_at),
     }

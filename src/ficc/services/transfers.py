@@ -72,6 +72,9 @@ class Transfers:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._hashers: dict[tuple[str, int], tuple[int, Any]] = {}
         self._rates: dict[str, float] = {}
+        # Deciding to start a transfer's task and starting it must not interleave with another
+        # acquire of the same transfer: two tasks would write one partial file.
+        self._starting = asyncio.Lock()
         remote.add_stream("models.range", self.serve_range)
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -111,9 +114,11 @@ class Transfers:
                 raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
             existing = await uow.transfers.of_model(project, peer_id, remote_model)
         if existing is not None and existing.state != tr.FAILED:
-            if existing.state in (tr.PAUSED,) and existing.id not in self._tasks:
-                await self._set_state(existing.id, tr.RUNNING, None)
-                self._start(existing.id, principal)
+            async with self._starting:
+                current = await self._load(project, existing.id)
+                if current.state == tr.PAUSED and current.id not in self._tasks:
+                    await self._set_state(current.id, tr.RUNNING, None)
+                    self._start(current.id, principal)
             return await self.get(project, existing.id)
         if peer.state != p.PAIRED or peer.selected_grant is None:
             raise Conflict(f"peer {peer_id} is not paired with a selected grant")
@@ -169,8 +174,15 @@ class Transfers:
             raise Conflict(
                 f"transfer {transfer_id} is {transfer.state}", details={"state": transfer.state}
             )
-        await self._stop_task(transfer_id)
-        await self._set_state(transfer_id, tr.PAUSED, None)
+        async with self._starting:
+            stopped = await self._stop_task(transfer_id)
+            current = await self._load(project, transfer_id)
+            if current.state in (tr.COMPLETE, tr.FAILED):
+                # It finished while it was being stopped: nothing is left to pause.
+                return self._json(current)
+            # Pausing a transfer that is paused already keeps the reason it paused for.
+            error = current.error if not stopped and current.state == tr.PAUSED else None
+            await self._set_state(transfer_id, tr.PAUSED, error)
         return await self.get(project, transfer_id)
 
     async def get(self, project: str, transfer_id: str) -> dict[str, Any]:
@@ -208,13 +220,22 @@ class Transfers:
     def _start(self, transfer_id: str, principal: Principal) -> None:
         task = asyncio.create_task(self._run(transfer_id, principal))
         self._tasks[transfer_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(transfer_id, None))
 
-    async def _stop_task(self, transfer_id: str) -> None:
+        def forget(done: asyncio.Task[None]) -> None:
+            # Only this task's own entry: a later task of the same transfer may have replaced it.
+            if self._tasks.get(transfer_id) is done:
+                del self._tasks[transfer_id]
+
+        task.add_done_callback(forget)
+
+    async def _stop_task(self, transfer_id: str) -> bool:
+        """Cancel the transfer's task and wait for it; whether one was running."""
         task = self._tasks.pop(transfer_id, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True
 
     async def _set_state(self, transfer_id: str, state: str, error: str | None) -> None:
         async with self._uow_factory() as uow:
@@ -241,11 +262,24 @@ class Transfers:
             await self._set_state(
                 transfer_id, tr.PAUSED, f"local disk error: {exc.strerror or 'I/O error'}"
             )
+        except Exception:
+            log.exception("transfer %s stopped on an unexpected error", transfer_id)
+            await self._set_state(
+                transfer_id, tr.PAUSED, "internal error; see the server log, then acquire again"
+            )
 
     async def _fetch_all(self, transfer_id: str, principal: Principal) -> None:
         async with self._uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
-        assert transfer is not None
+            assert transfer is not None
+            peer = await uow.peers.get(transfer.peer_id)
+            selected = None if peer is None else peer.selected_grant
+            if selected is not None and selected != transfer.grant_id:
+                # Ranges travel under the peer's selected grant: after another grant was
+                # selected, the transfer continues under it and its record says so.
+                transfer = replace(transfer, grant_id=selected, updated_at=self._clock())
+                await uow.transfers.update(transfer)
+                await uow.commit()
         started = time.monotonic()
         fetched = 0
         for index, entry in enumerate(transfer.files):
@@ -253,11 +287,18 @@ class Transfers:
                 continue
             name = _partial_name(transfer_id, index)
             on_disk = await asyncio.to_thread(self._blobs.partial_size, name)
-            if on_disk != entry.done:
-                # Bytes past the last recorded range were never confirmed: drop them.
-                await asyncio.to_thread(self._blobs.truncate_partial, name, entry.done)
-            hasher = await self._hasher(transfer_id, index, name, entry.done)
             done = entry.done
+            if on_disk < done:
+                # Recorded bytes are missing (the partial file was removed or cut): they cannot
+                # be trusted any more, so this file starts again from its first byte.
+                log.warning("partial file %s lost recorded bytes; fetching it again", name)
+                self._hashers.pop((transfer_id, index), None)
+                done = 0
+                transfer = await self._record(transfer_id, index, done=0, verified=False)
+            # Bytes past the last recorded range were never confirmed: drop them. This also
+            # creates the file of an empty or not yet started one.
+            await asyncio.to_thread(self._blobs.truncate_partial, name, done)
+            hasher = await self._hasher(transfer_id, index, name, done)
             for offset, length in tr.ranges(entry.size, done, self._range_bytes):
                 await self._check_room(transfer, length)
                 hasher = await self._fetch_range(
@@ -337,28 +378,29 @@ class Transfers:
             "length": length,
             "digest": entry.sha256,
         }
+        loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             position = offset
             running = hasher.copy()
             try:
-                async with self._remote.open_stream(
-                    principal,
-                    transfer.project,
-                    transfer.peer_id,
-                    operation="models.range",
-                    body=body,
-                ) as chunks:
-                    iterator = aiter(chunks)
-                    while True:
-                        try:
-                            async with asyncio.timeout(self._stall_seconds):
-                                data = await anext(iterator)
-                        except StopAsyncIteration:
-                            break
-                        if position + len(data) > offset + length:
-                            raise Conflict("the peer sent more bytes than the range asked for")
-                        await asyncio.to_thread(self._write, name, position, data, running)
-                        position += len(data)
+                # One deadline from asking for the range to its last byte, moved on by every
+                # chunk: a peer that goes silent at any point (also before its first byte)
+                # is noticed within stall_seconds. Time spent writing locally is not counted.
+                async with asyncio.timeout(self._stall_seconds) as stall:
+                    async with self._remote.open_stream(
+                        principal,
+                        transfer.project,
+                        transfer.peer_id,
+                        operation="models.range",
+                        body=body,
+                    ) as chunks:
+                        async for data in chunks:
+                            if position + len(data) > offset + length:
+                                raise Conflict("the peer sent more bytes than the range asked for")
+                            stall.reschedule(None)
+                            await asyncio.to_thread(self._write, name, position, data, running)
+                            position += len(data)
+                            stall.reschedule(loop.time() + self._stall_seconds)
             except TimeoutError as exc:
                 if attempt == 2:
                     raise _Paused(
@@ -476,16 +518,19 @@ class Transfers:
         if not self._blobs.has(entry["sha256"]):
             raise Unavailable("the file is not stored on this cluster")
         async with self._uow_factory() as uow:
+            # Reserve first, then check what the reservation left: the write holds the
+            # database's write lock until commit, so two ranges of one grant cannot both pass.
+            # A refused range rolls back, so nothing of it is charged.
+            await uow.grants.charge(call.grant.id, requests=0, transfer_bytes=length)
             grant = await uow.grants.get(call.grant.id)
             assert grant is not None
-            remaining = grant.terms.transfer_bytes - grant.transfer_bytes_used
+            remaining = grant.terms.transfer_bytes - grant.transfer_bytes_used + length
             if length > remaining:
                 raise LimitExceeded(
                     f"the range is {length} bytes; the grant has {max(remaining, 0)} "
                     "transfer bytes left",
                     details={"limit": "transfer_bytes", "remaining": max(remaining, 0)},
                 )
-            await uow.grants.charge(grant.id, requests=0, transfer_bytes=length)
             await uow.commit()
         sent = 0
         try:
