@@ -76,13 +76,22 @@ def start_cluster(state_dir: Path, *extra_args: str) -> RunningCluster:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"ficc serve exited early:\n{log_path.read_text()}")
-        if server_json.exists():
-            info = json.loads(server_json.read_text())
+        info = _server_info(server_json)
+        # A server.json left by an earlier process (killed with SIGKILL) names another pid.
+        if info is not None and info.get("pid") == process.pid:
             token = (state_dir / "owner.token").read_text().strip()
             return RunningCluster(state_dir, process, info["url"], token, log_path)
         time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"ficc serve did not start in time:\n{log_path.read_text()}")
+
+
+def _server_info(path: Path) -> dict[str, Any] | None:
+    try:
+        info = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None  # not written yet, or being written
+    return info if isinstance(info, dict) else None
 
 
 def _spawn(state_dir: Path, log: Any, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
