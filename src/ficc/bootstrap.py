@@ -136,6 +136,8 @@ class Cluster:
     label: str = ""
     public_url: str | None = None
     _node_refresher: asyncio.Task[None] | None = None
+    credentials: accounts.CredentialCache = field(default_factory=accounts.CredentialCache)
+    known_projects: set[str] = field(default_factory=set)
     blobs: BlobStore = field(init=False)
     inference: InferenceServices = field(init=False)
     companion: Companion = field(init=False)

@@ -171,7 +171,11 @@ async def create_token(
 
 
 async def revoke_token(
-    uow_factory: UnitOfWorkFactory, clock: Clock, principal: Principal, token_id: str
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    principal: Principal,
+    token_id: str,
+    cache: CredentialCache | None = None,
 ) -> None:
     async with uow_factory() as uow:
         token = await uow.tokens.get(token_id)
@@ -187,6 +191,8 @@ async def revoke_token(
             target=token_id,
         )
         await uow.commit()
+    if cache is not None:
+        cache.clear()
 
 
 def _principal_of(user: User, scopes: frozenset[str], projects: frozenset[str]) -> Principal:
@@ -200,11 +206,47 @@ def _principal_of(user: User, scopes: frozenset[str], projects: frozenset[str]) 
     )
 
 
+class CredentialCache:
+    """Principals of recently used tokens, so a request needs no database read to authenticate.
+
+    Exact, not eventually consistent: tokens are revoked only through this process, which
+    clears the cache then, and a cached token's expiry is checked at every use.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._max_entries = max_entries
+        self._entries: dict[str, tuple[Principal, datetime | None]] = {}
+
+    def get(self, digest: str, now: datetime) -> Principal | None:
+        entry = self._entries.get(digest)
+        if entry is None:
+            return None
+        principal, expires_at = entry
+        if expires_at is not None and now >= expires_at:
+            del self._entries[digest]
+            return None
+        return principal
+
+    def put(self, digest: str, principal: Principal, expires_at: datetime | None) -> None:
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        self._entries[digest] = (principal, expires_at)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 async def authenticate_token(
-    uow_factory: UnitOfWorkFactory, clock: Clock, secret: str
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    secret: str,
+    cache: CredentialCache | None = None,
 ) -> Principal:
     if not secret.startswith(TOKEN_PREFIX):
         raise Unauthenticated("the bearer token is not a FICC token")
+    digest = _digest(secret)
+    if cache is not None and (cached := cache.get(digest, clock())) is not None:
+        return cached
     async with uow_factory() as uow:
         token = await uow.tokens.by_secret_hash(_digest(secret))
         if token is None or not token.usable_at(clock()):
@@ -213,7 +255,7 @@ async def authenticate_token(
     if user is None:
         raise Unauthenticated("the bearer token is unknown, expired or revoked")
     base = _principal_of(user, token.scopes, token.projects)
-    return Principal(
+    principal = Principal(
         user_id=base.user_id,
         username=base.username,
         scopes=base.scopes,
@@ -223,6 +265,9 @@ async def authenticate_token(
         via="token",
         token_id=token.id,
     )
+    if cache is not None:
+        cache.put(digest, principal, token.expires_at)
+    return principal
 
 
 async def _open_session(uow: UnitOfWork, clock: Clock, user: User, actor: str) -> IssuedSession:

@@ -75,9 +75,12 @@ async def select_project(request: Request, principal: Principal) -> str:
     project = parse_project_name(header if header is not None else "default", field="project")
     principal.require_project(project)
     cluster = cluster_of(request)
+    if project in cluster.known_projects:
+        return project  # projects are never deleted
     async with cluster.uow_factory() as uow:
         if not await uow.projects.exists(project):
             raise NotFound(f"no project {project}", details={"project": project})
+    cluster.known_projects.add(project)
     return project
 
 

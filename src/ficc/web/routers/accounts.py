@@ -48,7 +48,9 @@ async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")
 
 @router.delete("/api/v1/tokens/{token_id}", status_code=204)
 async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) -> Response:
-    await accounts.revoke_token(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, token_id)
+    await accounts.revoke_token(
+        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, token_id, ctx.cluster.credentials
+    )
     return Response(status_code=204)
 
 
