@@ -424,57 +424,55 @@ class InferenceServices:
         self._spawn(self._launch(started, node, model_path, new_attempts))
         return result, False
 
-    async def _stop(
-        self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
+    async def _transition(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        expected: int,
+        key: MutationKey | None,
+        operation: Operation,
+        state: ServiceState,
     ) -> tuple[dict[str, Any], bool]:
+        """Change a service's state; the receipt commits with the change, in one transaction."""
         async with self._uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
             service = await self._load(uow, project, service_id)
             _check_revision(service, expected)
-            plan_operation(service.state, Operation.STOP)
-            self._admitting.pop(service_id, None)
-            stopped = replace(
-                service,
-                state=ServiceState.STOPPED,
-                revision=service.revision + 1,
-                updated_at=self._clock(),
+            plan_operation(service.state, operation)
+            self._admitting.pop(service_id, None)  # no new request from now on
+            changed = replace(
+                service, state=state, revision=service.revision + 1, updated_at=self._clock()
             )
-            await uow.services.update(stopped)
-            await self._audit(uow, actor, project, "service.stop", service_id)
-            await uow.commit()
-        await self._stop_replicas(service_id)
-        async with self._uow_factory() as uow:
-            result = await self._view(uow, stopped)
+            await uow.services.update(changed)
+            await self._audit(uow, actor, project, f"service.{operation.value}", service_id)
+            result = await self._view(uow, changed)
             if key is not None:
                 await mutations.record(uow, self._clock, key, state="completed", result=result)
-                await uow.commit()
+            await uow.commit()
         return result, False
+
+    async def _stop(
+        self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
+    ) -> tuple[dict[str, Any], bool]:
+        result, replayed = await self._transition(
+            actor, project, service_id, expected, key, Operation.STOP, ServiceState.STOPPED
+        )
+        if not replayed:
+            await self._stop_replicas(service_id)
+            result = await self.get_service(project, service_id)
+        return result, replayed
 
     async def _drain(
         self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None
     ) -> tuple[dict[str, Any], bool]:
-        async with self._uow_factory() as uow:
-            if key is not None and (done := await mutations.replay(uow, key)) is not None:
-                return done, True
-            service = await self._load(uow, project, service_id)
-            _check_revision(service, expected)
-            plan_operation(service.state, Operation.DRAIN)
-            self._admitting.pop(service_id, None)  # no new request from now on
-            draining = replace(
-                service,
-                state=ServiceState.DRAINING,
-                revision=service.revision + 1,
-                updated_at=self._clock(),
-            )
-            await uow.services.update(draining)
-            await self._audit(uow, actor, project, "service.drain", service_id)
-            result = await self._view(uow, draining)
-            if key is not None:
-                await mutations.record(uow, self._clock, key, state="completed", result=result)
-            await uow.commit()
-        self._spawn(self._finish_drain(service_id))
-        return result, False
+        result, replayed = await self._transition(
+            actor, project, service_id, expected, key, Operation.DRAIN, ServiceState.DRAINING
+        )
+        if not replayed:
+            self._spawn(self._finish_drain(service_id))
+        return result, replayed
 
     async def _remove(
         self, actor: Actor, project: str, service_id: str, expected: int, key: MutationKey | None

@@ -15,12 +15,15 @@ sending and gives back what it could not send.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Final
 
@@ -47,6 +50,9 @@ from ficc.services.remote_operations import Call, RemoteOperations
 log = logging.getLogger("ficc.transfers")
 
 CHUNK_BYTES: Final = 1 * MiB
+"""What the grantor reads from disk and sends at once."""
+WRITE_AHEAD_BYTES: Final = 16 * MiB
+"""Received bytes that may wait for the requester's disk: memory stays flat in model size."""
 FreeDisk = Callable[[], int]
 
 
@@ -382,10 +388,12 @@ class Transfers:
         for attempt in (1, 2):
             position = offset
             running = hasher.copy()
+            writer = _OrderedWriter(WRITE_AHEAD_BYTES)
             try:
                 # One deadline from asking for the range to its last byte, moved on by every
                 # chunk: a peer that goes silent at any point (also before its first byte)
-                # is noticed within stall_seconds. Time spent writing locally is not counted.
+                # is noticed within stall_seconds. Time spent waiting for the local disk is
+                # not counted against the peer.
                 async with asyncio.timeout(self._stall_seconds) as stall:
                     async with self._remote.open_stream(
                         principal,
@@ -398,9 +406,14 @@ class Transfers:
                             if position + len(data) > offset + length:
                                 raise Conflict("the peer sent more bytes than the range asked for")
                             stall.reschedule(None)
-                            await asyncio.to_thread(self._write, name, position, data, running)
+                            # Written and hashed in order on the writer's thread while this
+                            # loop goes on receiving; waits only when too much is queued.
+                            await writer.submit(
+                                len(data), self._write, name, position, data, running
+                            )
                             position += len(data)
                             stall.reschedule(loop.time() + self._stall_seconds)
+                await writer.drain()
             except TimeoutError as exc:
                 if attempt == 2:
                     raise _Paused(
@@ -409,6 +422,9 @@ class Transfers:
                     ) from exc
                 log.info("a range of %s stalled; retrying once from its start", entry.path)
                 continue
+            finally:
+                # No write of this attempt may land after it is over.
+                await writer.close()
             if position != offset + length:
                 raise Unavailable(f"the peer ended the range of {entry.path} early")
             break
@@ -532,20 +548,28 @@ class Transfers:
                     details={"limit": "transfer_bytes", "remaining": max(remaining, 0)},
                 )
             await uow.commit()
+        sha256 = str(entry["sha256"])
+
+        def read(at: int) -> asyncio.Future[bytes]:
+            size = min(CHUNK_BYTES, offset + length - at)
+            return asyncio.ensure_future(asyncio.to_thread(self._blobs.read_blob, sha256, at, size))
+
         sent = 0
+        # The next chunk is read from disk while the current one is being sent.
+        reading: asyncio.Future[bytes] | None = read(offset)
         try:
-            while sent < length:
-                data = await asyncio.to_thread(
-                    self._blobs.read_blob,
-                    entry["sha256"],
-                    offset + sent,
-                    min(CHUNK_BYTES, length - sent),
-                )
+            while reading is not None:
+                data = await reading
+                reading = None
                 if not data:
                     break
+                if sent + len(data) < length:
+                    reading = read(offset + sent + len(data))
                 sent += len(data)
                 yield data
         finally:
+            if reading is not None:
+                reading.cancel()
             if sent < length:
                 with contextlib.suppress(FiccError):
                     await self._refund(call.grant.id, length - sent)
@@ -564,6 +588,43 @@ class _Paused(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class _OrderedWriter:
+    """Runs write-and-hash jobs in submission order on one thread of its own.
+
+    The event loop hands each received chunk over and goes back to receiving; it waits only
+    while more than ``limit`` bytes are queued. Errors surface in :meth:`submit` or
+    :meth:`drain`. :meth:`close` waits for every submitted job, also after a cancellation, so
+    no write of an abandoned range can land later.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ficc-transfer")
+        self._limit = limit
+        self._pending: deque[tuple[concurrent.futures.Future[None], int]] = deque()
+        self._queued = 0
+
+    async def submit(self, size: int, job: Callable[..., None], *args: Any) -> None:
+        """Queue ``job(*args)``, which holds ``size`` bytes until it has run."""
+        self._pending.append((self._executor.submit(job, *args), size))
+        self._queued += size
+        while self._queued > self._limit:
+            await self._oldest()
+
+    async def _oldest(self) -> None:
+        future, size = self._pending[0]
+        await asyncio.wrap_future(future)
+        self._pending.popleft()
+        self._queued -= size
+
+    async def drain(self) -> None:
+        while self._pending:
+            await self._oldest()
+
+    async def close(self) -> None:
+        self._pending.clear()
+        await asyncio.shield(asyncio.to_thread(self._executor.shutdown, True))
 
 
 def _partial_name(transfer_id: str, index: int) -> str:
