@@ -157,7 +157,11 @@ class Cluster:
             serve_instance=secrets.token_hex(8),
         )
         self.companion = Companion(
-            self.uow_factory, self.clock, self._transport, self.cluster_key.public_text
+            self.uow_factory,
+            self.clock,
+            self._transport,
+            self.cluster_key.public_text,
+            self.settings.hypernet_bind,
         )
         self.federation = Federation(
             self.uow_factory,
@@ -185,13 +189,13 @@ class Cluster:
     def free_disk(self) -> int:
         return shutil.disk_usage(self.state.store).free
 
-    def _transport(self, agent_directory: Path) -> Transport:
+    def _transport(self, agent_directory: Path, bind_address: str) -> Transport:
         return HyperNetEndpoint(
             agent_directory=agent_directory,
             cluster_key=self.cluster_key,
             lookup=self.federation.lookup,
             handler=self.federation.handle,
-            bind_address=self.settings.hypernet_bind,
+            bind_address=bind_address,
             relay=self.settings.hypernet_relay,
         )
 

@@ -43,7 +43,8 @@ class Transport(PeerChannel, Protocol):
     def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
 
 
-TransportFactory = Callable[[Path], Transport]
+TransportFactory = Callable[[Path, str], Transport]
+"""``factory(agent_directory, bind_address)``."""
 
 
 def parse_label(value: object) -> str:
@@ -73,10 +74,12 @@ class Companion:
         clock: Clock,
         factory: TransportFactory,
         cluster_key: str,
+        bind_address: str = "0.0.0.0:0",
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
         self._factory = factory
+        self._bind_address = bind_address
         self.cluster_key = cluster_key
         self.state = UNCONFIGURED
         self.error: str | None = None
@@ -116,12 +119,51 @@ class Companion:
             self.label = new_label
         await self._start(directory)
 
+    async def _bind(self) -> str:
+        """The configured bind address; a port of 0 becomes the port used last time.
+
+        Peers know this cluster by the addresses in its ticket: keeping the port across
+        restarts keeps those addresses valid.
+        """
+        host, _, port = self._bind_address.rpartition(":")
+        if port != "0":
+            return self._bind_address
+        async with self._uow_factory() as uow:
+            config = await uow.settings.get(COMPANION_SETTING)
+        kept = config.get("port") if isinstance(config, dict) else None
+        return (
+            f"{host}:{kept}" if isinstance(kept, int) and 0 < kept < 65536 else self._bind_address
+        )
+
+    async def _remember_port(self, transport: Transport) -> None:
+        ipv6 = self._bind_address.startswith("[")
+        ports = {
+            int(address.rpartition(":")[2])
+            for address in transport.addresses
+            if address.startswith("[") == ipv6
+        }
+        if len(ports) != 1:
+            return
+        async with self._uow_factory() as uow:
+            config = await uow.settings.get(COMPANION_SETTING)
+            if isinstance(config, dict) and config.get("port") != min(ports):
+                await uow.settings.put(COMPANION_SETTING, {**config, "port": min(ports)})
+                await uow.commit()
+
     async def _start(self, directory: Path) -> None:
         await self.stop()
         self.agent_directory = directory
-        transport = self._factory(directory)
+        bind = await self._bind()
+        transport = self._factory(directory, bind)
         try:
-            await transport.start()
+            try:
+                await transport.start()
+            except FiccError:
+                if bind == self._bind_address:
+                    raise
+                # The port used last time is taken now: take any, and remember that one.
+                transport = self._factory(directory, self._bind_address)
+                await transport.start()
         except FiccError as exc:
             self.state, self.error = FAILED, exc.message
             log.warning("the companion failed to start: %s", exc.message)
@@ -131,6 +173,7 @@ class Companion:
             self.error = f"the agent directory cannot be used: {exc.strerror or 'I/O error'}"
             return
         self._transport, self.state, self.error = transport, RUNNING, None
+        await self._remember_port(transport)
 
     async def stop(self) -> None:
         transport, self._transport = self._transport, None
