@@ -635,11 +635,7 @@ class Federation:
             peer = await self._project_peer(uow, project, peer_id)
             if peer.state == p.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
-            ended = []
-            for grant in await uow.grants.of_peer(peer_id):
-                if grant.state == g.ACTIVE:
-                    await uow.grants.set_state(grant.id, g.REVOKED, now)
-                    ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+            ended = await _revoke_active(uow, peer_id, now)
             removed = replace(peer, state=p.REMOVED, updated_at=now)
             await uow.peers.update(removed)
             await self._audit(
@@ -703,9 +699,7 @@ class Federation:
         peer = await uow.peers.get(offer.peer_id)
         if peer is not None and peer.state == p.PENDING:
             await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
-            for grant in await uow.grants.of_peer(peer.id):
-                if grant.state == g.ACTIVE:
-                    await uow.grants.set_state(grant.id, g.REVOKED, now)
+            await _revoke_active(uow, peer.id, now)
 
     async def _refuse_second_pairing(self, uow: UnitOfWork, hypernet_id: str) -> None:
         """One pairing per other cluster: its generation binds every session with it, so a
@@ -927,11 +921,7 @@ class Federation:
             await uow.remote_grants.replace_for_peer(
                 peer.id, [{**item, "state": g.REVOKED} for item in remote], now
             )
-            ended = []
-            for grant in await uow.grants.of_peer(peer.id):
-                if grant.state == g.ACTIVE:
-                    await uow.grants.set_state(grant.id, g.REVOKED, now)
-                    ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+            ended = await _revoke_active(uow, peer.id, now)
             await self._audit(uow, None, peer.project, "peer.removed_by_peer", peer.id, identity)
             await uow.commit()
         self._remember(removed)
@@ -971,6 +961,16 @@ class Federation:
                 if grant.state != g.RETIRED
             ]
         }
+
+
+async def _revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[g.Grant]:
+    """Revoke every active grant given to a peer; the grants as they are now."""
+    ended = []
+    for grant in await uow.grants.of_peer(peer_id):
+        if grant.state == g.ACTIVE:
+            await uow.grants.set_state(grant.id, g.REVOKED, now)
+            ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+    return ended
 
 
 def grant_scope(grant_id: str) -> str:
