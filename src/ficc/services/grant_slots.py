@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import datetime
 from typing import TypeVar
 
@@ -37,7 +38,10 @@ class Slot:
 
     async def race(self, work: Awaitable[T]) -> T:
         """``work``'s result, unless the grant ends first (then ``work`` is cancelled)."""
-        self.check()
+        if self.reason is not None:
+            if inspect.iscoroutine(work):
+                work.close()  # never started: nothing to cancel, and no "never awaited" warning
+            raise self.reason
         task = asyncio.ensure_future(work)
         ended = asyncio.ensure_future(self.ended.wait())
         try:
@@ -52,15 +56,25 @@ class Slot:
             raise asyncio.CancelledError
         return task.result()
 
-    async def guard(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
-        """The items of ``items`` until it ends or the grant ends."""
+    async def guard(self, items: AsyncIterator[T]) -> AsyncGenerator[T, None]:
+        """The items of ``items`` until it ends or the grant ends.
+
+        ``items`` is closed on every exit, at once: when the grant ends while ``items`` waits
+        at a ``yield`` (its last item still being sent), nothing cancels it, and left to the
+        garbage collector it would keep its engine stream generating.
+        """
         iterator = aiter(items)
-        while True:
-            try:
-                item = await self.race(anext(iterator))
-            except StopAsyncIteration:
-                return
-            yield item
+        try:
+            while True:
+                try:
+                    item = await self.race(anext(iterator))
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 class GrantSlots:

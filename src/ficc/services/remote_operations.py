@@ -32,6 +32,7 @@ from ficc.base.errors import (
     NotFound,
     PermissionDenied,
     TooLarge,
+    error_from_code,
 )
 from ficc.base.ids import parse_id
 from ficc.domain import grants as g
@@ -65,6 +66,10 @@ REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
 MAX_WIRE_REQUEST_BYTES: Final = MAX_FRAME_BYTES - 64 * 1024
 """A request, its signature and framing fit in one frame of ficc.federation/1."""
+REFUSED: Final = "refused"
+"""A mutation receipt whose effect was refused: certain that nothing happened."""
+DEFINITE_REFUSALS: Final = (InvalidInput, PermissionDenied, NotFound, Conflict, LimitExceeded)
+"""Errors an effect raises before it commits anything (never a lost peer or an unknown)."""
 
 
 @dataclass(frozen=True)
@@ -166,13 +171,24 @@ class RemoteOperations:
             handler = self._handlers.get(operation)
             if handler is None:
                 raise InvalidInput(f"{operation} is not served here", field="operation")
+            if call.mutation_id is not None:
+                # A retry is answered from its receipt before the body's IDs are checked: a
+                # service or model the first try removed is no longer in the grant.
+                async with self._uow_factory() as uow:
+                    done = await self._retained(uow, call.key())
+                if done is not None:
+                    return {"replayed": True, "result": done}
             return await call.slot.race(handler(call))
 
     async def _serve_stream(
         self, identity: PeerIdentity, wire: dict[str, Any], operation: str, body: dict[str, Any]
     ) -> AsyncIterator[bytes]:
-        async with self._admitted(identity, wire, operation, body) as call:
-            async for chunk in call.slot.guard(self._streams[operation](call)):
+        async with (
+            self._admitted(identity, wire, operation, body) as call,
+            contextlib.aclosing(call.slot.guard(self._streams[operation](call))) as chunks,
+        ):
+            # Closed on every exit (``async for`` alone leaves an abandoned iterator open).
+            async for chunk in chunks:
                 yield chunk
 
     @contextlib.asynccontextmanager
@@ -222,13 +238,43 @@ class RemoteOperations:
         """Record uncertainty, then run the effect (which completes the receipt with itself)."""
         key = call.key()
         async with self._uow_factory() as uow:
-            done = await mutations.replay(uow, key)
+            done = await self._retained(uow, key)
             if done is not None:
                 return {"replayed": True, "result": done}
             await mutations.record(uow, self._clock, key, state=mutations.UNCERTAIN, result=None)
             await uow.commit()
-        result, replayed = await effect(key)
+        try:
+            result, replayed = await effect(key)
+        except DEFINITE_REFUSALS as exc:
+            # The effect's transaction rolled back: nothing happened, and that is certain.
+            await self._record_refusal(key, exc)
+            raise
         return {"replayed": replayed, "result": result}
+
+    @staticmethod
+    async def _retained(uow: UnitOfWork, key: MutationKey) -> dict[str, Any] | None:
+        """The result an earlier try retained; its refusal again; or a conflict."""
+        earlier = await uow.receipts.get(key.scope, key.mutation_id)
+        if (
+            earlier is not None
+            and earlier.state == REFUSED
+            and (earlier.operation, earlier.arguments_sha256)
+            == (key.operation, key.arguments_sha256)
+        ):
+            raise _refusal(earlier.result)
+        return await mutations.replay(uow, key)
+
+    async def _record_refusal(self, key: MutationKey, error: FiccError) -> None:
+        """Complete an uncertain receipt as refused, so it keeps no capacity and no doubt."""
+        async with self._uow_factory() as uow:
+            receipt = await uow.receipts.get(key.scope, key.mutation_id)
+            if receipt is None or receipt.state != mutations.UNCERTAIN:
+                return
+            refusal = {
+                "error": {"code": error.code, "message": error.message, "details": error.details}
+            }
+            await mutations.record(uow, self._clock, key, state=REFUSED, result=refusal)
+            await uow.commit()
 
     # --- operations -------------------------------------------------------------------------
 
@@ -478,9 +524,9 @@ class RemoteOperations:
                 "state": receipt.state,
                 "result": receipt.result,
                 "advice": (
-                    None
-                    if receipt.state == mutations.COMPLETED
-                    else "retry with the same mutation_id and arguments; it is applied once"
+                    "retry with the same mutation_id and arguments; it is applied once"
+                    if receipt.state == mutations.UNCERTAIN
+                    else None
                 ),
             },
         }
@@ -545,11 +591,22 @@ class RemoteOperations:
 
     @contextlib.asynccontextmanager
     async def open_stream(
-        self, principal: Principal, project: str, peer_id: str, *, operation: object, body: object
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        """A streamed operation; leaving the block cancels it on the peer."""
+        """A streamed operation; leaving the block cancels it on the peer.
+
+        ``mutation_id`` is checked like any other request's (no streamed operation takes one),
+        so a caller who sends one is told, not silently ignored.
+        """
         peer, grant_id = await self._route(principal, project, peer_id)
-        _, wire = self._wire(grant_id, operation, body, None)
+        _, wire = self._wire(grant_id, operation, body, mutation_id)
         async with self._federation.companion.transport.stream(
             peer.hypernet_id,
             WIRE_OPERATION,
@@ -560,8 +617,25 @@ class RemoteOperations:
             yield chunks
 
 
+def _refusal(result: dict[str, Any] | None) -> FiccError:
+    """The refusal a receipt retained, raised again for a retry of the same mutation."""
+    error = (result or {}).get("error") or {}
+    return error_from_code(
+        str(error.get("code", "conflict")),
+        str(error.get("message", "this mutation was refused")),
+        error.get("details") if isinstance(error.get("details"), dict) else None,
+    )
+
+
 def error_event(error: FiccError) -> bytes:
-    body = {"error": {"message": error.message, "type": "server_error", "code": error.code}}
+    body = {
+        "error": {
+            "message": error.message,
+            "type": "server_error",
+            "code": error.code,
+            "details": error.details,
+        }
+    }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 

@@ -29,7 +29,14 @@ SSE_HEADERS = [
 
 
 def error_event(error: FiccError) -> bytes:
-    body = {"error": {"message": error.message, "type": "server_error", "code": error.code}}
+    body = {
+        "error": {
+            "message": error.message,
+            "type": "server_error",
+            "code": error.code,
+            "details": error.details,
+        }
+    }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 

@@ -117,7 +117,12 @@ async def request(
         stack = contextlib.AsyncExitStack()
         chunks = await stack.enter_async_context(
             remote.open_stream(
-                ctx.principal, ctx.project, peer_id, operation=body.operation, body=body.body
+                ctx.principal,
+                ctx.project,
+                peer_id,
+                operation=body.operation,
+                body=body.body,
+                mutation_id=body.mutation_id,
             )
         )
         return EventStreamResponse(chunks, stack.aclose)
