@@ -133,6 +133,7 @@ class RemoteOperations:
         self._clock = clock
         self._federation = federation
         self._inference = inference
+        self._fixed: dict[str, g.Grant] = {}
         self._handlers: dict[str, Handler] = {
             "discover": self._discover,
             "inference.prepare": self._prepare,
@@ -197,40 +198,60 @@ class RemoteOperations:
     ) -> AsyncIterator[Call]:
         grant_id = parse_id("grant", wire.get("grant"), field="grant")
         now = self._clock()
-        async with self._uow_factory() as uow:
-            peer = await self._federation.paired_peer(uow, identity)
-            grant = await uow.grants.get(grant_id)
-        if grant is None or grant.peer_id != peer.id:
+        if await self._federation.lookup(identity.hypernet_id) is None:
+            # Not paired at all: refuse before saying anything about the grant.
             raise PermissionDenied(
-                "this peer holds no such grant", details={"grant": grant_id, "reason": "no_grant"}
+                "this cluster has no pairing with the requesting peer at this generation",
+                details={"reason": "not_paired"},
             )
-        state = grant.state_at(now)
-        if state in (g.REVOKED, g.RETIRED):
-            raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
-        if state == g.EXPIRED:
-            raise GrantExpired("the grant expired", details={"grant": grant_id})
-        check_scope(operation, grant.terms.scopes)
+        fixed = await self._fixed_terms(grant_id)
+        check_scope(operation, fixed.terms.scopes)
         mutation_id = check_mutation_id(operation, wire.get("mutation_id"))
         size = len(json.dumps(body, separators=(",", ":")).encode())
-        if size > grant.terms.request_bytes:
+        if size > fixed.terms.request_bytes:
             raise TooLarge(
-                f"the request body is {size} bytes; the grant allows {grant.terms.request_bytes}",
-                details={"limit": "request_bytes", "allowed": grant.terms.request_bytes},
+                f"the request body is {size} bytes; the grant allows {fixed.terms.request_bytes}",
+                details={"limit": "request_bytes", "allowed": fixed.terms.request_bytes},
             )
         async with self._federation.slots.slot(
-            grant.id, grant.terms.concurrent, grant.expires_at, now
+            grant_id, fixed.terms.concurrent, fixed.expires_at, now
         ) as slot:
+            # One transaction proves the peer, reads the grant's state and charges the request.
             async with self._uow_factory() as uow:
-                current = await uow.grants.get(grant.id)
-                assert current is not None
+                peer = await self._federation.paired_peer(uow, identity)
+                current = await uow.grants.get(grant_id)
+                if current is None or current.peer_id != peer.id:
+                    raise PermissionDenied(
+                        "this peer holds no such grant",
+                        details={"grant": grant_id, "reason": "no_grant"},
+                    )
+                state = current.state_at(now)
+                if state in (g.REVOKED, g.RETIRED):
+                    raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
+                if state == g.EXPIRED:
+                    raise GrantExpired("the grant expired", details={"grant": grant_id})
                 if current.requests_used >= current.terms.requests:
                     raise LimitExceeded(
                         f"the grant's {current.terms.requests} requests are used up",
                         details={"limit": "requests", "allowed": current.terms.requests},
                     )
-                await uow.grants.charge(grant.id, requests=1, transfer_bytes=0)
+                await uow.grants.charge(grant_id, requests=1, transfer_bytes=0)
                 await uow.commit()
             yield Call(identity, peer, current, operation, body, mutation_id, slot)
+
+    async def _fixed_terms(self, grant_id: str) -> g.Grant:
+        """A grant's terms, peer and expiry never change: read them once, keep them."""
+        known = self._fixed.get(grant_id)
+        if known is None:
+            async with self._uow_factory() as uow:
+                known = await uow.grants.get(grant_id)
+            if known is None:
+                raise PermissionDenied(
+                    "this peer holds no such grant",
+                    details={"grant": grant_id, "reason": "no_grant"},
+                )
+            self._fixed[grant_id] = known
+        return known
 
     async def _once(
         self, call: Call, effect: Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]

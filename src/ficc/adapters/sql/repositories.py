@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, literal, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ficc.adapters.sql import tables as t
@@ -701,13 +701,23 @@ class SqlGrants(_Repository):
         )
 
     async def _load(self, row: Any) -> Grant:
-        services = await self._c.execute(
-            select(t.services.c.id).where(t.services.c.created_by_grant == row.id)
+        """The grant with the records it created, read in one query."""
+        created = await self._c.execute(
+            union_all(
+                select(t.services.c.id, literal("service").label("kind")).where(
+                    t.services.c.created_by_grant == row.id
+                ),
+                select(t.models.c.id, literal("model").label("kind")).where(
+                    t.models.c.created_by_grant == row.id
+                ),
+            )
         )
-        models = await self._c.execute(
-            select(t.models.c.id).where(t.models.c.created_by_grant == row.id)
+        pairs = created.all()
+        return self._grant(
+            row,
+            frozenset(r.id for r in pairs if r.kind == "service"),
+            frozenset(r.id for r in pairs if r.kind == "model"),
         )
-        return self._grant(row, frozenset(r.id for r in services), frozenset(r.id for r in models))
 
     async def add(self, grant: Grant) -> None:
         await self._c.execute(
