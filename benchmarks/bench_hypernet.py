@@ -28,7 +28,7 @@ ECHO_BYTES = 200
 ROUND_TRIPS = 2000
 BULK_BYTES = 256 * MiB
 BULK_CHUNK_BYTES = 512 * KiB
-ROUNDS = 2
+ROUNDS = 3
 
 
 def _percentile(samples: list[float], fraction: float) -> float:

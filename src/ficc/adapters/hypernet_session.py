@@ -28,7 +28,6 @@ from ficc.base.errors import (
 from ficc.protocol.handshake import Session
 from ficc.protocol.liveness import Liveness
 from ficc.protocol.messages import (
-    MAX_CHUNK_BYTES,
     Cancel,
     Chunk,
     End,
@@ -37,7 +36,7 @@ from ficc.protocol.messages import (
     Message,
     Request,
     Response,
-    encode_chunk_frame,
+    encode_chunk_frames,
 )
 from ficc.protocol.requests import RequestSigner, RequestVerifier
 from ficc.protocol.signing import Signer, Verify
@@ -176,7 +175,6 @@ class PeerSession:
     async def _serve_stream(self, stream: FrameStream) -> None:
         previous_seq = 0
         receiving = asyncio.ensure_future(stream.receive())
-        work: asyncio.Future[None] | None = None
         try:
             while True:
                 message = await receiving
@@ -190,33 +188,48 @@ class PeerSession:
                     raise ProtocolError(f"expected a request, got {type(message).__name__}")
                 self._incoming.verify(message, previous_on_stream=previous_seq)
                 previous_seq = message.seq
-                work = asyncio.ensure_future(self._answer(stream, message))
+                # The next receive runs while the handler does: a cancel, a reset or the end
+                # of the stream interrupts the handler, which runs in this task (no task of
+                # its own: most answers need no more than the write that sends them).
                 receiving = asyncio.ensure_future(stream.receive())
-                cancel_work = _canceller(work)
-                receiving.add_done_callback(cancel_work)
-                try:
-                    await work
-                except asyncio.CancelledError:
-                    if not receiving.done():
-                        raise
+                if await self._answer_unless_interrupted(stream, message, receiving):
                     # The requester spoke while the handler worked: only a cancel may.
                     following = receiving.result()
                     if following is not None and not isinstance(following, Cancel):
-                        raise ProtocolError(
-                            "only a cancel may follow a request in flight"
-                        ) from None
+                        raise ProtocolError("only a cancel may follow a request in flight")
                     await stream.reset(CANCELLED_CODE)
                     return
-                receiving.remove_done_callback(cancel_work)
         except ProtocolError as exc:
             await self._fail(stream, exc)
         except FiccError as exc:
             log.debug("request stream from %s ended: %s", self.identity.hypernet_id, exc)
             await stream.reset()
         finally:
-            for future in (receiving, work):
-                if future is not None and not future.done():
-                    future.cancel()
+            if not receiving.done():
+                receiving.cancel()
+
+    async def _answer_unless_interrupted(
+        self, stream: FrameStream, request: Request, receiving: asyncio.Future[Message | None]
+    ) -> bool:
+        """Answer ``request`` in this task; True if ``receiving`` completing interrupted it."""
+        task = asyncio.current_task()
+        assert task is not None
+        interrupt = _Interrupt(task)
+        receiving.add_done_callback(interrupt)
+        interrupted = False
+        try:
+            await self._answer(stream, request)
+        except asyncio.CancelledError:
+            if not interrupt.fired:
+                raise
+            interrupted = True
+        finally:
+            interrupt.armed = False
+            receiving.remove_done_callback(interrupt)
+            # Take back our own cancellation; one from elsewhere (the session closing) stands.
+            if interrupt.fired and task.uncancel() > 0:
+                raise asyncio.CancelledError
+        return interrupted
 
     async def _answer(self, stream: FrameStream, request: Request) -> None:
         try:
@@ -227,9 +240,8 @@ class PeerSession:
             total = 0
             async with _closing(result):
                 async for chunk in result:
-                    data = chunk if isinstance(chunk, bytes) else bytes(chunk)
-                    await stream.write(_chunk_frames(data))
-                    total += len(data)
+                    await stream.write(encode_chunk_frames(chunk))
+                    total += len(chunk)
             await stream.send(End(total))
         except (Unavailable, OutcomeUnknown):
             raise
@@ -317,24 +329,21 @@ class PeerSession:
         self._spawn(abandon())
 
 
-def _canceller(work: asyncio.Future[None]) -> Callable[[object], None]:
-    """A done-callback that cancels ``work``."""
+class _Interrupt:
+    """A done-callback that cancels ``task`` while it is armed, and remembers that it did."""
 
-    def cancel(_: object) -> None:
-        work.cancel()
+    __slots__ = ("armed", "fired", "task")
 
-    return cancel
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.armed = True
+        self.fired = False
 
-
-def _chunk_frames(data: bytes) -> bytes:
-    """``data`` as chunk frames, coalesced into one write (never a tiny trailing write)."""
-    if len(data) <= MAX_CHUNK_BYTES:
-        return encode_chunk_frame(data)
-    view = memoryview(data)
-    return b"".join(
-        encode_chunk_frame(bytes(view[start : start + MAX_CHUNK_BYTES]))
-        for start in range(0, len(data), MAX_CHUNK_BYTES)
-    )
+    def __call__(self, _: object) -> None:
+        if self.armed:
+            self.armed = False
+            self.fired = True
+            self.task.cancel()
 
 
 @asynccontextmanager

@@ -18,9 +18,11 @@ from ficc.adapters.hypernet_errors import translate
 from ficc.base.errors import ProtocolError
 from ficc.base.units import KiB
 from ficc.protocol.frames import FrameDecoder, encode_frame
-from ficc.protocol.messages import Message, decode_message, encode_message
+from ficc.protocol.messages import Message, decode_message_parts, encode_message
 
 MIN_READ_BYTES: Final = 64 * KiB
+FRAME_OVERHEAD: Final = 64
+"""Read a little past a frame, so a read that completes one also takes the next header."""
 CANCELLED_CODE: Final = 1
 PROTOCOL_ERROR_CODE: Final = 2
 FAILED_CODE: Final = 3
@@ -34,7 +36,8 @@ class FrameStream:
         self._send = stream.send()
         self._recv = stream.recv()
         self._decoder = FrameDecoder()
-        self._payloads: deque[bytes] = deque()
+        self._payloads: deque[list[memoryview]] = deque()
+        self._read_bytes = MIN_READ_BYTES
         self.finished = False
 
     async def send(self, *messages: Message) -> None:
@@ -52,15 +55,20 @@ class FrameStream:
         """The next message, or ``None`` when the peer finished the stream cleanly."""
         while not self._payloads:
             try:
-                data = await self._recv.read(max(MIN_READ_BYTES, self._decoder.wanted_bytes))
+                data = await self._recv.read(max(self._read_bytes, self._decoder.wanted_bytes))
             except IrohError as exc:
                 raise translate(exc, "reading from the peer") from exc
             if not data:
                 if self._decoder.buffered_bytes:
                     raise ProtocolError("the peer ended a stream in the middle of a frame")
                 return None
-            self._payloads.extend(self._decoder.feed(data))
-        return decode_message(self._payloads.popleft())
+            self._payloads.extend(self._decoder.feed_parts(data))
+        parts = self._payloads.popleft()
+        # Ask for about a frame at a time: as much as the last frame when it was large (a
+        # stream of chunks), so each read may complete a frame; little for small messages
+        # (iroh allocates what a read asks for).
+        self._read_bytes = max(MIN_READ_BYTES, sum(len(part) for part in parts) + FRAME_OVERHEAD)
+        return decode_message_parts(parts)
 
     async def finish(self) -> None:
         """End our side cleanly (best effort: the peer may already be gone)."""

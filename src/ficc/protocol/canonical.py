@@ -8,16 +8,19 @@ refused with :class:`~ficc.base.errors.ProtocolError`, never another exception.
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from ficc.base.errors import ProtocolError
+
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_DECODER: Final = json.JSONDecoder()
 
 
 def canonical_json(value: Any) -> bytes:
     """Encode ``value`` canonically; a value JSON cannot carry is a programming error."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def _refuse_constant(name: str) -> NoReturn:
@@ -34,7 +37,23 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_canonical_json(data: bytes, *, what: str) -> Any:
-    """Decode canonical JSON bytes, refusing anything another encoder could have spelled."""
+    """Decode canonical JSON bytes, refusing anything another encoder could have spelled.
+
+    Canonical input is decoded without hooks, then encoded again and compared. That check
+    alone refuses all the strict decoder refuses: a duplicate key, ``NaN`` or a number JSON
+    cannot carry never encodes back to the same bytes. Input failing it is decoded again
+    strictly, only to say precisely what is wrong with it.
+    """
+    try:
+        value = _DECODER.decode(data.decode("utf-8"))
+        if canonical_json(value) == data:
+            return value
+    except (ValueError, RecursionError):
+        pass
+    return _parse_strictly(data, what=what)
+
+
+def _parse_strictly(data: bytes, *, what: str) -> Any:
     try:
         text = data.decode("utf-8")
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_refuse_constant)

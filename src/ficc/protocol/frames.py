@@ -13,6 +13,9 @@ from ficc.base.units import MiB
 
 MAX_FRAME_BYTES: Final = 1 * MiB
 LENGTH_BYTES: Final = 4
+_VIEW_BYTES: Final = 16 * 1024
+"""Smaller pieces of a payload are copied together rather than kept as views, so a peer that
+trickles a frame in tiny reads cannot make the decoder hold many views of it."""
 
 
 def encode_frame(payload: bytes) -> bytes:
@@ -36,54 +39,88 @@ def announced_length(header: bytes) -> int:
     return length
 
 
+def join_parts(parts: list[memoryview]) -> bytes:
+    """The bytes of a payload :meth:`FrameDecoder.feed_parts` handed out as views."""
+    if not parts:
+        return b""
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+
 class FrameDecoder:
     """Turns a byte stream, split anywhere, into frame payloads.
 
+    A payload is kept as views of the received buffers until it is complete, so its bytes are
+    copied at most once (:meth:`feed_parts` hands out the views themselves).
     After a :class:`ProtocolError` the decoder is closed: every later ``feed`` raises again.
     """
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._header = bytearray()
+        self._parts: list[memoryview] = []
+        self._small = bytearray()
+        self._have = 0
         self._expected: int | None = None
         self._failed: ProtocolError | None = None
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes held while waiting for the rest of a frame (never more than one frame)."""
-        return len(self._buffer)
+        return len(self._header) + self._have
 
     @property
     def wanted_bytes(self) -> int:
         """Bytes still missing from the frame in progress (its header, or its payload)."""
         if self._expected is None:
-            return LENGTH_BYTES - len(self._buffer)
-        return self._expected - len(self._buffer)
+            return LENGTH_BYTES - len(self._header)
+        return self._expected - self._have
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every payload they complete, in order."""
+        return [join_parts(parts) for parts in self.feed_parts(data)]
+
+    def feed_parts(self, data: bytes) -> list[list[memoryview]]:
+        """Like :meth:`feed`, but each payload as the views of the input it spans.
+
+        The views are never empty (an empty payload is an empty list); they view immutable
+        bytes only (other buffers are copied first), which they keep alive.
+        """
         if self._failed is not None:
             raise self._failed
-        payloads: list[bytes] = []
-        view = memoryview(data)
+        payloads: list[list[memoryview]] = []
+        view = memoryview(data if type(data) is bytes else bytes(data))
         while view:
             if self._expected is None:
-                need = LENGTH_BYTES - len(self._buffer)
-                self._buffer += view[:need]
+                need = LENGTH_BYTES - len(self._header)
+                self._header += view[:need]
                 view = view[need:]
-                if len(self._buffer) < LENGTH_BYTES:
+                if len(self._header) < LENGTH_BYTES:
                     break
                 try:
-                    self._expected = announced_length(bytes(self._buffer))
+                    self._expected = announced_length(bytes(self._header))
                 except ProtocolError as exc:
                     self._failed = exc
-                    self._buffer.clear()
+                    self._header.clear()
                     raise
-                self._buffer.clear()
-            need = self._expected - len(self._buffer)
-            self._buffer += view[:need]
-            view = view[need:]
-            if len(self._buffer) == self._expected:
-                payloads.append(bytes(self._buffer))
-                self._buffer.clear()
+                self._header.clear()
+            need = self._expected - self._have
+            if need:
+                piece = view[:need]
+                view = view[need:]
+                self._have += len(piece)
+                if len(piece) < _VIEW_BYTES:
+                    self._small += piece
+                else:
+                    self._flush_small()
+                    self._parts.append(piece)
+            if self._have == self._expected:
+                self._flush_small()
+                payloads.append(self._parts)
+                self._parts = []
+                self._have = 0
                 self._expected = None
         return payloads
+
+    def _flush_small(self) -> None:
+        if self._small:
+            self._parts.append(memoryview(bytes(self._small)))
+            self._small.clear()

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ficc.base.errors import FiccError, ProtocolError
 from ficc.protocol.canonical import canonical_json, parse_json_object
-from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES
+from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES, join_parts
 
 PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)
@@ -73,12 +73,17 @@ class Proof:
 
 @dataclass(frozen=True)
 class Request:
-    """A remote operation, signed for one session, direction and sequence number."""
+    """A remote operation, signed for one session, direction and sequence number.
+
+    ``content`` is :func:`request_content` of ``operation`` and ``body`` once known (signing
+    and decoding set it), so those exact bytes are neither encoded nor parsed again.
+    """
 
     seq: int
     signature: bytes
     operation: str
     body: dict[str, Any]
+    content: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -168,11 +173,11 @@ def encode_message(message: Message) -> bytes:
             _check_len(cluster_key, KEY_BYTES, "proof cluster_key")
             _check_len(signature, SIGNATURE_BYTES, "proof signature")
             return bytes([Tag.PROOF]) + _PROOF.pack(generation, cluster_key, signature)
-        case Request(seq, signature, operation, body):
+        case Request(seq, signature, operation, body, content):
             _check_u64(seq, "request seq")
             _check_len(signature, SIGNATURE_BYTES, "request signature")
             head = bytes([Tag.REQUEST]) + _REQUEST_HEAD.pack(seq, signature)
-            return head + request_content(operation, body)
+            return head + (content or request_content(operation, body))
         case Response(body):
             return bytes([Tag.RESPONSE]) + canonical_json(body)
         case Error(code, text, details):
@@ -196,11 +201,32 @@ def request_content(operation: str, body: dict[str, Any]) -> bytes:
     return canonical_json({"body": body, "operation": operation})
 
 
-def encode_chunk_frame(data: bytes) -> bytes:
+def encode_chunk_frame(data: bytes | memoryview) -> bytes:
     """A whole chunk frame (length, tag, bytes) built with a single copy of ``data``."""
     if len(data) > MAX_CHUNK_BYTES:
         raise ProtocolError(f"a chunk carries at most {MAX_CHUNK_BYTES} bytes")
     return _CHUNK_FRAME_HEAD.pack(len(data) + CHUNK_HEADER_BYTES, Tag.CHUNK) + data
+
+
+def encode_chunk_frames(data: bytes | memoryview) -> bytes:
+    """``data`` as chunk frames in one buffer, built with a single copy of ``data``.
+
+    Data over one frame is cut into pieces of equal size (give or take a byte), so no frame
+    is tiny: 1 MiB becomes two frames of 512 KiB, not one of 1 MiB - 1 and one of 1 byte.
+    """
+    size = len(data)
+    if size <= MAX_CHUNK_BYTES:
+        return encode_chunk_frame(data)
+    view = memoryview(data)
+    count = -(-size // MAX_CHUNK_BYTES)
+    pieces: list[bytes | memoryview] = []
+    start = 0
+    for index in range(count):
+        end = size * (index + 1) // count
+        pieces.append(_CHUNK_FRAME_HEAD.pack(end - start + CHUNK_HEADER_BYTES, Tag.CHUNK))
+        pieces.append(view[start:end])
+        start = end
+    return b"".join(pieces)
 
 
 def _fixed(rest: bytes, size: int, name: str) -> bytes:
@@ -229,7 +255,8 @@ def _decode_request(rest: bytes) -> Request:
     if len(rest) < _REQUEST_HEAD.size:
         raise ProtocolError("request payload is shorter than its fixed header")
     seq, signature = _REQUEST_HEAD.unpack_from(rest)
-    doc = parse_json_object(rest[_REQUEST_HEAD.size :], what="request")
+    content = rest[_REQUEST_HEAD.size :]
+    doc = parse_json_object(content, what="request")
     if set(doc) != {"body", "operation"}:
         raise ProtocolError("request must have exactly the fields body and operation")
     operation, body = doc["operation"], doc["body"]
@@ -237,7 +264,9 @@ def _decode_request(rest: bytes) -> Request:
         raise ProtocolError("request operation must be a non-empty string")
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
-    return Request(seq=seq, signature=signature, operation=operation, body=body)
+    # ``content`` parsed as canonical JSON with exactly these two fields: it is the encoding of
+    # ``{"body": body, "operation": operation}``, byte for byte.
+    return Request(seq=seq, signature=signature, operation=operation, body=body, content=content)
 
 
 def _decode_response(rest: bytes) -> Response:
@@ -286,6 +315,19 @@ def decode_message(payload: bytes) -> Message:
     raise ProtocolError(f"unknown message tag 0x{tag:02x}")
 
 
+def decode_message_parts(parts: list[memoryview]) -> Message:
+    """:func:`decode_message` of a payload given as views (``FrameDecoder.feed_parts``).
+
+    A chunk's bytes are copied once, straight out of the views; other messages are small.
+    """
+    if parts and parts[0][0] == Tag.CHUNK:
+        first = parts[0][CHUNK_HEADER_BYTES:]
+        if len(parts) == 1:
+            return Chunk(data=bytes(first))
+        return Chunk(data=b"".join([first, *parts[1:]]))
+    return decode_message(join_parts(parts))
+
+
 __all__ = [
     "CHUNK_HEADER_BYTES",
     "KEY_BYTES",
@@ -308,7 +350,9 @@ __all__ = [
     "Response",
     "Tag",
     "decode_message",
+    "decode_message_parts",
     "encode_chunk_frame",
+    "encode_chunk_frames",
     "encode_message",
     "request_content",
 ]

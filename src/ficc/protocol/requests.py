@@ -18,21 +18,28 @@ from ficc.protocol.signing import Signer, Verify
 
 REQUEST_DOMAIN: Final = b"ficc.federation/1 request\x00"
 REPLAY_WINDOW: Final = 1024
+_SEQ: Final = struct.Struct(">Q")
 
 
 def request_signing_message(
     *, session_id: bytes, sender: Role, seq: int, operation: str, body: dict[str, Any]
 ) -> bytes:
     """The exact bytes a request signature covers."""
-    return b"".join(
-        [
-            REQUEST_DOMAIN,
-            session_id,
-            sender.value,
-            struct.pack(">Q", seq),
-            request_content(operation, body),
-        ]
-    )
+    prefix = _signing_prefix(session_id, sender)
+    return _signing_message(prefix, seq, request_content(operation, body))
+
+
+def _signing_prefix(session_id: bytes, sender: Role) -> bytes:
+    """What every request signature of one session and direction starts with."""
+    return REQUEST_DOMAIN + session_id + sender.value
+
+
+def _signing_message(prefix: bytes, seq: int, content: bytes) -> bytes:
+    return b"".join([prefix, _SEQ.pack(seq), content])
+
+
+def _content_of(request: Request) -> bytes:
+    return request.content or request_content(request.operation, request.body)
 
 
 class RequestSigner:
@@ -41,23 +48,20 @@ class RequestSigner:
     def __init__(self, session: Session, signer: Signer) -> None:
         self._session = session
         self._signer = signer
+        self._prefix = _signing_prefix(session.session_id, session.role)
         self._next_seq = 1
 
     def sign(self, operation: str, body: dict[str, Any]) -> Request:
-        """The next request of this direction, signed."""
+        """The next request of this direction, signed (its content encoded once, here)."""
         seq = self._next_seq
         if seq > MAX_U64:
             raise ProtocolError("the session ran out of sequence numbers")
         self._next_seq += 1
-        message = request_signing_message(
-            session_id=self._session.session_id,
-            sender=self._session.role,
-            seq=seq,
-            operation=operation,
-            body=body,
+        content = request_content(operation, body)
+        signature = self._signer.sign(_signing_message(self._prefix, seq, content))
+        return Request(
+            seq=seq, signature=signature, operation=operation, body=body, content=content
         )
-        signature = self._signer.sign(message)
-        return Request(seq=seq, signature=signature, operation=operation, body=body)
 
 
 class ReplayWindow:
@@ -99,6 +103,7 @@ class RequestVerifier:
     def __init__(self, session: Session, verify: Verify, window: int = REPLAY_WINDOW) -> None:
         self._session = session
         self._verify = verify
+        self._prefix = _signing_prefix(session.session_id, session.role.other)
         self._window = ReplayWindow(window)
 
     def verify(self, request: Request, *, previous_on_stream: int = 0) -> None:
@@ -109,13 +114,7 @@ class RequestVerifier:
                 f"(previous {previous_on_stream})"
             )
         self._window.check(request.seq)
-        message = request_signing_message(
-            session_id=self._session.session_id,
-            sender=self._session.role.other,
-            seq=request.seq,
-            operation=request.operation,
-            body=request.body,
-        )
+        message = _signing_message(self._prefix, request.seq, _content_of(request))
         if not self._verify(self._session.remote_cluster_key, message, request.signature):
             raise ProtocolError(
                 "the request's signature does not verify for this session and sequence number"

@@ -53,6 +53,9 @@ CHUNK_BYTES: Final = 1 * MiB
 """What the grantor reads from disk and sends at once."""
 WRITE_AHEAD_BYTES: Final = 16 * MiB
 """Received bytes that may wait for the requester's disk: memory stays flat in model size."""
+SYNC_AHEAD_BYTES: Final = 16 * MiB
+"""The writer's thread fsyncs the partial file after every this many bytes of a range, while
+more arrive, so the fsync that ends the range (which the transfer waits for) is short."""
 FreeDisk = Callable[[], int]
 
 
@@ -387,6 +390,7 @@ class Transfers:
         loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             position = offset
+            unsynced = 0
             running = hasher.copy()
             writer = _OrderedWriter(WRITE_AHEAD_BYTES)
             try:
@@ -412,6 +416,10 @@ class Transfers:
                                 len(data), self._write, name, position, data, running
                             )
                             position += len(data)
+                            unsynced += len(data)
+                            if unsynced >= SYNC_AHEAD_BYTES:
+                                unsynced = 0
+                                await writer.submit(0, self._blobs.sync_partial, name)
                             stall.reschedule(loop.time() + self._stall_seconds)
                 await writer.drain()
             except TimeoutError as exc:

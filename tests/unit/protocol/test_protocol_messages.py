@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ficc.base.errors import ProtocolError
-from ficc.protocol.frames import encode_frame
+from ficc.protocol.canonical import canonical_json, parse_canonical_json
+from ficc.protocol.frames import FrameDecoder, encode_frame
 from ficc.protocol.messages import (
     MAX_CHUNK_BYTES,
     Cancel,
@@ -24,7 +25,9 @@ from ficc.protocol.messages import (
     Request,
     Response,
     decode_message,
+    decode_message_parts,
     encode_chunk_frame,
+    encode_chunk_frames,
     encode_message,
 )
 
@@ -197,3 +200,62 @@ def test_a_chunk_larger_than_a_frame_is_refused() -> None:
 def test_an_error_whose_details_json_cannot_carry_is_sent_without_details() -> None:
     error = Error.from_exception(ProtocolError("broken", details={"x": object()}))
     assert error == Error("protocol_error", "broken", {})
+
+
+@given(messages, st.integers(1, 64))
+def test_a_message_decoded_from_views_equals_the_message_decoded_whole(
+    message: Message, step: int
+) -> None:
+    frame = encode_frame(encode_message(message))
+    decoder = FrameDecoder()
+    payloads = [
+        parts
+        for start in range(0, len(frame), step)
+        for parts in decoder.feed_parts(frame[start : start + step])
+    ]
+    assert len(payloads) == 1
+    assert decode_message_parts(payloads[0]) == decode_message(encode_message(message))
+
+
+def test_a_decoded_request_carries_its_content_and_encodes_back_to_the_same_bytes() -> None:
+    request = Request(7, bytes(64), "models.range", {"offset": 0, "é": [1, 2]})
+    payload = encode_message(request)
+    decoded = decode_message(payload)
+    assert isinstance(decoded, Request)
+    assert decoded.content == canonical_json({"body": request.body, "operation": request.operation})
+    assert encode_message(decoded) == payload
+
+
+@pytest.mark.parametrize(
+    "size", [0, 1, MAX_CHUNK_BYTES, MAX_CHUNK_BYTES + 1, 3 * MAX_CHUNK_BYTES + 7]
+)
+def test_chunk_frames_carry_the_data_in_frames_of_nearly_equal_size(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    decoder = FrameDecoder()
+    chunks = [decode_message(payload) for payload in decoder.feed(encode_chunk_frames(data))]
+    assert all(isinstance(chunk, Chunk) for chunk in chunks)
+    pieces = [chunk.data for chunk in chunks if isinstance(chunk, Chunk)]
+    assert b"".join(pieces) == data
+    assert max(len(p) for p in pieces) - min(len(p) for p in pieces) <= 1
+
+
+@given(st.binary(max_size=200))
+def test_the_fast_canonical_parse_accepts_exactly_what_the_strict_one_does(data: bytes) -> None:
+    try:
+        value = parse_canonical_json(data, what="x")
+    except ProtocolError:
+        return
+    assert canonical_json(value) == data
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (b'{"a":1,"a":1}', "duplicate JSON key"),
+        (b'{"a":NaN}', "JSON constant NaN"),
+        (b'{"a": 1}', "not canonical"),
+    ],
+)
+def test_a_refused_json_says_why(text: bytes, reason: str) -> None:
+    with pytest.raises(ProtocolError, match=reason):
+        parse_canonical_json(text, what="x")
