@@ -165,7 +165,9 @@ class Companion:
                 transport = self._factory(directory, self._bind_address)
                 await transport.start()
         except FiccError as exc:
-            self.state, self.error = FAILED, exc.message
+            # Shown to every federation:read holder: name the file, not the machine's path.
+            self.state = FAILED
+            self.error = exc.message.replace(f"{directory}/", "").replace(str(directory), "")
             log.warning("the companion failed to start: %s", exc.message)
             return
         except OSError as exc:
