@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint
@@ -22,7 +20,7 @@ from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
 from ficc.adapters.runtimes import build_runtimes
 from ficc.adapters.runtimes.attempt_fence import fence_attempt
-from ficc.adapters.sql.database import create_engine, default_url, migrate
+from ficc.adapters.sql.database import Database, default_url
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.adapters.state_dir import StateDir
 from ficc.base.errors import InvalidInput
@@ -128,7 +126,7 @@ class Cluster:
     """The wired parts of one running FICC cluster."""
 
     settings: Settings
-    engine: AsyncEngine
+    database: Database
     uow_factory: SqlUnitOfWorkFactory
     cluster_key: ClusterKey
     clock: Clock = system_clock
@@ -241,17 +239,17 @@ class Cluster:
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()
-        await self.engine.dispose()
+        await self.database.dispose()
 
 
 async def initialise(settings: Settings, *, label: str | None = None) -> InitResult:
     """Create the state directory once; on an initialised directory change nothing."""
     state = settings.state
     state.create()
-    engine = create_engine(settings.database)
+    database = Database(settings.database)
     try:
-        await migrate(engine)
-        uow_factory = SqlUnitOfWorkFactory(engine)
+        await database.migrate()
+        uow_factory = SqlUnitOfWorkFactory(database)
         created_key = not state.cluster_key.exists()
         if created_key:
             ClusterKey.generate().save(state.cluster_key)
@@ -283,20 +281,20 @@ async def initialise(settings: Settings, *, label: str | None = None) -> InitRes
             cluster_key=key.public_text,
         )
     finally:
-        await engine.dispose()
+        await database.dispose()
 
 
 async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cluster:
     """Initialise if needed, migrate, and wire the parts a server needs."""
     await initialise(settings)
-    engine = create_engine(settings.database)
-    await migrate(engine)
-    uow_factory = SqlUnitOfWorkFactory(engine)
+    database = Database(settings.database)
+    await database.migrate()
+    uow_factory = SqlUnitOfWorkFactory(database)
     async with uow_factory() as uow:
         label = await uow.settings.get(LABEL_SETTING)
     return Cluster(
         settings=settings,
-        engine=engine,
+        database=database,
         uow_factory=uow_factory,
         cluster_key=ClusterKey.load(settings.state.cluster_key),
         clock=clock,

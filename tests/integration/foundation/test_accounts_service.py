@@ -89,14 +89,18 @@ async def test_only_the_local_owner_may_mint_a_login_link(tmp_path: Path) -> Non
 async def test_the_audit_log_refuses_updates_and_deletes(tmp_path: Path) -> None:
     cluster = await open_cluster(Settings(state_dir=tmp_path / "s"))
     try:
-        async with cluster.engine.connect() as connection:
+        connection = await cluster.database.connect()
+        try:
             count = (
                 await connection.execute(sqlalchemy.text("SELECT count(*) FROM audit_log"))
             ).scalar_one()
             assert count >= 2
             with pytest.raises(sqlalchemy.exc.DBAPIError, match="append-only"):
                 await connection.execute(sqlalchemy.text("UPDATE audit_log SET actor = 'x'"))
+            await connection.rollback()
             with pytest.raises(sqlalchemy.exc.DBAPIError, match="append-only"):
                 await connection.execute(sqlalchemy.text("DELETE FROM audit_log"))
+        finally:
+            await connection.close()
     finally:
         await cluster.close()

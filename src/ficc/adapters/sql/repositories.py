@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, literal, select, union_all, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.database import SqlConnection
 from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
@@ -36,7 +36,7 @@ def _opt(value: datetime | None) -> str | None:
 
 
 class _Repository:
-    def __init__(self, connection: AsyncConnection) -> None:
+    def __init__(self, connection: SqlConnection) -> None:
         self._c = connection
 
 

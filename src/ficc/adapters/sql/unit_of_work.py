@@ -5,9 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from ficc.adapters.sql.database import WriterLock
+from ficc.adapters.sql.database import Database, SqlConnection, WriterLock
 from ficc.adapters.sql.repositories import (
     SqlAttempts,
     SqlAudit,
@@ -53,16 +51,15 @@ from ficc.services.ports import (
 class SqlUnitOfWork:
     """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
 
-    def __init__(self, engine: AsyncEngine, lock: WriterLock) -> None:
-        self._engine = engine
+    def __init__(self, database: Database, lock: WriterLock) -> None:
+        self._database = database
         self._lock = lock
-        self._connection: AsyncConnection | None = None
+        self._connection: SqlConnection | None = None
 
     async def __aenter__(self) -> Self:
         await self._lock.__aenter__()
         try:
-            connection = await self._engine.connect()
-            await connection.begin()
+            connection = await self._database.connect()
         except BaseException:
             await self._lock.__aexit__()
             raise
@@ -88,7 +85,7 @@ class SqlUnitOfWork:
         return self
 
     @property
-    def connection(self) -> AsyncConnection:
+    def connection(self) -> SqlConnection:
         if self._connection is None:
             raise RuntimeError("the unit of work is not open")
         return self._connection
@@ -115,9 +112,9 @@ class SqlUnitOfWork:
 class SqlUnitOfWorkFactory:
     """Makes units of work sharing one engine and, on SQLite, one writer lock."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self._lock = WriterLock(engine)
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._lock = WriterLock(database)
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.engine, self._lock)
+        return SqlUnitOfWork(self.database, self._lock)
