@@ -13,6 +13,7 @@ import json
 import math
 import pkgutil
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -83,17 +84,41 @@ def machine() -> dict[str, Any]:
 
 
 def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
-    """Rows of one module, or None after reporting its failure."""
+    """Rows of one module, measured in a process of its own, or None after its failure.
+
+    A process each: the HyperNet bindings bind one event loop per process, and one module's
+    memory or threads must not colour the next module's figures.
+    """
     console.print(f"[bold]running {name}…[/bold]")
     started = time.perf_counter()
+    child = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--child", name],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        print(f"benchmark {name} failed (exit status {child.returncode})", file=sys.stderr)
+        return None
     try:
-        module = importlib.import_module(f"benchmarks.{name}")
-        rows = check_rows(module.run())
-    except Exception:  # noqa: BLE001 - one module's failure must not stop the others
-        print(f"benchmark {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        rows = check_rows(json.loads(child.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError) as exc:
+        print(f"benchmark {name} gave no rows: {exc}", file=sys.stderr)
         return None
     console.print(f"  {name}: {len(rows)} rows in {time.perf_counter() - started:.1f} s")
     return rows
+
+
+def run_child(name: str) -> int:
+    """Inside the module's own process: run it and print its rows as one JSON line."""
+    try:
+        module = importlib.import_module(f"benchmarks.{name}")
+        rows = check_rows(module.run())
+    except Exception:  # noqa: BLE001 - reported to the parent through the exit status
+        print(f"benchmark {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        return 1
+    print(json.dumps(rows))
+    return 0
 
 
 def render(rows: Sequence[dict[str, Any]], console: Console) -> None:
@@ -122,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=RESULTS_PATH, help=f"JSON file (default: {RESULTS_PATH})"
     )
+    parser.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
+    if arguments.child is not None:
+        return run_child(arguments.child)
     # Wide enough for the table when the output is a file or a CI log, not a terminal.
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
