@@ -23,15 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,6 +38,7 @@ import httpx
 from benchmarks import row
 from benchmarks.bench_hypernet import _raw_pair, _raw_round_trips
 from benchmarks.bench_inference import MOCK_MODEL
+from benchmarks.processes import mock_engine_running, running_process, wait_until
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_FEDERATION_REQUESTS", "300"))
 ENGINE_REQUESTS: Final = max(REQUESTS // 6, 20)
@@ -62,72 +60,6 @@ CHAT: Final = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
 # --- processes ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_until(check: Callable[[], bool], what: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what}: the process exited with status {process.returncode}")
-        if check():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what}: not ready after {START_SECONDS:g} s")
-
-
-@contextmanager
-def _process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _mock_engine(stack: ExitStack, work: Path) -> str:
-    port = _free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "benchmarks.bench_inference:mock_engine",
-        "--app-dir",
-        str(ROOT),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--lifespan",
-        "off",
-    ]
-    process = stack.enter_context(_process(argv, work / "mock.log"))
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{url}/v1/models", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    _wait_until(answers, "the mock engine", process)
-    return url
-
-
 @dataclass
 class Cluster:
     url: str
@@ -139,7 +71,7 @@ def _cluster(stack: ExitStack, work: Path, name: str) -> Cluster:
     state = work / name
     argv = [sys.executable, "-m", "ficc", "serve", "--state-dir", str(state)]
     argv += ["--listen", "127.0.0.1:0", "--hypernet-bind", "127.0.0.1:0"]
-    process = stack.enter_context(_process(argv, work / f"{name}.log"))
+    process = stack.enter_context(running_process(argv, work / f"{name}.log"))
     server_json = state / "server.json"
 
     def serving() -> bool:
@@ -148,7 +80,7 @@ def _cluster(stack: ExitStack, work: Path, name: str) -> Cluster:
         except (OSError, ValueError, KeyError):
             return False
 
-    _wait_until(serving, f"ficc serve ({name})", process)
+    wait_until(serving, f"ficc serve ({name})", process)
     url = str(json.loads(server_json.read_text())["url"])
     token = (state / "owner.token").read_text().strip()
     headers = {"Authorization": f"Bearer {token}"}
@@ -409,7 +341,7 @@ def run() -> list[dict[str, Any]]:
         ExitStack() as stack,
     ):
         work = Path(temporary)
-        mock_url = _mock_engine(stack, work)
+        mock_url = mock_engine_running(stack, work)
         alpha = _cluster(stack, work, "alpha")
         beta = _cluster(stack, work, "beta")
         example = _cli("example-model")

@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 
 from benchmarks import row
+from benchmarks.processes import mock_engine_running, running_process, wait_until
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_INFERENCE_REQUESTS", "300"))
 ENGINE_REQUESTS: Final = max(REQUESTS // 3, 20)
@@ -111,72 +111,6 @@ async def mock_engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
 # --- processes ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_until(check: Callable[[], bool], what: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what}: the process exited with status {process.returncode}")
-        if check():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what}: not ready after {START_SECONDS:g} s")
-
-
-@contextmanager
-def _process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _mock_running(stack: ExitStack, work: Path) -> str:
-    port = _free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "benchmarks.bench_inference:mock_engine",
-        "--app-dir",
-        str(ROOT),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--lifespan",
-        "off",
-    ]
-    process = stack.enter_context(_process(argv, work / "mock.log"))
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{url}/v1/models", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    _wait_until(answers, "the mock engine", process)
-    return url
-
-
 def _ficc_running(stack: ExitStack, work: Path) -> tuple[str, str, Path]:
     """(url, owner token, state dir) of a fresh `ficc serve`."""
     state = work / "state"
@@ -192,7 +126,7 @@ def _ficc_running(stack: ExitStack, work: Path) -> tuple[str, str, Path]:
         "--hypernet-bind",
         "127.0.0.1:0",
     ]
-    process = stack.enter_context(_process(argv, work / "ficc.log"))
+    process = stack.enter_context(running_process(argv, work / "ficc.log"))
     server_json = state / "server.json"
 
     def serving() -> bool:
@@ -201,7 +135,7 @@ def _ficc_running(stack: ExitStack, work: Path) -> tuple[str, str, Path]:
         except (OSError, ValueError, KeyError):
             return False
 
-    _wait_until(serving, "ficc serve", process)
+    wait_until(serving, "ficc serve", process)
     url = str(json.loads(server_json.read_text())["url"])
     return url, (state / "owner.token").read_text().strip(), state
 
@@ -334,7 +268,7 @@ def run() -> list[dict[str, Any]]:
         ExitStack() as stack,
     ):
         work = Path(temporary)
-        mock_url = _mock_running(stack, work)
+        mock_url = mock_engine_running(stack, work)
         url, token, state = _ficc_running(stack, work)
         example = _ficc_cli("example-model")
         model = json.loads(
