@@ -175,6 +175,7 @@ class PeerSession:
     async def _serve_stream(self, stream: FrameStream) -> None:
         previous_seq = 0
         receiving = asyncio.ensure_future(stream.receive())
+        work: asyncio.Future[None] | None = None
         try:
             while True:
                 message = await receiving
@@ -188,48 +189,35 @@ class PeerSession:
                     raise ProtocolError(f"expected a request, got {type(message).__name__}")
                 self._incoming.verify(message, previous_on_stream=previous_seq)
                 previous_seq = message.seq
-                # The next receive runs while the handler does: a cancel, a reset or the end
-                # of the stream interrupts the handler, which runs in this task (no task of
-                # its own: most answers need no more than the write that sends them).
+                # The handler runs in a task of its own; the next receive runs beside it, and a
+                # cancel, a reset or the end of the stream cancels the handler.
+                work = asyncio.ensure_future(self._answer(stream, message))
                 receiving = asyncio.ensure_future(stream.receive())
-                if await self._answer_unless_interrupted(stream, message, receiving):
+                cancel_work = _canceller(work)
+                receiving.add_done_callback(cancel_work)
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    if not receiving.done():
+                        raise
                     # The requester spoke while the handler worked: only a cancel may.
                     following = receiving.result()
                     if following is not None and not isinstance(following, Cancel):
-                        raise ProtocolError("only a cancel may follow a request in flight")
+                        raise ProtocolError(
+                            "only a cancel may follow a request in flight"
+                        ) from None
                     await stream.reset(CANCELLED_CODE)
                     return
+                receiving.remove_done_callback(cancel_work)
         except ProtocolError as exc:
             await self._fail(stream, exc)
         except FiccError as exc:
             log.debug("request stream from %s ended: %s", self.identity.hypernet_id, exc)
             await stream.reset()
         finally:
-            if not receiving.done():
-                receiving.cancel()
-
-    async def _answer_unless_interrupted(
-        self, stream: FrameStream, request: Request, receiving: asyncio.Future[Message | None]
-    ) -> bool:
-        """Answer ``request`` in this task; True if ``receiving`` completing interrupted it."""
-        task = asyncio.current_task()
-        assert task is not None
-        interrupt = _Interrupt(task)
-        receiving.add_done_callback(interrupt)
-        interrupted = False
-        try:
-            await self._answer(stream, request)
-        except asyncio.CancelledError:
-            if not interrupt.fired:
-                raise
-            interrupted = True
-        finally:
-            interrupt.armed = False
-            receiving.remove_done_callback(interrupt)
-            # Take back our own cancellation; one from elsewhere (the session closing) stands.
-            if interrupt.fired and task.uncancel() > 0:
-                raise asyncio.CancelledError
-        return interrupted
+            for future in (receiving, work):
+                if future is not None and not future.done():
+                    future.cancel()
 
     async def _answer(self, stream: FrameStream, request: Request) -> None:
         try:
@@ -329,21 +317,13 @@ class PeerSession:
         self._spawn(abandon())
 
 
-class _Interrupt:
-    """A done-callback that cancels ``task`` while it is armed, and remembers that it did."""
+def _canceller(work: asyncio.Future[None]) -> Callable[[object], None]:
+    """A done-callback that cancels ``work``."""
 
-    __slots__ = ("armed", "fired", "task")
+    def cancel(_: object) -> None:
+        work.cancel()
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.armed = True
-        self.fired = False
-
-    def __call__(self, _: object) -> None:
-        if self.armed:
-            self.armed = False
-            self.fired = True
-            self.task.cancel()
+    return cancel
 
 
 @asynccontextmanager
