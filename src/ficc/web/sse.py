@@ -8,6 +8,7 @@ engine stops generating and the request's slot is freed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -67,21 +68,24 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            relay = asyncio.create_task(self._relay(send))
-            listen = asyncio.create_task(wait_for_disconnect(receive))
-            try:
-                await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (relay, listen):
-                    task.cancel()
-                await asyncio.gather(relay, listen, return_exceptions=True)
-            if relay.done() and not relay.cancelled() and relay.exception() is None:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            pass  # the caller is gone; closing below is all that is left to do
+            # OSError: the caller is gone; closing (below) is all that is left to do.
+            with contextlib.suppress(OSError):
+                await self._stream(send, receive)
         finally:
             await self._close()
+
+    async def _stream(self, send: Send, receive: Receive) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        relay = asyncio.create_task(self._relay(send))
+        listen = asyncio.create_task(wait_for_disconnect(receive))
+        try:
+            await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (relay, listen):
+                task.cancel()
+            await asyncio.gather(relay, listen, return_exceptions=True)
+        if relay.done() and not relay.cancelled() and relay.exception() is None:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _relay(self, send: Send) -> None:
         try:
