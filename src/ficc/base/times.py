@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 
 def format_time(moment: datetime) -> str:
@@ -18,3 +19,14 @@ def parse_time(text: str) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def with_times_formatted(value: Any) -> Any:
+    """``value`` with every datetime inside it (dicts, lists) as an RFC 3339 string."""
+    if isinstance(value, dict):
+        return {key: with_times_formatted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_times_formatted(item) for item in value]
+    if isinstance(value, datetime):
+        return format_time(value)
+    return value

@@ -9,6 +9,7 @@ from typing import Any
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound
 from ficc.base.ids import new_id
+from ficc.base.times import with_times_formatted
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import (
     Manifest,
@@ -223,7 +224,7 @@ async def create_model_record(
                 peer_hypernet_id=peer[0],
                 peer_cluster_key=peer[1],
             )
-        result = _plain_model(existing)
+        result: dict[str, Any] = with_times_formatted(model_json(existing))
         await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
         await uow.commit()
     return result, False
@@ -268,9 +269,3 @@ async def remove_model_record(
         await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
         await uow.commit()
     return result, False
-
-
-def _plain_model(model: CatalogueModel) -> dict[str, Any]:
-    shown = model_json(model)
-    shown["created_at"] = model.created_at.isoformat()
-    return shown

@@ -33,6 +33,7 @@ from ficc.base.errors import (
     RevisionMismatch,
 )
 from ficc.base.ids import new_id, parse_id
+from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain import offers as o
 from ficc.domain import peers as p
@@ -956,7 +957,7 @@ class Federation:
             grants = await uow.grants.of_peer(peer.id)
         return {
             "grants": [
-                _wire_json(self.grant_json(grant, now))
+                with_times_formatted(self.grant_json(grant, now))
                 for grant in grants
                 if grant.state != g.RETIRED
             ]
@@ -994,10 +995,6 @@ def _label(value: object) -> str | None:
     if isinstance(value, str) and 0 < len(value) <= 100:
         return value
     return None
-
-
-def _wire_json(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in value.items()}
 
 
 def peer_json(peer: p.Peer, remote_grants: list[dict[str, Any]]) -> dict[str, Any]:

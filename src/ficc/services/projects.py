@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ficc.base.errors import Conflict, NotFound
+from ficc.base.errors import Conflict
 from ficc.base.ids import parse_project_name
 from ficc.domain.principals import Principal
 from ficc.services import audit
@@ -39,9 +39,3 @@ async def create_project(
         )
         await uow.commit()
     return project, now
-
-
-async def require_existing_project(uow_factory: UnitOfWorkFactory, project: str) -> None:
-    async with uow_factory() as uow:
-        if not await uow.projects.exists(project):
-            raise NotFound(f"no project {project}", details={"project": project})

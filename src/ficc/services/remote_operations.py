@@ -19,7 +19,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from ficc.base.errors import (
@@ -35,6 +34,7 @@ from ficc.base.errors import (
     error_from_code,
 )
 from ficc.base.ids import parse_id
+from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.inference import parse_service_spec, uses_local_model
@@ -525,7 +525,10 @@ class RemoteOperations:
         only_fields(call.body, set(), set())
         async with self._uow_factory() as uow:
             nodes = [n for n in await uow.nodes.list() if n.id in call.grant.terms.nodes]
-        return {"replayed": False, "result": {"nodes": [_plain(node.as_json()) for node in nodes]}}
+        return {
+            "replayed": False,
+            "result": {"nodes": [with_times_formatted(node.as_json()) for node in nodes]},
+        }
 
     async def _status(self, call: Call) -> dict[str, Any]:
         only_fields(call.body, {"id"}, {"id"})
@@ -667,15 +670,5 @@ def peer_view(view: dict[str, Any]) -> dict[str, Any]:
         {"replica": r["replica"], "state": r["state"], "exit_code": r["exit_code"]}
         for r in view.get("replicas", [])
     ]
-    plain: dict[str, Any] = _plain(shown)
+    plain: dict[str, Any] = with_times_formatted(shown)
     return plain
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from ficc.base.errors import FiccError, InvalidInput
 from ficc.services.ports import EngineEvent
+from ficc.services.remote_operations import error_event
 
 T = TypeVar("T")
 
@@ -27,18 +27,6 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-def error_event(error: FiccError) -> bytes:
-    body = {
-        "error": {
-            "message": error.message,
-            "type": "server_error",
-            "code": error.code,
-            "details": error.details,
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 async def wait_for_disconnect(receive: Receive) -> None:
