@@ -54,7 +54,9 @@ async def authenticate(request: Request) -> Principal:
         scheme, _, secret = authorization.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise Unauthenticated("the Authorization header must be 'Bearer TOKEN'")
-        return await accounts.authenticate_token(cluster.uow_factory, cluster.clock, secret.strip())
+        return await accounts.authenticate_token(
+            cluster.uow_factory, cluster.clock, secret.strip(), cluster.credentials
+        )
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
         principal, csrf_token = await accounts.authenticate_session(

@@ -50,6 +50,40 @@ async def test_a_token_expires_at_the_end_of_its_lifetime(tmp_path: Path) -> Non
         await cluster.close()
 
 
+async def test_a_cached_token_is_refused_once_expired_or_revoked(tmp_path: Path) -> None:
+    clock = FakeClock()
+    cache = accounts.CredentialCache()
+    cluster = await open_cluster(Settings(state_dir=tmp_path / "s"), clock=clock)
+    try:
+        owner = await accounts.local_owner(cluster.uow_factory)
+        issued = [
+            await accounts.create_token(
+                cluster.uow_factory,
+                clock,
+                owner,
+                scopes=["models:read"],
+                projects=["default"],
+                lifetime=lifetime,
+            )
+            for lifetime in (60, None)
+        ]
+        short, kept = issued
+        for token in issued:
+            await accounts.authenticate_token(cluster.uow_factory, clock, token.token, cache)
+        clock.advance(60)
+        with pytest.raises(Unauthenticated):
+            await accounts.authenticate_token(cluster.uow_factory, clock, short.token, cache)
+        token_id = (
+            await accounts.authenticate_token(cluster.uow_factory, clock, kept.token, cache)
+        ).token_id
+        assert token_id is not None
+        await accounts.revoke_token(cluster.uow_factory, clock, owner, token_id, cache)
+        with pytest.raises(Unauthenticated):
+            await accounts.authenticate_token(cluster.uow_factory, clock, kept.token, cache)
+    finally:
+        await cluster.close()
+
+
 async def test_a_login_link_expires_after_five_minutes(tmp_path: Path) -> None:
     clock = FakeClock()
     cluster = await open_cluster(Settings(state_dir=tmp_path / "s"), clock=clock)
