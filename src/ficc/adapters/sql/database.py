@@ -46,7 +46,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 class SqlConnection(Protocol):
     """What repositories use: AsyncConnection has exactly this shape."""
 
-    async def execute(self, statement: Executable) -> CursorResult[Any]: ...
+    async def execute(
+        self, statement: Executable, parameters: dict[str, Any] | None = None
+    ) -> CursorResult[Any]: ...
     async def commit(self) -> None: ...
     async def rollback(self) -> None: ...
     async def close(self) -> None: ...
@@ -59,8 +61,10 @@ class LoopConnection:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
 
-    async def execute(self, statement: Executable) -> CursorResult[Any]:
-        return self._connection.execute(statement)
+    async def execute(
+        self, statement: Executable, parameters: dict[str, Any] | None = None
+    ) -> CursorResult[Any]:
+        return self._connection.execute(statement, parameters)
 
     async def commit(self) -> None:
         self._connection.commit()
