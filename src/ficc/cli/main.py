@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+import uvloop
 
 from ficc.base.errors import FiccError
 from ficc.bootstrap import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, Settings, initialise
@@ -151,7 +152,8 @@ def serve(
         hypernet_relay=hypernet_relay,
     )
     try:
-        asyncio.run(serve(settings))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve(settings))
     except FiccError as exc:
         fail(exc)
     except OSError as exc:
