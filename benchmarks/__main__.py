@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import pkgutil
 import platform
 import subprocess
@@ -29,6 +30,7 @@ import benchmarks
 from benchmarks import ROW_KEYS
 from ficc.adapters.node_probe import probe_node
 
+SETTLE_SECONDS = 1.0
 RESULTS_PATH = Path(__file__).parent / "results" / "latest.json"
 PREFIX = "bench_"
 
@@ -90,6 +92,7 @@ def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
     memory or threads must not colour the next module's figures.
     """
     console.print(f"[bold]running {name}…[/bold]")
+    settle()
     started = time.perf_counter()
     child = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--child", name],
@@ -107,6 +110,16 @@ def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
         return None
     console.print(f"  {name}: {len(rows)} rows in {time.perf_counter() - started:.1f} s")
     return rows
+
+
+def settle() -> None:
+    """Let the previous module's writes reach the disk before the next one measures.
+
+    The catalogue and transfer benchmarks leave gigabytes of dirty pages; the kernel writing
+    them back in the background costs CPU that would otherwise be charged to the next module.
+    """
+    os.sync()
+    time.sleep(SETTLE_SECONDS)
 
 
 def run_child(name: str) -> int:
