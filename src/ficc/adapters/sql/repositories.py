@@ -48,7 +48,7 @@ def _opt(value: datetime | None) -> str | None:
 
 
 @functools.cache
-def _rows_where(table: Table, column: str) -> Select[Any]:
+def _select_where(table: Table, column: str) -> Select[Any]:
     """``SELECT * FROM table WHERE column = :value``, built once.
 
     A statement object built anew on every call is compiled from its cache key, which
@@ -65,7 +65,7 @@ _CREATED_BY_GRANT: Final = union_all(
         t.models.c.created_by_grant == bindparam("grant")
     ),
 )
-"""The service and model records a grant created (kept built, like ``_rows_where``)."""
+"""The service and model records a grant created (kept built, like ``_select_where``)."""
 
 _CHARGE_GRANT: Final = (
     update(t.grants)
@@ -80,6 +80,14 @@ _CHARGE_GRANT: Final = (
 class _Repository:
     def __init__(self, connection: SqlConnection) -> None:
         self._c = connection
+
+    async def _first_where(self, table: Table, column: str, value: object) -> Any:
+        """The first row whose ``column`` equals ``value``, or None."""
+        return (await self._c.execute(_select_where(table, column), {"value": value})).first()
+
+    async def _rows_where(self, table: Table, column: str, value: object) -> Sequence[Any]:
+        """Every row whose ``column`` equals ``value``."""
+        return (await self._c.execute(_select_where(table, column), {"value": value})).all()
 
 
 class SqlUsers(_Repository):
@@ -109,11 +117,11 @@ class SqlUsers(_Repository):
         )
 
     async def get(self, user_id: str) -> User | None:
-        row = (await self._c.execute(_rows_where(t.users, "id"), {"value": user_id})).first()
+        row = await self._first_where(t.users, "id", user_id)
         return None if row is None else self._user(row)
 
     async def by_username(self, username: str) -> User | None:
-        row = (await self._c.execute(_rows_where(t.users, "username"), {"value": username})).first()
+        row = await self._first_where(t.users, "username", username)
         return None if row is None else self._user(row)
 
     async def owner(self) -> User | None:
@@ -156,13 +164,11 @@ class SqlTokens(_Repository):
         )
 
     async def get(self, token_id: str) -> ApiToken | None:
-        row = (await self._c.execute(_rows_where(t.api_tokens, "id"), {"value": token_id})).first()
+        row = await self._first_where(t.api_tokens, "id", token_id)
         return None if row is None else self._token(row)
 
     async def by_secret_hash(self, secret_hash: str) -> ApiToken | None:
-        row = (
-            await self._c.execute(_rows_where(t.api_tokens, "secret_hash"), {"value": secret_hash})
-        ).first()
+        row = await self._first_where(t.api_tokens, "secret_hash", secret_hash)
         return None if row is None else self._token(row)
 
     async def revoke(self, token_id: str, at: datetime) -> None:
@@ -187,11 +193,7 @@ class SqlSessions(_Repository):
         )
 
     async def by_secret_hash(self, secret_hash: str) -> WebSession | None:
-        row = (
-            await self._c.execute(
-                _rows_where(t.web_sessions, "secret_hash"), {"value": secret_hash}
-            )
-        ).first()
+        row = await self._first_where(t.web_sessions, "secret_hash", secret_hash)
         if row is None:
             return None
         return WebSession(
@@ -221,9 +223,7 @@ class SqlLoginLinks(_Repository):
         )
 
     async def by_secret_hash(self, secret_hash: str) -> LoginLink | None:
-        row = (
-            await self._c.execute(_rows_where(t.login_links, "secret_hash"), {"value": secret_hash})
-        ).first()
+        row = await self._first_where(t.login_links, "secret_hash", secret_hash)
         if row is None:
             return None
         return LoginLink(
@@ -342,7 +342,7 @@ class SqlNodes(_Repository):
             await self._c.execute(insert(t.nodes).values(id=node.id, **values))
 
     async def get(self, node_id: str) -> Node | None:
-        row = (await self._c.execute(_rows_where(t.nodes, "id"), {"value": node_id})).first()
+        row = await self._first_where(t.nodes, "id", node_id)
         return None if row is None else self._node(row)
 
     async def list(self) -> list[Node]:
@@ -381,7 +381,7 @@ class SqlModels(_Repository):
         )
 
     async def get(self, model_id: str) -> CatalogueModel | None:
-        row = (await self._c.execute(_rows_where(t.models, "id"), {"value": model_id})).first()
+        row = await self._first_where(t.models, "id", model_id)
         return None if row is None else self._model(row)
 
     async def list(self, project: str) -> list[CatalogueModel]:
@@ -440,7 +440,7 @@ class SqlServices(_Repository):
         await self._c.execute(insert(t.services).values(id=service.id, **self._values(service)))
 
     async def get(self, service_id: str) -> ServiceRecord | None:
-        row = (await self._c.execute(_rows_where(t.services, "id"), {"value": service_id})).first()
+        row = await self._first_where(t.services, "id", service_id)
         return None if row is None else self._service(row)
 
     async def list_all(self) -> list[ServiceRecord]:
@@ -509,9 +509,7 @@ class SqlAttempts(_Repository):
         )
 
     async def get(self, attempt_id: str) -> AttemptRecord | None:
-        row = (
-            await self._c.execute(_rows_where(t.replica_attempts, "id"), {"value": attempt_id})
-        ).first()
+        row = await self._first_where(t.replica_attempts, "id", attempt_id)
         return None if row is None else self._attempt(row)
 
     async def for_service(self, service_id: str) -> list[AttemptRecord]:
@@ -646,15 +644,12 @@ class SqlPeers(_Repository):
         )
 
     async def get(self, peer_id: str) -> Peer | None:
-        row = (await self._c.execute(_rows_where(t.peers, "id"), {"value": peer_id})).first()
+        row = await self._first_where(t.peers, "id", peer_id)
         return None if row is None else self._peer(row)
 
     async def by_hypernet_id(self, hypernet_id: str) -> list[Peer]:
         return [
-            self._peer(row)
-            for row in await self._c.execute(
-                _rows_where(t.peers, "hypernet_id"), {"value": hypernet_id}
-            )
+            self._peer(row) for row in await self._rows_where(t.peers, "hypernet_id", hypernet_id)
         ]
 
     async def in_project(self, project: str) -> list[Peer]:
@@ -712,7 +707,7 @@ class SqlOffers(_Repository):
         )
 
     async def get(self, offer_id: str) -> Offer | None:
-        row = (await self._c.execute(_rows_where(t.offers, "id"), {"value": offer_id})).first()
+        row = await self._first_where(t.offers, "id", offer_id)
         return None if row is None else self._offer(row)
 
     async def visible_to(self, project: str) -> list[Offer]:
@@ -724,10 +719,7 @@ class SqlOffers(_Repository):
         return [self._offer(row) for row in rows]
 
     async def of_peer(self, peer_id: str) -> list[Offer]:
-        return [
-            self._offer(row)
-            for row in await self._c.execute(_rows_where(t.offers, "peer_id"), {"value": peer_id})
-        ]
+        return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]
 
     async def delete(self, offer_id: str) -> None:
         await self._c.execute(delete(t.offers).where(t.offers.c.id == offer_id))
@@ -778,7 +770,7 @@ class SqlGrants(_Repository):
         )
 
     async def get(self, grant_id: str) -> Grant | None:
-        row = (await self._c.execute(_rows_where(t.grants, "id"), {"value": grant_id})).first()
+        row = await self._first_where(t.grants, "id", grant_id)
         return None if row is None else await self._load(row)
 
     async def of_peer(self, peer_id: str) -> list[Grant]:
@@ -823,10 +815,7 @@ class SqlRemoteGrants(_Repository):
 
     async def of_peer(self, peer_id: str) -> list[dict[str, Any]]:
         return [
-            dict(row.data)
-            for row in await self._c.execute(
-                _rows_where(t.remote_grants, "peer_id"), {"value": peer_id}
-            )
+            dict(row.data) for row in await self._rows_where(t.remote_grants, "peer_id", peer_id)
         ]
 
     async def delete_for_peer(self, peer_id: str) -> None:
@@ -880,9 +869,7 @@ class SqlTransfers(_Repository):
         )
 
     async def get(self, transfer_id: str) -> Transfer | None:
-        row = (
-            await self._c.execute(_rows_where(t.transfers, "id"), {"value": transfer_id})
-        ).first()
+        row = await self._first_where(t.transfers, "id", transfer_id)
         return None if row is None else self._transfer(row)
 
     async def of_model(self, project: str, peer_id: str, remote_model: str) -> Transfer | None:
@@ -900,7 +887,4 @@ class SqlTransfers(_Repository):
         return [self._transfer(row) for row in rows]
 
     async def in_state(self, state: str) -> list[Transfer]:
-        return [
-            self._transfer(row)
-            for row in await self._c.execute(_rows_where(t.transfers, "state"), {"value": state})
-        ]
+        return [self._transfer(row) for row in await self._rows_where(t.transfers, "state", state)]
