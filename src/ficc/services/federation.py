@@ -205,12 +205,6 @@ class Federation:
             "project": offer.project,
         }
 
-    async def peer_view(self, project: str, peer_id: str) -> dict[str, Any]:
-        async with self._uow_factory() as uow:
-            peer = await self._project_peer(uow, project, peer_id)
-            remote = await uow.remote_grants.of_peer(peer_id)
-        return peer_json(peer, remote)
-
     async def get_offer(self, project: str, offer_id: str) -> dict[str, Any]:
         async with self._uow_factory() as uow:
             offer = await self._visible_offer(uow, project, offer_id)

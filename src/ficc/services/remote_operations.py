@@ -557,12 +557,31 @@ class RemoteOperations:
 
     # --- the requester's side -----------------------------------------------------------------
 
-    async def _route(self, principal: Principal, project: str, peer_id: str) -> tuple[p.Peer, str]:
+    async def published_services(
+        self, principal: Principal, project: str, peer_id: str
+    ) -> list[str]:
+        """The remote service IDs the peer's selected grant publishes (given and created)."""
         principal.require_scope("federation:invoke")
         async with self._uow_factory() as uow:
             peer = await uow.peers.get(peer_id)
+            remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
         if peer is None or peer.project != project:
             raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        return _published(peer.selected_grant, remote)
+
+    async def _route(
+        self, principal: Principal, project: str, peer_id: str, service: str | None = None
+    ) -> tuple[p.Peer, str]:
+        """The peer and its selected grant; with ``service``, one that grant must publish."""
+        principal.require_scope("federation:invoke")
+        async with self._uow_factory() as uow:
+            peer = await uow.peers.get(peer_id)
+            checked = service is not None and peer is not None
+            remote = await uow.remote_grants.of_peer(peer_id) if checked else []
+        if peer is None or peer.project != project:
+            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        if service is not None and service not in _published(peer.selected_grant, remote):
+            raise unpublished(service)
         if peer.state != p.PAIRED:
             raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
         if peer.selected_grant is None:
@@ -598,9 +617,13 @@ class RemoteOperations:
         operation: object,
         body: object,
         mutation_id: object = None,
+        service: str | None = None,
     ) -> dict[str, Any]:
-        """Send one operation through the selected grant; nothing is retried."""
-        peer, grant_id = await self._route(principal, project, peer_id)
+        """Send one operation through the selected grant; nothing is retried.
+
+        ``service``: a remote service the selected grant must publish (checked before sending).
+        """
+        peer, grant_id = await self._route(principal, project, peer_id, service)
         name, wire = self._wire(grant_id, operation, body, mutation_id)
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         answer = await self._federation.companion.transport.request(
@@ -623,13 +646,14 @@ class RemoteOperations:
         operation: object,
         body: object,
         mutation_id: object = None,
+        service: str | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A streamed operation; leaving the block cancels it on the peer.
 
         ``mutation_id`` is checked like any other request's (no streamed operation takes one),
         so a caller who sends one is told, not silently ignored.
         """
-        peer, grant_id = await self._route(principal, project, peer_id)
+        peer, grant_id = await self._route(principal, project, peer_id, service)
         _, wire = self._wire(grant_id, operation, body, mutation_id)
         async with self._federation.companion.transport.stream(
             peer.hypernet_id,
@@ -639,6 +663,21 @@ class RemoteOperations:
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         ) as chunks:
             yield chunks
+
+
+def _published(selected: str | None, remote_grants: list[dict[str, Any]]) -> list[str]:
+    for grant in remote_grants:
+        if grant.get("id") == selected:
+            return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
+    return []
+
+
+def unpublished(service: object) -> NotFound:
+    """The refusal of a model that is not a service the selected grant publishes."""
+    return NotFound(
+        f"the model {service} is not a service published by this peer's selected grant",
+        details={"field": "model"},
+    )
 
 
 def _refusal(result: dict[str, Any] | None) -> FiccError:

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.base.errors import InvalidInput, NotFound
+from ficc.base.errors import InvalidInput
+from ficc.services.remote_operations import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
@@ -23,22 +24,15 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
 
 
-async def _published(ctx: Context, peer_id: str) -> list[str]:
-    peer = await ctx.cluster.federation.peer_view(ctx.project, peer_id)
-    selected = peer["selected"]
-    for grant in peer["remote_grants"]:
-        if grant.get("id") == selected:
-            return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
-    return []
-
-
 @router.get(f"{PREFIX}/models")
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     return {
         "object": "list",
         "data": [
             {"id": service, "object": "model", "created": 0, "owned_by": peer_id}
-            for service in await _published(ctx, peer_id)
+            for service in await ctx.cluster.remote.published_services(
+                ctx.principal, ctx.project, peer_id
+            )
         ],
     }
 
@@ -50,11 +44,8 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         raise InvalidInput("the request body is not valid JSON", field="body") from exc
     body = json_body(value)
     model = body.get("model")
-    if not isinstance(model, str) or model not in await _published(ctx, peer_id):
-        raise NotFound(
-            f"the model {model} is not a service published by this peer's selected grant",
-            details={"field": "model"},
-        )
+    if not isinstance(model, str):
+        raise unpublished(model)
     if "stream" in body and not isinstance(body["stream"], bool):
         raise InvalidInput("stream must be a boolean", field="stream")
     remote = ctx.cluster.remote
@@ -63,14 +54,24 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         stack = contextlib.AsyncExitStack()
         chunks = await stack.enter_async_context(
             remote.open_stream(
-                ctx.principal, ctx.project, peer_id, operation="inference.invoke", body=invocation
+                ctx.principal,
+                ctx.project,
+                peer_id,
+                operation="inference.invoke",
+                body=invocation,
+                service=model,
             )
         )
         return EventStreamResponse(chunks, stack.aclose)
     answer = await unless_disconnected(
         request,
         remote.request(
-            ctx.principal, ctx.project, peer_id, operation="inference.invoke", body=invocation
+            ctx.principal,
+            ctx.project,
+            peer_id,
+            operation="inference.invoke",
+            body=invocation,
+            service=model,
         ),
     )
     if answer is None:
