@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -53,6 +54,10 @@ api_tokens = Table(
     Column("created_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=True),
     Column("revoked_at", TIME, nullable=True),
+    # The token ``ficc init`` wrote: the only token that is the local owner.
+    Column("owner", Boolean, nullable=False, server_default=false()),
+    # The token that minted this one (None: the owner session, the socket or ``ficc init``).
+    Column("created_by", String(40), nullable=True),
 )
 
 web_sessions = Table(
@@ -207,6 +212,15 @@ offers = Table(
     Column("peer_id", String(40), nullable=True),
     Column("created_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=False),
+)
+
+# Every offer ID ever received or sent, kept after ``forget``: an ID is never reused.
+offer_tombstones = Table(
+    "offer_tombstones",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("hypernet_id", String(64), nullable=False),
+    Column("created_at", TIME, nullable=False),
 )
 
 grants = Table(
