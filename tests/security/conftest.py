@@ -4,8 +4,6 @@ memory under the floods)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 _FIGURES: dict[str, dict[str, int | float | str]] = {}
@@ -22,8 +20,8 @@ class Figures:
 
 
 @pytest.fixture
-def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
-    yield Figures(request.node.nodeid.split("tests/security/", 1)[-1])
+def figures(request: pytest.FixtureRequest) -> Figures:
+    return Figures(request.node.nodeid.split("tests/security/", 1)[-1])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
