@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -18,6 +18,7 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.domain.openai_requests import usage_requested
 
 CHAT_COMPLETIONS: Final = "/v1/chat/completions"
 COMPLETIONS: Final = "/v1/completions"
@@ -28,6 +29,13 @@ ALLOWED_PATHS: Final = frozenset({CHAT_COMPLETIONS, COMPLETIONS})
 DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
 """``read`` bounds the silence between two events: a long prompt on a CPU takes minutes."""
 
+LLAMA_CPP_COUNT_PATH: Final = "/extras/tokenize/count"
+"""llama.cpp's server counts the tokens of a text with the model's own tokenizer here."""
+USAGE_PROBE_MAX_TOKENS: Final = 1
+"""The prompt of a plain probe is the prompt just generated from: the engine's cache answers it."""
+PROBE_DROPPED_FIELDS: Final = frozenset(
+    {"stream", "stream_options", "logprobs", "top_logprobs", "n", "max_completion_tokens"}
+)
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_SAFE_MESSAGE_CHARS: Final = 200
 
@@ -141,11 +149,23 @@ def _check_path(path: str) -> None:
         raise InvalidInput(f"the engine path {path!r} is not allowed (allowed: {allowed})")
 
 
-class EngineStream:
-    """An open streamed response: iterate it for events; closing it stops the generation."""
+UsageCounter = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
+"""Counts the usage of a finished stream from its chunks, for engines that stream none."""
 
-    def __init__(self, response: httpx.Response) -> None:
+
+class EngineStream:
+    """An open streamed response: iterate it for events; closing it stops the generation.
+
+    With ``count_usage``, a stream whose engine sent no usage gets a final usage chunk before
+    ``[DONE]``, counted by the engine itself, as OpenAI sends one for ``include_usage``.
+    """
+
+    def __init__(
+        self, response: httpx.Response, path: str, count_usage: UsageCounter | None = None
+    ) -> None:
         self._response = response
+        self._path = path
+        self._count_usage = count_usage
 
     async def aclose(self) -> None:
         """Close the engine's response now; the engine stops generating within a second."""
@@ -174,6 +194,7 @@ class EngineStream:
         data: list[str] = []
         event: str | None = None
         received = False
+        chunks: list[dict[str, Any]] = []
         try:
             async for line in self._response.aiter_lines():
                 if line:
@@ -190,10 +211,16 @@ class EngineStream:
                 item = SseEvent("\n".join(data), event)
                 data, event = [], None
                 if item.done:
+                    if self._count_usage is not None and not _has_usage(chunks):
+                        usage_chunk = await self._usage_chunk(chunks)
+                        if usage_chunk is not None:
+                            yield usage_chunk
                     yield item
                     return
                 _raise_for_error_event(item)
                 received = True
+                if self._count_usage is not None:
+                    chunks.append(item.payload())
                 yield item
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
@@ -207,6 +234,29 @@ class EngineStream:
                 "the model's context"
             )
         raise Unavailable("the engine ended the stream before it was complete")
+
+    async def _usage_chunk(self, chunks: list[dict[str, Any]]) -> SseEvent | None:
+        """The usage chunk OpenAI ends a stream with, or None when it cannot be counted."""
+        if self._count_usage is None or not chunks:
+            return None
+        usage = await self._count_usage(chunks)
+        if usage is None:
+            return None
+        first = chunks[0]
+        kind = "chat.completion.chunk" if self._path == CHAT_COMPLETIONS else "text_completion"
+        chunk: dict[str, Any] = {
+            "id": first.get("id"),
+            "object": kind,
+            "created": first.get("created"),
+            "model": first.get("model"),
+            "choices": [],
+            "usage": usage,
+        }
+        return SseEvent(json.dumps(chunk, separators=(",", ":")))
+
+
+def _has_usage(chunks: list[dict[str, Any]]) -> bool:
+    return any(chunk.get("usage") for chunk in chunks)
 
 
 def _raise_for_error_event(item: SseEvent) -> None:
@@ -235,6 +285,7 @@ class EngineClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._model = model
+        self._empty_text_tokens: int | None = None
         # trust_env=False: an engine is reached directly, never through a proxy from the env.
         # No keep-alive: llama.cpp's server can leave a connection dead after a failed stream,
         # and a fresh loopback connection costs far less than one token.
@@ -298,16 +349,99 @@ class EngineClient:
             finally:
                 await response.aclose()
             raise _status_error(response.status_code, content)
-        return EngineStream(response)
+        if not usage_requested(body):
+            return EngineStream(response, path)
+
+        async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
+            return await self._counted_usage(path, body, chunks)
+
+        return EngineStream(response, path, count_usage)
 
     async def complete(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A plain response object, assembled from a streamed one so that a cancel stops it."""
-        request_body = {k: v for k, v in body.items() if k != "stream_options"}
+        """A plain response object, assembled from a streamed one so that a cancel stops it.
+
+        The engine is asked for usage in its stream (OpenAI and vLLM send it); where it sends
+        none, the engine counts it (see :meth:`_counted_usage`).
+        """
+        request_body = dict(body)
+        request_body["stream_options"] = {"include_usage": True}
         async with await self.open_stream(path, request_body) as stream:
             chunks = [event.payload() async for event in stream if not event.done]
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
+
+    async def _counted_usage(
+        self, path: str, body: Mapping[str, Any], chunks: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Usage as the engine reports it for the same request made plainly; None if unknown.
+
+        llama.cpp's server streams no usage. Its prompt count comes from a plain probe of the
+        same request limited to one token (the prompt is in the engine's cache by now); its
+        completion count is ``max_tokens`` for an answer cut by the limit, else the tokens of
+        the answer's text by the engine's tokenizer. An engine without either answers None.
+        """
+        try:
+            prompt_tokens = await self._prompt_tokens(path, body)
+            completion_tokens = 0
+            for text, finish_reason in _answer_texts(path, chunks):
+                max_tokens = body.get("max_tokens")
+                if finish_reason == "length" and isinstance(max_tokens, int):
+                    completion_tokens += max_tokens
+                else:
+                    completion_tokens += await self._token_count(text)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+    async def _prompt_tokens(self, path: str, body: Mapping[str, Any]) -> int:
+        probe = {k: v for k, v in body.items() if k not in PROBE_DROPPED_FIELDS}
+        probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
+        if self._model is not None:
+            probe["model"] = self._model
+        response = await self._client.post(path, json=probe)
+        response.raise_for_status()
+        return _count(response.json()["usage"]["prompt_tokens"])
+
+    async def _token_count(self, text: str) -> int:
+        """Tokens of ``text`` alone: the tokenizer's count less the BOS it may add."""
+        if self._empty_text_tokens is None:
+            self._empty_text_tokens = await self._tokenizer_count("")
+        if not text:
+            return 0
+        return await self._tokenizer_count(text) - self._empty_text_tokens
+
+    async def _tokenizer_count(self, text: str) -> int:
+        response = await self._client.post(LLAMA_CPP_COUNT_PATH, json={"input": text})
+        response.raise_for_status()
+        return _count(response.json()["count"])
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("the engine's count is not a whole number")
+    return value
+
+
+def _answer_texts(path: str, chunks: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """Each choice's generated text (tool calls included) and its finish reason."""
+    if path != CHAT_COMPLETIONS:
+        answer = assemble_text_completion(chunks)
+        return [(str(c["text"]), c["finish_reason"]) for c in answer["choices"]]
+    answer = assemble_chat_completion(chunks)
+    texts = []
+    for choice in answer["choices"]:
+        message = choice["message"]
+        calls = message.get("tool_calls") or []
+        text = (message["content"] or "") + "".join(
+            str(call.get("function", {}).get("arguments", "")) for call in calls
+        )
+        texts.append((text, choice["finish_reason"]))
+    return texts
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:

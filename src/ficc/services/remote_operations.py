@@ -39,6 +39,7 @@ from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.inference import parse_service_spec, uses_local_model
 from ficc.domain.manifests import parse_manifest
+from ficc.domain.openai_requests import check_request as check_openai_request
 from ficc.domain.operations import (
     check_mutation_id,
     check_scope,
@@ -439,12 +440,15 @@ class RemoteOperations:
         inner = call.body["body"]
         if not isinstance(inner, dict):
             raise InvalidInput("body.body must be a JSON object", field="body.body")
+        # A hostile peer's body is checked as the compatible URLs check their callers'.
+        check_openai_request(path, inner)
         return service_id, path, inner
 
     async def _invoke(self, call: Call) -> dict[str, Any]:
         service_id, path, inner = self._invoke_args(call)
         answer = await self._inference.complete(call.grant.project, service_id, path, inner)
-        size = len(json.dumps(answer).encode())
+        # Encoded as the caller's compatible URL will send it, so the limit counts those bytes.
+        size = len(json.dumps(answer, separators=(",", ":")).encode())
         if size > call.grant.terms.response_bytes:
             raise LimitExceeded(
                 f"the response is {size} bytes; the grant allows {call.grant.terms.response_bytes}",

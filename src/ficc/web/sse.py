@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ficc.base.errors import FiccError, InvalidInput
+from ficc.base.errors import FiccError
 from ficc.services.ports import EngineEvent
 from ficc.services.remote_operations import error_event
 
@@ -99,10 +99,3 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     if task.cancelled():
         return None
     return task.result()
-
-
-def json_body(value: Any) -> dict[str, Any]:
-    """An OpenAI request body must be a JSON object."""
-    if not isinstance(value, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    return value

@@ -12,12 +12,12 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.base.errors import InvalidInput
+from ficc.domain.openai_requests import check_request, parse_request_body
 from ficc.services.remote_operations import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
-from ficc.web.sse import EventStreamResponse, json_body, unless_disconnected
+from ficc.web.sse import EventStreamResponse, unless_disconnected
 
 router = APIRouter()
 
@@ -38,16 +38,12 @@ async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) 
 
 
 async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Response:
-    try:
-        value = await request.json()
-    except ValueError as exc:
-        raise InvalidInput("the request body is not valid JSON", field="body") from exc
-    body = json_body(value)
+    # Checked here as the grantor checks it again: a bad request never costs the grant one.
+    body = parse_request_body(await request.body())
     model = body.get("model")
     if not isinstance(model, str):
         raise unpublished(model)
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("stream must be a boolean", field="stream")
+    check_request(path, body)
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:

@@ -8,9 +8,10 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 
 from ficc.base.errors import InvalidInput, NotFound
+from ficc.domain.openai_requests import check_request, parse_request_body
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
-from ficc.web.sse import EventStreamResponse, json_body, sse_bytes, unless_disconnected
+from ficc.web.sse import EventStreamResponse, sse_bytes, unless_disconnected
 
 router = APIRouter()
 
@@ -35,21 +36,17 @@ async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     }
 
 
-async def _read_body(request: Request) -> dict[str, Any]:
-    try:
-        value = await request.json()
-    except ValueError as exc:
-        raise InvalidInput("the request body is not valid JSON", field="body") from exc
-    body = json_body(value)
+async def _read_body(request: Request, engine_path: str) -> dict[str, Any]:
+    """The body, checked as OpenAI checks it, before anything reaches an engine."""
+    body = parse_request_body(await request.body())
     if not isinstance(body.get("model"), str):
         raise InvalidInput("model must be the ID of a running service", field="model")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("stream must be a boolean", field="stream")
+    check_request(engine_path, body)
     return body
 
 
 async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
-    body = await _read_body(request)
+    body = await _read_body(request, engine_path)
     service_id = body["model"]
     inference = ctx.cluster.inference
     try:

@@ -1,0 +1,306 @@
+"""OpenAI request bodies, checked as OpenAI checks them, before anything reaches an engine.
+
+Pure rules, no I/O. Both compatible URLs and the grantor serving a peer's ``inference.invoke``
+run the same two steps: :func:`parse_request_body` (size and nesting depth bounded before the
+JSON decoder runs, so a hostile body cannot blow the decoder's recursion) and
+:func:`check_request` (types and ranges of the parameters FICC knows). A refusal is an
+``InvalidInput`` whose ``field`` is the parameter, which the web layer renders as OpenAI's
+``param``. Parameters FICC does not know pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ficc.base.errors import InvalidInput, TooLarge
+from ficc.base.units import MiB
+
+CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
+COMPLETIONS_PATH: Final = "/v1/completions"
+
+MAX_REQUEST_BYTES: Final = 1 * MiB
+"""The web layer's body limit: a bigger body never reaches the decoder."""
+
+MAX_NESTING_DEPTH: Final = 64
+"""Objects and arrays inside each other; a chat with tools and JSON schemas uses about ten."""
+
+MAX_CHOICES: Final = 128
+"""OpenAI's maximum ``n``."""
+
+MAX_STOP_SEQUENCES: Final = 4
+MAX_TOP_LOGPROBS: Final = 20
+MAX_COMPLETION_LOGPROBS: Final = 5
+MAX_LOGIT_BIAS: Final = 100
+
+MESSAGE_ROLES: Final = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+RESPONSE_FORMATS: Final = frozenset({"text", "json_object", "json_schema"})
+TOOL_CHOICES: Final = frozenset({"none", "auto", "required"})
+
+_TOKEN_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+"""A whole JSON string (skipped: brackets inside it do not nest) or one bracket."""
+_TOKEN_ID = re.compile(r"^(0|[1-9][0-9]{0,9})$")
+
+
+def _invalid(param: str, rule: str) -> InvalidInput:
+    return InvalidInput(f"Invalid '{param}': {rule}", field=param)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def nesting_depth_exceeds(raw: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """Whether the JSON text nests objects and arrays deeper than ``limit``; no recursion.
+
+    Brackets inside strings are skipped; malformed text is left for the decoder to refuse.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _TOKEN_OR_BRACKET.finditer(raw):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
+def value_depth_exceeds(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """Whether an already decoded value nests deeper than ``limit``; walked without recursion."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def parse_request_body(raw: bytes, *, max_bytes: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
+    """The JSON object of a request body: size, then depth, then syntax, then the shape."""
+    if len(raw) > max_bytes:
+        raise TooLarge(
+            f"the request body is {len(raw)} bytes; at most {max_bytes} are accepted",
+            field="body",
+            details={"limit": "body_bytes", "max_bytes": max_bytes},
+        )
+    if nesting_depth_exceeds(raw):
+        raise InvalidInput(
+            f"the request body nests objects and arrays deeper than {MAX_NESTING_DEPTH} levels",
+            field="body",
+        )
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput("the request body is not valid JSON", field="body") from exc
+    if not isinstance(value, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    return value
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _is_integer(value)
+
+
+def _integer(body: Mapping[str, Any], param: str, low: int, high: int | None = None) -> None:
+    value = body.get(param)
+    if value is None:
+        return
+    if not _is_integer(value):
+        raise _invalid(param, f"expected an integer, but got {type(value).__name__} instead")
+    if value < low:
+        raise _invalid(param, f"integer below minimum value; expected >= {low}, got {value}")
+    if high is not None and value > high:
+        raise _invalid(param, f"integer above maximum value; expected <= {high}, got {value}")
+
+
+def _number(body: Mapping[str, Any], param: str, low: float, high: float) -> None:
+    value = body.get(param)
+    if value is None:
+        return
+    if not _is_number(value):
+        raise _invalid(param, f"expected a number, but got {type(value).__name__} instead")
+    if not low <= value <= high:
+        raise _invalid(param, f"number out of range; expected {low:g} to {high:g}, got {value}")
+
+
+def _boolean(body: Mapping[str, Any], param: str) -> None:
+    value = body.get(param)
+    if value is not None and not isinstance(value, bool):
+        raise _invalid(param, f"expected a boolean, but got {type(value).__name__} instead")
+
+
+def _string(body: Mapping[str, Any], param: str) -> None:
+    value = body.get(param)
+    if value is not None and not isinstance(value, str):
+        raise _invalid(param, f"expected a string, but got {type(value).__name__} instead")
+
+
+def _stream_options(body: Mapping[str, Any]) -> None:
+    options = body.get("stream_options")
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise _invalid("stream_options", "expected an object")
+    if body.get("stream") is not True:
+        raise _invalid("stream_options", "only allowed when 'stream' is true")
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise _invalid("stream_options.include_usage", "expected a boolean")
+
+
+def _stop(body: Mapping[str, Any]) -> None:
+    stop = body.get("stop")
+    if stop is None or isinstance(stop, str):
+        return
+    if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):
+        raise _invalid("stop", "expected a string or an array of strings")
+    if len(stop) > MAX_STOP_SEQUENCES:
+        raise _invalid("stop", f"array too long; expected at most {MAX_STOP_SEQUENCES} strings")
+
+
+def _logit_bias(body: Mapping[str, Any]) -> None:
+    bias = body.get("logit_bias")
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise _invalid("logit_bias", "expected an object of token IDs to numbers")
+    for token, value in bias.items():
+        if not _TOKEN_ID.match(token):
+            raise _invalid("logit_bias", f"the key {token[:40]!r} is not a token ID")
+        if not _is_number(value) or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise _invalid(
+                "logit_bias",
+                f"the bias of token {token} must be a number from "
+                f"-{MAX_LOGIT_BIAS} to {MAX_LOGIT_BIAS}",
+            )
+
+
+def _messages(body: Mapping[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("messages", "expected a non-empty array of messages")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise _invalid(where, "expected an object")
+        role = message.get("role")
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:
+            allowed = ", ".join(sorted(MESSAGE_ROLES))
+            raise _invalid(f"{where}.role", f"expected one of {allowed}")
+        content = message.get("content")
+        if content is None and role == "assistant":
+            continue
+        if not isinstance(content, str | list):
+            raise _invalid(f"{where}.content", "expected a string or an array of content parts")
+        if isinstance(content, list) and not all(isinstance(part, dict) for part in content):
+            raise _invalid(f"{where}.content", "each content part must be an object")
+
+
+def _prompt(body: Mapping[str, Any]) -> None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(item, str) for item in prompt):
+            return
+        if all(_is_integer(item) for item in prompt):
+            return
+        if all(isinstance(item, list) and all(map(_is_integer, item)) for item in prompt):
+            return
+    raise _invalid(
+        "prompt", "expected a string, an array of strings, or an array of token ID arrays"
+    )
+
+
+def _chat_options(body: Mapping[str, Any]) -> None:
+    _messages(body)
+    _boolean(body, "logprobs")
+    _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if body.get("top_logprobs") is not None and body.get("logprobs") is not True:
+        raise _invalid("top_logprobs", "only allowed when 'logprobs' is true")
+    response_format = body.get("response_format")
+    if response_format is not None and (
+        not isinstance(response_format, dict)
+        or not isinstance(response_format.get("type"), str)
+        or response_format["type"] not in RESPONSE_FORMATS
+    ):
+        allowed = ", ".join(sorted(RESPONSE_FORMATS))
+        raise _invalid("response_format", f"expected an object whose type is one of {allowed}")
+    tools = body.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools)
+    ):
+        raise _invalid("tools", "expected an array of tool objects")
+    tool_choice = body.get("tool_choice")
+    if (
+        tool_choice is not None
+        and not isinstance(tool_choice, dict)
+        and (not isinstance(tool_choice, str) or tool_choice not in TOOL_CHOICES)
+    ):
+        raise _invalid("tool_choice", "expected none, auto, required or a tool object")
+
+
+def _completion_options(body: Mapping[str, Any]) -> None:
+    _prompt(body)
+    _integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    _boolean(body, "echo")
+    _string(body, "suffix")
+    _integer(body, "best_of", 1, MAX_CHOICES)
+
+
+def check_request(path: str, body: Mapping[str, Any]) -> None:
+    """Refuse a body OpenAI would refuse, naming the parameter; other fields are not looked at.
+
+    ``path`` is the engine path the body is for (chat or legacy completions).
+    """
+    if value_depth_exceeds(body):
+        raise InvalidInput(
+            f"the request body nests objects and arrays deeper than {MAX_NESTING_DEPTH} levels",
+            field="body",
+        )
+    _string(body, "model")
+    _boolean(body, "stream")
+    _stream_options(body)
+    _integer(body, "max_tokens", 1)
+    _integer(body, "max_completion_tokens", 1)
+    _integer(body, "n", 1, MAX_CHOICES)
+    _number(body, "temperature", 0, 2)
+    _number(body, "top_p", 0, 1)
+    _number(body, "presence_penalty", -2, 2)
+    _number(body, "frequency_penalty", -2, 2)
+    _integer(body, "seed", -(2**63), 2**63 - 1)
+    _string(body, "user")
+    _stop(body)
+    _logit_bias(body)
+    if path == CHAT_COMPLETIONS_PATH:
+        _chat_options(body)
+    elif path == COMPLETIONS_PATH:
+        _completion_options(body)
+    else:
+        raise InvalidInput(f"the path {path!r} is not an OpenAI inference path", field="path")
+
+
+def usage_requested(body: Mapping[str, Any]) -> bool:
+    """Whether a streamed request asked for a final usage chunk."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
