@@ -8,9 +8,10 @@ object assembled here, and closing either closes the engine's response at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -30,6 +31,17 @@ DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool
 
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_SAFE_MESSAGE_CHARS: Final = 200
+MAX_MODELS_BODY_BYTES: Final = 1024 * 1024
+"""A model list is a few hundred bytes; a megabyte is a hostile or broken server."""
+MODELS_DEADLINE_SECONDS: Final = 10.0
+"""The whole ``/v1/models`` answer, however slowly it drips, arrives within this."""
+MAX_LINE_BYTES: Final = 1024 * 1024
+MAX_EVENT_BYTES: Final = 1024 * 1024
+"""One event's data: a streamed chunk is a few hundred bytes, and a peer receives an event in
+one frame of at most 1 MiB anyway."""
+MAX_ASSEMBLED_EVENTS: Final = 65_536
+MAX_ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
+"""What a plain answer may be assembled from (the grant's default ``response_bytes``)."""
 
 
 @dataclass(frozen=True)
@@ -144,12 +156,20 @@ def _check_path(path: str) -> None:
 class EngineStream:
     """An open streamed response: iterate it for events; closing it stops the generation."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(
+        self, response: httpx.Response, on_close: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._response = response
+        self._on_close = on_close
 
     async def aclose(self) -> None:
         """Close the engine's response now; the engine stops generating within a second."""
-        await self._response.aclose()
+        try:
+            await self._response.aclose()
+        finally:
+            on_close, self._on_close = self._on_close, None
+            if on_close is not None:
+                await on_close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -165,22 +185,47 @@ class EngineStream:
     def __aiter__(self) -> AsyncIterator[SseEvent]:
         return self._events()
 
+    async def _lines(self) -> AsyncIterator[str]:
+        """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
+        by content encoding (the request asks for ``identity``), so nothing inflates."""
+        buffer = bytearray()
+        async for piece in self._response.aiter_raw():
+            buffer += piece
+            start = 0
+            while (end := _LINE_END.search(buffer, start)) is not None:
+                if end.group() == b"\r" and end.end() == len(buffer):
+                    break  # the "\n" of a "\r\n" may come with the next piece
+                yield buffer[start : end.start()].decode("utf-8", "replace")
+                start = end.end()
+            del buffer[:start]
+            if len(buffer) > MAX_LINE_BYTES:
+                raise Unavailable(f"the engine sent a line longer than {MAX_LINE_BYTES} bytes")
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+
     async def _events(self) -> AsyncIterator[SseEvent]:
         """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
 
         An ``error`` event or an error object from the engine raises Unavailable with a safe
-        message; so does a stream that ends without ``[DONE]``.
+        message; so does a stream that ends without ``[DONE]``, and an event or line over its
+        bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
         """
         data: list[str] = []
+        size = 0
         event: str | None = None
         received = False
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines():
                 if line:
                     name, _, value = line.partition(":")
                     value = value.removeprefix(" ")
                     if name == "data":
                         data.append(value)
+                        size += len(value) + 1
+                        if size > MAX_EVENT_BYTES:
+                            raise Unavailable(
+                                f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
+                            )
                     elif name == "event":
                         event = value
                     continue
@@ -188,7 +233,7 @@ class EngineStream:
                     event = None
                     continue
                 item = SseEvent("\n".join(data), event)
-                data, event = [], None
+                data, size, event = [], 0, None
                 if item.done:
                     yield item
                     return
@@ -207,6 +252,9 @@ class EngineStream:
                 "the model's context"
             )
         raise Unavailable("the engine ended the stream before it was complete")
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def _raise_for_error_event(item: SseEvent) -> None:
@@ -231,15 +279,21 @@ class EngineClient:
         base_url: str,
         *,
         model: str | None = None,
+        api_key: str | None = None,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._model = model
+        # identity: bodies are read raw and counted as they arrive, so none may be compressed.
+        headers = {"Accept-Encoding": "identity"}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
         # trust_env=False: an engine is reached directly, never through a proxy from the env.
         # No keep-alive: llama.cpp's server can leave a connection dead after a failed stream,
         # and a fresh loopback connection costs far less than one token.
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
+            headers=headers,
             timeout=timeout,
             transport=transport,
             trust_env=False,
@@ -262,25 +316,45 @@ class EngineClient:
         await self.aclose()
 
     async def list_models(self) -> dict[str, Any]:
-        """``GET /v1/models``: the engine's health check as much as a listing."""
+        """``GET /v1/models``: the engine's health check as much as a listing.
+
+        Read as a stream, at most :data:`MAX_MODELS_BODY_BYTES` within
+        :data:`MODELS_DEADLINE_SECONDS`: the URL may be an upstream FICC does not control.
+        """
         try:
-            response = await self._client.get(MODELS)
+            async with (
+                asyncio.timeout(MODELS_DEADLINE_SECONDS),
+                self._client.stream("GET", MODELS) as response,
+            ):
+                if response.status_code != httpx.codes.OK:
+                    error = await _read_bounded(response)
+                    raise _status_error(response.status_code, error)
+                body = await _read_bounded(response, MAX_MODELS_BODY_BYTES + 1)
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
-        if response.status_code != httpx.codes.OK:
-            raise _status_error(response.status_code, response.content[:MAX_ERROR_BODY_BYTES])
+        except TimeoutError as exc:
+            raise Unavailable("the engine did not answer in time") from exc
+        if len(body) > MAX_MODELS_BODY_BYTES:
+            raise Unavailable(f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes")
         try:
-            value = response.json()
+            value = json.loads(body)
         except ValueError as exc:
             raise Unavailable("the engine's model list is not JSON") from exc
         if not isinstance(value, dict):
             raise Unavailable("the engine's model list is not a JSON object")
         return value
 
-    async def open_stream(self, path: str, body: Mapping[str, Any]) -> EngineStream:
+    async def open_stream(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> EngineStream:
         """Send ``body`` to ``path`` as a streaming request; errors arrive before any event.
 
-        The caller must close the result (``async with``) — closing is what cancels.
+        The caller must close the result (``async with``) — closing is what cancels, and runs
+        ``on_close`` (not run when this raises).
         """
         _check_path(path)
         request_body = dict(body)
@@ -298,25 +372,37 @@ class EngineClient:
             finally:
                 await response.aclose()
             raise _status_error(response.status_code, content)
-        return EngineStream(response)
+        return EngineStream(response, on_close)
 
     async def complete(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A plain response object, assembled from a streamed one so that a cancel stops it."""
         request_body = {k: v for k, v in body.items() if k != "stream_options"}
+        chunks: list[dict[str, Any]] = []
+        size = 0
         async with await self.open_stream(path, request_body) as stream:
-            chunks = [event.payload() async for event in stream if not event.done]
+            async for event in stream:
+                if event.done:
+                    continue
+                size += len(event.data)
+                if len(chunks) >= MAX_ASSEMBLED_EVENTS or size > MAX_ASSEMBLED_BYTES:
+                    raise Unavailable(
+                        f"the engine's answer passed {MAX_ASSEMBLED_EVENTS} events or "
+                        f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
+                    )
+                chunks.append(event.payload())
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:
+    """At most ``limit`` bytes of a body, read raw; the rest is never received."""
     content = bytearray()
-    async for piece in response.aiter_bytes():
+    async for piece in response.aiter_raw():
         content += piece
-        if len(content) >= MAX_ERROR_BODY_BYTES:
+        if len(content) >= limit:
             break
-    return bytes(content[:MAX_ERROR_BODY_BYTES])
+    return bytes(content[:limit])
 
 
 def _merge_logprobs(old: Any, new: Any) -> Any:
