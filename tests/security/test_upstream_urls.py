@@ -189,6 +189,16 @@ def test_a_peer_sees_no_options_engine_text_or_paths(clusters: dict[str, Any]) -
     shown = ok(peer_request(clusters, "inference.get", {"service": service}, False))["result"]
     assert "options" not in shown["spec"]
     assert shown["spec"]["name"] == "granted"
+    # A replayed creation shows what the first answer showed, not the receipt's owner view.
+    alpha: RunningCluster = clusters["alpha"]
+    own = {"name": "mine", "model": clusters["model"], "runtime": "llama.cpp"}
+    payload = {"operation": "inference.create", "body": {"spec": own}}
+    payload["mutation_id"] = secrets.token_hex(16)
+    url = f"{API}/peers/{clusters['peer']}/request"
+    first, again = (ok(alpha.owner().post(url, json=payload)) for _ in range(2))
+    assert again["replayed"] is True
+    assert "options" not in first["result"]["spec"]
+    assert again["result"] == first["result"]
     prepared = ok(peer_request(clusters, "inference.prepare", {}, False))["result"]
     for offer in prepared["offers"]:
         for reason in offer["reasons"]:
@@ -252,8 +262,8 @@ async def test_a_hostile_upstream_cannot_fill_memory(figures: Figures) -> None:
         async with EngineClient(hostile.url + "/error") as client:
             with pytest.raises(FiccError):
                 await client.list_models()
-        await asyncio.sleep(0)
-    # Each connection was closed by FICC soon after its bound, not at the server's limit.
+        # Each connection was closed by FICC soon after its bound, not at the server's limit.
+        await hostile.wait_closed_by_client(4)
     assert hostile.closed_by_client == 4
     sent_mib = hostile.sent_bytes / 2**20
     assert hostile.sent_bytes < 4 * (max(MAX_LINE_BYTES, MAX_MODELS_BODY_BYTES) + 8 * 2**20)

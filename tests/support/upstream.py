@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PIECE = b"a" * 65536
@@ -22,6 +22,12 @@ class Hostile:
     url: str
     sent_bytes: int = 0
     closed_by_client: int = 0
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def wait_closed_by_client(self, count: int, seconds: float = 10.0) -> None:
+        """Until ``count`` connections were closed by the client (fails after ``seconds``)."""
+        async with asyncio.timeout(seconds), self.changed:
+            await self.changed.wait_for(lambda: self.closed_by_client >= count)
 
 
 async def _serve(hostile: Hostile, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
@@ -40,7 +46,9 @@ async def _serve(hostile: Hostile, reader: asyncio.StreamReader, writer: asyncio
             await writer.drain()
             hostile.sent_bytes += len(PIECE)
     except (ConnectionError, OSError):
-        hostile.closed_by_client += 1
+        async with hostile.changed:
+            hostile.closed_by_client += 1
+            hostile.changed.notify_all()
     finally:
         writer.close()
 

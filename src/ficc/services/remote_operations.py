@@ -283,7 +283,9 @@ class RemoteOperations:
             == (key.operation, key.arguments_sha256)
         ):
             raise _refusal(earlier.result)
-        return await mutations.replay(uow, key)
+        done = await mutations.replay(uow, key)
+        # A service's receipt holds the owner's view; a replay shows the peer's, like the first.
+        return peer_view(done) if done is not None and "spec" in done else done
 
     async def _record_refusal(self, key: MutationKey, error: FiccError) -> None:
         """Complete an uncertain receipt as refused, so it keeps no capacity and no doubt."""
