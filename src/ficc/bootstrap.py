@@ -27,6 +27,7 @@ from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
 from ficc.domain import transfers as tr
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.inference import UpstreamAllowList
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
@@ -102,6 +103,8 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     hypernet_bind: str = DEFAULT_HYPERNET_BIND
     hypernet_relay: str = "disabled"
+    upstream_allow: tuple[str, ...] = ()
+    """URL prefixes ``openai`` services may reach (``--upstream-allow``); none by default."""
     transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
 
     @property
@@ -145,14 +148,19 @@ class Cluster:
 
     def __post_init__(self) -> None:
         self.blobs = BlobStore(self.state.store)
+        engines = EngineClients()
+        upstream_allow = UpstreamAllowList.parse(self.settings.upstream_allow)
         self.inference = InferenceServices(
             self.uow_factory,
             self.clock,
-            build_runtimes(log_dir=self.state.runtime),
+            build_runtimes(
+                log_dir=self.state.runtime, engines=engines, upstream_allow=upstream_allow
+            ),
             self.model_file,
             fence_attempt,
-            EngineClients(),
+            engines,
             serve_instance=secrets.token_hex(8),
+            upstream_allow=upstream_allow,
         )
         self.companion = Companion(
             self.uow_factory,

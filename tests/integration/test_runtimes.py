@@ -33,6 +33,7 @@ from ficc.adapters.example_model import EXAMPLE_MODEL_BYTES, example_model_path
 from ficc.adapters.runtimes import LlamaCppRuntime, OpenAIRuntime, VllmRuntime
 from ficc.adapters.runtimes.processes import free_loopback_port, read_start_ticks
 from ficc.base.errors import Conflict, InvalidInput, Unavailable
+from ficc.domain.inference import UpstreamAllowList
 from ficc.services.runtimes import (
     Availability,
     FenceResult,
@@ -164,7 +165,7 @@ async def test_a_launched_engine_answers_its_health_check_on_a_loopback_port(
     assert handle.process is not None
     assert read_start_ticks(handle.process.pid) == handle.process.start_ticks
     assert (await runtime.health(handle)).state is HealthState.HEALTHY
-    async with EngineClient(handle.base_url) as client:
+    async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
         listing = await client.list_models()
     assert [model["id"] for model in listing["data"]] == ["svc-smol"]
 
@@ -174,9 +175,11 @@ async def test_a_launched_engine_answers_its_health_check_on_a_loopback_port(
 async def test_plain_and_streamed_chat_at_temperature_zero_give_the_same_text(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, handle = smollm
+    runtime, handle = smollm
     body = {"messages": QUESTION, "temperature": 0, "max_tokens": 24}
-    async with EngineClient(handle.base_url, model="svc-smol") as client:
+    async with EngineClient(
+        handle.base_url, model="svc-smol", api_key=runtime.api_key(handle)
+    ) as client:
         plain = await client.complete(CHAT_COMPLETIONS, body)
         async with await client.open_stream(CHAT_COMPLETIONS, body) as stream:
             events = [event async for event in stream]
@@ -199,9 +202,11 @@ async def test_plain_and_streamed_chat_at_temperature_zero_give_the_same_text(
 async def test_a_plain_text_completion_is_assembled_from_the_stream(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, handle = smollm
+    runtime, handle = smollm
     body = {"prompt": "The capital of France is", "temperature": 0, "max_tokens": 8}
-    async with EngineClient(handle.base_url, model="svc-smol") as client:
+    async with EngineClient(
+        handle.base_url, model="svc-smol", api_key=runtime.api_key(handle)
+    ) as client:
         plain = await client.complete(COMPLETIONS, body)
         async with await client.open_stream(COMPLETIONS, body) as stream:
             pieces = [e.payload()["choices"][0]["text"] async for e in stream if not e.done]
@@ -216,9 +221,11 @@ async def test_a_plain_text_completion_is_assembled_from_the_stream(
 async def test_streamed_events_arrive_while_the_engine_is_still_generating(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, handle = smollm
+    runtime, handle = smollm
     body = long_generation(60)
-    async with EngineClient(handle.base_url, model="svc-smol") as client:
+    async with EngineClient(
+        handle.base_url, model="svc-smol", api_key=runtime.api_key(handle)
+    ) as client:
         started = time.monotonic()
         async with await client.open_stream(COMPLETIONS, body) as stream:
             arrivals = [time.monotonic() - started async for _ in stream]
@@ -236,7 +243,9 @@ async def test_closing_a_stream_frees_the_engine_within_two_seconds(
 ) -> None:
     runtime, handle = smollm
     before = disconnects(runtime, handle)
-    async with EngineClient(handle.base_url, model="svc-smol") as client:
+    async with EngineClient(
+        handle.base_url, model="svc-smol", api_key=runtime.api_key(handle)
+    ) as client:
         async with await client.open_stream(COMPLETIONS, long_generation()) as stream:
             seen = 0
             async for _ in stream:
@@ -255,7 +264,9 @@ async def test_cancelling_a_plain_request_frees_the_engine_within_two_seconds(
 ) -> None:
     runtime, handle = smollm
     before = disconnects(runtime, handle)
-    async with EngineClient(handle.base_url, model="svc-smol") as client:
+    async with EngineClient(
+        handle.base_url, model="svc-smol", api_key=runtime.api_key(handle)
+    ) as client:
         # 1500 tokens take the engine half a minute; the caller gives up after one second.
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(client.complete(COMPLETIONS, long_generation()), timeout=1.0)
@@ -272,8 +283,8 @@ async def test_cancelling_a_plain_request_frees_the_engine_within_two_seconds(
 async def test_a_malformed_request_is_refused_with_the_engines_reason_and_no_server_paths(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, handle = smollm
-    async with EngineClient(handle.base_url) as client:
+    runtime, handle = smollm
+    async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
         with pytest.raises(InvalidInput) as caught:
             await client.complete(CHAT_COMPLETIONS, {"messages": "not a list"})
     message = caught.value.message
@@ -286,8 +297,8 @@ async def test_a_malformed_request_is_refused_with_the_engines_reason_and_no_ser
 async def test_a_prompt_longer_than_the_context_is_reported_without_engine_internals(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, handle = smollm
-    async with EngineClient(handle.base_url) as client:
+    runtime, handle = smollm
+    async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
         with pytest.raises(Unavailable) as caught:
             await client.complete(COMPLETIONS, {"prompt": "x " * 3000, "max_tokens": 4})
         # The engine is still usable afterwards.
@@ -523,8 +534,8 @@ def process_group_members(pgid: int) -> list[int]:
 async def test_the_openai_runtime_fronts_a_running_llama_cpp_server(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
-    _, engine = smollm
-    openai = OpenAIRuntime()
+    runtime, engine = smollm
+    openai = OpenAIRuntime(upstream_allow=UpstreamAllowList.parse([engine.base_url]))
     request = LaunchRequest(
         attempt_id=attempt("openai"),
         node=THIS_NODE,
@@ -534,8 +545,13 @@ async def test_the_openai_runtime_fronts_a_running_llama_cpp_server(
     handle = await openai.launch(request)
     assert handle.base_url == engine.base_url
     assert handle.process is None
-    assert (await openai.wait_ready(handle, 10.0)).healthy
-    async with EngineClient(handle.base_url, model=handle.model_name) as client:
+    # The engine answers only to its attempt's key, which an openai service never holds.
+    refused = await openai.health(handle)
+    assert not refused.healthy
+    assert refused.reason is not None
+    assert "Invalid API key" in refused.reason
+    key = runtime.api_key(engine)
+    async with EngineClient(handle.base_url, model=handle.model_name, api_key=key) as client:
         answer = await client.complete(
             CHAT_COMPLETIONS, {"messages": QUESTION, "temperature": 0, "max_tokens": 8}
         )
@@ -544,17 +560,19 @@ async def test_the_openai_runtime_fronts_a_running_llama_cpp_server(
     ended = await openai.stop(handle, GRACE_SECONDS)
     assert not ended.crashed
     assert await asyncio.wait_for(waiting, timeout=1.0) == ended
-    assert (await openai.health(handle)).healthy  # the server is not FICC's to stop
+    async with EngineClient(engine.base_url, api_key=key) as client:
+        assert (await client.list_models())["data"]  # the server is not FICC's to stop
 
 
 @module_loop
 async def test_the_openai_runtime_reports_a_server_that_does_not_answer_as_unhealthy() -> None:
-    openai = OpenAIRuntime()
+    silent = f"http://127.0.0.1:{free_loopback_port()}"
+    openai = OpenAIRuntime(upstream_allow=UpstreamAllowList.parse([silent]))
     request = LaunchRequest(
         attempt_id=attempt("silent"),
         node=THIS_NODE,
         model_name="m",
-        options={"base_url": f"http://127.0.0.1:{free_loopback_port()}"},
+        options={"base_url": silent},
     )
     handle = await openai.launch(request)
     health = await openai.wait_ready(handle, 0.1)
@@ -582,9 +600,7 @@ async def test_vllm_is_refused_where_it_is_not_installed(tmp_path: Path) -> None
     gpu_node = NodeInfo(node_id=THIS_NODE.node_id, local=True, gpu_count=1)
     vllm = VllmRuntime(log_dir=tmp_path, vllm_command=[str(tmp_path / "no-such-vllm")])
     availability = await vllm.availability(gpu_node)
-    assert availability.reasons == (
-        f"vllm is not installed (no {str(tmp_path / 'no-such-vllm')!r} command)",
-    )
+    assert availability.reasons == ("vllm is not installed on this node",)
 
 
 async def test_llama_cpp_runs_only_on_this_ficcs_node(tmp_path: Path, tiny_model: Path) -> None:

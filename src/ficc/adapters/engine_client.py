@@ -8,6 +8,7 @@ object assembled here, and closing either closes the engine's response at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -38,6 +39,17 @@ PROBE_DROPPED_FIELDS: Final = frozenset(
 )
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_SAFE_MESSAGE_CHARS: Final = 200
+MAX_MODELS_BODY_BYTES: Final = 1024 * 1024
+"""A model list is a few hundred bytes; a megabyte is a hostile or broken server."""
+MODELS_DEADLINE_SECONDS: Final = 10.0
+"""The whole ``/v1/models`` answer, however slowly it drips, arrives within this."""
+MAX_LINE_BYTES: Final = 1024 * 1024
+MAX_EVENT_BYTES: Final = 1024 * 1024
+"""One event's data: a streamed chunk is a few hundred bytes, and a peer receives an event in
+one frame of at most 1 MiB anyway."""
+MAX_ASSEMBLED_EVENTS: Final = 65_536
+MAX_ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
+"""What a plain answer may be assembled from (the grant's default ``response_bytes``)."""
 
 
 @dataclass(frozen=True)
@@ -161,15 +173,25 @@ class EngineStream:
     """
 
     def __init__(
-        self, response: httpx.Response, path: str, count_usage: UsageCounter | None = None
+        self,
+        response: httpx.Response,
+        path: str,
+        count_usage: UsageCounter | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._response = response
         self._path = path
         self._count_usage = count_usage
+        self._on_close = on_close
 
     async def aclose(self) -> None:
         """Close the engine's response now; the engine stops generating within a second."""
-        await self._response.aclose()
+        try:
+            await self._response.aclose()
+        finally:
+            on_close, self._on_close = self._on_close, None
+            if on_close is not None:
+                await on_close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -185,23 +207,48 @@ class EngineStream:
     def __aiter__(self) -> AsyncIterator[SseEvent]:
         return self._events()
 
+    async def _lines(self) -> AsyncIterator[str]:
+        """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
+        by content encoding (the request asks for ``identity``), so nothing inflates."""
+        buffer = bytearray()
+        async for piece in self._response.aiter_raw():
+            buffer += piece
+            start = 0
+            while (end := _LINE_END.search(buffer, start)) is not None:
+                if end.group() == b"\r" and end.end() == len(buffer):
+                    break  # the "\n" of a "\r\n" may come with the next piece
+                yield buffer[start : end.start()].decode("utf-8", "replace")
+                start = end.end()
+            del buffer[:start]
+            if len(buffer) > MAX_LINE_BYTES:
+                raise Unavailable(f"the engine sent a line longer than {MAX_LINE_BYTES} bytes")
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+
     async def _events(self) -> AsyncIterator[SseEvent]:
         """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
 
         An ``error`` event or an error object from the engine raises Unavailable with a safe
-        message; so does a stream that ends without ``[DONE]``.
+        message; so does a stream that ends without ``[DONE]``, and an event or line over its
+        bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
         """
         data: list[str] = []
+        size = 0
         event: str | None = None
         received = False
         chunks: list[dict[str, Any]] = []
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines():
                 if line:
                     name, _, value = line.partition(":")
                     value = value.removeprefix(" ")
                     if name == "data":
                         data.append(value)
+                        size += len(value) + 1
+                        if size > MAX_EVENT_BYTES:
+                            raise Unavailable(
+                                f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
+                            )
                     elif name == "event":
                         event = value
                     continue
@@ -209,7 +256,7 @@ class EngineStream:
                     event = None
                     continue
                 item = SseEvent("\n".join(data), event)
-                data, event = [], None
+                data, size, event = [], 0, None
                 if item.done:
                     if self._count_usage is not None and not _has_usage(chunks):
                         usage_chunk = await self._usage_chunk(chunks)
@@ -219,7 +266,7 @@ class EngineStream:
                     return
                 _raise_for_error_event(item)
                 received = True
-                if self._count_usage is not None:
+                if self._count_usage is not None and len(chunks) < MAX_ASSEMBLED_EVENTS:
                     chunks.append(item.payload())
                 yield item
         except httpx.HTTPError as exc:
@@ -259,6 +306,9 @@ def _has_usage(chunks: list[dict[str, Any]]) -> bool:
     return any(chunk.get("usage") for chunk in chunks)
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 def _raise_for_error_event(item: SseEvent) -> None:
     if item.event == "error":
         raise Unavailable(f"the engine failed: {safe_engine_message(item.data)}")
@@ -281,16 +331,22 @@ class EngineClient:
         base_url: str,
         *,
         model: str | None = None,
+        api_key: str | None = None,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._model = model
         self._empty_text_tokens: int | None = None
+        # identity: bodies are read raw and counted as they arrive, so none may be compressed.
+        headers = {"Accept-Encoding": "identity"}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
         # trust_env=False: an engine is reached directly, never through a proxy from the env.
         # No keep-alive: llama.cpp's server can leave a connection dead after a failed stream,
         # and a fresh loopback connection costs far less than one token.
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
+            headers=headers,
             timeout=timeout,
             transport=transport,
             trust_env=False,
@@ -313,25 +369,45 @@ class EngineClient:
         await self.aclose()
 
     async def list_models(self) -> dict[str, Any]:
-        """``GET /v1/models``: the engine's health check as much as a listing."""
+        """``GET /v1/models``: the engine's health check as much as a listing.
+
+        Read as a stream, at most :data:`MAX_MODELS_BODY_BYTES` within
+        :data:`MODELS_DEADLINE_SECONDS`: the URL may be an upstream FICC does not control.
+        """
         try:
-            response = await self._client.get(MODELS)
+            async with (
+                asyncio.timeout(MODELS_DEADLINE_SECONDS),
+                self._client.stream("GET", MODELS) as response,
+            ):
+                if response.status_code != httpx.codes.OK:
+                    error = await _read_bounded(response)
+                    raise _status_error(response.status_code, error)
+                body = await _read_bounded(response, MAX_MODELS_BODY_BYTES + 1)
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
-        if response.status_code != httpx.codes.OK:
-            raise _status_error(response.status_code, response.content[:MAX_ERROR_BODY_BYTES])
+        except TimeoutError as exc:
+            raise Unavailable("the engine did not answer in time") from exc
+        if len(body) > MAX_MODELS_BODY_BYTES:
+            raise Unavailable(f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes")
         try:
-            value = response.json()
+            value = json.loads(body)
         except ValueError as exc:
             raise Unavailable("the engine's model list is not JSON") from exc
         if not isinstance(value, dict):
             raise Unavailable("the engine's model list is not a JSON object")
         return value
 
-    async def open_stream(self, path: str, body: Mapping[str, Any]) -> EngineStream:
+    async def open_stream(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> EngineStream:
         """Send ``body`` to ``path`` as a streaming request; errors arrive before any event.
 
-        The caller must close the result (``async with``) — closing is what cancels.
+        The caller must close the result (``async with``) — closing is what cancels, and runs
+        ``on_close`` (not run when this raises).
         """
         _check_path(path)
         request_body = dict(body)
@@ -350,12 +426,12 @@ class EngineClient:
                 await response.aclose()
             raise _status_error(response.status_code, content)
         if not usage_requested(body):
-            return EngineStream(response, path)
+            return EngineStream(response, path, on_close=on_close)
 
         async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
             return await self._counted_usage(path, body, chunks)
 
-        return EngineStream(response, path, count_usage)
+        return EngineStream(response, path, count_usage, on_close)
 
     async def complete(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A plain response object, assembled from a streamed one so that a cancel stops it.
@@ -365,8 +441,19 @@ class EngineClient:
         """
         request_body = dict(body)
         request_body["stream_options"] = {"include_usage": True}
+        chunks: list[dict[str, Any]] = []
+        size = 0
         async with await self.open_stream(path, request_body) as stream:
-            chunks = [event.payload() async for event in stream if not event.done]
+            async for event in stream:
+                if event.done:
+                    continue
+                size += len(event.data)
+                if len(chunks) >= MAX_ASSEMBLED_EVENTS or size > MAX_ASSEMBLED_BYTES:
+                    raise Unavailable(
+                        f"the engine's answer passed {MAX_ASSEMBLED_EVENTS} events or "
+                        f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
+                    )
+                chunks.append(event.payload())
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
@@ -403,9 +490,7 @@ class EngineClient:
         probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
         if self._model is not None:
             probe["model"] = self._model
-        response = await self._client.post(path, json=probe)
-        response.raise_for_status()
-        return _count(response.json()["usage"]["prompt_tokens"])
+        return _count((await self._post_json(path, probe))["usage"]["prompt_tokens"])
 
     async def _token_count(self, text: str) -> int:
         """Tokens of ``text`` alone: the tokenizer's count less the BOS it may add."""
@@ -416,9 +501,16 @@ class EngineClient:
         return await self._tokenizer_count(text) - self._empty_text_tokens
 
     async def _tokenizer_count(self, text: str) -> int:
-        response = await self._client.post(LLAMA_CPP_COUNT_PATH, json={"input": text})
-        response.raise_for_status()
-        return _count(response.json()["count"])
+        return _count((await self._post_json(LLAMA_CPP_COUNT_PATH, {"input": text}))["count"])
+
+    async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """A small JSON answer, read within :data:`MAX_MODELS_BODY_BYTES` (ValueError past it)."""
+        async with self._client.stream("POST", path, json=body) as response:
+            response.raise_for_status()
+            content = await _read_bounded(response, MAX_MODELS_BODY_BYTES + 1)
+        if len(content) > MAX_MODELS_BODY_BYTES:
+            raise ValueError("the engine's answer is too large")
+        return json.loads(content)
 
 
 def _count(value: Any) -> int:
@@ -444,13 +536,14 @@ def _answer_texts(path: str, chunks: list[dict[str, Any]]) -> list[tuple[str, An
     return texts
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:
+    """At most ``limit`` bytes of a body, read raw; the rest is never received."""
     content = bytearray()
-    async for piece in response.aiter_bytes():
+    async for piece in response.aiter_raw():
         content += piece
-        if len(content) >= MAX_ERROR_BODY_BYTES:
+        if len(content) >= limit:
             break
-    return bytes(content[:MAX_ERROR_BODY_BYTES])
+    return bytes(content[:limit])
 
 
 def _merge_logprobs(old: Any, new: Any) -> Any:

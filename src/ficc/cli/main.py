@@ -129,6 +129,12 @@ def init(state_dir: Path, project: str, label: str | None) -> None:
 @click.option("--database", default=None, help="Database URL (default: SQLite in the state dir).")
 @click.option("--hypernet-bind", default=DEFAULT_HYPERNET_BIND, show_default=True)
 @click.option("--hypernet-relay", default="disabled", show_default=True)
+@click.option(
+    "--upstream-allow",
+    multiple=True,
+    metavar="URL_PREFIX",
+    help="A URL prefix openai services may reach (repeatable; none by default).",
+)
 def serve(
     state_dir: Path,
     project: str,
@@ -136,12 +142,14 @@ def serve(
     database: str | None,
     hypernet_bind: str,
     hypernet_relay: str,
+    upstream_allow: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
-    from ficc.cli.serve import parse_listen, serve
+    from ficc.cli.serve import parse_listen, parse_upstream_allow, serve
 
     try:
         parse_listen(listen)
+        upstream_allow = parse_upstream_allow(upstream_allow)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     settings = Settings(
@@ -150,6 +158,7 @@ def serve(
         listen=listen,
         hypernet_bind=hypernet_bind,
         hypernet_relay=hypernet_relay,
+        upstream_allow=upstream_allow,
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -12,7 +12,9 @@ from collections.abc import Generator
 
 import uvicorn
 
+from ficc.base.errors import InvalidInput
 from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.domain.inference import UpstreamAllowList
 from ficc.web.app import LocalOwnerApp, create_app
 
 log = logging.getLogger("ficc.serve")
@@ -31,6 +33,15 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"--listen must be HOST:PORT, not {listen!r}")
     return host.strip("[]"), int(port)
+
+
+def parse_upstream_allow(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Each ``--upstream-allow`` in its canonical form; ValueError naming a malformed one."""
+    try:
+        allowed = UpstreamAllowList.parse(values)
+    except InvalidInput as exc:
+        raise ValueError(f"--upstream-allow: {exc.message}") from exc
+    return tuple(prefix.url for prefix in allowed.prefixes)
 
 
 def _tcp_socket(listen: str) -> socket.socket:

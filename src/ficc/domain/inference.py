@@ -7,15 +7,16 @@ spec or operation names the field or the state that refused it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from ficc.base.errors import Conflict, InvalidInput, UnacknowledgedOutcome
+from ficc.base.errors import Conflict, InvalidInput, PermissionDenied, UnacknowledgedOutcome
 from ficc.base.ids import parse_id
 
 # --- the spec -------------------------------------------------------------------------------
@@ -132,6 +133,61 @@ def _one_of(*choices: str) -> Callable[[str, object], str]:
 
 
 MAX_BASE_URL_CHARS: Final = 2048
+_DNS_NAME = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
+_NUMERIC_LABEL = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+def _ipv4_number(host: str) -> int | None:
+    """The address of a host written in any form ``inet_aton`` takes, or None.
+
+    ``2130706433``, ``0x7f.1``, ``0177.0.0.1`` and ``127.1`` all reach 127.0.0.1 when a resolver
+    is given them; they are made ordinary dotted quads before any rule compares them.
+    """
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        if part.startswith("0x"):
+            digits, base, allowed = part[2:] or "0", 16, "0123456789abcdef"
+        elif len(part) > 1 and part.startswith("0"):
+            digits, base, allowed = part[1:], 8, "01234567"
+        else:
+            digits, base, allowed = part, 10, "0123456789"
+        if not digits or any(ch not in allowed for ch in digits):
+            return None
+        values.append(int(digits, base))
+    *head, last = values
+    if any(value > 255 for value in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for index, value in enumerate(head):
+        number += value << (8 * (3 - index))
+    return number
+
+
+def canonical_host(host: str) -> str | None:
+    """One spelling per address: IP literals in their standard form, names lower case.
+
+    None for a host that is neither a DNS name nor an IP address (a numeric form out of range,
+    a zone index, stray characters).
+    """
+    host = host.lower()
+    if "%" in host:
+        return None
+    if ":" in host:
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
+        mapped = address.ipv4_mapped
+        return str(mapped) if mapped is not None else f"[{address.compressed}]"
+    host = host.removesuffix(".")
+    if _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]):
+        number = _ipv4_number(host)
+        return None if number is None else str(ipaddress.IPv4Address(number))
+    return host if _DNS_NAME.fullmatch(host) else None
 
 
 def parse_base_url(name: str, value: object) -> str:
@@ -139,9 +195,14 @@ def parse_base_url(name: str, value: object) -> str:
 
     Users paste the URL an OpenAI client takes (``http://host:8000/v1``) as often as the server's
     root; both mean the same server. Credentials, queries and fragments are refused because they
-    would be shown wherever the spec is.
+    would be shown wherever the spec is. The host is stored in its canonical form (see
+    :func:`canonical_host`), so the URL an upstream rule matches is the URL that is connected to,
+    and the path may hold no dot segments that would climb out of an allowed prefix.
     """
-    rule = f"{name} must be an http or https URL with a host and no user, query or fragment"
+    rule = (
+        f"{name} must be an http or https URL with a host and no user, query, fragment "
+        "or dot segments"
+    )
     if not isinstance(value, str) or not 0 < len(value) <= MAX_BASE_URL_CHARS:
         raise InvalidInput(rule, field=name)
     try:
@@ -154,17 +215,94 @@ def parse_base_url(name: str, value: object) -> str:
         or not parts.hostname
         or parts.username is not None
         or parts.password is not None
+        or "@" in parts.netloc
+        or "\\" in value
         or parts.query
         or parts.fragment
-        or any(ch.isspace() or not ch.isprintable() for ch in value)
+        or any(ch.isspace() or not ch.isprintable() or not ch.isascii() for ch in value)
     ):
+        raise InvalidInput(rule, field=name)
+    host = canonical_host(parts.hostname)
+    segments = parts.path.split("/")
+    if host is None or any(unquote(s) in {".", ".."} or "/" in unquote(s) for s in segments):
         raise InvalidInput(rule, field=name)
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host if port is None else f"{host}:{port}"
     return f"{parts.scheme}://{netloc}{path}"
+
+
+@dataclass(frozen=True)
+class UpstreamPrefix:
+    """An upstream URL prefix the cluster owner allowed, compared part by part."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    segments: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: object, *, name: str = "upstream prefix") -> UpstreamPrefix:
+        """A prefix in the canonical form :func:`parse_base_url` gives base URLs."""
+        url = parse_base_url(name, value)
+        scheme, host, port, segments = _url_parts(url)
+        return cls(url, scheme, host, port, segments)
+
+    def covers(self, base_url: str) -> bool:
+        """Same scheme, host and port, and the prefix's path segments begin the URL's path.
+
+        ``http://a.com`` covers ``http://a.com/x`` but not ``http://a.com.evil`` or
+        ``http://a.com:8080``; ``http://a.com/v`` does not cover ``http://a.com/vx``.
+        """
+        scheme, host, port, segments = _url_parts(base_url)
+        return (scheme, host, port) == (self.scheme, self.host, self.port) and segments[
+            : len(self.segments)
+        ] == self.segments
+
+
+def _url_parts(canonical_url: str) -> tuple[str, str, int, tuple[str, ...]]:
+    parts = urlsplit(canonical_url)
+    host = canonical_url.split("://", 1)[1].split("/", 1)[0]
+    host = host.rsplit(":", 1)[0] if parts.port is not None else host
+    port = parts.port if parts.port is not None else _DEFAULT_PORTS[parts.scheme]
+    segments = tuple(s for s in parts.path.split("/") if s)
+    return parts.scheme, host, port, segments
+
+
+UPSTREAM_RULE: Final = (
+    "options.base_url must begin with an upstream URL prefix the cluster owner allowed "
+    "(ficc serve --upstream-allow URL_PREFIX)"
+)
+
+
+@dataclass(frozen=True)
+class UpstreamAllowList:
+    """The upstream servers ``openai`` services may reach; empty (nothing) unless the owner says.
+
+    An ``openai`` service makes FICC send requests, and prompts, to its ``base_url``; without
+    this list any ``inference:manage`` holder could point FICC at the cloud metadata address,
+    private networks or other projects' loopback engines.
+    """
+
+    prefixes: tuple[UpstreamPrefix, ...] = ()
+
+    @classmethod
+    def parse(cls, values: Iterable[object]) -> UpstreamAllowList:
+        """From the owner's ``--upstream-allow`` values; a malformed one is refused."""
+        return cls(tuple(UpstreamPrefix.parse(v, name="--upstream-allow") for v in values))
+
+    def check(self, spec: ServiceSpec) -> None:
+        """PermissionDenied unless ``spec`` reaches no upstream or an allowed one."""
+        base_url = spec.options.get("base_url")
+        if spec.runtime is not RuntimeName.OPENAI or not isinstance(base_url, str):
+            return
+        if not any(prefix.covers(base_url) for prefix in self.prefixes):
+            raise PermissionDenied(
+                UPSTREAM_RULE,
+                details={"field": "options.base_url", "reason": "upstream_not_allowed"},
+            )
 
 
 DEFAULT_LLAMA_CPP_THREADS: Final = 1

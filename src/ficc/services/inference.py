@@ -41,6 +41,7 @@ from ficc.domain.inference import (
     ServiceEvent,
     ServiceSpec,
     ServiceState,
+    UpstreamAllowList,
     admits_requests,
     apply_event,
     check_start,
@@ -127,6 +128,7 @@ class InferenceServices:
         *,
         start_timeout_seconds: float = START_TIMEOUT_SECONDS,
         stop_grace_seconds: float = STOP_GRACE_SECONDS,
+        upstream_allow: UpstreamAllowList | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
@@ -137,6 +139,7 @@ class InferenceServices:
         self._serve_instance = serve_instance
         self._start_timeout = start_timeout_seconds
         self._grace = stop_grace_seconds
+        self._upstream_allow = upstream_allow or UpstreamAllowList()
         self._handles: dict[str, list[ReplicaHandle]] = {}
         self._stopping: set[str] = set()
         self._in_flight: dict[str, int] = {}
@@ -907,6 +910,7 @@ class InferenceServices:
         return node
 
     async def _check_spec(self, uow: UnitOfWork, project: str, spec: ServiceSpec) -> Node:
+        self._upstream_allow.check(spec)
         node = await self._find_node(uow, spec.node)
         if node is None:
             raise InvalidInput(f"node {spec.node} is not a node of this cluster", field="node")
@@ -920,6 +924,7 @@ class InferenceServices:
         return node
 
     async def _check_runtime(self, spec: ServiceSpec, node: Node) -> None:
+        self._upstream_allow.check(spec)  # the owner may have withdrawn it since the create
         availability = await self._runtime(spec.runtime).availability(_node_info(node))
         if not availability.available:
             raise Conflict(

@@ -37,7 +37,7 @@ from ficc.base.ids import parse_id
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain import peers as p
-from ficc.domain.inference import parse_service_spec, uses_local_model
+from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.manifests import parse_manifest
 from ficc.domain.openai_requests import check_request as check_openai_request
 from ficc.domain.operations import (
@@ -284,7 +284,9 @@ class RemoteOperations:
             == (key.operation, key.arguments_sha256)
         ):
             raise _refusal(earlier.result)
-        return await mutations.replay(uow, key)
+        done = await mutations.replay(uow, key)
+        # A service's receipt holds the owner's view; a replay shows the peer's, like the first.
+        return peer_view(done) if done is not None and "spec" in done else done
 
     async def _record_refusal(self, key: MutationKey, error: FiccError) -> None:
         """Complete an uncertain receipt as refused, so it keeps no capacity and no doubt."""
@@ -335,7 +337,18 @@ class RemoteOperations:
         )
         return {"replayed": False, "result": result}
 
-    async def _check_spec(self, call: Call, spec_data: object) -> None:
+    async def _check_spec(self, call: Call, spec_data: object) -> ServiceSpec:
+        """The spec a peer sends: granted model and node, and never an upstream URL.
+
+        An ``openai`` service makes this cluster send requests, and its users' prompts, to a
+        URL: a peer choosing it would reach the grantor's network (SSRF) or capture prompts.
+        """
+        refused = _upstream_in_spec(spec_data)
+        if refused is not None:
+            raise PermissionDenied(
+                f"{refused} is refused: a peer cannot point a service at a URL",
+                details={"field": refused, "reason": "upstream_refused"},
+            )
         spec = parse_service_spec(spec_data)
         if uses_local_model(spec.runtime):
             call.require("models", spec.model, "body.spec.model")
@@ -349,6 +362,7 @@ class RemoteOperations:
                 "body.spec.node must be a node the grant includes",
                 details={"field": "body.spec.node", "reason": "resource_not_granted"},
             )
+        return spec
 
     async def _preview(self, call: Call) -> dict[str, Any]:
         only_fields(call.body, {"spec"}, {"spec"})
@@ -395,7 +409,15 @@ class RemoteOperations:
     async def _replace(self, call: Call) -> dict[str, Any]:
         only_fields(call.body, {"service", "revision", "spec"}, {"service", "revision", "spec"})
         service_id = await self._service(call)
-        await self._check_spec(call, call.body["spec"])
+        _require_created(call, service_id, "replace")
+        spec = await self._check_spec(call, call.body["spec"])
+        current = await self._inference.get_service(call.grant.project, service_id)
+        if current["spec"]["runtime"] != spec.runtime.value:
+            raise PermissionDenied(
+                "body.spec.runtime must stay the service's runtime "
+                f"{current['spec']['runtime']}: a peer cannot change it",
+                details={"field": "body.spec.runtime", "reason": "runtime_change_refused"},
+            )
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
             view, replayed = await self._inference.replace_service(
@@ -417,6 +439,8 @@ class RemoteOperations:
             {"service", "revision", "operation"},
         )
         service_id = await self._service(call)
+        if call.body["operation"] == "remove":
+            _require_created(call, service_id, "remove")
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
             view, replayed = await self._inference.control_service(
@@ -706,12 +730,66 @@ def error_event(error: FiccError) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+PEER_SPEC_FIELDS: Final = ("name", "model", "runtime", "node", "replicas")
+"""What a peer sees of a spec: ``options`` may hold upstream URLs and internal names."""
+PEER_SERVICE_ERROR: Final = "the service failed; the grantor's operator can see why"
+"""A failed service's reason holds engine text, addresses and paths; a peer sees only this."""
+
+
 def peer_view(view: dict[str, Any]) -> dict[str, Any]:
-    """A service as a peer sees it: no engine log lines, no process IDs or ports."""
-    shown = {k: v for k, v in view.items() if k != "replicas"}
+    """A service as a peer sees it: no options, engine error text, log lines, PIDs or ports."""
+    shown = {k: v for k, v in view.items() if k not in {"replicas", "spec", "error"}}
+    if "spec" in view:
+        shown["spec"] = {k: view["spec"][k] for k in PEER_SPEC_FIELDS if k in view["spec"]}
+    if "error" in view:
+        shown["error"] = None if view["error"] is None else PEER_SERVICE_ERROR
     shown["replicas"] = [
         {"replica": r["replica"], "state": r["state"], "exit_code": r["exit_code"]}
         for r in view.get("replicas", [])
     ]
     plain: dict[str, Any] = with_times_formatted(shown)
     return plain
+
+
+MAX_SPEC_DEPTH: Final = 16
+
+
+def _upstream_in_spec(spec_data: object) -> str | None:
+    """The field of a peer's spec that names an upstream: ``runtime: openai``, a ``base_url``
+    key or a URL value anywhere in ``options``; None when there is none."""
+    if not isinstance(spec_data, dict):
+        return None
+    if spec_data.get("runtime") == "openai":
+        return "body.spec.runtime"
+
+    def search(value: object, where: str, depth: int) -> str | None:
+        if depth > MAX_SPEC_DEPTH:
+            return where
+        if isinstance(value, str):
+            return where if "://" in value else None
+        items: list[tuple[str, object]] = []
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if str(key).lower() == "base_url":
+                    return f"{where}.{key}"
+                items.append((f"{where}.{key}", item))
+        elif isinstance(value, list):
+            items = [(f"{where}[{index}]", item) for index, item in enumerate(value)]
+        for path, item in items:
+            found = search(item, path, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    return search(spec_data.get("options"), "body.spec.options", 0)
+
+
+def _require_created(call: Call, service_id: str, operation: str) -> None:
+    """Replace and remove only what the grant created: a granted service is the grantor's own,
+    used by its local users; a peer re-specifying it could take their requests."""
+    if service_id not in call.grant.created_services:
+        raise PermissionDenied(
+            f"{operation} is allowed only on services this grant created; "
+            f"{service_id} was granted, not created",
+            details={"field": "body.service", "reason": "service_not_created_by_grant"},
+        )

@@ -4,19 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.runtimes.llama_cpp import LlamaCppRuntime
 from ficc.adapters.runtimes.openai import OpenAIRuntime
 from ficc.adapters.runtimes.vllm import VllmRuntime
-from ficc.domain.inference import RuntimeName
+from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.services.runtimes import Runtime
 
 __all__ = ["LlamaCppRuntime", "OpenAIRuntime", "VllmRuntime", "build_runtimes"]
 
 
-def build_runtimes(*, log_dir: Path) -> dict[RuntimeName, Runtime]:
-    """Every runtime, its engines' logs under ``log_dir`` (one file per replica attempt)."""
+def build_runtimes(
+    *,
+    log_dir: Path,
+    engines: EngineClients | None = None,
+    upstream_allow: UpstreamAllowList | None = None,
+) -> dict[RuntimeName, Runtime]:
+    """Every runtime, its engines' logs under ``log_dir`` (one folder per service).
+
+    ``engines``: the connector that learns each launched engine's API key; ``upstream_allow``:
+    the upstream URLs ``openai`` services may reach.
+    """
     return {
-        RuntimeName.LLAMA_CPP: LlamaCppRuntime(log_dir=log_dir),
-        RuntimeName.OPENAI: OpenAIRuntime(),
-        RuntimeName.VLLM: VllmRuntime(log_dir=log_dir),
+        RuntimeName.LLAMA_CPP: LlamaCppRuntime(log_dir=log_dir, engines=engines),
+        RuntimeName.OPENAI: OpenAIRuntime(upstream_allow=upstream_allow, engines=engines),
+        RuntimeName.VLLM: VllmRuntime(log_dir=log_dir, engines=engines),
     }

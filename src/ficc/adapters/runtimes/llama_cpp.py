@@ -42,6 +42,10 @@ class LlamaCppRuntime(SupervisedRuntime):
             )
         return Availability(tuple(reasons))
 
+    def api_key_environment(self, api_key: str) -> dict[str, str]:
+        """llama-cpp-python's server reads ``API_KEY`` (pydantic settings) like ``--api_key``."""
+        return {"API_KEY": api_key}
+
     def command(self, request: LaunchRequest, port: int) -> list[str]:
         """The server's flags; the model's file and the name it answers to come from the request."""
         assert request.model_path is not None

@@ -12,8 +12,9 @@ from typing import Final
 import httpx
 
 from ficc.adapters.engine_client import EngineClient
+from ficc.adapters.engine_connector import EngineClients
 from ficc.base.errors import FiccError, InvalidInput
-from ficc.domain.inference import RuntimeName, parse_base_url
+from ficc.domain.inference import RuntimeName, ServiceSpec, UpstreamAllowList, parse_base_url
 from ficc.services.runtimes import (
     DEFAULT_LOG_TAIL_LINES,
     Availability,
@@ -34,7 +35,14 @@ READY_POLL_SECONDS: Final = 0.5
 class OpenAIRuntime:
     """Fronts an existing server; its process, if any, is someone else's to run."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        upstream_allow: UpstreamAllowList | None = None,
+        engines: EngineClients | None = None,
+    ) -> None:
+        self._upstream_allow = upstream_allow or UpstreamAllowList()
+        self._engines = engines
         self._stopped: dict[str, asyncio.Event] = {}
 
     @property
@@ -51,6 +59,10 @@ class OpenAIRuntime:
         if "base_url" not in request.options:
             raise InvalidInput("options.base_url is required for runtime openai", field="options")
         base_url = parse_base_url("options.base_url", request.options["base_url"])
+        # Checked again here, not only at create and start: no launch reaches a URL the owner
+        # did not allow, whatever path led to it.
+        spec = ServiceSpec("x", request.model_name, self.name, None, 1, {"base_url": base_url})
+        self._upstream_allow.check(spec)
         self._stopped[request.attempt_id] = asyncio.Event()
         return ReplicaHandle(
             attempt_id=request.attempt_id,
@@ -86,8 +98,10 @@ class OpenAIRuntime:
         return ReplicaExit(crashed=False, exit_code=None, signal=None)
 
     async def stop(self, handle: ReplicaHandle, grace_seconds: float) -> ReplicaExit:
-        """Mark the replica stopped; the server keeps running."""
+        """Mark the replica stopped; the server keeps running, FICC's clients to it close."""
         self._stopped.setdefault(handle.attempt_id, asyncio.Event()).set()
+        if self._engines is not None:
+            await self._engines.forget(handle.base_url)
         return ReplicaExit(crashed=False, exit_code=None, signal=None)
 
     def log_tail(self, handle: ReplicaHandle, lines: int = DEFAULT_LOG_TAIL_LINES) -> list[str]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import secrets
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -16,6 +18,7 @@ from typing import Final
 import httpx
 
 from ficc.adapters.engine_client import EngineClient
+from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.runtimes.processes import (
     EngineProcess,
     engine_environment,
@@ -42,15 +45,26 @@ from ficc.services.runtimes import (
 HEALTH_TIMEOUT: Final = httpx.Timeout(2.0)
 READY_POLL_SECONDS: Final = 0.1
 """The engine offers no readiness event; between two polls a crash still ends the wait at once."""
+KEPT_LOGS_PER_SERVICE: Final = 5
+"""Log files of a service's latest attempts kept; older ones are deleted at each launch."""
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class SupervisedRuntime(ABC):
     """A runtime whose replicas are child processes of FICC serving HTTP on a loopback port."""
 
-    def __init__(self, *, log_dir: Path, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        python: str = sys.executable,
+        engines: EngineClients | None = None,
+    ) -> None:
         self._log_dir = log_dir
         self._python = python
+        self._engines = engines
         self._processes: dict[str, EngineProcess] = {}
+        self._api_keys: dict[str, str] = {}
 
     @property
     @abstractmethod
@@ -65,9 +79,31 @@ class SupervisedRuntime(ABC):
     def command(self, request: LaunchRequest, port: int) -> list[str]:
         """The engine's command line for ``request`` listening on 127.0.0.1:``port``."""
 
-    def log_path(self, attempt_id: str) -> Path:
-        """Where the engine of an attempt writes its output."""
-        return self._log_dir / f"{attempt_id}.log"
+    @abstractmethod
+    def api_key_environment(self, api_key: str) -> dict[str, str]:
+        """The variable that gives the engine its API key (never argv: /proc shows argv to all)."""
+
+    def api_key(self, handle: ReplicaHandle) -> str | None:
+        """The key the engine of a live attempt answers to (None once it stopped)."""
+        return self._api_keys.get(handle.attempt_id)
+
+    def log_path(self, attempt_id: str, service: str | None = None) -> Path:
+        """Where the engine of an attempt writes its output: one folder per service."""
+        if service is None or not _SAFE_NAME.fullmatch(service):
+            return self._log_dir / f"{attempt_id}.log"
+        return self._log_dir / service / f"{attempt_id}.log"
+
+    def _prune_logs(self, service: str) -> None:
+        """Keep the logs of a service's latest attempts; older ones only fill the disk."""
+        folder = self.log_path("x", service).parent
+        if folder == self._log_dir:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            logs = sorted(folder.glob("*.log"), key=lambda path: path.stat().st_mtime)
+            running = {process.log_path for process in self._processes.values()}
+            stale = [path for path in logs if path not in running]
+            for path in stale[: max(0, len(logs) - KEPT_LOGS_PER_SERVICE)]:
+                path.unlink(missing_ok=True)
 
     async def launch(self, request: LaunchRequest) -> ReplicaHandle:
         """Start the engine; Conflict naming the reasons when this node cannot run it."""
@@ -85,17 +121,27 @@ class SupervisedRuntime(ABC):
         if request.attempt_id in self._processes:
             raise Conflict(f"attempt {request.attempt_id} was launched already")
         port = free_loopback_port()
-        log_path = self.log_path(request.attempt_id)
+        base_url = f"http://127.0.0.1:{port}"
+        log_path = self.log_path(request.attempt_id, request.model_name)
+        # A fresh key per attempt: no other local process can call the engine, and a key seen
+        # by whoever took the port before the engine did opens no later attempt.
+        api_key = secrets.token_urlsafe(32)
         process = await EngineProcess.spawn(
             self.command(request, port),
             log_path=log_path,
-            env=engine_environment({"FICC_ATTEMPT": request.attempt_id}),
+            env=engine_environment(
+                {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
+            ),
         )
         self._processes[request.attempt_id] = process
+        self._api_keys[request.attempt_id] = api_key
+        if self._engines is not None:
+            await self._engines.set_api_key(base_url, api_key)
+        self._prune_logs(request.model_name)
         return ReplicaHandle(
             attempt_id=request.attempt_id,
             runtime=self.name,
-            base_url=f"http://127.0.0.1:{port}",
+            base_url=base_url,
             model_name=request.model_name,
             process=process.identity,
             port=port,
@@ -106,7 +152,8 @@ class SupervisedRuntime(ABC):
         return self._processes.get(handle.attempt_id)
 
     async def _probe(self, handle: ReplicaHandle) -> Health:
-        async with EngineClient(handle.base_url, timeout=HEALTH_TIMEOUT) as client:
+        api_key = self.api_key(handle)
+        async with EngineClient(handle.base_url, api_key=api_key, timeout=HEALTH_TIMEOUT) as client:
             try:
                 listing = await client.list_models()
             except FiccError as exc:
@@ -155,6 +202,7 @@ class SupervisedRuntime(ABC):
         """SIGTERM to the engine's process group, SIGKILL after the grace period."""
         process = self._process(handle)
         if process is None:
+            await self._forget(handle)
             if handle.process is not None:
                 await fence(handle.process, grace_seconds)
             return ReplicaExit(
@@ -165,17 +213,26 @@ class SupervisedRuntime(ABC):
             )
         ended = await process.stop(grace_seconds)
         del self._processes[handle.attempt_id]
+        await self._forget(handle)
         return ended
+
+    async def _forget(self, handle: ReplicaHandle) -> None:
+        """The engine is gone: its key opens nothing, and its clients are closed."""
+        self._api_keys.pop(handle.attempt_id, None)
+        if self._engines is not None:
+            await self._engines.forget(handle.base_url)
 
     async def stop_all(self, grace_seconds: float) -> None:
         """Stop every engine this runtime launched, together (FICC's shutdown)."""
         processes = list(self._processes.values())
         self._processes.clear()
+        self._api_keys.clear()
         await asyncio.gather(*(process.stop(grace_seconds) for process in processes))
 
     def log_tail(self, handle: ReplicaHandle, lines: int = DEFAULT_LOG_TAIL_LINES) -> list[str]:
         """The engine's last log lines."""
-        return tail_lines(handle.log_path or self.log_path(handle.attempt_id), lines)
+        path = handle.log_path or self.log_path(handle.attempt_id, handle.model_name)
+        return tail_lines(path, lines)
 
     async def fence(self, process: ProcessIdentity, grace_seconds: float) -> FenceResult:
         """End a process of an earlier FICC run only if its pid and start time both match."""

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
 from ficc.domain.inference import RuntimeName
 from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
@@ -32,8 +33,14 @@ def default_vllm_command() -> tuple[str, ...]:
 class VllmRuntime(SupervisedRuntime):
     """Runs models with vLLM's OpenAI-compatible server on this node's GPUs."""
 
-    def __init__(self, *, log_dir: Path, vllm_command: Sequence[str] | None = None) -> None:
-        super().__init__(log_dir=log_dir)
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        vllm_command: Sequence[str] | None = None,
+        engines: EngineClients | None = None,
+    ) -> None:
+        super().__init__(log_dir=log_dir, engines=engines)
         self._vllm = tuple(vllm_command or default_vllm_command())
 
     @property
@@ -49,8 +56,13 @@ class VllmRuntime(SupervisedRuntime):
         if node.gpu_count <= 0:
             reasons.append(f"node {node.node_id} has no GPU; vllm runs on GPU nodes only")
         if shutil.which(self._vllm[0]) is None:
-            reasons.append(f"vllm is not installed (no {self._vllm[0]!r} command)")
+            # No path in the reason: peers read it through inference.prepare.
+            reasons.append("vllm is not installed on this node")
         return Availability(tuple(reasons))
+
+    def api_key_environment(self, api_key: str) -> dict[str, str]:
+        """``vllm serve`` takes ``VLLM_API_KEY`` in place of ``--api-key``."""
+        return {"VLLM_API_KEY": api_key}
 
     def command(self, request: LaunchRequest, port: int) -> list[str]:
         """``vllm serve MODEL`` answering to the service's name on 127.0.0.1:``port``."""
