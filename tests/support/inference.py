@@ -159,3 +159,14 @@ def children_of(pid: int) -> list[int]:
             if fields is not None and int(fields[1]) == pid and fields[0] not in {"Z", "X"}:
                 found.append(int(entry.name))
     return found
+
+
+def engine_api_key(replica: dict[str, Any]) -> str:
+    """The key a replica's engine answers to: FICC hands each attempt its own through the
+    engine's environment, readable by the same user only."""
+    environ = Path(f"/proc/{replica['pid']}/environ").read_bytes().split(b"\0")
+    for entry in environ:
+        name, _, value = entry.partition(b"=")
+        if name in (b"API_KEY", b"VLLM_API_KEY"):
+            return value.decode()
+    raise AssertionError(f"the engine of replica {replica['pid']} has no API key")

@@ -31,7 +31,7 @@ from tests.support.federation import (
     refresh,
     wait_for,
 )
-from tests.support.inference import spec, start_running
+from tests.support.inference import engine_api_key, spec, start_running
 
 from ficc.base.times import format_time
 from ficc.domain.mutations import arguments_sha256
@@ -68,6 +68,8 @@ class Federated:
     node: str
     engine_url: str
     """The running service's engine, called directly on beta's machine."""
+    engine_key: str
+    """The key that engine answers to."""
 
     @property
     def alpha_owner(self) -> httpx.Client:
@@ -223,6 +225,7 @@ def federate(
         model=model,
         node=local_node(beta),
         engine_url=f"http://127.0.0.1:{replica['port']}",
+        engine_key=engine_api_key(replica),
     )
 
 

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 from openai import OpenAI
 from tests.support.cluster import RunningCluster, ficc
-from tests.support.inference import LOCAL_V1, add_model, openai_client, spec, start_running, stop
+from tests.support.inference import (
+    LOCAL_V1,
+    add_model,
+    engine_api_key,
+    openai_client,
+    spec,
+    start_running,
+    stop,
+)
 from tests.support.openai_conformance import (
     BAD_PARAMETERS,
     assert_deep_body_refused,
@@ -46,7 +54,7 @@ def running(cluster: RunningCluster) -> Iterator[dict[str, Any]]:
 def engine(running: dict[str, Any]) -> OpenAI:
     """The official client on the service's engine itself, its cache warmed."""
     (replica,) = running["replicas"]
-    client = client_on(f"http://127.0.0.1:{replica['port']}/v1")
+    client = client_on(f"http://127.0.0.1:{replica['port']}/v1", engine_api_key(replica))
     warm(client, running["id"])
     return client
 
