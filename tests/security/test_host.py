@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import stat
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 from tests.security.conftest import Figures
 from tests.support.authority import (
     OWNER_PASSWORD,
@@ -18,6 +20,14 @@ from tests.support.authority import (
     snapshot,
 )
 from tests.support.cluster import RunningCluster, ficc, start_cluster
+
+from ficc.base.errors import LimitExceeded
+from ficc.domain.accounts import (
+    GLOBAL_FREE_FAILURES,
+    GLOBAL_MAX_BACKOFF_SECONDS,
+    MAX_LOGINS_IN_FLIGHT,
+    LoginThrottle,
+)
 
 BACKOFF_DEADLINE_SECONDS = 10.0
 
@@ -169,3 +179,46 @@ def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
     assert allowed.status_code == 200
     assert row in allowed.text
     figures.record(tries=1, refused=1)
+
+
+def test_the_login_throttle_caps_tries_in_flight_and_backs_off_over_all_addresses(
+    figures: Figures,
+) -> None:
+    """The rule itself, with times as arguments: many addresses together also back off."""
+    throttle = LoginThrottle()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    throttle.begin("198.51.100.1", now)
+    with pytest.raises(LimitExceeded) as same_address:
+        throttle.begin("198.51.100.1", now)
+    assert same_address.value.details["limit"] == "login_attempts_per_address"
+    for index in range(2, MAX_LOGINS_IN_FLIGHT + 1):
+        throttle.begin(f"198.51.100.{index}", now)
+    with pytest.raises(LimitExceeded) as crowded:
+        throttle.begin("198.51.100.99", now)
+    assert crowded.value.details["limit"] == "logins_in_flight"
+    for index in range(1, MAX_LOGINS_IN_FLIGHT + 1):
+        throttle.end(f"198.51.100.{index}", now, succeeded=False)
+    tries, refused = MAX_LOGINS_IN_FLIGHT + 2, 2
+    for index in range(GLOBAL_FREE_FAILURES - MAX_LOGINS_IN_FLIGHT):
+        address = f"203.0.113.{index}"
+        throttle.begin(address, now)
+        throttle.end(address, now, succeeded=False)
+        tries += 1
+    waits = []
+    for index in range(4):
+        address = f"192.0.2.{index}"
+        with pytest.raises(LimitExceeded) as everyone:
+            throttle.begin(address, now)
+        assert everyone.value.details["limit"] == "login_failures"
+        waits.append(everyone.value.details["retry_after_seconds"])
+        now += timedelta(seconds=waits[-1])
+        throttle.begin(address, now)
+        throttle.end(address, now, succeeded=False)
+        tries, refused = tries + 2, refused + 1
+    assert waits == [1, 2, 4, 8]
+    # A success clears the counts: the next address need not wait.
+    now += timedelta(seconds=GLOBAL_MAX_BACKOFF_SECONDS)
+    throttle.begin("192.0.2.100", now)
+    throttle.end("192.0.2.100", now, succeeded=True)
+    throttle.begin("192.0.2.101", now)
+    figures.record(tries=tries + 2, refused=refused)
