@@ -26,6 +26,7 @@ from ficc.adapters.state_dir import StateDir
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
 from ficc.domain import transfers as tr
+from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import UpstreamAllowList
 from ficc.domain.nodes import Gpu
@@ -138,6 +139,7 @@ class Cluster:
     public_url: str | None = None
     _node_refresher: asyncio.Task[None] | None = None
     credentials: accounts.CredentialCache = field(default_factory=accounts.CredentialCache)
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     known_projects: set[str] = field(default_factory=set)
     blobs: BlobStore = field(init=False)
     inference: InferenceServices = field(init=False)
@@ -278,7 +280,12 @@ async def initialise(settings: Settings, *, label: str | None = None) -> InitRes
                     projects=frozenset({ALL_PROJECTS}),
                     lifetime_seconds=None,
                     actor="init",
+                    owner=True,
                 )
+            elif (written := state.read_private_owner_token()) is not None:
+                # A database from before tokens carried the owner mark: the token in
+                # owner.token is the one init wrote.
+                await accounts.adopt_owner_token(uow, written)
             await uow.commit()
         if issued is not None:
             state.write_owner_token(issued.token)

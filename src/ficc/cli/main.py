@@ -94,6 +94,11 @@ def read_input(path: str) -> Any:
         raise click.UsageError(f"--input: {path} is not valid JSON") from exc
 
 
+def private_files() -> None:
+    """Files this process creates (database, journals, server.json, engine logs) are 0600."""
+    os.umask(0o077)
+
+
 def call(state_dir: Path, project: str, method: str, path: str, body: Any = None) -> Any:
     with ControlClient(state_dir, project) as client:
         return client.request(method, path, body)
@@ -111,6 +116,7 @@ def cli() -> None:
 @handles_errors
 def init(state_dir: Path, project: str, label: str | None) -> None:
     """Create the state directory (database, cluster key, owner token); idempotent."""
+    private_files()
     result = asyncio.run(initialise(Settings(state_dir=state_dir), label=label))
     emit(
         {
@@ -147,6 +153,7 @@ def serve(
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
     from ficc.cli.serve import parse_listen, parse_upstream_allow, serve
 
+    private_files()
     try:
         parse_listen(listen)
         upstream_allow = parse_upstream_allow(upstream_allow)

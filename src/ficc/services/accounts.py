@@ -21,6 +21,7 @@ from ficc.domain.accounts import (
     SESSION_LIFETIME_SECONDS,
     ApiToken,
     LoginLink,
+    LoginThrottle,
     User,
     WebSession,
     parse_lifetime_seconds,
@@ -35,8 +36,10 @@ DEFAULT_PROJECT = "default"
 
 
 class PasswordHasher(Protocol):
-    def hash(self, password: str) -> str: ...
-    def verify(self, password_hash: str, password: str) -> bool: ...
+    """A slow hash; both calls run off the event loop (the adapter bounds how many at once)."""
+
+    async def hash(self, password: str) -> str: ...
+    async def verify(self, password_hash: str, password: str) -> bool: ...
 
 
 def _digest(secret: str) -> str:
@@ -96,8 +99,13 @@ async def mint_token(
     projects: frozenset[str],
     lifetime_seconds: int | None,
     actor: str,
+    owner: bool = False,
+    created_by: str | None = None,
 ) -> IssuedToken:
-    """Create a token inside the caller's transaction and return its secret (shown once)."""
+    """Create a token inside the caller's transaction and return its secret (shown once).
+
+    ``owner`` is for ``ficc init``'s token only: the one token that is the local owner.
+    """
     now = clock()
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires_at = None if lifetime_seconds is None else now + timedelta(seconds=lifetime_seconds)
@@ -110,6 +118,8 @@ async def mint_token(
         created_at=now,
         expires_at=expires_at,
         revoked_at=None,
+        owner=owner,
+        created_by=created_by,
     )
     await uow.tokens.add(token)
     await audit.record(
@@ -165,9 +175,16 @@ async def create_token(
             projects=names,
             lifetime_seconds=lifetime_seconds,
             actor=audit.actor_of(principal),
+            created_by=principal.token_id,
         )
         await uow.commit()
     return issued
+
+
+async def adopt_owner_token(uow: UnitOfWork, secret: str) -> bool:
+    """Mark the token written to ``owner.token`` as the owner token (databases made before
+    tokens carried the mark); True if it was just marked."""
+    return await uow.tokens.mark_owner(_digest(secret))
 
 
 async def revoke_token(
@@ -177,10 +194,15 @@ async def revoke_token(
     token_id: str,
     cache: CredentialCache | None = None,
 ) -> None:
+    """Revoke a token whose projects are all among the caller's (the local owner: any).
+
+    Any other token is answered as unknown, so a caller learns nothing of tokens beyond its
+    projects; the owner token is beyond every credential but the owner's.
+    """
     async with uow_factory() as uow:
         token = await uow.tokens.get(token_id)
-        if token is None or (not principal.is_owner and token.user_id != principal.user_id):
-            raise NotFound(f"no token {token_id}")
+        if token is None or not _may_revoke(principal, token):
+            raise NotFound(f"no token {token_id} among the tokens this credential may revoke")
         await uow.tokens.revoke(token_id, clock())
         await audit.record(
             uow,
@@ -193,6 +215,14 @@ async def revoke_token(
         await uow.commit()
     if cache is not None:
         cache.clear()
+
+
+def _may_revoke(principal: Principal, token: ApiToken) -> bool:
+    if principal.is_owner:
+        return True
+    if token.owner or ALL_PROJECTS in token.projects:
+        return False
+    return all(principal.admitted_to(project) for project in token.projects)
 
 
 def _principal_of(user: User, scopes: frozenset[str], projects: frozenset[str]) -> Principal:
@@ -260,8 +290,8 @@ async def authenticate_token(
         username=base.username,
         scopes=base.scopes,
         projects=base.projects,
-        # Local owner means the owner's own full credential, never a narrowed token.
-        is_owner=user.is_owner and token.scopes >= frozenset(LOCAL_SCOPES),
+        # Only the token `ficc init` wrote is the local owner, never a token minted later.
+        is_owner=user.is_owner and token.owner,
         via="token",
         token_id=token.id,
     )
@@ -316,23 +346,37 @@ async def login(
     uow_factory: UnitOfWorkFactory,
     clock: Clock,
     hasher: PasswordHasher,
+    throttle: LoginThrottle,
     *,
+    address: str,
     username: str,
     password: str,
 ) -> IssuedSession:
-    """Password login; the same refusal for an unknown user and a wrong password."""
+    """Password login; the same refusal for an unknown user and a wrong password.
+
+    The throttle admits the try before anything slow runs, and the hash is checked off the
+    event loop with no transaction open, so a flood of logins neither stalls the loop nor
+    holds the database.
+    """
     refused = Unauthenticated("the username or password is wrong")
-    if len(password) > MAX_PASSWORD_CHARS:
-        raise refused
-    async with uow_factory() as uow:
-        user = await uow.users.by_username(username)
+    throttle.begin(address, clock())
+    succeeded = False
+    try:
+        if len(password) > MAX_PASSWORD_CHARS:
+            raise refused
+        async with uow_factory() as uow:
+            user = await uow.users.by_username(username)
         if user is None or user.password_hash is None:
             raise refused
-        if not hasher.verify(user.password_hash, password):
+        if not await hasher.verify(user.password_hash, password):
             raise refused
-        issued = await _open_session(uow, clock, user, actor=f"{user.username}:password")
-        await uow.commit()
-    return issued
+        async with uow_factory() as uow:
+            issued = await _open_session(uow, clock, user, actor=f"{user.username}:password")
+            await uow.commit()
+        succeeded = True
+        return issued
+    finally:
+        throttle.end(address, clock(), succeeded=succeeded)
 
 
 async def authenticate_session(
@@ -420,14 +464,18 @@ async def set_password(
     principal: Principal,
     password: str,
 ) -> None:
-    """The local owner sets the owner's password (for password login in the browser)."""
+    """The local owner sets the owner's password (for password login in the browser); every
+    other session of the owner ends."""
     principal.require_local_owner()
     if not 12 <= len(password) <= MAX_PASSWORD_CHARS:
         raise InvalidInput(
             f"password must be 12 to {MAX_PASSWORD_CHARS} characters", field="password"
         )
+    password_hash = await hasher.hash(password)
     async with uow_factory() as uow:
-        await uow.users.set_password_hash(principal.user_id, hasher.hash(password))
+        await uow.users.set_password_hash(principal.user_id, password_hash)
+        # Whoever knew the old password may hold a session: every other one ends now.
+        ended = await uow.sessions.delete_for_user(principal.user_id, keep=principal.session_id)
         await audit.record(
             uow,
             clock,
@@ -435,6 +483,7 @@ async def set_password(
             actor=audit.actor_of(principal),
             project=None,
             target=principal.user_id,
+            details={"sessions_ended": ended},
         )
         await uow.commit()
 

@@ -45,9 +45,19 @@ async def record(
 
 
 async def list_audit(
-    uow_factory: UnitOfWorkFactory, *, project: str, after_seq: int, limit: int
+    uow_factory: UnitOfWorkFactory,
+    *,
+    project: str,
+    after_seq: int,
+    limit: int,
+    principal: Principal,
 ) -> list[AuditEntry]:
+    """The project's entries; cluster-wide ones (project None: tokens, sessions, login links,
+    unbound offers) only for the local owner, as they name credentials and strangers."""
     async with uow_factory() as uow:
         return await uow.audit.list(
-            project=project, after_seq=after_seq, limit=min(limit, MAX_AUDIT_PAGE)
+            project=project,
+            after_seq=after_seq,
+            limit=min(limit, MAX_AUDIT_PAGE),
+            cluster_wide=principal.is_owner,
         )

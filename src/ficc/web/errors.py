@@ -68,8 +68,10 @@ def openai_envelope(error: e.FiccError, status: int) -> dict[str, Any]:
 def error_response(request: Request, error: e.FiccError) -> JSONResponse:
     status = status_of(error)
     body = openai_envelope(error, status) if _is_openai_path(request.url.path) else envelope(error)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if isinstance(error, e.LimitExceeded) and "retry_after_seconds" in error.details:
+        headers["Retry-After"] = str(error.details["retry_after_seconds"])
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def _field_of(location: tuple[Any, ...] | list[Any]) -> str:

@@ -147,6 +147,8 @@ class SqlTokens(_Repository):
             created_at=_req_time(row.created_at),
             expires_at=_time(row.expires_at),
             revoked_at=_time(row.revoked_at),
+            owner=bool(row.owner),
+            created_by=row.created_by,
         )
 
     async def add(self, token: ApiToken) -> None:
@@ -160,6 +162,8 @@ class SqlTokens(_Repository):
                 created_at=format_time(token.created_at),
                 expires_at=_opt(token.expires_at),
                 revoked_at=_opt(token.revoked_at),
+                owner=token.owner,
+                created_by=token.created_by,
             )
         )
 
@@ -177,6 +181,19 @@ class SqlTokens(_Repository):
             .where(t.api_tokens.c.id == token_id, t.api_tokens.c.revoked_at.is_(None))
             .values(revoked_at=format_time(at))
         )
+
+    async def mark_owner(self, secret_hash: str) -> bool:
+        """Mark the unrevoked token with this digest as the owner token; True if just marked."""
+        result = await self._c.execute(
+            update(t.api_tokens)
+            .where(
+                t.api_tokens.c.secret_hash == secret_hash,
+                t.api_tokens.c.revoked_at.is_(None),
+                t.api_tokens.c.owner.is_(False),
+            )
+            .values(owner=True)
+        )
+        return result.rowcount == 1
 
 
 class SqlSessions(_Repository):
@@ -207,6 +224,13 @@ class SqlSessions(_Repository):
 
     async def delete(self, session_id: str) -> None:
         await self._c.execute(delete(t.web_sessions).where(t.web_sessions.c.id == session_id))
+
+    async def delete_for_user(self, user_id: str, *, keep: str | None) -> int:
+        """End every session of ``user_id`` but ``keep``; the number ended."""
+        query = delete(t.web_sessions).where(t.web_sessions.c.user_id == user_id)
+        if keep is not None:
+            query = query.where(t.web_sessions.c.id != keep)
+        return int((await self._c.execute(query)).rowcount)
 
 
 class SqlLoginLinks(_Repository):
@@ -274,12 +298,21 @@ class SqlAudit(_Repository):
         key = result.inserted_primary_key
         return int(key[0]) if key is not None else 0
 
-    async def list(self, *, project: str | None, after_seq: int, limit: int) -> list[AuditEntry]:
+    async def list(
+        self,
+        *,
+        project: str | None,
+        after_seq: int,
+        limit: int,
+        cluster_wide: bool = True,
+    ) -> list[AuditEntry]:
         query = select(t.audit_log).where(t.audit_log.c.seq > after_seq)
-        if project is not None:
+        if project is not None and cluster_wide:
             query = query.where(
                 (t.audit_log.c.project == project) | t.audit_log.c.project.is_(None)
             )
+        elif project is not None:
+            query = query.where(t.audit_log.c.project == project)
         rows = await self._c.execute(query.order_by(t.audit_log.c.seq).limit(limit))
         return [
             AuditEntry(

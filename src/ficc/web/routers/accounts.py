@@ -16,7 +16,9 @@ from ficc.web.schemas import PasswordSet, SessionCreate, TokenCreate
 router = APIRouter()
 
 
-def _set_session_cookie(response: Response, issued: accounts.IssuedSession) -> None:
+def _set_session_cookie(
+    request: Request, cluster: Cluster, response: Response, issued: accounts.IssuedSession
+) -> None:
     response.set_cookie(
         SESSION_COOKIE,
         issued.secret,
@@ -24,7 +26,19 @@ def _set_session_cookie(response: Response, issued: accounts.IssuedSession) -> N
         httponly=True,
         samesite="strict",
         path="/",
+        secure=_served_over_https(request, cluster),
     )
+
+
+def _served_over_https(request: Request, cluster: Cluster) -> bool:
+    """Over https (also behind a trusted proxy that says so), or published at an https URL:
+    the cookie must then never travel in clear text."""
+    public_url = cluster.public_url or ""
+    return request.url.scheme == "https" or public_url.startswith("https://")
+
+
+def _client_address(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
 
 
 @router.post("/api/v1/tokens", status_code=201)
@@ -56,16 +70,18 @@ async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) ->
 
 @router.post("/api/v1/session", status_code=201)
 async def create_session(
-    body: SessionCreate, response: Response, cluster: Cluster = public()
+    body: SessionCreate, request: Request, response: Response, cluster: Cluster = public()
 ) -> Any:
     issued = await accounts.login(
         cluster.uow_factory,
         cluster.clock,
         cluster.hasher,
+        cluster.login_throttle,
+        address=_client_address(request),
         username=body.username,
         password=body.password,
     )
-    _set_session_cookie(response, issued)
+    _set_session_cookie(request, cluster, response, issued)
     return {"user": issued.principal.username, "csrf_token": issued.csrf_token}
 
 
@@ -114,8 +130,8 @@ async def create_login_link(
 
 
 @router.get("/login/{secret}")
-async def open_login_link(secret: str, cluster: Cluster = public()) -> Response:
+async def open_login_link(secret: str, request: Request, cluster: Cluster = public()) -> Response:
     issued = await accounts.consume_login_link(cluster.uow_factory, cluster.clock, secret)
     response = RedirectResponse("/ui", status_code=303)
-    _set_session_cookie(response, issued)
+    _set_session_cookie(request, cluster, response, issued)
     return response

@@ -149,7 +149,11 @@ async def list_audit(
     limit: int = Query(100, ge=1, le=audit.MAX_AUDIT_PAGE),
 ) -> Any:
     entries = await audit.list_audit(
-        ctx.cluster.uow_factory, project=ctx.project, after_seq=after, limit=limit
+        ctx.cluster.uow_factory,
+        project=ctx.project,
+        after_seq=after,
+        limit=limit,
+        principal=ctx.principal,
     )
     return {
         "entries": [

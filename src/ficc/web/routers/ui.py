@@ -53,7 +53,11 @@ async def index(request: Request, cluster: Cluster = public()) -> Response:
         live=live or any(s["state"] in ("starting", "draining") for s in services),
         user=principal.username,
         project=project,
-        nodes=await nodes.list_nodes(cluster.uow_factory),
+        nodes=(
+            await nodes.list_nodes(cluster.uow_factory)
+            if "resources:read" in principal.scopes
+            else []
+        ),
         models=(
             await catalogue.list_models(cluster.uow_factory, project)
             if "models:read" in principal.scopes

@@ -1,0 +1,91 @@
+"""A login flood must not stall the event loop that also carries HyperNet heartbeats and the API.
+
+A real server; twenty attackers, each from its own loopback address, send wrong passwords
+from another process while this one times a cheap authenticated request (the node list) again
+and again. A request waits for the server's loop, so its worst time bounds the loop's worst
+stall. With Argon2 on the loop each wrong password held it for a full hash (~50-250 ms), one
+after another.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from tests.security.conftest import Figures
+from tests.support.authority import query, set_owner_password
+from tests.support.cluster import RunningCluster
+
+ATTACKERS = 20
+TRIES_EACH = 5
+MAX_LOOP_LAG_SECONDS = 0.25
+FLOOD_DEADLINE_SECONDS = 120.0
+
+FLOOD = """
+import asyncio, json, sys
+import httpx
+
+async def attacker(url, tries, address):
+    codes = []
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    async with httpx.AsyncClient(base_url=url, timeout=60, transport=transport) as client:
+        for _ in range(tries):
+            answer = await client.post(
+                "/api/v1/session", json={"username": "owner", "password": "guess guess"}
+            )
+            codes.append(answer.status_code)
+    return codes
+
+async def main(url, attackers, tries):
+    # Each attacker from its own loopback address, so per-address limits do not stop them all.
+    results = await asyncio.gather(
+        *(attacker(url, tries, f"127.0.0.{index + 2}") for index in range(attackers))
+    )
+    print(json.dumps([code for codes in results for code in codes]))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+"""
+
+
+def test_a_flood_of_wrong_passwords_never_stalls_the_event_loop(
+    cluster: RunningCluster, figures: Figures
+) -> None:
+    set_owner_password(cluster)
+    owner = cluster.owner()
+    baseline = []
+    for _ in range(10):
+        started = time.perf_counter()
+        assert owner.get("/api/v1/nodes").status_code == 200
+        baseline.append(time.perf_counter() - started)
+    flood = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, cluster.url, str(ATTACKERS), str(TRIES_EACH)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    probes: list[float] = []
+    deadline = time.monotonic() + FLOOD_DEADLINE_SECONDS
+    while flood.poll() is None:
+        assert time.monotonic() < deadline, "the flood did not finish in time"
+        started = time.perf_counter()
+        assert owner.get("/api/v1/nodes").status_code == 200
+        probes.append(time.perf_counter() - started)
+    output, errors = flood.communicate()
+    assert flood.returncode == 0, errors
+    codes = json.loads(output)
+    assert len(codes) == ATTACKERS * TRIES_EACH
+    assert set(codes) <= {401, 429}
+    # A refused login leaves no session behind.
+    assert query(cluster.state_dir, "SELECT id FROM web_sessions") == []
+    worst = max(probes)
+    figures.record(
+        tries=len(codes),
+        refused=len(codes),
+        throttled=codes.count(429),
+        probes=len(probes),
+        baseline_probe_ms=round(max(baseline) * 1000, 1),
+        max_loop_lag_ms=round(worst * 1000, 1),
+    )
+    assert worst < MAX_LOOP_LAG_SECONDS
