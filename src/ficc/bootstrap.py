@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
-from ficc.adapters.hypernet import HyperNetEndpoint
+from ficc.adapters.hypernet import HyperNetEndpoint, limits_from_environment
+from ficc.adapters.hypernet_session import SessionLimits
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
@@ -103,6 +104,7 @@ class Settings:
     hypernet_bind: str = DEFAULT_HYPERNET_BIND
     hypernet_relay: str = "disabled"
     transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
+    hypernet: SessionLimits = field(default_factory=limits_from_environment)
 
     @property
     def state(self) -> StateDir:
@@ -195,6 +197,7 @@ class Cluster:
             handler=self.federation.handle,
             bind_address=bind_address,
             relay=self.settings.hypernet_relay,
+            limits=self.settings.hypernet,
         )
 
     def model_file(self, model: CatalogueModel) -> Path:
