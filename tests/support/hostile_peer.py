@@ -4,6 +4,7 @@ ficc.federation/1 by hand (frames forged with ficc.protocol), and what the serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator
@@ -24,7 +25,8 @@ from ficc.base.errors import FiccError
 from ficc.base.ids import new_id
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import KnownPeer, Role, Session
-from ficc.protocol.messages import Message
+from ficc.protocol.liveness import HEARTBEAT_INTERVAL_SECONDS
+from ficc.protocol.messages import Heartbeat, Message
 from ficc.protocol.requests import RequestSigner
 
 LOOPBACK = "127.0.0.1:0"
@@ -87,6 +89,17 @@ class HostileSession:
         self.key = key
         self.control = control
         self.signer = RequestSigner(session, key)
+        self._heartbeats = asyncio.ensure_future(self._beat())
+
+    async def _beat(self) -> None:
+        """Heartbeats, as a live peer sends them: the session stays up unless the server ends
+        it."""
+        counter = 0
+        with contextlib.suppress(FiccError):
+            while True:
+                counter += 1
+                await self.control.send(Heartbeat(counter))
+                await asyncio.sleep(HEARTBEAT_INTERVAL_SECONDS)
 
     async def request(self, operation: str, body: dict[str, Any]) -> Message | FiccError | None:
         """One signed request on a new stream; the answer, or the error reading it."""
@@ -100,6 +113,7 @@ class HostileSession:
             await stream.finish()
 
     def close(self) -> None:
+        self._heartbeats.cancel()
         self.connection.close(0, b"done")
 
 
