@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
-from ficc.adapters.hypernet import HyperNetEndpoint
+from ficc.adapters.hypernet import HyperNetEndpoint, limits_from_environment
+from ficc.adapters.hypernet_session import SessionLimits
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
@@ -107,6 +108,7 @@ class Settings:
     upstream_allow: tuple[str, ...] = ()
     """URL prefixes ``openai`` services may reach (``--upstream-allow``); none by default."""
     transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
+    hypernet: SessionLimits = field(default_factory=limits_from_environment)
 
     @property
     def state(self) -> StateDir:
@@ -205,6 +207,7 @@ class Cluster:
             handler=self.federation.handle,
             bind_address=bind_address,
             relay=self.settings.hypernet_relay,
+            limits=self.settings.hypernet,
         )
 
     def model_file(self, model: CatalogueModel) -> Path:

@@ -5,6 +5,10 @@ explicit minimal preset and explicit bind addresses), accepts connections for ou
 runs the handshake, keeps one registry of peer sessions, and implements the
 :class:`~ficc.services.peer_channel.PeerChannel` port. One asyncio loop per process owns
 iroh: the bindings' event loop is process-global.
+
+Anyone who can reach the UDP port may try a handshake, so what a stranger can hold is capped:
+handshakes in progress, connections per HyperNet ID (a newer session closes the older one of
+the same direction: one connection per pair), and sessions without a pairing in total.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+import os
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -24,9 +29,9 @@ from iroh import iroh_ffi
 from ficc.adapters.hypernet_errors import describe, translate
 from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
-from ficc.adapters.hypernet_session import PeerSession
+from ficc.adapters.hypernet_session import PeerSession, SessionLimits
 from ficc.adapters.hypernet_writefix import apply_write_fix
-from ficc.base.errors import FiccError, InvalidInput, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.signing import Signer, Verify
@@ -41,6 +46,16 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """A dead address otherwise hangs ~30 s in iroh."""
 DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
+MAX_HANDSHAKES_IN_PROGRESS: Final = 16
+"""Incoming handshakes at once; the next connection is refused before its TLS handshake."""
+MAX_CONNECTIONS_PER_HYPERNET_ID: Final = 2
+"""Incoming connections from one HyperNet ID, established or handshaking; a newer session
+closes the older one, so two exist only while a reconnection completes."""
+MAX_UNPAIRED_SESSIONS: Final = 32
+"""Incoming sessions (and handshakes) of HyperNet IDs without a pairing; further ones are
+refused until one ends (each idles out after ``UNPAIRED_IDLE_SECONDS``)."""
+READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
+UNPAIRED_IDLE_VARIABLE: Final = "FICC_HYPERNET_UNPAIRED_IDLE_SECONDS"
 
 _loop_owner: asyncio.AbstractEventLoop | None = None
 
@@ -53,6 +68,31 @@ def _claim_event_loop() -> None:
         raise RuntimeError("another running asyncio loop already owns iroh in this process")
     _loop_owner = loop
     iroh_ffi.uniffi_set_event_loop(cast(asyncio.BaseEventLoop, loop))
+
+
+def limits_from_environment(environ: Mapping[str, str] | None = None) -> SessionLimits:
+    """The session deadlines; ``FICC_HYPERNET_*`` variables shorten them (tests only)."""
+    env = os.environ if environ is None else environ
+    defaults = SessionLimits()
+    return SessionLimits(
+        read_deadline_seconds=_seconds(env, READ_DEADLINE_VARIABLE, defaults.read_deadline_seconds),
+        unpaired_idle_seconds=_seconds(env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds),
+    )
+
+
+def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
+    raw = env.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 3600:
+        raise InvalidInput(
+            f"{variable} must be a number of seconds from 0.1 to 3600", field=variable
+        )
+    return value
 
 
 def bind_addresses(address: str) -> list[str]:
@@ -117,6 +157,7 @@ class HyperNetEndpoint:
         connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
         on_peer_lost: Callable[[PeerIdentity, FiccError], None] | None = None,
+        limits: SessionLimits | None = None,
     ) -> None:
         self._agent_directory = agent_directory
         self._signer = cluster_key
@@ -130,7 +171,15 @@ class HyperNetEndpoint:
         self._on_peer_lost = on_peer_lost
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
+        self._limits = limits or SessionLimits()
         self._sessions: dict[str, PeerSession] = {}
+        """The session requests to a peer go on: the newest of either direction."""
+        self._incoming: dict[str, PeerSession] = {}
+        self._outgoing: dict[str, PeerSession] = {}
+        self._handshakes = 0
+        self._handshakes_of: dict[str, int] = {}
+        self._unpaired_handshakes = 0
+        self.refused_connections = 0
         self._connecting: dict[str, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -159,7 +208,8 @@ class HyperNetEndpoint:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is None:
             return
-        for session in list(self._sessions.values()):
+        everyone = {*self._sessions.values(), *self._incoming.values(), *self._outgoing.values()}
+        for session in everyone:
             session.close(Unavailable("the HyperNet endpoint stopped"))
         for task in list(self._tasks):
             task.cancel()
@@ -215,12 +265,26 @@ class HyperNetEndpoint:
     # -- sessions -------------------------------------------------------------------------
 
     def _register(self, session: PeerSession) -> None:
-        self._sessions[session.identity.hypernet_id] = session
+        """Make ``session`` the peer's; the older one of the same direction is closed."""
+        hypernet_id = session.identity.hypernet_id
+        same_direction = self._incoming if session.incoming else self._outgoing
+        older = same_direction.get(hypernet_id)
+        same_direction[hypernet_id] = session
+        self._sessions[hypernet_id] = session
         session.start()
+        if older is not None and older is not session:
+            older.close(Unavailable("a newer connection with the peer replaced this one"))
 
     def _forget(self, session: PeerSession, reason: FiccError) -> None:
-        if self._sessions.get(session.identity.hypernet_id) is session:
-            del self._sessions[session.identity.hypernet_id]
+        hypernet_id = session.identity.hypernet_id
+        for sessions in (self._incoming, self._outgoing):
+            if sessions.get(hypernet_id) is session:
+                del sessions[hypernet_id]
+        if self._sessions.get(hypernet_id) is session:
+            del self._sessions[hypernet_id]
+            other = self._incoming.get(hypernet_id) or self._outgoing.get(hypernet_id)
+            if other is not None and not other.closed.is_set():
+                self._sessions[hypernet_id] = other
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
@@ -235,6 +299,7 @@ class HyperNetEndpoint:
             verify=self._verify,
             handler=self._handler,
             on_closed=self._forget,
+            limits=self._limits,
         )
 
     async def _accept_loop(self) -> None:
@@ -247,14 +312,67 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
+            if self._handshakes >= MAX_HANDSHAKES_IN_PROGRESS:
+                self.refused_connections += 1
+                self._spawn(_refuse_incoming(incoming))
+                continue
+            self._handshakes += 1
             self._spawn(self._accept(incoming))
 
     async def _accept(self, incoming: iroh.Incoming) -> None:
+        try:
+            await self._accept_one(incoming)
+        finally:
+            self._handshakes -= 1
+
+    @contextmanager
+    def _admitted(self, hypernet_id: str, *, paired: bool) -> Iterator[None]:
+        """Reserve a place for an incoming handshake of ``hypernet_id``, or LimitExceeded."""
+        older = self._incoming.get(hypernet_id)
+        connections = self._handshakes_of.get(hypernet_id, 0)
+        connections += older is not None and not older.closed.is_set()
+        if connections >= MAX_CONNECTIONS_PER_HYPERNET_ID:
+            raise LimitExceeded(
+                "too many connections from this HyperNet ID",
+                details={"limit": "connections_per_hypernet_id"},
+            )
+        if not paired and self._unpaired_count(hypernet_id) >= MAX_UNPAIRED_SESSIONS:
+            raise LimitExceeded(
+                "too many sessions without a pairing; try again later",
+                details={"limit": "unpaired_sessions"},
+            )
+        self._handshakes_of[hypernet_id] = self._handshakes_of.get(hypernet_id, 0) + 1
+        self._unpaired_handshakes += not paired
+        try:
+            yield
+        finally:
+            self._unpaired_handshakes -= not paired
+            left = self._handshakes_of.pop(hypernet_id) - 1
+            if left:
+                self._handshakes_of[hypernet_id] = left
+
+    def _unpaired_count(self, replacing: str) -> int:
+        """Incoming unpaired sessions and handshakes, but the one ``replacing`` would end."""
+        sessions = sum(
+            1
+            for hypernet_id, session in self._incoming.items()
+            if session.identity.generation == 0
+            and hypernet_id != replacing
+            and not session.closed.is_set()
+        )
+        return sessions + self._unpaired_handshakes
+
+    async def _accept_one(self, incoming: iroh.Incoming) -> None:
         connection: iroh.Connection | None = None
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
                 connection = await (await incoming.accept()).connect()
-                handshake = await self._handshake(connection, Role.RESPONDER)
+                remote = bytes(connection.remote_id().to_bytes()).hex()
+                paired = await self._lookup(remote) is not None
+                with self._admitted(remote, paired=paired):
+                    handshake = await self._handshake(connection, Role.RESPONDER)
+                    self._register(self._new_session(connection, handshake))
+                    return
         except TimeoutError:
             log.info("an incoming HyperNet handshake timed out")
             if connection is not None:
@@ -267,8 +385,6 @@ class HyperNetEndpoint:
             log.info("an incoming HyperNet handshake failed: %s", exc.message)
             if connection is not None:
                 await refuse(connection, None, exc)
-            return
-        self._register(self._new_session(connection, handshake))
 
     async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
         return await run_handshake(
@@ -373,3 +489,9 @@ class HyperNetEndpoint:
         session = await self.connect(peer, ticket=ticket)
         async with session.stream(operation, body, timeout_seconds) as chunks:
             yield chunks
+
+
+async def _refuse_incoming(incoming: iroh.Incoming) -> None:
+    """Refuse a connection before its TLS handshake (too many handshakes in progress)."""
+    with contextlib.suppress(iroh.IrohError):
+        await incoming.refuse()

@@ -3,6 +3,10 @@
 Each request travels on its own bi-stream (idle ones are reused, so a request normally costs
 what an echo on an open stream costs). The requester abandoning a request cancels the
 handler on the serving side; any protocol error closes the whole connection.
+
+What a peer can hold is bounded: streams at once (few before a pairing), bytes of unfinished
+frames per connection, a deadline on each frame and on a stream's next request, and an idle
+timeout for sessions without a pairing (generation 0).
 """
 
 from __future__ import annotations
@@ -12,12 +16,18 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Final
 
-from iroh import Connection, IrohError
+from iroh import BiStream, Connection, IrohError
 
 from ficc.adapters.hypernet_errors import describe
-from ficc.adapters.hypernet_streams import CANCELLED_CODE, PROTOCOL_ERROR_CODE, FrameStream
+from ficc.adapters.hypernet_streams import (
+    CANCELLED_CODE,
+    PROTOCOL_ERROR_CODE,
+    FrameStream,
+    ReadBudget,
+)
 from ficc.base.errors import (
     FiccError,
     OutcomeUnknown,
@@ -25,7 +35,8 @@ from ficc.base.errors import (
     Unavailable,
     error_from_code,
 )
-from ficc.protocol.handshake import Session
+from ficc.base.units import MiB
+from ficc.protocol.handshake import Role, Session
 from ficc.protocol.liveness import Liveness
 from ficc.protocol.messages import (
     Cancel,
@@ -49,6 +60,30 @@ MAX_PEER_STREAMS: Final = 128
 MAX_IDLE_STREAMS: Final = 8
 MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
 ABANDON_SECONDS: Final = 1.0
+MAX_UNPAIRED_STREAMS: Final = 4
+"""Incoming request streams at once before a pairing: its operations go one at a time."""
+MAX_BUFFERED_BYTES: Final = 32 * MiB
+"""Bytes of unfinished frames a paired connection may hold over all its streams."""
+MAX_UNPAIRED_BUFFERED_BYTES: Final = 2 * MiB
+"""The same before a pairing: two frames of the largest size."""
+READ_DEADLINE_SECONDS: Final = 10.0
+"""A frame must complete this long after its first bytes, and a request stream must carry its
+next request this long after it was opened or last answered; else the stream is reset."""
+UNPAIRED_IDLE_SECONDS: Final = 30.0
+"""A session without a pairing that carries no request this long is closed."""
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """The deadlines of a session (the caps are constants; tests shorten only the clocks)."""
+
+    read_deadline_seconds: float = READ_DEADLINE_SECONDS
+    unpaired_idle_seconds: float = UNPAIRED_IDLE_SECONDS
+
+    @property
+    def idle_stream_reuse_seconds(self) -> float:
+        """An idle stream is reused only this long, well before the peer would reset it."""
+        return self.read_deadline_seconds / 2
 
 
 class PeerSession:
@@ -64,6 +99,7 @@ class PeerSession:
         verify: Verify,
         handler: RequestHandler,
         on_closed: Callable[[PeerSession, FiccError], None],
+        limits: SessionLimits | None = None,
     ) -> None:
         self.connection = connection
         self.session = session
@@ -80,15 +116,26 @@ class PeerSession:
         self._handler = handler
         self._on_closed = on_closed
         self._slots = asyncio.Semaphore(MAX_REQUESTS_IN_FLIGHT)
-        self._idle: list[FrameStream] = []
+        self._idle: list[tuple[FrameStream, float]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._limits = limits or SessionLimits()
+        paired = session.generation != 0
+        self.incoming = session.role is Role.RESPONDER
+        self._max_streams = MAX_PEER_STREAMS if paired else MAX_UNPAIRED_STREAMS
+        self._budget = ReadBudget(MAX_BUFFERED_BYTES if paired else MAX_UNPAIRED_BUFFERED_BYTES)
+        # Our own unpaired sessions idle out first, so we never reuse one the peer is closing.
+        idle = self._limits.unpaired_idle_seconds
+        self._idle_limit = None if paired else (idle if self.incoming else idle * 2 / 3)
+        self._serving = 0
+        self._busy = 0
+        self._last_busy = asyncio.get_running_loop().time()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         """Begin heartbeats and serving the peer's requests."""
         with contextlib.suppress(IrohError):
-            self.connection.set_max_concurrent_bi_streams(MAX_PEER_STREAMS)
+            self.connection.set_max_concurrent_bi_streams(self._max_streams)
         loop = asyncio.get_running_loop()
         liveness = Liveness(loop.time())
         self._spawn(self._send_heartbeats(liveness))
@@ -134,12 +181,32 @@ class PeerSession:
                 if liveness.is_dead(now):
                     self.close(Unavailable("the peer stopped answering heartbeats"))
                     return
+                if self._idle_too_long(now):
+                    self.close(Unavailable("a session without a pairing stayed idle"))
+                    return
                 beat = liveness.due(now)
                 if beat is not None:
                     await self._control.send(beat)
                 await asyncio.sleep(max(0.0, liveness.next_deadline() - loop.time()))
         except FiccError as exc:
             self.close(exc)
+
+    def _idle_too_long(self, now: float) -> bool:
+        limit = self._idle_limit
+        return limit is not None and self._busy == 0 and now - self._last_busy > limit
+
+    def _began(self) -> None:
+        """A request stream or an exchange started: the session is busy."""
+        self._busy += 1
+
+    def _ended(self) -> None:
+        self._busy -= 1
+        self._last_busy = asyncio.get_running_loop().time()
+
+    def _frame_stream(self, stream: BiStream) -> FrameStream:
+        return FrameStream(
+            stream, budget=self._budget, frame_deadline_seconds=self._limits.read_deadline_seconds
+        )
 
     async def _read_control(self, liveness: Liveness) -> None:
         loop = asyncio.get_running_loop()
@@ -170,15 +237,40 @@ class PeerSession:
             except IrohError as exc:
                 self.close(Unavailable(f"the connection ended: {describe(exc)}"))
                 return
-            self._spawn(self._serve_stream(FrameStream(stream)))
+            if self._serving >= self._max_streams:
+                # QUIC's first stream credit cannot be taken back: refuse past the cap here.
+                self._spawn(FrameStream(stream).reset(CANCELLED_CODE))
+                continue
+            self._serving += 1
+            self._began()
+            self._spawn(self._serve_stream(self._frame_stream(stream)))
 
     async def _serve_stream(self, stream: FrameStream) -> None:
+        try:
+            await self._serve_requests(stream)
+        finally:
+            self._serving -= 1
+            self._ended()
+
+    async def _next_request(self, receiving: asyncio.Future[Message | None]) -> Message | None:
+        """The stream's next message, if the peer sends one within the read deadline."""
+        limit = self._limits.read_deadline_seconds
+        try:
+            async with asyncio.timeout(limit):
+                return await receiving
+        except TimeoutError as exc:
+            raise Unavailable(
+                f"no request on the stream within {limit:g} s",
+                details={"limit": "request_read_seconds", "max": limit},
+            ) from exc
+
+    async def _serve_requests(self, stream: FrameStream) -> None:
         previous_seq = 0
         receiving = asyncio.ensure_future(stream.receive())
         work: asyncio.Future[None] | None = None
         try:
             while True:
-                message = await receiving
+                message = await self._next_request(receiving)
                 if message is None:
                     await stream.finish()
                     return
@@ -291,18 +383,22 @@ class PeerSession:
                 yield iterator
 
     async def _take_stream(self) -> FrameStream:
-        if self._idle:
-            return self._idle.pop()
+        oldest = asyncio.get_running_loop().time() - self._limits.idle_stream_reuse_seconds
+        while self._idle:
+            stream, idle_since = self._idle.pop()
+            if idle_since >= oldest:
+                return stream
+            self._spawn(stream.finish())
         if self.closed.is_set():
             raise Unavailable("the session with the peer is closed")
         try:
-            return FrameStream(await self.connection.open_bi())
+            return self._frame_stream(await self.connection.open_bi())
         except IrohError as exc:
             raise Unavailable(f"cannot open a stream to the peer: {describe(exc)}") from exc
 
     def _return_stream(self, stream: FrameStream) -> None:
         if len(self._idle) < MAX_IDLE_STREAMS and not self.closed.is_set():
-            self._idle.append(stream)
+            self._idle.append((stream, asyncio.get_running_loop().time()))
         else:
             self._spawn(stream.finish())
 
@@ -358,6 +454,7 @@ class _Exchange:
         self._timeout = timeout_seconds
         self._per_message = per_message
         mutation_id = self._body.get("mutation_id")
+        session._began()
         try:
             async with asyncio.timeout(None if per_message else timeout_seconds):
                 async with session._slots:
@@ -376,6 +473,7 @@ class _Exchange:
                 await session._fail(self._stream, exc)
             raise
         finally:
+            session._ended()
             stream = self._stream
             if stream is not None:
                 if self._complete:

@@ -4,10 +4,15 @@ Frames are written header and body in one ``write_all`` (thousands of tiny write
 connection in quinn); reads feed a :class:`FrameDecoder`, which refuses an oversized length
 before buffering its payload. Every error path calls :meth:`FrameStream.reset`, because a
 dropped stream looks like a clean end to the peer.
+
+A frame whose first bytes have arrived must complete within the stream's frame deadline, and
+the bytes of unfinished frames count against their connection's :class:`ReadBudget`: a peer
+that sends half frames and falls silent holds little memory, and not for long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import deque
 from typing import Final
@@ -15,7 +20,7 @@ from typing import Final
 from iroh import BiStream, IrohError
 
 from ficc.adapters.hypernet_errors import translate
-from ficc.base.errors import ProtocolError
+from ficc.base.errors import LimitExceeded, ProtocolError, Unavailable
 from ficc.base.units import KiB
 from ficc.protocol.frames import FrameDecoder, encode_frame
 from ficc.protocol.messages import Message, decode_message_parts, encode_message
@@ -28,16 +33,56 @@ PROTOCOL_ERROR_CODE: Final = 2
 FAILED_CODE: Final = 3
 
 
+class ReadBudget:
+    """The bytes of unfinished frames one connection may hold, summed over its streams.
+
+    A stream that takes the sum past the limit is refused (its caller resets it), which frees
+    its bytes; so a connection holds at most the limit plus one read.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.held_bytes = 0
+        self._by_stream: dict[int, int] = {}
+
+    def hold(self, stream: object, held_bytes: int) -> None:
+        """Record what ``stream`` holds now; LimitExceeded when the sum passes the limit."""
+        key = id(stream)
+        self.held_bytes += held_bytes - self._by_stream.get(key, 0)
+        if held_bytes:
+            self._by_stream[key] = held_bytes
+        else:
+            self._by_stream.pop(key, None)
+        if self.held_bytes > self.limit_bytes:
+            raise LimitExceeded(
+                f"unfinished frames on this connection exceed {self.limit_bytes} bytes",
+                details={"limit": "buffered_bytes", "max": self.limit_bytes},
+            )
+
+    def release(self, stream: object) -> None:
+        """``stream`` holds nothing any more (it ended or was reset)."""
+        self.held_bytes -= self._by_stream.pop(id(stream), 0)
+
+
 class FrameStream:
     """Typed messages over one bi-stream; one reader and one writer at a time."""
 
-    def __init__(self, stream: BiStream) -> None:
+    def __init__(
+        self,
+        stream: BiStream,
+        *,
+        budget: ReadBudget | None = None,
+        frame_deadline_seconds: float | None = None,
+    ) -> None:
         self._stream = stream
         self._send = stream.send()
         self._recv = stream.recv()
         self._decoder = FrameDecoder()
         self._payloads: deque[list[memoryview]] = deque()
         self._read_bytes = MIN_READ_BYTES
+        self._budget = budget
+        self._frame_deadline_seconds = frame_deadline_seconds
+        self._frame_started_at: float | None = None
         self.finished = False
 
     async def send(self, *messages: Message) -> None:
@@ -54,21 +99,47 @@ class FrameStream:
     async def receive(self) -> Message | None:
         """The next message, or ``None`` when the peer finished the stream cleanly."""
         while not self._payloads:
-            try:
-                data = await self._recv.read(max(self._read_bytes, self._decoder.wanted_bytes))
-            except IrohError as exc:
-                raise translate(exc, "reading from the peer") from exc
+            data = await self._read(max(self._read_bytes, self._decoder.wanted_bytes))
             if not data:
                 if self._decoder.buffered_bytes:
                     raise ProtocolError("the peer ended a stream in the middle of a frame")
                 return None
-            self._payloads.extend(self._decoder.feed_parts(data))
+            completed = self._decoder.feed_parts(data)
+            self._payloads.extend(completed)
+            self._track_unfinished_frame(started_another=bool(completed))
         parts = self._payloads.popleft()
         # Ask for about a frame at a time: as much as the last frame when it was large (a
         # stream of chunks), so each read may complete a frame; little for small messages
         # (iroh allocates what a read asks for).
         self._read_bytes = max(MIN_READ_BYTES, sum(len(part) for part in parts) + FRAME_OVERHEAD)
         return decode_message_parts(parts)
+
+    async def _read(self, size: int) -> bytes:
+        """One read, within the frame deadline when a frame is under way."""
+        started = self._frame_started_at
+        limit = self._frame_deadline_seconds
+        try:
+            if started is None or limit is None:
+                return await self._recv.read(size)
+            async with asyncio.timeout_at(started + limit):
+                return await self._recv.read(size)
+        except IrohError as exc:
+            raise translate(exc, "reading from the peer") from exc
+        except TimeoutError as exc:
+            raise Unavailable(
+                f"the peer began a frame and did not complete it within {limit:g} s",
+                details={"limit": "frame_read_seconds", "max": limit},
+            ) from exc
+
+    def _track_unfinished_frame(self, *, started_another: bool) -> None:
+        """Start the frame clock at a frame's first bytes; charge its bytes to the budget."""
+        buffered = self._decoder.buffered_bytes
+        if not buffered:
+            self._frame_started_at = None
+        elif started_another or self._frame_started_at is None:
+            self._frame_started_at = asyncio.get_running_loop().time()
+        if self._budget is not None:
+            self._budget.hold(self, buffered)
 
     async def finish(self) -> None:
         """End our side cleanly (best effort: the peer may already be gone)."""
@@ -86,6 +157,8 @@ class FrameStream:
 
     async def reset(self, code: int = FAILED_CODE) -> None:
         """Abort both directions so the peer sees an error, never a clean end."""
+        if self._budget is not None:
+            self._budget.release(self)
         if not self.finished:
             self.finished = True
             with contextlib.suppress(IrohError):

@@ -6,6 +6,7 @@ Incoming (service side): received → approved (receipt signed) → finished; or
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -15,6 +16,18 @@ from ficc.base.units import DAY_SECONDS
 
 # "Offers not approved within 7 days expire."
 OFFER_LIFETIME_SECONDS: Final = 7 * DAY_SECONDS
+PURGE_GRACE_SECONDS: Final = 1 * DAY_SECONDS
+"""An offer never approved is deleted this long after it expired (its ID stays tombstoned)."""
+MAX_RECEIVED_OFFERS_PER_HYPERNET_ID: Final = 4
+"""Unapproved incoming offers one HyperNet ID may have waiting; one more is limit_exceeded."""
+MAX_RECEIVED_OFFERS: Final = 256
+"""Unapproved incoming offers from everyone together."""
+MAX_LABEL_CHARS: Final = 100
+DEFAULT_OFFERS_PAGE: Final = 100
+MAX_OFFERS_PAGE: Final = 500
+_UNSHOWN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
+"""Control, format (bidi overrides and isolates, zero-width), private, unassigned characters
+and line separators: what can make a label read differently from what it is."""
 
 OUTGOING: Final = "outgoing"
 INCOMING: Final = "incoming"
@@ -28,6 +41,8 @@ DISCARDED: Final = "discarded"
 EXPIRED: Final = "expired"
 
 OPEN_STATES: Final = frozenset({SENT, RECEIVED, APPROVED, ACCEPTED})
+PURGEABLE_STATES: Final = frozenset({SENT, RECEIVED, DISCARDED})
+"""States of offers that no pairing refers to: they go once expired past the grace."""
 
 # (direction, state, event) → next state
 TRANSITIONS: Final[dict[tuple[str, str, str], str]] = {
@@ -83,3 +98,23 @@ def next_state(offer: Offer, event: str, now: datetime) -> str:
 
 def expiry(created_at: datetime) -> datetime:
     return created_at + timedelta(seconds=OFFER_LIFETIME_SECONDS)
+
+
+def purge_before(now: datetime) -> datetime:
+    """Offers in a purgeable state that expired before this moment are deleted."""
+    return now - timedelta(seconds=PURGE_GRACE_SECONDS)
+
+
+def clean_label(value: object) -> str | None:
+    """A label a person can trust at approval time: unseen and reordering characters removed,
+    runs of whitespace made one space, at most ``MAX_LABEL_CHARS``; ``None`` when nothing is
+    left or it is not text."""
+    if not isinstance(value, str):
+        return None
+    shown = "".join(
+        " " if char.isspace() else char
+        for char in unicodedata.normalize("NFC", value)
+        if char.isspace() or unicodedata.category(char) not in _UNSHOWN_CATEGORIES
+    )
+    cleaned = " ".join(shown.split())[:MAX_LABEL_CHARS].strip()
+    return cleaned or None

@@ -28,6 +28,7 @@ from ficc.base.errors import (
     GrantExpired,
     GrantRevoked,
     InvalidInput,
+    LimitExceeded,
     NotFound,
     PermissionDenied,
     RevisionMismatch,
@@ -116,6 +117,16 @@ class Federation:
             if peer.state == p.PAIRED
         }
 
+        await self.purge_offers()
+
+    async def purge_offers(self) -> int:
+        """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
+        async with self._uow_factory() as uow:
+            purged = await uow.offers.purge(expired_before=o.purge_before(self._clock()))
+            if purged:
+                await uow.commit()
+        return purged
+
     async def lookup(self, hypernet_id: str) -> KnownPeer | None:
         return self._known.get(hypernet_id)
 
@@ -155,11 +166,28 @@ class Federation:
 
     # --- overview ---------------------------------------------------------------------------
 
-    async def overview(self, project: str) -> dict[str, Any]:
+    async def overview(
+        self,
+        project: str,
+        *,
+        offers_after: str | None = None,
+        offers_limit: int = o.DEFAULT_OFFERS_PAGE,
+    ) -> dict[str, Any]:
+        """The project's federation; offers a page at a time, oldest first: ``offers_next``
+        names the last one shown when more follow (pass it as ``offers_after``)."""
         now = self._clock()
+        if offers_after is not None:
+            offers_after = parse_id("offer", offers_after, field="offers_after")
+        if isinstance(offers_limit, bool) or not 1 <= offers_limit <= o.MAX_OFFERS_PAGE:
+            raise InvalidInput(
+                f"offers_limit must be an integer from 1 to {o.MAX_OFFERS_PAGE}",
+                field="offers_limit",
+            )
         async with self._uow_factory() as uow:
             peers = await uow.peers.in_project(project)
-            offers = await uow.offers.visible_to(project)
+            offers = await uow.offers.visible_to(
+                project, after=offers_after, limit=offers_limit + 1
+            )
             grants = await uow.grants.in_project(project)
             remote = {peer.id: await uow.remote_grants.of_peer(peer.id) for peer in peers}
         return {
@@ -167,7 +195,8 @@ class Federation:
             "identity": self.companion.identity_json(),
             "project": project,
             "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
-            "offers": [self._offer_json(offer, now) for offer in offers],
+            "offers": [self._offer_json(offer, now) for offer in offers[:offers_limit]],
+            "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
             "grants": [self.grant_json(grant, now) for grant in grants],
             "transfers": [] if self.transfers_of is None else await self.transfers_of(project),
         }
@@ -265,7 +294,7 @@ class Federation:
             direction=o.OUTGOING,
             project=project,
             service=service_id,
-            peer_label=_label(answer.get("label")),
+            peer_label=o.clean_label(answer.get("label")),
             peer_cluster_key=b64(identity.cluster_key),
             scopes=requested,
             state=o.SENT,
@@ -789,8 +818,11 @@ class Federation:
     # --- what the other side asks of us ---------------------------------------------------------
 
     async def _on_offer(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        """Record an offer from a cluster without a pairing: bounded per HyperNet ID and in
+        total, and never under an ID used before; a refusal writes nothing."""
         offer_id = parse_id("offer", body.get("offer"), field="offer")
         requested = parse_scopes(body.get("scopes"), allowed=REMOTE_SCOPES)
+        await self.purge_offers()
         now = self._clock()
         async with self._uow_factory() as uow:
             existing = await uow.offers.get(offer_id)
@@ -798,12 +830,17 @@ class Federation:
                 if existing.service != identity.hypernet_id:
                     raise Conflict("an offer with this ID exists")
                 return {"offer": offer_id, "label": self.companion.label}
+            if await uow.offers.ever_used(offer_id):
+                raise Conflict(
+                    "an offer ID is never reused; send a new offer", details={"offer": offer_id}
+                )
+            await _check_offer_room(uow, identity.hypernet_id, now)
             offer = o.Offer(
                 id=offer_id,
                 direction=o.INCOMING,
                 project=None,
                 service=identity.hypernet_id,
-                peer_label=_label(body.get("label")),
+                peer_label=o.clean_label(body.get("label")),
                 peer_cluster_key=b64(identity.cluster_key),
                 scopes=requested,
                 state=o.RECEIVED,
@@ -895,8 +932,12 @@ class Federation:
         async with self._uow_factory() as uow:
             offer_id = parse_id("offer", body.get("offer"), field="offer")
             offer = await uow.offers.get(offer_id)
-            if offer is None or offer.service != identity.hypernet_id:
-                raise NotFound(f"no offer {offer_id} with this peer")
+            if (
+                offer is None
+                or offer.service != identity.hypernet_id
+                or offer.peer_cluster_key != b64(identity.cluster_key)
+            ):
+                raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
             if offer.state_at(now) in o.OPEN_STATES:
                 await uow.offers.update(
                     replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
@@ -985,10 +1026,22 @@ def _proven_offerer(offer: o.Offer) -> PeerIdentity | None:
     return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
 
 
-def _label(value: object) -> str | None:
-    if isinstance(value, str) and 0 < len(value) <= 100:
-        return value
-    return None
+async def _check_offer_room(uow: UnitOfWork, hypernet_id: str, now: datetime) -> None:
+    """LimitExceeded when the sender, or everyone together, has too many offers waiting."""
+    waiting = await uow.offers.count_received(now=now, service=hypernet_id)
+    if waiting >= o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID:
+        raise LimitExceeded(
+            f"this cluster already has {waiting} offers of yours waiting for approval",
+            details={
+                "limit": "offers_per_hypernet_id",
+                "max": o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID,
+            },
+        )
+    if await uow.offers.count_received(now=now) >= o.MAX_RECEIVED_OFFERS:
+        raise LimitExceeded(
+            "this cluster has too many offers waiting for approval; try again later",
+            details={"limit": "offers_waiting", "max": o.MAX_RECEIVED_OFFERS},
+        )
 
 
 def peer_json(peer: p.Peer, remote_grants: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant, parse_grant
 from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
 from ficc.domain.nodes import Gpu, Node
-from ficc.domain.offers import Offer
+from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer, TransferFile
@@ -732,7 +732,45 @@ class SqlOffers(_Repository):
         }
 
     async def add(self, offer: Offer) -> None:
+        """Store the offer and tombstone its ID, so it is never taken again (also after
+        ``delete``)."""
         await self._c.execute(insert(t.offers).values(id=offer.id, **self._values(offer)))
+        await self._c.execute(
+            insert(t.offer_tombstones).values(
+                id=offer.id, hypernet_id=offer.service, created_at=format_time(offer.created_at)
+            )
+        )
+
+    async def ever_used(self, offer_id: str) -> bool:
+        """True when an offer with this ID was ever sent or received."""
+        return await self._first_where(t.offer_tombstones, "id", offer_id) is not None
+
+    async def count_received(self, *, now: datetime, service: str | None = None) -> int:
+        """Incoming offers not yet approved nor expired, from ``service`` or from everyone."""
+        offers = t.offers.c
+        query = (
+            select(func.count())
+            .select_from(t.offers)
+            .where(
+                (offers.direction == INCOMING)
+                & (offers.state == RECEIVED)
+                & (offers.expires_at > format_time(now))
+            )
+        )
+        if service is not None:
+            query = query.where(offers.service == service)
+        return int((await self._c.execute(query)).scalar_one())
+
+    async def purge(self, *, expired_before: datetime) -> int:
+        """Delete offers no pairing refers to that expired before the moment given."""
+        offers = t.offers.c
+        result = await self._c.execute(
+            delete(t.offers).where(
+                offers.state.in_(sorted(PURGEABLE_STATES))
+                & (offers.expires_at < format_time(expired_before))
+            )
+        )
+        return int(result.rowcount or 0)
 
     async def update(self, offer: Offer) -> None:
         await self._c.execute(
@@ -743,13 +781,24 @@ class SqlOffers(_Repository):
         row = await self._first_where(t.offers, "id", offer_id)
         return None if row is None else self._offer(row)
 
-    async def visible_to(self, project: str) -> list[Offer]:
-        """This project's offers, and incoming offers no project has taken yet."""
-        query = select(t.offers).where(
-            (t.offers.c.project == project) | t.offers.c.project.is_(None)
-        )
-        rows = await self._c.execute(query.order_by(t.offers.c.created_at))
-        return [self._offer(row) for row in rows]
+    async def visible_to(
+        self, project: str, *, after: str | None = None, limit: int | None = None
+    ) -> list[Offer]:
+        """This project's offers, and incoming offers no project has taken yet, oldest first;
+        only those after the offer ``after`` and at most ``limit`` of them when given."""
+        offers = t.offers.c
+        query = select(t.offers).where((offers.project == project) | offers.project.is_(None))
+        if after is not None:
+            start = await self._first_where(t.offers, "id", after)
+            if start is not None:
+                query = query.where(
+                    (offers.created_at > start.created_at)
+                    | ((offers.created_at == start.created_at) & (offers.id > after))
+                )
+        query = query.order_by(offers.created_at, offers.id)
+        if limit is not None:
+            query = query.limit(limit)
+        return [self._offer(row) for row in await self._c.execute(query)]
 
     async def of_peer(self, peer_id: str) -> list[Offer]:
         return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]

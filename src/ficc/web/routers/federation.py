@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Body, Query, Request, Response
 
+from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
 from ficc.services.remote_operations import is_streaming
 from ficc.web.auth import Context, scoped
@@ -27,8 +28,14 @@ PREFIX: Final = "/api/v1/federation"
 
 
 @router.get(f"{PREFIX}/")
-async def overview(ctx: Context = scoped("federation:read")) -> Any:
-    return await ctx.cluster.federation.overview(ctx.project)
+async def overview(
+    offers_after: str | None = Query(None, max_length=64),
+    offers_limit: int = Query(DEFAULT_OFFERS_PAGE, ge=1, le=MAX_OFFERS_PAGE),
+    ctx: Context = scoped("federation:read"),
+) -> Any:
+    return await ctx.cluster.federation.overview(
+        ctx.project, offers_after=offers_after, offers_limit=offers_limit
+    )
 
 
 @router.put(f"{PREFIX}/configuration")

@@ -1,0 +1,365 @@
+"""A hostile peer on the HyperNet port of a real `ficc serve`, before any pairing.
+
+Each test speaks ficc.federation/1 by hand over real iroh on loopback (run inside
+scripts/in-loopback-netns) and checks the refusal, that nothing was written, and what the
+server process holds (its RSS from /proc).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import iroh
+import pytest
+from tests.security.conftest import Figures
+from tests.support.cluster import RunningCluster, start_cluster
+from tests.support.federation import (
+    API,
+    DISCOVER_GRANT,
+    approve,
+    configure,
+    offer_in,
+    ok,
+    overview,
+)
+from tests.support.hostile_peer import (
+    HostileSession,
+    bind,
+    closed_within,
+    handshake,
+    memory_kib,
+    offer_body,
+    raw_endpoints,
+    rows,
+    server_address,
+)
+
+from ficc.adapters.hypernet import (
+    MAX_CONNECTIONS_PER_HYPERNET_ID,
+    MAX_HANDSHAKES_IN_PROGRESS,
+    READ_DEADLINE_VARIABLE,
+    UNPAIRED_IDLE_VARIABLE,
+)
+from ficc.adapters.hypernet_session import MAX_UNPAIRED_STREAMS
+from ficc.adapters.hypernet_streams import FrameStream
+from ficc.base.errors import ProtocolError
+from ficc.base.units import KiB, MiB
+from ficc.domain.offers import MAX_RECEIVED_OFFERS, MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
+from ficc.protocol import ALPN
+from ficc.protocol.messages import Error, Response
+
+READ_DEADLINE_SECONDS = 1.0
+"""The server's read deadline in these tests (10 s by default)."""
+DEADLINE_SECONDS = 45
+MEMORY_BOUND_MIB = 48
+"""What a flood may add to the server's peak RSS."""
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningCluster]:
+    monkeypatch.setenv(READ_DEADLINE_VARIABLE, str(READ_DEADLINE_SECONDS))
+    monkeypatch.setenv(UNPAIRED_IDLE_VARIABLE, "30")
+    cluster = start_cluster(tmp_path / "server")
+    configure(cluster, "server")
+    yield cluster
+    cluster.stop()
+
+
+async def refused_within(raw: iroh.Endpoint, address: iroh.EndpointAddr, seconds: float) -> float:
+    """How long the server took to refuse a connection (before or right after TLS)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(seconds):
+        try:
+            connection = await raw.connect(address, ALPN)
+        except iroh.IrohError:
+            return loop.time() - started
+        reason = await connection.closed()
+    raise AssertionError(f"the connection was accepted, then closed: {reason}")
+
+
+def error_code(answer: object) -> str | None:
+    return answer.code if isinstance(answer, Error) else None
+
+
+async def test_handshakes_past_the_cap_are_refused_at_once(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    before = memory_kib(server.process.pid)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        held: list[iroh.Connection] = []
+        streams: list[iroh.BiStream] = []  # a dropped stream would end cleanly
+        for _ in range(MAX_HANDSHAKES_IN_PROGRESS):
+            connection = await (await bind(endpoints)).connect(address, ALPN)
+            # Half a HELLO frame of the largest size, then silence.
+            stream = await connection.open_bi()
+            await stream.send().write_all((MiB).to_bytes(4, "big") + bytes(512 * KiB))
+            held.append(connection)
+            streams.append(stream)
+        refused_in = await refused_within(await bind(endpoints), address, 2)
+        peak = memory_kib(server.process.pid)
+        # The handshake deadline (5 s) frees the places: a stranger gets in again.
+        for connection in held:
+            await closed_within(connection, 10)
+        late = await handshake(await bind(endpoints), address)
+        late.close()
+    assert refused_in < 2
+    grown_mib = (peak["VmHWM"] - before["VmHWM"]) / 1024
+    assert grown_mib < MEMORY_BOUND_MIB
+    figures.record(
+        tries=MAX_HANDSHAKES_IN_PROGRESS + 1,
+        refused=1,
+        refused_in_s=round(refused_in, 3),
+        peak_rss_mib=round(peak["VmHWM"] / 1024, 1),
+        rss_growth_mib=round(grown_mib, 1),
+    )
+
+
+async def test_a_new_connection_from_one_hypernet_id_closes_the_older_one(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        raw = await bind(endpoints)
+        sessions = [await handshake(raw, address) for _ in range(4)]
+        for older in sessions[:-1]:
+            reason = await closed_within(older.connection, 5)
+            assert "replaced" in reason
+        newest = sessions[-1]
+        answer = await newest.request("pairing.discard", {"offer": offer_body()["offer"]})
+        assert error_code(answer) == "not_found"
+        # At the cap: the newest session plus one handshake in progress; a third is refused.
+        pending = await raw.connect(address, ALPN)
+        third = await raw.connect(address, ALPN)
+        reason = await closed_within(third, 5)
+        assert "too many connections" in reason
+        pending.close(0, b"done")
+    figures.record(tries=len(sessions) + 2, refused=1, older_closed=len(sessions) - 1)
+    assert MAX_CONNECTIONS_PER_HYPERNET_ID == 2
+
+
+async def test_half_frames_on_every_stream_end_at_the_read_deadline(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    before = memory_kib(server.process.pid)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        hostile = await handshake(await bind(endpoints), address)
+        streams = []
+        for _ in range(MAX_UNPAIRED_STREAMS + 1):
+            stream = await hostile.connection.open_bi()
+            await stream.send().write_all((MiB).to_bytes(4, "big") + bytes(400 * KiB))
+            streams.append(stream)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ended = 0
+        for stream in streams:
+            with pytest.raises(iroh.IrohError):
+                async with asyncio.timeout(READ_DEADLINE_SECONDS + 5):
+                    await stream.recv().read(16)
+            ended += 1
+        ended_in = loop.time() - started
+        peak = memory_kib(server.process.pid)
+        # The session itself is still served once its half frames are gone.
+        answer = await hostile.request("pairing.discard", {"offer": offer_body()["offer"]})
+        assert error_code(answer) == "not_found"
+        hostile.close()
+    assert ended_in < READ_DEADLINE_SECONDS + 2
+    grown_mib = (peak["VmHWM"] - before["VmHWM"]) / 1024
+    assert grown_mib < MEMORY_BOUND_MIB
+    figures.record(
+        tries=len(streams),
+        refused=ended,
+        ended_in_s=round(ended_in, 2),
+        peak_rss_mib=round(peak["VmHWM"] / 1024, 1),
+        rss_growth_mib=round(grown_mib, 1),
+    )
+
+
+async def test_a_stream_that_sends_no_further_request_is_reset(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        hostile = await handshake(await bind(endpoints), address)
+        stream = FrameStream(await hostile.connection.open_bi())
+        await stream.send(hostile.signer.sign("pairing.discard", {"offer": offer_body()["offer"]}))
+        answer = await stream.receive()
+        assert error_code(answer) == "not_found"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(Exception) as ended:  # noqa: PT011 - a reset surfaces as a FiccError
+            async with asyncio.timeout(READ_DEADLINE_SECONDS + 5):
+                assert await stream.receive() is not None
+        silent_for = loop.time() - started
+        # Only the stream ended: the session (its heartbeats kept up) still serves.
+        answer = await hostile.request("pairing.discard", {"offer": offer_body()["offer"]})
+        assert error_code(answer) == "not_found"
+        hostile.close()
+    assert not isinstance(ended.value, TimeoutError)
+    assert READ_DEADLINE_SECONDS - 0.1 < silent_for < READ_DEADLINE_SECONDS + 2
+    figures.record(tries=1, refused=1, reset_after_s=round(silent_for, 2))
+
+
+async def send_offers(hostile: HostileSession, count: int) -> list[object]:
+    return [await hostile.request("pairing.offer", offer_body()) for _ in range(count)]
+
+
+async def test_an_offer_flood_is_capped_per_hypernet_id_and_in_total(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    senders = MAX_RECEIVED_OFFERS // MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
+    refused = 0
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        first = await handshake(await bind(endpoints), address)
+        answers = await send_offers(first, MAX_RECEIVED_OFFERS_PER_HYPERNET_ID + 1)
+        assert all(isinstance(answer, Response) for answer in answers[:-1])
+        assert isinstance(answers[-1], Error)
+        assert answers[-1].code == "limit_exceeded"
+        assert answers[-1].details["limit"] == "offers_per_hypernet_id"
+        refused += 1
+        assert rows(server, "offers") == MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
+        first.close()
+        for _ in range(senders - 1):
+            hostile = await handshake(await bind(endpoints), address)
+            answers = await send_offers(hostile, MAX_RECEIVED_OFFERS_PER_HYPERNET_ID)
+            assert all(isinstance(answer, Response) for answer in answers)
+            hostile.close()
+        offers, audit, tombstones = (
+            rows(server, "offers"),
+            rows(server, "audit_log"),
+            rows(server, "offer_tombstones"),
+        )
+        assert offers == MAX_RECEIVED_OFFERS
+        last = await handshake(await bind(endpoints), address)
+        (answer,) = await send_offers(last, 1)
+        assert isinstance(answer, Error)
+        assert answer.code == "limit_exceeded"
+        assert answer.details["limit"] == "offers_waiting"
+        refused += 1
+        last.close()
+    # Refused offers wrote nothing: no offer, no audit row, no tombstone.
+    assert rows(server, "offers") == offers
+    assert rows(server, "audit_log") == audit
+    assert rows(server, "offer_tombstones") == tombstones
+    # The overview lists them a page at a time, oldest first.
+    owner = server.owner()
+    page = overview(owner)
+    assert len(page["offers"]) == 100
+    following = ok(owner.get(f"{API}/", params={"offers_after": page["offers_next"]}))
+    assert following["offers"][0]["id"] not in {offer["id"] for offer in page["offers"]}
+    pages, cursor = 0, None
+    seen: set[str] = set()
+    while True:
+        params = {"offers_limit": "200"} | ({"offers_after": cursor} if cursor else {})
+        view = ok(owner.get(f"{API}/", params=params))
+        seen |= {offer["id"] for offer in view["offers"]}
+        pages += 1
+        cursor = view["offers_next"]
+        if cursor is None:
+            break
+    assert len(seen) == MAX_RECEIVED_OFFERS
+    assert pages == 2
+    figures.record(
+        tries=MAX_RECEIVED_OFFERS + 2,
+        refused=refused,
+        offers_rows_after=offers,
+        peak_rss_mib=round(memory_kib(server.process.pid)["VmHWM"] / 1024, 1),
+    )
+
+
+async def test_a_request_signed_for_another_session_is_refused(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        raw = await bind(endpoints)
+        first = await handshake(raw, address)
+        first.close()
+        second = await handshake(raw, address, key=first.key)
+        forged = first.signer.sign("pairing.offer", offer_body())
+        stream = FrameStream(await second.connection.open_bi())
+        await stream.send(forged)
+        answer = await stream.receive()
+        assert error_code(answer) == "protocol_error"
+        await closed_within(second.connection, 5)
+    assert rows(server, "offers") == 0
+    figures.record(tries=1, refused=1, offers_rows_after=0)
+
+
+async def test_a_replayed_challenge_is_refused(server: RunningCluster, figures: Figures) -> None:
+    address = server_address(server)
+    nonce = bytes(range(32))
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        raw = await bind(endpoints)
+        (await handshake(raw, address, nonce=nonce)).close()
+        with pytest.raises(ProtocolError, match="seen before"):
+            await handshake(raw, address, nonce=nonce)
+    figures.record(tries=2, refused=1)
+
+
+async def test_an_offer_id_is_never_taken_again_after_forget(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    owner = server.owner()
+    body = offer_body()
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        hostile = await handshake(await bind(endpoints), address)
+        assert isinstance(await hostile.request("pairing.offer", body), Response)
+        approved = ok(approve(owner, body["offer"], DISCOVER_GRANT))
+        peer_id = approved["peer"]
+        grant_id = approved["receipt"]["grant"]
+        ok(owner.delete(f"{API}/peers/{peer_id}"))
+        ok(owner.post(f"{API}/grants/{grant_id}/retire"))
+        ok(owner.post(f"{API}/peers/{peer_id}/forget"))
+        assert rows(server, "offers") == 0
+        again = await hostile.request("pairing.offer", body)
+        hostile.close()
+    assert error_code(again) == "conflict"
+    assert rows(server, "offers") == 0
+    assert rows(server, "offer_tombstones") == 1
+    figures.record(tries=1, refused=1, offers_rows_after=0)
+
+
+async def test_discard_with_another_cluster_key_is_refused(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    body = offer_body()
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        raw = await bind(endpoints)
+        honest = await handshake(raw, address)
+        assert isinstance(await honest.request("pairing.offer", body), Response)
+        impostor = await handshake(raw, address)  # same HyperNet ID, another cluster key
+        answer = await impostor.request("pairing.discard", {"offer": body["offer"]})
+        impostor.close()
+    assert error_code(answer) == "not_found"
+    offer = offer_in(overview(server.owner()), body["offer"])
+    assert offer is not None
+    assert offer["state"] == "received"
+    assert offer["revision"] == 1
+    figures.record(tries=1, refused=1)
+
+
+async def test_a_label_with_bidi_and_control_characters_is_cleaned(
+    server: RunningCluster, figures: Figures
+) -> None:
+    address = server_address(server)
+    label = "Acme\u202e\u2066moc.evil\u2069\u200b\x07\tCorp" + "x" * 200
+    body = offer_body(label=label)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        hostile = await handshake(await bind(endpoints), address)
+        assert isinstance(await hostile.request("pairing.offer", body), Response)
+        hostile.close()
+    offer = offer_in(overview(server.owner()), body["offer"])
+    assert offer is not None
+    shown = offer["label"]
+    assert shown.startswith("Acmemoc.evil Corpxxx")
+    assert len(shown) == 100
+    assert all(ch.isprintable() for ch in shown)
+    figures.record(tries=1, label_chars=len(shown))
