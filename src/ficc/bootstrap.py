@@ -249,6 +249,7 @@ class Cluster:
             self._node_refresher.cancel()
             await asyncio.gather(self._node_refresher, return_exceptions=True)
         await self.transfers.close()
+        self.federation.close()
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()

@@ -257,6 +257,12 @@ class HyperNetEndpoint:
         session = self._sessions.get(hypernet_id)
         return session if session is not None and not session.closed.is_set() else None
 
+    def disconnect(self, hypernet_id: str, reason: FiccError) -> None:
+        """Close the session with a peer whose pairing ended; every request on it stops."""
+        session = self._sessions.get(hypernet_id)
+        if session is not None:
+            session.close(reason)
+
     def _spawn(self, coroutine: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)

@@ -27,6 +27,7 @@ from ficc.adapters.hypernet_streams import (
     PROTOCOL_ERROR_CODE,
     FrameStream,
     ReadBudget,
+    reset_code,
 )
 from ficc.base.errors import (
     FiccError,
@@ -51,7 +52,7 @@ from ficc.protocol.messages import (
 )
 from ficc.protocol.requests import RequestSigner, RequestVerifier
 from ficc.protocol.signing import Signer, Verify
-from ficc.services.peer_channel import PeerIdentity, RequestHandler
+from ficc.services.peer_channel import PeerIdentity, RequestHandler, ending_reason
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +324,16 @@ class PeerSession:
                     await stream.write(encode_chunk_frames(chunk))
                     total += len(chunk)
             await stream.send(End(total))
+        except asyncio.CancelledError as cancelled:
+            reason = ending_reason(cancelled)
+            if reason is None:
+                raise  # the requester abandoned it, or the session is closing
+            # The serving side ended the request (its grant ended). The handler has unwound:
+            # its slot and engine request are freed; now tell the requester why.
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            await _tell_ended(stream, reason)
         except (Unavailable, OutcomeUnknown):
             raise
         except FiccError as exc:
@@ -411,6 +422,20 @@ class PeerSession:
             await stream.reset(CANCELLED_CODE)
 
         self._spawn(abandon())
+
+
+async def _tell_ended(stream: FrameStream, reason: FiccError) -> None:
+    """An error frame naming ``reason`` if one can still go out; else a reset naming it.
+
+    A write cut off in the middle of a frame, or a requester that does not read for
+    ``ABANDON_SECONDS``, leaves only the reset (its code names the reason).
+    """
+    if not stream.torn:
+        with contextlib.suppress(FiccError, TimeoutError):
+            async with asyncio.timeout(ABANDON_SECONDS):
+                await stream.send(Error.from_exception(reason))
+                return
+    await stream.reset_sending(reset_code(reason))
 
 
 def _canceller(work: asyncio.Future[None]) -> Callable[[object], None]:

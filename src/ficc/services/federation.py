@@ -14,6 +14,7 @@ pairing with the same cluster comes back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
@@ -32,6 +33,7 @@ from ficc.base.errors import (
     NotFound,
     PermissionDenied,
     RevisionMismatch,
+    Unavailable,
 )
 from ficc.base.ids import new_id, parse_id
 from ficc.base.times import with_times_formatted
@@ -103,21 +105,33 @@ class Federation:
         }
         self.on_grant_ended: list[Callable[[g.Grant], Awaitable[None]]] = []
         self.transfers_of: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
+        self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
+        self._expiring: set[asyncio.Task[None]] = set()
 
     # --- the transport's view -------------------------------------------------------------
 
     async def load(self) -> None:
-        """Fill the cache of paired peers the handshake looks up."""
+        """Fill the cache of paired peers the handshake looks up; arm each grant's expiry."""
         async with self._uow_factory() as uow:
             projects = [name for name, _ in await uow.projects.list()]
             peers = [peer for name in projects for peer in await uow.peers.in_project(name)]
+            grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
         self._known = {
             peer.hypernet_id: KnownPeer(unb64(peer.cluster_key), peer.generation)
             for peer in peers
             if peer.state == p.PAIRED
         }
-
+        for grant in grants:
+            self._arm_expiry(grant)
         await self.purge_offers()
+
+    def close(self) -> None:
+        """Disarm the expiry timers (the process is stopping; they are armed again at load)."""
+        for timer in self._expiry_timers.values():
+            timer.cancel()
+        self._expiry_timers.clear()
+        for task in self._expiring:
+            task.cancel()
 
     async def purge_offers(self) -> int:
         """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
@@ -558,6 +572,7 @@ class Federation:
                 {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
             )
             await uow.commit()
+        self._arm_expiry(given)
         pushed = await self._tell(
             offer.service, "pairing.receipt", {"offer": offer_id, "receipt": receipt}, None
         )
@@ -592,6 +607,7 @@ class Federation:
                 uow, principal, project, "grant.created", given.id, _proven_peer(peer)
             )
             await uow.commit()
+        self._arm_expiry(given)
         return self.grant_json(given, now)
 
     async def revoke_grant(
@@ -681,6 +697,7 @@ class Federation:
             # already removed in the database, so nothing is served meanwhile.
             told = await self._tell(peer.hypernet_id, "peer.removed", {}, peer.ticket, peer)
         self._remember(removed)
+        self._disconnect(peer.hypernet_id)
         async with self._uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
@@ -710,6 +727,7 @@ class Federation:
                 uow, principal, project, "peer.forgotten", peer_id, _proven_peer(peer)
             )
             await uow.commit()
+        self._disconnect(peer.hypernet_id)
         return {"peer": peer_id, "forgotten": True}
 
     async def _delete_grants(self, uow: UnitOfWork, grants: list[g.Grant]) -> None:
@@ -767,12 +785,73 @@ class Federation:
             if grant.state == g.EXPIRED
             else GrantRevoked("the grant was revoked", details={"grant": grant.id})
         )
+        self._disarm_expiry(grant.id)
         self.slots.end_all(grant.id, reason)
         for hook in self.on_grant_ended:
             try:
                 await hook(grant)
             except FiccError as exc:
                 log.warning("after grant %s ended: %s", grant.id, exc.message)
+
+    def _arm_expiry(self, grant: g.Grant) -> None:
+        """At ``expires_at`` an active grant ends as if revoked: by a timer, not on next use.
+
+        So a grant that nobody uses again still stops its ``stop_on_revoke`` services on time.
+        """
+        self._disarm_expiry(grant.id)
+        if grant.state != g.ACTIVE:
+            return
+        delay = max((grant.expires_at - self._clock()).total_seconds(), 0.0)
+        loop = asyncio.get_running_loop()
+        self._expiry_timers[grant.id] = loop.call_later(delay, self._expiry_due, grant.id)
+
+    def _disarm_expiry(self, grant_id: str) -> None:
+        timer = self._expiry_timers.pop(grant_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expiry_due(self, grant_id: str) -> None:
+        self._expiry_timers.pop(grant_id, None)
+        task = asyncio.get_running_loop().create_task(self._expire(grant_id))
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _expire(self, grant_id: str) -> None:
+        """Mark the grant expired, then end it the way revocation does (slots, services)."""
+        now = self._clock()
+        try:
+            async with self._uow_factory() as uow:
+                grant = await uow.grants.get(grant_id)
+                if grant is None or grant.state != g.ACTIVE:
+                    return  # revoked, retired or forgotten meanwhile: ended by that path
+                if grant.state_at(now) != g.EXPIRED:
+                    self._arm_expiry(grant)  # the timer ran early by the clock: wait again
+                    return
+                await uow.grants.set_state(grant_id, g.EXPIRED, None)
+                await audit.record(
+                    uow,
+                    self._clock,
+                    action="grant.expired",
+                    actor="lifetime",
+                    project=grant.project,
+                    target=grant_id,
+                    details={"expires_at": grant.expires_at.isoformat()},
+                )
+                await uow.commit()
+        except FiccError as exc:
+            log.warning("grant %s could not be expired: %s", grant_id, exc.message)
+            return
+        await self._grant_ended(replace(grant, state=g.EXPIRED))
+
+    def _disconnect(self, hypernet_id: str) -> None:
+        """Close the sessions with a cluster whose pairing ended, and what runs on them."""
+        try:
+            transport = self.companion.transport
+        except Unavailable:
+            return  # no companion, no session
+        transport.disconnect(
+            hypernet_id, PermissionDenied("the pairing with this cluster was removed")
+        )
 
     async def _tell(
         self,

@@ -2,8 +2,10 @@
 
 A slot is taken at admission and given back on every exit path (the context manager's exit
 runs on success, error, timeout and cancellation). Ending a grant (revocation, expiry, peer
-removal) ends every request holding one of its slots: each one's work is raced against the
-slot's end, so the peer receives ``grant_revoked`` or ``grant_expired``, not a silent stop.
+removal) ends every request holding one of its slots: the slot keeps the task that serves its
+request and cancels it, wherever it waits (on the engine, or on a write to a peer that stopped
+reading), so the slot and the engine request are freed at once and the peer receives
+``grant_revoked`` or ``grant_expired``, not a silent stop.
 """
 
 from __future__ import annotations
@@ -13,24 +15,35 @@ import contextlib
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ficc.base.errors import FiccError, GrantExpired, LimitExceeded
+from ficc.services.peer_channel import end_request
 
 T = TypeVar("T")
 
 
 class Slot:
-    """One admitted request; ``ended`` is set when its grant ends."""
+    """One admitted request and the task serving it; ``ended`` is set when its grant ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None = None) -> None:
         self.ended = asyncio.Event()
         self.reason: FiccError | None = None
+        self.task = task
 
     def end(self, reason: FiccError) -> None:
-        if self.reason is None:
-            self.reason = reason
-            self.ended.set()
+        """End the request now: its serving task is cancelled with ``reason``.
+
+        Setting ``ended`` alone is not enough: a task blocked writing to a peer that stopped
+        reading never looks at it again.
+        """
+        if self.reason is not None:
+            return
+        self.reason = reason
+        self.ended.set()
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            end_request(task, reason)
 
     def check(self) -> None:
         if self.reason is not None:
@@ -95,7 +108,8 @@ class GrantSlots:
                 f"the grant allows {concurrent} concurrent requests; all are in use",
                 details={"limit": "concurrent", "allowed": concurrent},
             )
-        slot = Slot()
+        # The task admitting the request is the one serving it, to its last byte.
+        slot = Slot(asyncio.current_task())
         slots.add(slot)
         loop = asyncio.get_running_loop()
         expiry = loop.call_later(

@@ -9,11 +9,13 @@ no answer in time), ``ProtocolError``, or the error the peer's handler raised.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ficc.base.errors import FiccError
 from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
@@ -23,6 +25,8 @@ __all__ = [
     "PeerLookup",
     "RequestHandler",
     "RequestResult",
+    "end_request",
+    "ending_reason",
 ]
 
 
@@ -42,6 +46,22 @@ RequestResult = dict[str, Any] | AsyncIterator[bytes]
 RequestHandler = Callable[[PeerIdentity, str, dict[str, Any]], Awaitable[RequestResult]]
 """``handler(peer, operation, body)``; cancelled when the requester abandons the request.
 Raise a :class:`~ficc.base.errors.FiccError` to refuse: the requester receives it."""
+
+
+def end_request(task: asyncio.Task[Any], reason: FiccError) -> None:
+    """End the request ``task`` serves, wherever it waits (even on a peer that stopped reading).
+
+    The task is cancelled with ``reason`` as the cancel message; the transport tells the
+    requester ``reason`` (an error frame, or a stream reset naming it when no frame can go).
+    """
+    task.cancel(msg=reason)
+
+
+def ending_reason(cancelled: asyncio.CancelledError) -> FiccError | None:
+    """The reason :func:`end_request` gave, or ``None`` for any other cancellation."""
+    reason = cancelled.args[0] if cancelled.args else None
+    return reason if isinstance(reason, FiccError) else None
+
 
 PeerLookup = Callable[[str], Awaitable[KnownPeer | None]]
 """The cluster key and generation recorded for a HyperNet ID, or ``None`` if never paired."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -690,7 +690,20 @@ class RemoteOperations:
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         ) as chunks:
-            yield chunks
+            named = _naming_grant(chunks, grant_id)
+            async with contextlib.aclosing(named):
+                yield named
+
+
+async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGenerator[bytes, None]:
+    """The chunks; a grant ending says which grant (a stream reset cannot carry its ID)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (GrantRevoked, GrantExpired) as exc:
+        if "grant" in exc.details:
+            raise
+        raise type(exc)(exc.message, details={**exc.details, "grant": grant_id}) from exc
 
 
 def _published(selected: str | None, remote_grants: list[dict[str, Any]]) -> list[str]:

@@ -1,8 +1,8 @@
 """Server-sent events straight from an engine, and plain answers that stop when the caller goes.
 
 Nothing is buffered: each event is sent as it arrives. Whatever ends the response — the last
-event, an error, or the caller closing the connection — closes the engine's stream, so the
-engine stops generating and the request's slot is freed.
+event, an error, or the caller closing the connection, before the first byte or after it —
+closes the engine's stream, so the engine stops generating and the request's slot is freed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from starlette.requests import Request
@@ -99,3 +100,21 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     if task.cancelled():
         return None
     return task.result()
+
+
+async def open_unless_disconnected(
+    request: Request, opening: AbstractAsyncContextManager[AsyncIterator[bytes]]
+) -> EventStreamResponse | None:
+    """The response relaying a stream once ``opening`` yields it; None if the caller left first.
+
+    Opening a remote stream waits for its first chunk, which can take long (prompt processing,
+    a queue). Until the response starts nothing else notices the caller leaving, so without
+    this race an abandoned request would keep its slot and its engine request on the peer
+    until the first byte.
+    """
+    stack = contextlib.AsyncExitStack()
+    chunks = await unless_disconnected(request, stack.enter_async_context(opening))
+    if chunks is None:
+        await stack.aclose()
+        return None
+    return EventStreamResponse(chunks, stack.aclose)

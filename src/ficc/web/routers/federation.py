@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Final
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -20,7 +19,7 @@ from ficc.web.schemas import (
     Refresh,
     RemoteRequest,
 )
-from ficc.web.sse import EventStreamResponse, unless_disconnected
+from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
 
@@ -121,8 +120,8 @@ async def request(
 ) -> Any:
     remote = ctx.cluster.remote
     if is_streaming(body.operation, body.body):
-        stack = contextlib.AsyncExitStack()
-        chunks = await stack.enter_async_context(
+        opened = await open_unless_disconnected(
+            http,
             remote.open_stream(
                 ctx.principal,
                 ctx.project,
@@ -130,9 +129,11 @@ async def request(
                 operation=body.operation,
                 body=body.body,
                 mutation_id=body.mutation_id,
-            )
+            ),
         )
-        return EventStreamResponse(chunks, stack.aclose)
+        if opened is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return opened
     answer = await unless_disconnected(
         http,
         remote.request(

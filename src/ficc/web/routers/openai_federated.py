@@ -7,7 +7,6 @@ cancels the remote request. Nothing is retried or replayed.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
@@ -17,7 +16,7 @@ from ficc.services.remote_operations import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
-from ficc.web.sse import EventStreamResponse, unless_disconnected
+from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
 
@@ -47,8 +46,8 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
-        stack = contextlib.AsyncExitStack()
-        chunks = await stack.enter_async_context(
+        opened = await open_unless_disconnected(
+            request,
             remote.open_stream(
                 ctx.principal,
                 ctx.project,
@@ -56,9 +55,11 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
                 operation="inference.invoke",
                 body=invocation,
                 service=model,
-            )
+            ),
         )
-        return EventStreamResponse(chunks, stack.aclose)
+        if opened is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return opened
     answer = await unless_disconnected(
         request,
         remote.request(
