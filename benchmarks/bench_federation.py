@@ -67,10 +67,10 @@ class Cluster:
     client: httpx.Client
 
 
-def _cluster(stack: ExitStack, work: Path, name: str) -> Cluster:
+def _cluster(stack: ExitStack, work: Path, name: str, *extra: str) -> Cluster:
     state = work / name
     argv = [sys.executable, "-m", "ficc", "serve", "--state-dir", str(state)]
-    argv += ["--listen", "127.0.0.1:0", "--hypernet-bind", "127.0.0.1:0"]
+    argv += ["--listen", "127.0.0.1:0", "--hypernet-bind", "127.0.0.1:0", *extra]
     process = stack.enter_context(running_process(argv, work / f"{name}.log"))
     server_json = state / "server.json"
 
@@ -343,7 +343,7 @@ def run() -> list[dict[str, Any]]:
         work = Path(temporary)
         mock_url = mock_engine_running(stack, work)
         alpha = _cluster(stack, work, "alpha")
-        beta = _cluster(stack, work, "beta")
+        beta = _cluster(stack, work, "beta", "--upstream-allow", mock_url)
         example = _cli("example-model")
         model = json.loads(
             _cli("model-add", "--state-dir", str(beta.state), "--name", "smol", example)

@@ -111,7 +111,7 @@ async def mock_engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
 # --- processes ------------------------------------------------------------------------------
 
 
-def _ficc_running(stack: ExitStack, work: Path) -> tuple[str, str, Path]:
+def _ficc_running(stack: ExitStack, work: Path, upstream: str) -> tuple[str, str, Path]:
     """(url, owner token, state dir) of a fresh `ficc serve`."""
     state = work / "state"
     argv = [
@@ -125,6 +125,8 @@ def _ficc_running(stack: ExitStack, work: Path) -> tuple[str, str, Path]:
         "127.0.0.1:0",
         "--hypernet-bind",
         "127.0.0.1:0",
+        "--upstream-allow",
+        upstream,
     ]
     process = stack.enter_context(running_process(argv, work / "ficc.log"))
     server_json = state / "server.json"
@@ -269,7 +271,7 @@ def run() -> list[dict[str, Any]]:
     ):
         work = Path(temporary)
         mock_url = mock_engine_running(stack, work)
-        url, token, state = _ficc_running(stack, work)
+        url, token, state = _ficc_running(stack, work, mock_url)
         example = _ficc_cli("example-model")
         model = json.loads(
             _ficc_cli("model-add", "--state-dir", str(state), "--name", "smollm2", example)

@@ -58,7 +58,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with pytest.MonkeyPatch.context() as env, mock_engine(root / "mock.log") as engine:
         env.setenv(WRITE_STALL_VARIABLE, str(WRITE_STALL_SECONDS))
         alpha = start_cluster(root / "alpha")
-        beta = start_cluster(root / "beta")
+        beta = start_cluster(root / "beta", "--upstream-allow", engine.url)
         try:
             configure(alpha, "alpha")
             configure(beta, "beta")
