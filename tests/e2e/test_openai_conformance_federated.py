@@ -43,7 +43,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
 
 @pytest.fixture(scope="module")
 def engine(fed: Federated) -> OpenAI:
-    client = client_on(f"{fed.engine_url}/v1", fed.engine_key)
+    client = client_on(f"{fed.engine_url}/v1", fed.engine_key or "unused")
     warm(client, fed.service)
     return client
 

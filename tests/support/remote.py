@@ -68,8 +68,8 @@ class Federated:
     node: str
     engine_url: str
     """The running service's engine, called directly on beta's machine."""
-    engine_key: str
-    """The key that engine answers to."""
+    engine_key: str | None
+    """The key that engine answers to (None: an upstream FICC does not launch)."""
 
     @property
     def alpha_owner(self) -> httpx.Client:
@@ -225,7 +225,7 @@ def federate(
         model=model,
         node=local_node(beta),
         engine_url=f"http://127.0.0.1:{replica['port']}",
-        engine_key=engine_api_key(replica),
+        engine_key=engine_api_key(replica) if replica.get("pid") else None,
     )
 
 
