@@ -90,10 +90,10 @@ def test_chat_streams_on_a_terminal_and_ctrl_c_cancels_the_answer_not_the_sessio
             terminal.interrupt()
             terminal.read_until(lambda text: "answer cancelled" in text)
             terminal.read_until(lambda text: text.rstrip().endswith(">>>"))
+            # The session goes on: the next question is answered in full (a third prompt).
             terminal.type("again\n")
-            terminal.read_until(lambda text: text.count(">>> ") >= 3 or "again" in text)
-            terminal.interrupt()
-            terminal.read_until(lambda text: text.count("answer cancelled") == 2)
+            terminal.read_until(lambda text: text.count(">>> ") >= 3)
+            assert terminal.process.poll() is None
             terminal.type("\x04")  # Ctrl-D ends the session
             assert terminal.wait() == 0
         finally:
@@ -189,8 +189,9 @@ def test_an_unknown_model_says_it_is_a_service_id_and_lists_the_running_ones(
     try:
         error = refused(state, "chat", "tiny", "hello", status=1)
         assert error["code"] == "not_found"
-        assert "service" in error["message"]
-        assert error["details"]["services"] == [service["id"]]
+        # The OpenAI-shaped error has no details: the message itself lists the usable IDs.
+        assert "is the ID of a running service" in error["message"]
+        assert service["id"] in error["message"]
     finally:
         ok(state, "service-stop", service["id"], "--wait")
         ok(state, "service-remove", service["id"])
