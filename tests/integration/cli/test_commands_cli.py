@@ -197,3 +197,32 @@ def test_help_and_socket_commands_import_none_of_the_server_libraries(args: list
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     assert "LOADED []" in result.stderr, result.stderr
+
+
+def test_a_server_that_never_answers_is_a_timeout_with_status_four(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rule of the client, with a short deadline: a socket that accepts and stays silent."""
+    from ficc.cli.client import ControlClient
+    from ficc.cli.main import handles_errors
+
+    state = tmp_path / "state"
+    state.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(state / "ficc.sock"))
+    listener.listen(8)
+
+    @handles_errors
+    def ask() -> None:
+        with ControlClient(state, "default", timeout_seconds=0.2) as client:
+            client.request("GET", "/api/v1/projects")
+
+    try:
+        with pytest.raises(SystemExit) as exited:
+            ask()
+    finally:
+        listener.close()
+    assert exited.value.code == 4
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "timeout"
+    assert error["details"] == {"seconds": 0.2}
