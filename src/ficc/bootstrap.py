@@ -24,6 +24,7 @@ from ficc.adapters.runtimes.attempt_fence import fence_attempt
 from ficc.adapters.sql.database import Database, default_url
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.adapters.state_dir import StateDir
+from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
 from ficc.domain import transfers as tr
@@ -43,9 +44,7 @@ from ficc.services.ports import Clock
 from ficc.services.remote_operations import RemoteOperations
 from ficc.services.transfers import Transfers
 
-DEFAULT_LISTEN = "127.0.0.1:8470"
 NODE_REFRESH_SECONDS = 10.0
-DEFAULT_HYPERNET_BIND = "0.0.0.0:0"
 LABEL_SETTING = "label"
 RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and

@@ -7,21 +7,14 @@ import json
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from ficc.base.errors import FiccError
+from ficc.cli.bodies import input_or_flags
 from ficc.cli.client import ControlClient
 from ficc.cli.main import (
     EXIT_DEADLINE,
@@ -30,17 +23,13 @@ from ficc.cli.main import (
     call,
     cli,
     emit,
+    fail,
     handles_errors,
     read_input,
     state_options,
 )
-from ficc.services.remote_operations import INVOKE_TIMEOUT_SECONDS, is_streaming
 
 PREFIX = "/api/v1/federation"
-
-
-def _body_or(input_path: str | None, built: dict[str, Any]) -> Any:
-    return read_input(input_path) if input_path is not None else built
 
 
 @cli.command("federation-status")
@@ -65,12 +54,14 @@ def federation_configure(
     label: str | None,
 ) -> None:
     """Configure and (re)start the companion."""
-    if input_path is None and agent_directory is None:
-        raise click.UsageError("give --input FILE or --agent-directory DIR")
-    built: dict[str, Any] = {"agent_directory": str(Path(agent_directory or "").absolute())}
-    if label is not None:
-        built["label"] = label
-    emit(call(state_dir, project, "PUT", f"{PREFIX}/configuration", _body_or(input_path, built)))
+    body = input_or_flags(input_path, {"--agent-directory": agent_directory, "--label": label})
+    if body is None:
+        if agent_directory is None:
+            raise click.UsageError("give --input FILE or --agent-directory DIR")
+        body = {"agent_directory": str(Path(agent_directory).absolute())}
+        if label is not None:
+            body["label"] = label
+    emit(call(state_dir, project, "PUT", f"{PREFIX}/configuration", body))
 
 
 @cli.command("federation-pair")
@@ -89,23 +80,118 @@ def federation_pair(
     scopes: tuple[str, ...],
 ) -> None:
     """Send an offer to a service cluster."""
-    if input_path is None and (service is None or not scopes):
-        raise click.UsageError("give --input FILE, or --service ID and at least one --scope")
-    built: dict[str, Any] = {"service": service, "scopes": list(scopes)}
-    if ticket is not None:
-        built["ticket"] = ticket
-    emit(call(state_dir, project, "POST", f"{PREFIX}/offers", _body_or(input_path, built)))
+    flags = {"--service": service, "--ticket": ticket, "--scope": scopes}
+    body = input_or_flags(input_path, flags)
+    if body is None:
+        if service is None or not scopes:
+            raise click.UsageError("give --input FILE, or --service ID and at least one --scope")
+        body = {"service": service, "scopes": list(scopes)}
+        if ticket is not None:
+            body["ticket"] = ticket
+    emit(call(state_dir, project, "POST", f"{PREFIX}/offers", body))
 
 
 @cli.command("federation-approve")
 @state_options
 @click.argument("offer")
-@click.option("--input", "input_path", required=True, help='{"revision", "grant"} as JSON.')
+@click.option("--input", "input_path", help='{"revision", "grant"} as JSON (or the flags below).')
+@click.option("--scope", "scopes", multiple=True, help="A scope to grant; repeat.")
+@click.option("--service", "services", multiple=True, help="A service ID to grant; repeat.")
+@click.option("--model", "models", multiple=True, help="A model ID to grant; repeat.")
+@click.option("--node", "nodes", multiple=True, help="A node ID to grant; repeat.")
+@click.option("--lifetime", type=int, help="Seconds the grant lasts.")
+@click.option("--concurrent", type=int, help="Requests in flight at once.")
+@click.option("--requests", type=int, help="Requests in all.")
+@click.option("--transfer-bytes", type=int, help="Model bytes the peer may acquire.")
+@click.option("--request-bytes", type=int, help="Largest request body.")
+@click.option("--response-bytes", type=int, help="Largest inference response.")
+@click.option("--stop-on-revoke", is_flag=True, help="Revocation also stops created services.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @handles_errors
-def federation_approve(state_dir: Path, project: str, offer: str, input_path: str) -> None:
-    """Approve an incoming offer with a grant."""
-    body = read_input(input_path)
-    emit(call(state_dir, project, "POST", f"{PREFIX}/offers/{offer}/approve", body))
+def federation_approve(
+    state_dir: Path,
+    project: str,
+    offer: str,
+    input_path: str | None,
+    scopes: tuple[str, ...],
+    services: tuple[str, ...],
+    models: tuple[str, ...],
+    nodes: tuple[str, ...],
+    lifetime: int | None,
+    concurrent: int | None,
+    requests: int | None,
+    transfer_bytes: int | None,
+    request_bytes: int | None,
+    response_bytes: int | None,
+    stop_on_revoke: bool,
+    yes: bool,
+) -> None:
+    """Approve an incoming offer with a grant (from --input, or from flags with the offer's
+    revision read for you); on a terminal the exact grant is shown for confirmation first."""
+    limits = {
+        "lifetime": lifetime,
+        "concurrent": concurrent,
+        "requests": requests,
+        "transfer_bytes": transfer_bytes,
+        "request_bytes": request_bytes,
+        "response_bytes": response_bytes,
+    }
+    lists = {"scopes": scopes, "services": services, "models": models, "nodes": nodes}
+    flags: dict[str, Any] = {f"--{name.replace('_', '-')}": value for name, value in limits.items()}
+    flags.update({f"--{name.removesuffix('s')}": value for name, value in lists.items()})
+    flags["--stop-on-revoke"] = stop_on_revoke
+    with ControlClient(state_dir, project) as client:
+        body = input_or_flags(input_path, flags)
+        if body is None:
+            if not scopes:
+                raise click.UsageError("give --input FILE, or at least one --scope")
+            grant: dict[str, Any] = {name: list(value) for name, value in lists.items() if value}
+            grant.update({name: value for name, value in limits.items() if value is not None})
+            if stop_on_revoke:
+                grant["stop_on_revoke"] = True
+            body = {"revision": _incoming_offer(client, offer)["revision"], "grant": grant}
+        if not yes and sys.stdin.isatty() and sys.stderr.isatty():
+            _confirm_grant(client, offer, body)
+        emit(client.request("POST", f"{PREFIX}/offers/{offer}/approve", body))
+
+
+def _incoming_offer(client: ControlClient, offer: str) -> dict[str, Any]:
+    overview = client.request("GET", f"{PREFIX}/")
+    for found in overview.get("offers", []):
+        if found.get("id") == offer:
+            return dict(found)
+    raise click.UsageError(f"no offer {offer} is waiting in this project")
+
+
+def _confirm_grant(client: ControlClient, offer: str, body: Any) -> None:
+    """Show the offer and the grant with every default filled in; ask before approving."""
+    from rich.console import Console
+
+    from ficc.cli.output import tables_of
+    from ficc.domain.grants import parse_grant
+
+    grant = body.get("grant") if isinstance(body, dict) else None
+    try:
+        terms = parse_grant(grant).to_json()
+    except FiccError as exc:
+        fail(exc)
+    shown = {
+        "offer": {
+            key: value
+            for key, value in _incoming_offer(client, offer).items()
+            if key in ("id", "service", "scopes", "state", "revision", "expires_at")
+        },
+        "grant": terms,
+    }
+    console = Console(stderr=True, highlight=False)
+    for table in tables_of(shown, title=None, now=_now()):
+        console.print(table)
+    if not click.confirm("Approve this offer with this grant?", err=True):
+        raise click.Abort
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 @cli.command("federation-finish")
@@ -120,7 +206,7 @@ def federation_finish(
     """Complete the pairing with the exact accepted receipt."""
     if (receipt is None) == (input_path is None):
         raise click.UsageError("give exactly one of --receipt DIGEST or --input FILE")
-    body = _body_or(input_path, {"receipt": receipt})
+    body = read_input(input_path) if input_path is not None else {"receipt": receipt}
     emit(call(state_dir, project, "POST", f"{PREFIX}/offers/{offer}/finish", body))
 
 
@@ -196,6 +282,8 @@ def federation_request(
     state_dir: Path, project: str, peer: str, input_path: str, output_path: str | None
 ) -> None:
     """Send one remote operation through the selected grant (never retried)."""
+    from ficc.services.remote_operations import INVOKE_TIMEOUT_SECONDS, is_streaming
+
     body = read_input(input_path)
     output = _exclusive(output_path) if output_path is not None else None
     try:
@@ -283,6 +371,16 @@ def federation_acquire(
 
 def _follow(client: ControlClient, transfer: dict[str, Any], deadline: float) -> dict[str, Any]:
     """Show a progress bar on stderr until the transfer leaves ``running`` or time is up."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     end = time.monotonic() + deadline
     console = Console(stderr=True)
     columns = (
@@ -343,3 +441,22 @@ def _pause_started(client: ControlClient, peer: str, model: str) -> None:
 def federation_pause(state_dir: Path, project: str, transfer: str) -> None:
     """Pause an acquisition, keeping its partial bytes."""
     emit(call(state_dir, project, "POST", f"{PREFIX}/transfers/{transfer}/pause"))
+
+
+@cli.command("federation-audit")
+@state_options
+@click.option("--after", type=click.IntRange(min=0), default=0, help="Entries after this seq.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@handles_errors
+def federation_audit(state_dir: Path, project: str, after: int, limit: int) -> None:
+    """The audit log: pairing steps, grant changes and remote mutations, oldest first."""
+    emit(call(state_dir, project, "GET", f"{PREFIX}/audit?after={after}&limit={limit}"))
+
+
+@cli.command("federation-transfers")
+@state_options
+@handles_errors
+def federation_transfers(state_dir: Path, project: str) -> None:
+    """The project's model acquisitions with their progress."""
+    overview = call(state_dir, project, "GET", f"{PREFIX}/")
+    emit({"transfers": overview.get("transfers", [])})

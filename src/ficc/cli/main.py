@@ -1,14 +1,18 @@
 """Entry point of the `ficc` console script.
 
 Every command but ``serve`` and ``init`` talks to the running server of its state directory
-through the control socket, as the local owner. Results are JSON on stdout; errors are the
-JSON error envelope on stderr. Exit status: 0 done, 1 refused by FICC, 2 usage error,
-3 no server, 4 deadline reached, 130 interrupted.
+through the control socket, as the local owner. Results are JSON on stdout (tables on a
+terminal, see ``--format``); errors, usage errors included, are the JSON error envelope on
+stderr. Exit status: 0 done, 1 refused by FICC, 2 usage error, 3 no server, 4 deadline reached,
+130 interrupted.
+
+Start-up time matters (completion, scripts): this module and the command modules import only
+click and the standard library at the top; the server's libraries load inside the commands
+that need them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -18,11 +22,11 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
-import uvloop
 
+from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
 from ficc.base.errors import FiccError
-from ficc.bootstrap import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, Settings, initialise
-from ficc.cli.client import ControlClient, NoServer
+from ficc.cli.client import ControlClient, NoServer, ServerTimeout
+from ficc.cli.output import fail_with, format_option
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -51,17 +55,20 @@ def state_options(function: F) -> F:
         default=_default_state_dir,
         help="State directory (default $FICC_STATE_DIR, else .ficc).",
     )(function)
-    return function
+    return format_option(function)
 
 
 def fail(error: FiccError) -> NoReturn:
-    envelope = {"error": {"code": error.code, "message": error.message, "details": error.details}}
-    click.echo(json.dumps(envelope), err=True)
-    sys.exit(EXIT_REFUSED)
+    fail_with(error.code, error.message, error.details, EXIT_REFUSED)
 
 
-def emit(result: Any) -> None:
-    click.echo(json.dumps(result, indent=2, sort_keys=True))
+def emit(
+    result: Any, *, title: str | None = None, view: Callable[[Any], Any] | None = None
+) -> None:
+    """The result as JSON, or as tables on a terminal (``--format`` decides)."""
+    from ficc.cli.output import emit as show
+
+    show(result, title=title, view=view)
 
 
 def handles_errors(function: F) -> F:
@@ -72,12 +79,13 @@ def handles_errors(function: F) -> F:
         try:
             return function(*args, **kwargs)
         except NoServer as exc:
-            click.echo(json.dumps({"error": {"code": "no_server", "message": str(exc)}}), err=True)
-            sys.exit(EXIT_NO_SERVER)
+            fail_with("no_server", str(exc), None, EXIT_NO_SERVER)
+        except ServerTimeout as exc:
+            fail_with("timeout", str(exc), {"seconds": exc.seconds}, EXIT_DEADLINE)
         except FiccError as exc:
             fail(exc)
         except KeyboardInterrupt:
-            sys.exit(EXIT_INTERRUPTED)
+            fail_with("interrupted", "interrupted", None, EXIT_INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -116,6 +124,11 @@ def cli() -> None:
 @handles_errors
 def init(state_dir: Path, project: str, label: str | None) -> None:
     """Create the state directory (database, cluster key, owner token); idempotent."""
+    import asyncio
+
+    from ficc.bootstrap import Settings, initialise
+    from ficc.cli.worktree import warn_if_not_ignored
+
     private_files()
     result = asyncio.run(initialise(Settings(state_dir=state_dir), label=label))
     emit(
@@ -127,6 +140,7 @@ def init(state_dir: Path, project: str, label: str | None) -> None:
             "owner_token_file": str(state_dir / "owner.token"),
         }
     )
+    warn_if_not_ignored(state_dir)
 
 
 @cli.command()
@@ -151,6 +165,11 @@ def serve(
     upstream_allow: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
+    import asyncio
+
+    import uvloop
+
+    from ficc.bootstrap import Settings
     from ficc.cli.serve import parse_listen, parse_upstream_allow, serve
 
     private_files()
@@ -173,8 +192,7 @@ def serve(
     except FiccError as exc:
         fail(exc)
     except OSError as exc:
-        click.echo(json.dumps({"error": {"code": "os_error", "message": str(exc)}}), err=True)
-        sys.exit(EXIT_REFUSED)
+        fail_with("os_error", str(exc), None, EXIT_REFUSED)
 
 
 @cli.command("token-create")
@@ -215,9 +233,13 @@ def set_password(state_dir: Path, project: str, password_stdin: bool) -> None:
 @click.argument("paths", nargs=-1, required=True)
 @handles_errors
 def model_add(state_dir: Path, project: str, name: str, paths: tuple[str, ...]) -> None:
-    """Import local files as one model (streamed, hashed, stored by content)."""
-    absolute = [str(Path(path).absolute()) for path in paths]
-    emit(call(state_dir, project, "POST", "/api/v1/models", {"name": name, "paths": absolute}))
+    """Import local files as one model (streamed, hashed, stored by content).
+
+    Waits as long as the import takes (a large model hashes and syncs for minutes).
+    """
+    from ficc.cli.models import import_model
+
+    emit(import_model(state_dir, project, name, [Path(path) for path in paths]))
 
 
 @cli.command("models")
@@ -247,6 +269,8 @@ def example_model(state_dir: Path, project: str) -> None:
 
 
 def main() -> None:
-    from ficc.cli import federation  # noqa: F401 - registers the federation-* commands
+    # Importing a command module registers its commands.
+    from ficc.cli import accounts, chat, federation, models, services  # noqa: F401
+    from ficc.cli.output import run
 
-    cli()
+    run(cli)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from ficc.base.errors import Conflict, InvalidInput, PermissionDenied, UnacknowledgedOutcome
@@ -395,27 +395,87 @@ def _parse_model(runtime: RuntimeName, value: object) -> str:
 
 
 def parse_service_spec(data: object) -> ServiceSpec:
-    """Check a spec as sent by a user or a peer; refuse naming the first bad field."""
+    """Check a spec as sent by a user or a peer; refuse naming every bad field at once.
+
+    One refusal lists each missing or wrong field with its rule and allowed values, so that a
+    caller fixes the spec in one go instead of one field per round trip.
+    """
     if not isinstance(data, Mapping):
         raise InvalidInput("spec must be an object", field="spec")
+    problems: list[InvalidInput] = []
     unknown = sorted(str(key) for key in data if key not in SPEC_FIELDS)
-    if unknown:
-        raise InvalidInput(
-            f"spec field {unknown[0]} is unknown (allowed: {', '.join(sorted(SPEC_FIELDS))})",
-            field=unknown[0],
+    for key in unknown:
+        problems.append(
+            InvalidInput(
+                f"spec field {key} is unknown (allowed: {', '.join(sorted(SPEC_FIELDS))})",
+                field=key,
+                details={"allowed": sorted(SPEC_FIELDS)},
+            )
         )
     for key in _REQUIRED_FIELDS:
         if key not in data:
-            raise InvalidInput(f"{key} is required", field=key)
-    name = _parse_name(data["name"])
-    runtime = _parse_runtime(data["runtime"])
-    model = _parse_model(runtime, data["model"])
-    node = data.get("node")
-    if node is not None:
-        node = parse_id("node", node, field="node")
-    replicas = _integer(1, MAX_REPLICAS)("replicas", data.get("replicas", 1))
-    options = parse_options(runtime, data.get("options"))
+            problems.append(_missing(key))
+    name = _checked(problems, lambda: _parse_name(data["name"]), "name" in data)
+    runtime = _checked(problems, lambda: _parse_runtime(data["runtime"]), "runtime" in data)
+    model = node = options = None
+    if runtime is not None:
+        model = _checked(problems, lambda: _parse_model(runtime, data["model"]), "model" in data)
+        options = _checked(problems, lambda: parse_options(runtime, data.get("options")), True)
+    if data.get("node") is not None:
+        node = _checked(problems, lambda: parse_id("node", data["node"], field="node"), True)
+    replicas = _checked(
+        problems, lambda: _integer(1, MAX_REPLICAS)("replicas", data.get("replicas", 1)), True
+    )
+    if problems or name is None or runtime is None or model is None:
+        raise _all_of(problems)
+    if replicas is None or options is None:
+        raise _all_of(problems)
     return ServiceSpec(name, model, runtime, node, replicas, options)
+
+
+_T = TypeVar("_T")
+
+
+def _checked(problems: list[InvalidInput], parse: Callable[[], _T], present: bool) -> _T | None:
+    """The parsed value, or None with the refusal added to ``problems``."""
+    if not present:
+        return None
+    try:
+        return parse()
+    except InvalidInput as exc:
+        problems.append(exc)
+        return None
+
+
+def _missing(key: str) -> InvalidInput:
+    if key == "runtime":
+        allowed = [runtime.value for runtime in RuntimeName]
+        return InvalidInput(
+            f"runtime is required: one of {', '.join(allowed)}",
+            field="runtime",
+            details={"allowed": allowed},
+        )
+    if key == "model":
+        return InvalidInput(
+            "model is required: a model ID (mdl_...) of this project, or the upstream model "
+            "name for runtime openai",
+            field="model",
+        )
+    return InvalidInput(f"{key} is required", field=key)
+
+
+def _all_of(problems: list[InvalidInput]) -> InvalidInput:
+    """One refusal for several: the first field in ``field``, every one in ``fields``."""
+    if not problems:
+        return InvalidInput("spec is incomplete", field="spec")
+    if len(problems) == 1:
+        return problems[0]
+    fields = [{"message": problem.message, **problem.details} for problem in problems]
+    return InvalidInput(
+        "; ".join(problem.message for problem in problems),
+        field=str(problems[0].details.get("field")),
+        details={"fields": fields},
+    )
 
 
 # --- the service state machine --------------------------------------------------------------

@@ -53,9 +53,13 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
         # Resolved once and handed on: each resolution takes the next replica in turn.
         endpoint = await inference.endpoint(ctx.project, service_id)
     except NotFound as exc:
+        # The usual mistake is a model's name: say what `model` is and which IDs work here.
+        usable = [service.id for service in await inference.running_services(ctx.project)]
+        listed = ", ".join(usable) if usable else "none is running"
         raise NotFound(
-            f"the model {service_id} is not a service of this project",
-            details={"field": "model"},
+            f"the model {service_id} is not a service of this project: model is the ID of a "
+            f"running service (here: {listed})",
+            details={"field": "model", "services": usable},
         ) from exc
     if body.get("stream") is True:
         stack = contextlib.AsyncExitStack()
