@@ -361,3 +361,15 @@ def _check_login_page(cluster: RunningCluster, new_context: Any) -> None:
     page.goto(cluster.url + "/ui")
     problems = accessibility_problems(page)
     assert problems == [], describe(problems)
+    # The check can fail: the faults it exists for, added to the page, are each reported.
+    page.evaluate(
+        """() => {
+            const main = document.querySelector("main");
+            main.insertAdjacentHTML("beforeend", '<p id="faint">faint</p><input id="bare">'
+                + '<table><tr><th>x</th></tr></table><button></button>');
+            document.getElementById("faint").style.color = "#999";
+        }"""
+    )
+    rules = {problem["rule"] for problem in accessibility_problems(page)}
+    assert {"color-contrast", "control-has-label", "table-caption", "th-scope"} <= rules
+    assert "has-accessible-name" in rules
