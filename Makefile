@@ -24,7 +24,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 setup: $(VENV)/.installed
 
+# The browser tests drive Debian's Chromium (nothing is downloaded at run time).
 setup-test: $(VENV)/.installed-test
+	scripts/ensure-chromium
 
 run: setup
 	$(BIN)/ficc init --state-dir $(STATE_DIR) >/dev/null

@@ -239,6 +239,7 @@ class Federation:
             "service": offer.service if outgoing else me,
             "requester": me if outgoing else offer.service,
             "label": offer.peer_label,
+            "cluster_key": offer.peer_cluster_key,
             "scopes": sorted(offer.scopes),
             "state": offer.state_at(now),
             "revision": offer.revision,

@@ -17,6 +17,7 @@ from ficc.web.auth import AUTHENTICATED_ONLY
 PUBLIC_ROUTES = {
     ("GET", "/"),
     ("GET", "/ui"),
+    ("GET", "/ui/static/{name}"),
     ("POST", "/api/v1/session"),
     ("GET", "/login/{secret}"),
 }

@@ -1,0 +1,231 @@
+"""The web console's plumbing: who is looking, at which project, and how values are shown.
+
+Pages name their project in the path (``/ui/p/{project}/…``) because a browser cannot send the
+API's project header on a link; everything else (authentication, CSRF on unsafe methods, scopes,
+project admission) is the API's own code in :mod:`ficc.web.auth`, in the same order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl
+
+from fastapi import Depends, Request
+from fastapi.templating import Jinja2Templates
+
+from ficc.base.errors import InvalidInput, NotFound, TooLarge
+from ficc.base.ids import parse_project_name
+from ficc.base.times import format_time
+from ficc.domain.principals import Principal
+from ficc.domain.receipts import unb64
+from ficc.services import accounts
+from ficc.web.auth import (
+    AUTHENTICATED_ONLY,
+    SESSION_COOKIE,
+    Context,
+    authenticate,
+    cluster_of,
+)
+
+TEMPLATES: Final = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+MAX_FORM_BYTES: Final = 64 * 1024
+"""A console form is a handful of fields; anything larger is refused before it is parsed."""
+MAX_FORM_FIELDS: Final = 256
+
+SCOPE_WORDS: Final[Mapping[str, str]] = {
+    "discover": "See which services and models this project offers, by name and ID.",
+    "inference:invoke": "Send prompts to the granted services and read their answers.",
+    "inference:manage": "Create, change, start and stop inference services in this project.",
+    "models:read": "Read the manifests (names, sizes, digests) of the granted models.",
+    "models:transfer": "Download the granted models' files, up to the transfer allowance.",
+    "models:manage": "Add and remove models in this project.",
+    "resources:read": "See the granted nodes with their capacity and availability.",
+}
+"""Each remote scope in the words an approver reads before signing."""
+
+
+@dataclass(frozen=True)
+class ConsoleContext(Context):
+    """A console request: the API's context plus the session's CSRF token for the forms."""
+
+    csrf_token: str
+
+
+async def _csrf_of(request: Request, principal: Principal) -> str:
+    if principal.session_id is None:
+        return ""  # a bearer credential needs no CSRF token
+    cluster = cluster_of(request)
+    _, csrf_token = await accounts.authenticate_session(
+        cluster.uow_factory, cluster.clock, request.cookies[SESSION_COOKIE]
+    )
+    return csrf_token
+
+
+async def _project_of(request: Request, principal: Principal, name: str) -> str:
+    project = parse_project_name(name, field="project")
+    principal.require_project(project)
+    cluster = cluster_of(request)
+    if project not in cluster.known_projects:
+        async with cluster.uow_factory() as uow:
+            if not await uow.projects.exists(project):
+                raise NotFound(f"no project {project}", details={"project": project})
+        cluster.known_projects.add(project)
+    return project
+
+
+def console(*scopes: str) -> Any:
+    """The dependency of a console route that needs every scope in ``scopes`` (none: any caller).
+
+    The scope is checked before the project is looked up, so a caller without the scope learns
+    nothing about which projects exist.
+    """
+
+    async def dependency(request: Request) -> ConsoleContext:
+        principal = await authenticate(request)
+        principal.require_scope(*scopes)
+        name = request.path_params.get("project", "default")
+        project = await _project_of(request, principal, str(name))
+        return ConsoleContext(
+            cluster=cluster_of(request),
+            principal=principal,
+            project=project,
+            csrf_token=await _csrf_of(request, principal),
+        )
+
+    dependency.required_scopes = scopes or (AUTHENTICATED_ONLY,)  # type: ignore[attr-defined]
+    dependency.local_owner = False  # type: ignore[attr-defined]
+    return Depends(dependency)
+
+
+async def read_form(request: Request) -> dict[str, list[str]]:
+    """An ``application/x-www-form-urlencoded`` body, bounded; each name maps to its values."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise TooLarge(f"a console form is at most {MAX_FORM_BYTES} bytes", field="body")
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput("the form is not valid URL-encoded UTF-8", field="body") from exc
+    form: dict[str, list[str]] = {}
+    for name, value in pairs:
+        form.setdefault(name, []).append(value)
+    return form
+
+
+def form_int(form: Mapping[str, Sequence[str]], name: str, *, field: str | None = None) -> int:
+    """One integer field; a missing or malformed one is refused naming the field."""
+    values = form.get(name, [])
+    label = field or name
+    if len(values) != 1 or not values[0].strip().lstrip("-").isdigit():
+        raise InvalidInput(f"{label} must be a whole number", field=label)
+    return int(values[0].strip())
+
+
+def form_text(form: Mapping[str, Sequence[str]], name: str) -> str:
+    values = form.get(name, [])
+    if len(values) != 1 or not values[0].strip():
+        raise InvalidInput(f"{name} is required", field=name)
+    return values[0].strip()
+
+
+def grant_from_form(form: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The GRANT object the approval form describes; the grant rules check it afterwards."""
+    grant: dict[str, Any] = {
+        "scopes": list(form.get("scopes", [])),
+        "services": list(form.get("services", [])),
+        "models": list(form.get("models", [])),
+        "nodes": list(form.get("nodes", [])),
+        "stop_on_revoke": form.get("stop_on_revoke", []) == ["on"],
+    }
+    for name in ("concurrent", "requests", "request_bytes", "response_bytes", "transfer_bytes"):
+        grant[name] = form_int(form, name, field=f"grant.{name}")
+    grant["lifetime"] = form_int(form, "lifetime_hours", field="grant.lifetime") * 3600
+    return grant
+
+
+# --- how values are shown -------------------------------------------------------------------
+
+
+def fingerprint(cluster_key: str | None) -> str:
+    """The first 128 bits of SHA-256 of the cluster key, in groups of four hex digits: short
+    enough to read aloud when two people compare keys out of band."""
+    if not cluster_key:
+        return ""
+    digest = hashlib.sha256(unb64(cluster_key)).hexdigest()[:32]
+    return " ".join(digest[i : i + 4] for i in range(0, 32, 4))
+
+
+def grouped(value: str | None, size: int = 8) -> str:
+    """A long identifier in groups, so a reader can compare it piece by piece."""
+    if not value:
+        return ""
+    return " ".join(value[i : i + size] for i in range(0, len(value), size))
+
+
+def size(value: float | int | None) -> str:
+    """Bytes in binary units with one decimal (``1.5 GiB``)."""
+    if value is None:
+        return "—"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{int(amount)} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def duration(seconds: float | int | None) -> str:
+    """Seconds as the two largest units (``3 d 4 h``, ``5 min 2 s``)."""
+    if seconds is None or math.isinf(seconds):
+        return "—"
+    left = max(0, round(seconds))
+    parts: list[str] = []
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= length or (unit == "s" and not parts):
+            parts.append(f"{left // length} {unit}")
+            left %= length
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def relative(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "never"
+    delta = (at - now).total_seconds()
+    return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
+
+
+def absolute(at: datetime | None) -> str:
+    return "—" if at is None else format_time(at)
+
+
+def percent(done: int | None, total: int | None) -> int:
+    if not total:
+        return 0
+    return max(0, min(100, round(100 * (done or 0) / total)))
+
+
+def eta(transfer: Mapping[str, Any]) -> str:
+    """Time left at the current speed, or a dash when there is no speed to go by."""
+    rate = transfer.get("rate_bytes_per_second") or 0
+    if transfer.get("state") != "running" or rate <= 0:
+        return "—"
+    return duration((transfer["bytes_total"] - transfer["bytes_done"]) / rate)
+
+
+TEMPLATES.env.filters.update(
+    fingerprint=fingerprint, grouped=grouped, size=size, duration=duration, absolute=absolute
+)
+TEMPLATES.env.globals.update(SCOPE_WORDS=SCOPE_WORDS, relative=relative, percent=percent, eta=eta)
