@@ -7,7 +7,7 @@ STATE_DIR ?= .ficc
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BLAS=OFF
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: setup setup-test run test lint check-layers unit bench demo clean
+.PHONY: setup setup-test run test lint check-layers unit bench demo screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ lint: setup-test
 
 test: lint
 	scripts/in-loopback-netns $(BIN)/python -m pytest
+
+screenshots: setup-test
+	FICC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/in-loopback-netns $(BIN)/python -m pytest tests/browser
 
 bench: setup-test
 	scripts/in-loopback-netns $(BIN)/python -m benchmarks

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, BrowserContext, sync_playwright
 from tests.support.cluster import RunningCluster
 from tests.support.console import LAUNCH_ARGS, chromium_executable
 from tests.support.federation import configure
@@ -17,15 +18,36 @@ RANGE_BYTES = 256 * 1024
 STALL_SECONDS = 10.0
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    """pytest-playwright's launch arguments plus Debian's Chromium (it has no flag for it)."""
-    return {
-        **browser_type_launch_args,
-        "executable_path": chromium_executable(),
-        "headless": True,
-        "args": LAUNCH_ARGS,
-    }
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless, for one module.
+
+    Playwright's sync API runs an event loop of its own on this thread while it is started:
+    it is stopped at the end of the module, so the asyncio tests that follow can run theirs.
+    """
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=chromium_executable(), headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def new_context(browser: Browser) -> Iterator[Callable[..., BrowserContext]]:
+    """Opens browser contexts for one test; each is closed after it."""
+    opened: list[BrowserContext] = []
+
+    def open_context(**options: Any) -> BrowserContext:
+        context = browser.new_context(**options)
+        opened.append(context)
+        return context
+
+    yield open_context
+    for context in opened:
+        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -171,7 +171,7 @@ def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
     cluster: RunningCluster, figures: Figures
 ) -> None:
     node = cluster.owner().get("/api/v1/nodes").json()["nodes"][0]
-    row = f"<tr><td>{node['name']}</td>"
+    row = f'<tr><th scope="row">{node["name"]}</th>'
     without = cluster.client(cluster.token("models:read")).get("/ui")
     assert without.status_code == 200
     assert row not in without.text

@@ -25,7 +25,11 @@ LAUNCH_ARGS: Final = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS: Final = Path(__file__).resolve().parents[2] / "docs" / "console"
+SCREENSHOTS: Final = Path(
+    os.environ.get("FICC_CONSOLE_SCREENSHOTS")
+    or Path(os.environ.get("TMPDIR", "/tmp")) / "ficc-console-screenshots"
+)
+"""Where the tests save each page; ``make screenshots`` points it at docs/console."""
 DESKTOP: Final = {"width": 1280, "height": 900}
 PHONE: Final = {"width": 390, "height": 844}
 UI_DEADLINE_MS: Final = 20_000
@@ -51,7 +55,7 @@ def sign_in(page: Page, cluster: RunningCluster, path: str = "/ui") -> None:
 
 
 def screenshot(page: Page, name: str) -> Path:
-    """Save the whole page as docs/console/NAME.png (linked from docs/console.md)."""
+    """Save the whole page as NAME.png in :data:`SCREENSHOTS` (docs/console shows them)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
