@@ -219,3 +219,32 @@ def test_serve_marks_the_owner_token_of_a_database_made_before_the_mark(
         assert token_row(state_dir, minted.json()["id"])["created_by"] == owner_id
     finally:
         running.stop()
+
+
+def test_a_project_token_lists_only_the_tokens_it_may_revoke_and_never_a_secret(
+    cluster: RunningCluster, hostile: dict[str, Any], figures: Figures
+) -> None:
+    owner = cluster.owner()
+    minted = {}
+    for projects in (["b"], ["c"], ["b", "c"]):
+        response = owner.post(
+            "/api/v1/tokens", json={"scopes": ["models:read"], "projects": projects}
+        )
+        assert response.status_code == 201, response.text
+        minted[tuple(projects)] = response.json()
+    listed = hostile["client"].get("/api/v1/tokens")
+    assert listed.status_code == 200, listed.text
+    seen = {token["id"] for token in listed.json()["tokens"]}
+    assert minted[("b",)]["id"] in seen
+    assert hostile["id"] in seen
+    hidden = {minted[("c",)]["id"], minted[("b", "c")]["id"], owner_token_id(cluster.state_dir)}
+    assert not seen & hidden
+    everything = owner.get("/api/v1/tokens").json()["tokens"]
+    assert hidden <= {token["id"] for token in everything}
+    for token in everything:
+        assert set(token) == {
+            "id", "state", "scopes", "projects", "owner", "created_by",
+            "created_at", "expires_at", "revoked_at",
+        }  # fmt: skip
+    assert all(issued["token"] not in listed.text for issued in minted.values())
+    figures.record(tries=len(everything), refused=len(hidden))

@@ -1,4 +1,4 @@
-"""`ficc projects`, `project-create`, `token-revoke` and `completion`."""
+"""`ficc projects`, `project-create`, `tokens`, `token-revoke` and `completion`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ def projects(state_dir: Path, project: str) -> None:
 def project_create(state_dir: Path, project: str, name: str) -> None:
     """Create a project (its name is its ID)."""
     emit(call(state_dir, project, "POST", "/api/v1/projects", {"name": name}))
+
+
+@cli.command("tokens")
+@state_options
+@handles_errors
+def tokens(state_dir: Path, project: str) -> None:
+    """List the API tokens (never their secrets): IDs, scopes, projects, state and expiry."""
+    emit(call(state_dir, project, "GET", "/api/v1/tokens"))
 
 
 @cli.command("token-revoke")

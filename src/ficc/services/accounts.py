@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from ficc.base.errors import InvalidInput, NotFound, PermissionDenied, Unauthenticated
 from ficc.base.ids import new_id, parse_project_name
@@ -215,6 +215,36 @@ async def revoke_token(
         await uow.commit()
     if cache is not None:
         cache.clear()
+
+
+async def list_tokens(
+    uow_factory: UnitOfWorkFactory, clock: Clock, principal: Principal
+) -> list[dict[str, Any]]:
+    """The tokens this credential may revoke (the local owner: all), never their secrets."""
+    now = clock()
+    async with uow_factory() as uow:
+        tokens = await uow.tokens.list()
+    return [_token_json(token, now) for token in tokens if _may_revoke(principal, token)]
+
+
+def _token_json(token: ApiToken, now: datetime) -> dict[str, Any]:
+    if token.revoked_at is not None:
+        state = "revoked"
+    elif token.usable_at(now):
+        state = "active"
+    else:
+        state = "expired"
+    return {
+        "id": token.id,
+        "state": state,
+        "scopes": sorted(token.scopes),
+        "projects": sorted(token.projects),
+        "owner": token.owner,
+        "created_by": token.created_by,
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+        "revoked_at": token.revoked_at,
+    }
 
 
 def _may_revoke(principal: Principal, token: ApiToken) -> bool:

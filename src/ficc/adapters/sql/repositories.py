@@ -175,6 +175,10 @@ class SqlTokens(_Repository):
         row = await self._first_where(t.api_tokens, "secret_hash", secret_hash)
         return None if row is None else self._token(row)
 
+    async def list(self) -> list[ApiToken]:
+        rows = await self._c.execute(select(t.api_tokens).order_by(t.api_tokens.c.created_at))
+        return [self._token(row) for row in rows]
+
     async def revoke(self, token_id: str, at: datetime) -> None:
         await self._c.execute(
             update(t.api_tokens)

@@ -60,6 +60,12 @@ async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")
     }
 
 
+@router.get("/api/v1/tokens")
+async def list_tokens(ctx: Context = scoped("tokens:manage")) -> Any:
+    tokens = await accounts.list_tokens(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    return {"tokens": tokens}
+
+
 @router.delete("/api/v1/tokens/{token_id}", status_code=204)
 async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) -> Response:
     await accounts.revoke_token(
