@@ -21,6 +21,7 @@ from typing import Any, Final, cast
 import iroh
 from iroh import iroh_ffi
 
+from ficc.adapters import metrics
 from ficc.adapters.hypernet_errors import describe, translate
 from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
@@ -216,11 +217,13 @@ class HyperNetEndpoint:
 
     def _register(self, session: PeerSession) -> None:
         self._sessions[session.identity.hypernet_id] = session
+        metrics.HYPERNET_SESSIONS.set(len(self._sessions))
         session.start()
 
     def _forget(self, session: PeerSession, reason: FiccError) -> None:
         if self._sessions.get(session.identity.hypernet_id) is session:
             del self._sessions[session.identity.hypernet_id]
+            metrics.HYPERNET_SESSIONS.set(len(self._sessions))
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
@@ -271,6 +274,13 @@ class HyperNetEndpoint:
         self._register(self._new_session(connection, handshake))
 
     async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
+        try:
+            return await self._run_handshake(connection, role)
+        except BaseException:
+            metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
+            raise
+
+    async def _run_handshake(self, connection: iroh.Connection, role: Role) -> Any:
         return await run_handshake(
             connection,
             role,

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 from iroh import Connection, IrohError
 
+from ficc.adapters import metrics
 from ficc.adapters.hypernet_errors import describe
 from ficc.adapters.hypernet_streams import CANCELLED_CODE, PROTOCOL_ERROR_CODE, FrameStream
+from ficc.adapters.logs import current_request_id, new_request_id
 from ficc.base.errors import (
     FiccError,
     OutcomeUnknown,
@@ -220,24 +223,31 @@ class PeerSession:
                     future.cancel()
 
     async def _answer(self, stream: FrameStream, request: Request) -> None:
-        try:
-            result = await self._handler(self.identity, request.operation, request.body)
-            if isinstance(result, dict):
-                await stream.send(Response(result))
-                return
-            total = 0
-            async with _closing(result):
-                async for chunk in result:
-                    await stream.write(encode_chunk_frames(chunk))
-                    total += len(chunk)
-            await stream.send(End(total))
-        except (Unavailable, OutcomeUnknown):
-            raise
-        except FiccError as exc:
-            await stream.send(Error.from_exception(exc))
-        except Exception:
-            log.exception("handler for %s failed", request.operation)
-            await stream.send(Error("internal", "the peer failed to handle the request", {}))
+        # This runs in a task of its own: the ID set here is this request's alone.
+        current_request_id.set(request.request_id or new_request_id())
+        with _counted("in", request.operation) as outcome:
+            try:
+                result = await self._handler(self.identity, request.operation, request.body)
+                if isinstance(result, dict):
+                    await stream.send(Response(result))
+                    return
+                total = 0
+                async with _closing(result):
+                    async for chunk in result:
+                        await stream.write(encode_chunk_frames(chunk))
+                        total += len(chunk)
+                        if metrics.is_transfer(request.operation):
+                            metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
+                await stream.send(End(total))
+            except (Unavailable, OutcomeUnknown):
+                raise
+            except FiccError as exc:
+                outcome.append(exc.code)
+                await stream.send(Error.from_exception(exc))
+            except Exception:
+                outcome.append("internal")
+                log.exception("handler for %s failed", request.operation)
+                await stream.send(Error("internal", "the peer failed to handle the request", {}))
 
     # -- requesting -----------------------------------------------------------------------
 
@@ -246,13 +256,14 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result."""
         exchange = _Exchange(self, operation, dict(body))
-        async with exchange.running(timeout_seconds):
-            await exchange.send()
-            message = await exchange.receive()
-            if isinstance(message, Response):
-                exchange.complete()
-                return message.body
-            raise exchange.unexpected(message)
+        with _counted("out", operation):
+            async with exchange.running(timeout_seconds):
+                await exchange.send()
+                message = await exchange.receive()
+                if isinstance(message, Response):
+                    exchange.complete()
+                    return message.body
+                raise exchange.unexpected(message)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(
@@ -265,6 +276,15 @@ class PeerSession:
     async def _stream(
         self, exchange: _Exchange, timeout_seconds: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
+        with _counted("out", exchange.operation):
+            async with self._streaming(exchange, timeout_seconds) as iterator:
+                yield iterator
+
+    @asynccontextmanager
+    async def _streaming(
+        self, exchange: _Exchange, timeout_seconds: float
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        transfer = metrics.is_transfer(exchange.operation)
         async with exchange.running(timeout_seconds, per_message=True):
             await exchange.send()
             first = await exchange.receive()
@@ -276,6 +296,8 @@ class PeerSession:
                 total = 0
                 while isinstance(message, Chunk):
                     total += len(message.data)
+                    if transfer:
+                        metrics.TRANSFER_BYTES.labels(direction="in").inc(len(message.data))
                     yield message.data
                     message = await exchange.receive()
                 if not isinstance(message, End):
@@ -337,11 +359,36 @@ async def _closing(chunks: AsyncIterator[bytes]) -> AsyncIterator[None]:
             await close()
 
 
+@contextlib.contextmanager
+def _counted(direction: str, operation: str) -> Iterator[list[str]]:
+    """Count one federation request and time it; the outcome is ``ok`` unless the body
+    appends an error code or raises (then the error's code)."""
+    outcome: list[str] = []
+    started = time.perf_counter()
+    try:
+        yield outcome
+    except FiccError as exc:
+        outcome.append(exc.code)
+        raise
+    except asyncio.CancelledError:
+        outcome.append("cancelled")
+        raise
+    finally:
+        result = metrics.federation_outcome(outcome[0] if outcome else None)
+        metrics.FEDERATION_REQUESTS.labels(
+            direction=direction, operation=operation, outcome=result
+        ).inc()
+        metrics.FEDERATION_DURATION.labels(direction=direction, operation=operation).observe(
+            time.perf_counter() - started
+        )
+
+
 class _Exchange:
     """One request on one stream, with its deadline and its cleanup on every exit path."""
 
     def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
         self._session = session
+        self.operation = operation
         self._operation = operation
         self._body = body
         self._stream: FrameStream | None = None
@@ -393,7 +440,9 @@ class _Exchange:
 
     async def send(self) -> None:
         assert self._stream is not None
-        request = self._session._outgoing.sign(self._operation, self._body)
+        request = self._session._outgoing.sign(
+            self._operation, self._body, current_request_id.get()
+        )
         self._sent = True
         await self._stream.send(request)
 
