@@ -7,9 +7,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ficc import __version__
 from ficc.bootstrap import Cluster
+from ficc.web import api_docs, health, metrics
 from ficc.web.auth import LOCAL_OWNER_SCOPE_KEY
 from ficc.web.errors import install_error_handlers
 from ficc.web.limits import BodyLimit
+from ficc.web.observability import RequestObservability
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers import (
     accounts,
@@ -39,6 +41,8 @@ ROUTERS = tuple(
         ui,
     )
 )
+OPERATIONS_ROUTERS = (health.router, metrics.router, api_docs.router)
+"""Health, metrics and API docs: outside ``/api/v1``'s scope rules (public or own checks)."""
 
 
 def create_app(cluster: Cluster) -> FastAPI:
@@ -47,14 +51,18 @@ def create_app(cluster: Cluster) -> FastAPI:
         version=__version__,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=api_docs.OPENAPI_URL,
         default_response_class=FiccJSONResponse,
     )
     app.state.cluster = cluster
     for router in ROUTERS:
         app.include_router(router)
+    for router in OPERATIONS_ROUTERS:
+        app.include_router(router)
+    api_docs.document_errors(app)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(RequestObservability, routes=app.router.routes)
     return app
 
 
