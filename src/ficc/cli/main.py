@@ -285,6 +285,6 @@ def example_model(state_dir: Path, project: str) -> None:
 
 
 def main() -> None:
-    from ficc.cli import federation  # noqa: F401 - registers the federation-* commands
+    from ficc.cli import backup, federation  # noqa: F401 - register their commands
 
     cli()
