@@ -46,6 +46,7 @@ from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import PeerIdentity, RequestHandler
 
 log = logging.getLogger(__name__)
+federation_log = logging.getLogger("ficc.federation.access")
 
 MAX_PEER_STREAMS: Final = 128
 """Incoming bi-streams a peer may hold open at once (QUIC's default is 100)."""
@@ -374,12 +375,27 @@ def _counted(direction: str, operation: str) -> Iterator[list[str]]:
         outcome.append("cancelled")
         raise
     finally:
+        elapsed = time.perf_counter() - started
         result = metrics.federation_outcome(outcome[0] if outcome else None)
         metrics.FEDERATION_REQUESTS.labels(
             direction=direction, operation=operation, outcome=result
         ).inc()
         metrics.FEDERATION_DURATION.labels(direction=direction, operation=operation).observe(
-            time.perf_counter() - started
+            elapsed
+        )
+        # The federation's access log: with the request ID both clusters' lines match.
+        federation_log.info(
+            "%s %s %s %.1f ms",
+            direction,
+            operation,
+            result,
+            elapsed * 1000,
+            extra={
+                "direction": direction,
+                "operation": operation,
+                "outcome": result,
+                "duration_ms": round(elapsed * 1000, 3),
+            },
         )
 
 

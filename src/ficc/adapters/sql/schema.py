@@ -123,10 +123,10 @@ async def upgrade(database: Database, *, now: datetime | None = None) -> Path | 
     Returns the backup file, or ``None`` when nothing was copied (already at head, a new
     database, or another backend).
     """
-    state = await schema_state(database)
     backup: Path | None = None
     path = sqlite_path(database)
-    if path is not None and state.current is not None and not state.at_head:
+    state = await schema_state(database) if path is not None and path.exists() else None
+    if path is not None and state is not None and state.current is not None and not state.at_head:
         moment = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
         backup = path.with_name(f"{path.name}.at-{state.current}-{moment}.bak")
         copy_sqlite(path, backup)

@@ -1,0 +1,66 @@
+"""GET /metrics: a resources:read bearer token; figures that match the traffic sent."""
+
+from __future__ import annotations
+
+import secrets
+
+from tests.support.cluster import RunningCluster
+from tests.support.federation import add_service, error_of
+from tests.support.ops import family_names, label_values, sample, scrape
+
+FAMILIES = {
+    "ficc_http_requests",
+    "ficc_http_request_duration_seconds",
+    "ficc_federation_requests",
+    "ficc_federation_request_duration_seconds",
+    "ficc_federation_in_flight",
+    "ficc_transfer_bytes",
+    "ficc_hypernet_sessions",
+    "ficc_hypernet_handshake_failures",
+    "ficc_inference_services",
+    "ficc_engine_restarts",
+    "ficc_sqlite_lock_wait_seconds",
+}
+
+
+def test_metrics_need_a_token_with_resources_read(json_cluster: RunningCluster) -> None:
+    error_of(json_cluster.client().get("/metrics"), 401)
+    without = json_cluster.token("models:read", "discover")
+    error = error_of(json_cluster.client(without).get("/metrics"), 403)
+    assert error["code"] == "forbidden"
+    with_scope = json_cluster.token("resources:read")
+    response = json_cluster.client(with_scope).get("/metrics")
+    assert response.status_code == 200
+    assert family_names(response.text) >= FAMILIES
+
+
+def test_http_figures_count_requests_by_route_template(json_cluster: RunningCluster) -> None:
+    owner = json_cluster.owner()
+    before = scrape(json_cluster)
+    for _ in range(5):
+        assert owner.get("/api/v1/projects").status_code == 200
+    unknown = [f"model_{secrets.token_hex(8)}" for _ in range(3)]
+    for model_id in unknown:
+        assert owner.get(f"/api/v1/models/{model_id}").status_code == 404
+    after = scrape(json_cluster)
+
+    def grew(route: str, status: str) -> float:
+        labels = {"method": "GET", "route": route, "status": status}
+        name = "ficc_http_requests_total"
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert grew("/api/v1/projects", "200") == 5
+    assert grew("/api/v1/models/{model_id}", "404") == 3
+    routes = label_values(after, "ficc_http_requests_total", "route")
+    assert not any(model_id in route for route in routes for model_id in unknown)
+    count = "ficc_http_request_duration_seconds_count"
+    labels = {"method": "GET", "route": "/api/v1/projects"}
+    assert sample(after, count, **labels) - sample(before, count, **labels) == 5
+
+
+def test_services_are_counted_by_state(json_cluster: RunningCluster) -> None:
+    before = sample(scrape(json_cluster), "ficc_inference_services", state="stopped")
+    add_service(json_cluster, "metered", json_cluster.state_dir.parent)
+    after = scrape(json_cluster)
+    assert sample(after, "ficc_inference_services", state="stopped") == before + 1
+    assert sample(after, "ficc_engine_restarts") == 0
