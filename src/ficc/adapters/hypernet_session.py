@@ -226,7 +226,8 @@ class PeerSession:
     async def _answer(self, stream: FrameStream, request: Request) -> None:
         # This runs in a task of its own: the ID set here is this request's alone.
         current_request_id.set(request.request_id or new_request_id())
-        with _counted("in", request.operation) as outcome:
+        label = metrics.operation_label(request.operation, request.body)
+        with _counted("in", label) as outcome:
             try:
                 result = await self._handler(self.identity, request.operation, request.body)
                 if isinstance(result, dict):
@@ -237,7 +238,7 @@ class PeerSession:
                     async for chunk in result:
                         await stream.write(encode_chunk_frames(chunk))
                         total += len(chunk)
-                        if metrics.is_transfer(request.operation):
+                        if metrics.is_transfer(label):
                             metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
                 await stream.send(End(total))
             except (Unavailable, OutcomeUnknown):
@@ -257,7 +258,7 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result."""
         exchange = _Exchange(self, operation, dict(body))
-        with _counted("out", operation):
+        with _counted("out", metrics.operation_label(operation, body)):
             async with exchange.running(timeout_seconds):
                 await exchange.send()
                 message = await exchange.receive()
@@ -277,7 +278,7 @@ class PeerSession:
     async def _stream(
         self, exchange: _Exchange, timeout_seconds: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        with _counted("out", exchange.operation):
+        with _counted("out", exchange.label):
             async with self._streaming(exchange, timeout_seconds) as iterator:
                 yield iterator
 
@@ -285,7 +286,7 @@ class PeerSession:
     async def _streaming(
         self, exchange: _Exchange, timeout_seconds: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        transfer = metrics.is_transfer(exchange.operation)
+        transfer = metrics.is_transfer(exchange.label)
         async with exchange.running(timeout_seconds, per_message=True):
             await exchange.send()
             first = await exchange.receive()
@@ -404,7 +405,7 @@ class _Exchange:
 
     def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
         self._session = session
-        self.operation = operation
+        self.label = metrics.operation_label(operation, body)
         self._operation = operation
         self._body = body
         self._stream: FrameStream | None = None

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from ficc.adapters.sql.database import Database
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-TRANSFER_OPERATION_PREFIX: Final = "models."
-"""Streams of these federation operations carry model bytes: they count as transfer bytes."""
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created doubles the output
 REGISTRY: Final = CollectorRegistry()
@@ -102,12 +100,33 @@ SQLITE_LOCK_WAIT: Final = Histogram(
 )
 
 
+GRANT_REQUEST: Final = "grant.request"
+MAX_OPERATION_LABELS: Final = 64
+"""Distinct operation labels kept; a peer sending made-up names cannot grow the series further."""
+OTHER_OPERATION: Final = "other"
+TRANSFER_LABEL: Final = f"{GRANT_REQUEST}:models.range"
+_operation_labels: set[str] = set()
+
+
+def operation_label(operation: str, body: Mapping[str, object]) -> str:
+    """``discover`` for a grant request carrying it, the wire operation otherwise; bounded."""
+    inner = body.get("operation") if operation == GRANT_REQUEST else None
+    label = f"{GRANT_REQUEST}:{inner}" if isinstance(inner, str) else operation
+    if label in _operation_labels:
+        return label
+    if len(_operation_labels) >= MAX_OPERATION_LABELS or len(label) > 64:
+        return OTHER_OPERATION
+    _operation_labels.add(label)
+    return label
+
+
 def federation_outcome(error_code: str | None) -> str:
     return "ok" if error_code is None else error_code
 
 
-def is_transfer(operation: str) -> bool:
-    return operation.startswith(TRANSFER_OPERATION_PREFIX)
+def is_transfer(label: str) -> bool:
+    """Whether a request with this operation label streams model bytes (``models.range``)."""
+    return label == TRANSFER_LABEL
 
 
 async def refresh_state_gauges(database: Database, in_flight: Mapping[str, int]) -> None:
