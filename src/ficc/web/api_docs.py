@@ -2,7 +2,7 @@
 
 The page is rendered on the server from the document itself: no JavaScript and nothing from a
 CDN, so it works on a machine without internet access and under a strict content policy. Every
-``/api/v1`` route also documents the contract's error envelope for its 4xx and 5xx answers.
+API route also documents the contract's error envelope for its 4xx and 5xx answers.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from __future__ import annotations
 import html
 from typing import Any, Final
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 API_PREFIX: Final = "/api/v1"
@@ -35,13 +34,15 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-def document_errors(app: FastAPI) -> None:
-    """Give every ``/api/v1`` route the error envelope as its 4XX and 5XX answers."""
-    described = {"model": ErrorEnvelope, "description": "Refused: the error envelope."}
-    for route in app.routes:
-        if isinstance(route, APIRoute) and route.path.startswith(API_PREFIX):
-            route.responses.setdefault("4XX", described)
-            route.responses.setdefault("5XX", described)
+_ERROR_ANSWER: Final[dict[str, Any]] = {
+    "model": ErrorEnvelope,
+    "description": "Refused: the error envelope.",
+}
+ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    "4XX": _ERROR_ANSWER,
+    "5XX": _ERROR_ANSWER,
+}
+"""Documented on every API route: any refusal has the contract's error envelope."""
 
 
 def _operation_rows(document: dict[str, Any]) -> str:

@@ -56,10 +56,9 @@ def create_app(cluster: Cluster) -> FastAPI:
     )
     app.state.cluster = cluster
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, responses=api_docs.ERROR_RESPONSES)
     for router in OPERATIONS_ROUTERS:
         app.include_router(router)
-    api_docs.document_errors(app)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestObservability, routes=app.router.routes)
