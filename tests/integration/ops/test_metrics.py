@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
-from tests.support.cluster import RunningCluster
-from tests.support.federation import add_service, error_of
+from tests.support.cluster import RunningCluster, start_cluster
+from tests.support.federation import add_service, configure, error_of, ok, refresh
 from tests.support.ops import family_names, label_values, sample, scrape
+from tests.support.transfers import (
+    MiB,
+    acquire,
+    generated_model,
+    pair_for_transfer,
+    wait_until,
+)
 
 FAMILIES = {
     "ficc_http_requests",
@@ -64,3 +72,33 @@ def test_services_are_counted_by_state(json_cluster: RunningCluster) -> None:
     after = scrape(json_cluster)
     assert sample(after, "ficc_inference_services", state="stopped") == before + 1
     assert sample(after, "ficc_engine_restarts") == 0
+
+
+def test_transfer_bytes_match_the_model_acquired(tmp_path: Path) -> None:
+    alpha = start_cluster(tmp_path / "alpha")
+    beta = start_cluster(tmp_path / "beta")
+    try:
+        configure(alpha, "alpha")
+        configure(beta, "beta")
+        size = 3 * MiB + 17
+        model = generated_model(beta, tmp_path / "files", "moved", [size])
+        pairing = pair_for_transfer(alpha, beta, [model["id"]], 4 * MiB)
+        ok(refresh(alpha.owner(), pairing.requester_peer, grant=pairing.grant))
+        started = ok(acquire(alpha.owner(), pairing.requester_peer, model["id"]), 202)
+        done = wait_until(alpha.owner(), started["id"])
+        assert done["state"] == "complete", done
+        received = sample(scrape(alpha), "ficc_transfer_bytes_total", direction="in")
+        sent = sample(scrape(beta), "ficc_transfer_bytes_total", direction="out")
+        assert received == sent == size
+        served = sample(
+            scrape(beta),
+            "ficc_federation_requests_total",
+            direction="in",
+            operation="grant.request:models.range",
+            outcome="ok",
+        )
+        assert served >= 1
+        assert sample(scrape(beta), "ficc_federation_in_flight") == 0
+    finally:
+        alpha.stop()
+        beta.stop()
