@@ -22,6 +22,8 @@ from ficc.adapters.logs import current_request_id, new_request_id, well_formed_r
 REQUEST_ID_HEADER: Final = "x-request-id"
 REQUEST_ID_SCOPE_KEY: Final = "ficc.request_id"
 UNMATCHED_ROUTE: Final = "unmatched"
+SECRET_PATH_PARAMETERS: Final = ("{secret}",)
+"""Path parameters that are credentials (a login link): logged as the template, never raw."""
 
 access_log = logging.getLogger("ficc.access")
 
@@ -37,6 +39,12 @@ def _incoming_request_id(scope: Scope) -> str | None:
             text = value.decode("latin-1")
             return text if well_formed_request_id(text) else None
     return None
+
+
+def loggable_path(path: str, route: str) -> str:
+    if any(parameter in route for parameter in SECRET_PATH_PARAMETERS):
+        return route
+    return path
 
 
 def route_template(routes: list[BaseRoute], scope: Scope) -> str:
@@ -89,17 +97,18 @@ class RequestObservability:
             elapsed = time.perf_counter() - started
             route = route_template(self.routes, scope)
             method = str(scope["method"])
+            path = loggable_path(str(scope["path"]), route)
             metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
             metrics.HTTP_DURATION.labels(method=method, route=route).observe(elapsed)
             access_log.info(
                 "%s %s %d %.1f ms",
                 method,
-                scope["path"],
+                path,
                 status,
                 elapsed * 1000,
                 extra={
                     "method": method,
-                    "path": scope["path"],
+                    "path": path,
                     "route": route,
                     "status": status,
                     "duration_ms": round(elapsed * 1000, 3),

@@ -109,3 +109,12 @@ def test_a_federated_request_shows_the_same_id_in_both_clusters_logs(
     assert sample(scrape(alpha), counted, direction="out", **labels) == sent_before + 1
     assert sample(scrape(beta), counted, direction="in", **labels) == served_before + 1
     assert sample(scrape(beta), "ficc_hypernet_sessions") == 1
+
+
+def test_a_login_link_secret_never_reaches_the_log(json_cluster: RunningCluster) -> None:
+    secret = "s3cr3t-" + "a" * 40
+    response = json_cluster.client().get(f"/login/{secret}", headers={"X-Request-ID": "login-1"})
+    assert response.status_code in (302, 303, 400, 401, 404)
+    line = wait_for(lambda: access_lines(json_cluster.log_path, "login-1"), what="the line")[0]
+    assert line["path"] == line["route"] == "/login/{secret}"
+    assert secret not in json_cluster.log_path.read_text()
