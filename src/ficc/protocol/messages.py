@@ -272,7 +272,7 @@ def _decode_request(rest: bytes) -> Request:
             "request must have exactly the fields body and operation, and optionally request_id"
         )
     operation, body, request_id = doc["operation"], doc["body"], doc.get("request_id")
-    if request_id is not None and (
+    if "request_id" in doc and (
         not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None
     ):
         raise ProtocolError("request request_id must be 1 to 128 letters, digits or ._:-")
