@@ -93,3 +93,22 @@ def test_the_migrations_build_what_tables_py_declares(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert differences == []
+
+
+def test_serve_copies_an_outdated_database_before_it_migrates(tmp_path: Path) -> None:
+    previous = previous_revision(head_revision())
+    assert previous is not None
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    _migrate_to(state_dir / "ficc.db", previous)
+    cluster = start_cluster(state_dir)
+    try:
+        assert cluster.client().get("/readyz").status_code == 200
+    finally:
+        cluster.stop()
+    copies = sorted(state_dir.glob(f"ficc.db.at-{previous}-*.bak"))
+    assert len(copies) == 1
+    with sqlite3.connect(copies[0]) as connection:
+        version = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    connection.close()
+    assert version == (previous,)
