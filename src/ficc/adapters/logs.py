@@ -21,6 +21,7 @@ from ficc.protocol.messages import REQUEST_ID_PATTERN
 
 LOG_FORMATS: Final = ("text", "json")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
+CHATTY_LIBRARIES: Final = ("httpx", "httpcore")
 
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "ficc_request_id", default=None
@@ -111,3 +112,7 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
         uvicorn_logger = logging.getLogger(name)
         uvicorn_logger.handlers.clear()
         uvicorn_logger.propagate = True
+    # httpx logs every request FICC makes to its engines at info: only at debug are they wanted.
+    chatty = logging.DEBUG if level.lower() == "debug" else logging.WARNING
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(chatty)
