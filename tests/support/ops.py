@@ -12,9 +12,10 @@ from tests.support.cluster import RunningCluster
 
 
 def json_lines(log_path: Path) -> list[dict[str, Any]]:
-    """Every JSON object line of a server's log (its plain stdout lines are skipped)."""
+    """Every whole JSON object line of a server's log (its plain stdout lines are skipped)."""
     records = []
-    for line in log_path.read_text().splitlines():
+    # The server may be writing a line right now: only newline-terminated lines are whole.
+    for line in log_path.read_text().split("\n")[:-1]:
         if line.startswith("{"):
             records.append(json.loads(line))
     return records

@@ -104,7 +104,9 @@ def test_a_federated_request_shows_the_same_id_in_both_clusters_logs(
     served = wait_for(lambda: federation_lines(beta, "in"), what="beta's federation line")
     assert sent[0]["operation"] == served[0]["operation"] == "grant.request:discover"
     assert sent[0]["outcome"] == served[0]["outcome"] == "ok"
-    assert access_lines(alpha.log_path, request_id)[0]["status"] == 200
+    # The access line is written once the response has gone: wait for it.
+    access = wait_for(lambda: access_lines(alpha.log_path, request_id), what="the access line")
+    assert access[0]["status"] == 200
     labels = {"operation": operation, "outcome": "ok"}
     assert sample(scrape(alpha), counted, direction="out", **labels) == sent_before + 1
     assert sample(scrape(beta), counted, direction="in", **labels) == served_before + 1
