@@ -6,7 +6,7 @@ import secrets
 from pathlib import Path
 
 from tests.support.cluster import RunningCluster, start_cluster
-from tests.support.federation import add_service, configure, error_of, ok, refresh
+from tests.support.federation import add_service, configure, error_of, ok, refresh, wait_for
 from tests.support.ops import family_names, label_values, sample, scrape
 from tests.support.transfers import (
     MiB,
@@ -50,12 +50,21 @@ def test_http_figures_count_requests_by_route_template(json_cluster: RunningClus
     unknown = [f"model_{secrets.token_hex(8)}" for _ in range(3)]
     for model_id in unknown:
         assert owner.get(f"/api/v1/models/{model_id}").status_code == 404
-    after = scrape(json_cluster)
 
-    def grew(route: str, status: str) -> float:
+    def growth(after: str, route: str, status: str) -> float:
         labels = {"method": "GET", "route": route, "status": status}
         name = "ficc_http_requests_total"
         return sample(after, name, **labels) - sample(before, name, **labels)
+
+    def settled() -> str | None:
+        """A request is counted once its response has gone: scrape until the last one is."""
+        text = scrape(json_cluster)
+        return text if growth(text, "/api/v1/models/{model_id}", "404") >= 3 else None
+
+    after = wait_for(settled, what="the last request counted")
+
+    def grew(route: str, status: str) -> float:
+        return growth(after, route, status)
 
     assert grew("/api/v1/projects", "200") == 5
     assert grew("/api/v1/models/{model_id}", "404") == 3
