@@ -1,4 +1,5 @@
-"""The FastAPI application factory: routers, error rendering and body limits."""
+"""The FastAPI application factory: routers, error rendering, body limits, and the operator's
+view (request IDs and access log, health, metrics, the OpenAPI document)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,8 @@ from ficc.adapters.logs import current_request_id, new_request_id, well_formed_r
 REQUEST_ID_HEADER: Final = "x-request-id"
 REQUEST_ID_SCOPE_KEY: Final = "ficc.request_id"
 UNMATCHED_ROUTE: Final = "unmatched"
+KNOWN_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Other methods are counted as ``other``: a client cannot grow the label set."""
 SECRET_PATH_PARAMETERS: Final = ("{secret}",)
 """Path parameters that are credentials (a login link): logged as the template, never raw."""
 
@@ -97,9 +99,10 @@ class RequestObservability:
             elapsed = time.perf_counter() - started
             route = route_template(self.routes, scope)
             method = str(scope["method"])
+            method_label = method if method in KNOWN_METHODS else "other"
             path = loggable_path(str(scope["path"]), route)
-            metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
-            metrics.HTTP_DURATION.labels(method=method, route=route).observe(elapsed)
+            metrics.HTTP_REQUESTS.labels(method=method_label, route=route, status=str(status)).inc()
+            metrics.HTTP_DURATION.labels(method=method_label, route=route).observe(elapsed)
             access_log.info(
                 "%s %s %d %.1f ms",
                 method,

@@ -47,6 +47,7 @@ def test_http_figures_count_requests_by_route_template(json_cluster: RunningClus
     before = scrape(json_cluster)
     for _ in range(5):
         assert owner.get("/api/v1/projects").status_code == 200
+    assert owner.request("PROPFIND", "/api/v1/projects").status_code in (400, 405)
     unknown = [f"model_{secrets.token_hex(8)}" for _ in range(3)]
     for model_id in unknown:
         assert owner.get(f"/api/v1/models/{model_id}").status_code == 404
@@ -70,6 +71,10 @@ def test_http_figures_count_requests_by_route_template(json_cluster: RunningClus
     assert grew("/api/v1/models/{model_id}", "404") == 3
     routes = label_values(after, "ficc_http_requests_total", "route")
     assert not any(model_id in route for route in routes for model_id in unknown)
+    assert label_values(after, "ficc_http_requests_total", "method") <= {
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"
+    }  # fmt: skip
+    assert sample(after, "ficc_http_requests_total", method="other") >= 1
     count = "ficc_http_request_duration_seconds_count"
     labels = {"method": "GET", "route": "/api/v1/projects"}
     assert sample(after, count, **labels) - sample(before, count, **labels) == 5
