@@ -22,6 +22,7 @@ from ficc.adapters.passwords import Argon2Hasher
 from ficc.adapters.runtimes import build_runtimes
 from ficc.adapters.runtimes.attempt_fence import fence_attempt
 from ficc.adapters.sql.database import Database, default_url
+from ficc.adapters.sql.schema import upgrade as upgrade_schema
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.adapters.state_dir import StateDir
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
@@ -261,7 +262,7 @@ async def initialise(settings: Settings, *, label: str | None = None) -> InitRes
     state.create()
     database = Database(settings.database)
     try:
-        await database.migrate()
+        await upgrade_schema(database)
         uow_factory = SqlUnitOfWorkFactory(database)
         created_key = not state.cluster_key.exists()
         if created_key:

@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 import iroh
 from iroh import iroh_ffi
 
+from ficc.adapters import metrics
 from ficc.adapters.hypernet_errors import describe, translate
 from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
@@ -277,6 +278,7 @@ class HyperNetEndpoint:
         older = same_direction.get(hypernet_id)
         same_direction[hypernet_id] = session
         self._sessions[hypernet_id] = session
+        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
         session.start()
         if older is not None and older is not session:
             older.close(Unavailable("a newer connection with the peer replaced this one"))
@@ -291,6 +293,7 @@ class HyperNetEndpoint:
             other = self._incoming.get(hypernet_id) or self._outgoing.get(hypernet_id)
             if other is not None and not other.closed.is_set():
                 self._sessions[hypernet_id] = other
+        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
@@ -393,6 +396,13 @@ class HyperNetEndpoint:
                 await refuse(connection, None, exc)
 
     async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
+        try:
+            return await self._run_handshake(connection, role)
+        except BaseException:
+            metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
+            raise
+
+    async def _run_handshake(self, connection: iroh.Connection, role: Role) -> Any:
         return await run_handshake(
             connection,
             role,

@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
 from iroh import BiStream, Connection, IrohError
 
+from ficc.adapters import metrics
 from ficc.adapters.hypernet_errors import describe
 from ficc.adapters.hypernet_streams import (
     CANCELLED_CODE,
@@ -29,6 +31,7 @@ from ficc.adapters.hypernet_streams import (
     ReadBudget,
     reset_code,
 )
+from ficc.adapters.logs import current_request_id, new_request_id
 from ficc.base.errors import (
     FiccError,
     OutcomeUnknown,
@@ -55,6 +58,7 @@ from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import PeerIdentity, RequestHandler, ending_reason
 
 log = logging.getLogger(__name__)
+federation_log = logging.getLogger("ficc.federation.access")
 
 MAX_PEER_STREAMS: Final = 128
 """Incoming bi-streams a peer may hold open at once (QUIC's default is 100)."""
@@ -313,34 +317,43 @@ class PeerSession:
                     future.cancel()
 
     async def _answer(self, stream: FrameStream, request: Request) -> None:
-        try:
-            result = await self._handler(self.identity, request.operation, request.body)
-            if isinstance(result, dict):
-                await stream.send(Response(result))
-                return
-            total = 0
-            async with _closing(result):
-                async for chunk in result:
-                    await stream.write(encode_chunk_frames(chunk))
-                    total += len(chunk)
-            await stream.send(End(total))
-        except asyncio.CancelledError as cancelled:
-            reason = ending_reason(cancelled)
-            if reason is None:
-                raise  # the requester abandoned it, or the session is closing
-            # The serving side ended the request (its grant ended). The handler has unwound:
-            # its slot and engine request are freed; now tell the requester why.
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            await _tell_ended(stream, reason)
-        except (Unavailable, OutcomeUnknown):
-            raise
-        except FiccError as exc:
-            await stream.send(Error.from_exception(exc))
-        except Exception:
-            log.exception("handler for %s failed", request.operation)
-            await stream.send(Error("internal", "the peer failed to handle the request", {}))
+        # This runs in a task of its own: the ID set here is this request's alone.
+        current_request_id.set(request.request_id or new_request_id())
+        label = metrics.operation_label(request.operation, request.body)
+        with _counted("in", label) as outcome:
+            try:
+                result = await self._handler(self.identity, request.operation, request.body)
+                if isinstance(result, dict):
+                    await stream.send(Response(result))
+                    return
+                total = 0
+                async with _closing(result):
+                    async for chunk in result:
+                        await stream.write(encode_chunk_frames(chunk))
+                        total += len(chunk)
+                        if metrics.is_transfer(label):
+                            metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
+                await stream.send(End(total))
+            except asyncio.CancelledError as cancelled:
+                reason = ending_reason(cancelled)
+                if reason is None:
+                    raise  # the requester abandoned it, or the session is closing
+                # The serving side ended the request (its grant ended). The handler has
+                # unwound: its slot and engine request are freed; now tell the requester why.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                outcome.append(reason.code)
+                await _tell_ended(stream, reason)
+            except (Unavailable, OutcomeUnknown):
+                raise
+            except FiccError as exc:
+                outcome.append(exc.code)
+                await stream.send(Error.from_exception(exc))
+            except Exception:
+                outcome.append("internal")
+                log.exception("handler for %s failed", request.operation)
+                await stream.send(Error("internal", "the peer failed to handle the request", {}))
 
     # -- requesting -----------------------------------------------------------------------
 
@@ -349,13 +362,14 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result."""
         exchange = _Exchange(self, operation, dict(body))
-        async with exchange.running(timeout_seconds):
-            await exchange.send()
-            message = await exchange.receive()
-            if isinstance(message, Response):
-                exchange.complete()
-                return message.body
-            raise exchange.unexpected(message)
+        with _counted("out", metrics.operation_label(operation, body)):
+            async with exchange.running(timeout_seconds):
+                await exchange.send()
+                message = await exchange.receive()
+                if isinstance(message, Response):
+                    exchange.complete()
+                    return message.body
+                raise exchange.unexpected(message)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(
@@ -368,6 +382,15 @@ class PeerSession:
     async def _stream(
         self, exchange: _Exchange, timeout_seconds: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
+        with _counted("out", exchange.label):
+            async with self._streaming(exchange, timeout_seconds) as iterator:
+                yield iterator
+
+    @asynccontextmanager
+    async def _streaming(
+        self, exchange: _Exchange, timeout_seconds: float
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        transfer = metrics.is_transfer(exchange.label)
         async with exchange.running(timeout_seconds, per_message=True):
             await exchange.send()
             first = await exchange.receive()
@@ -379,6 +402,8 @@ class PeerSession:
                 total = 0
                 while isinstance(message, Chunk):
                     total += len(message.data)
+                    if transfer:
+                        metrics.TRANSFER_BYTES.labels(direction="in").inc(len(message.data))
                     yield message.data
                     message = await exchange.receive()
                 if not isinstance(message, End):
@@ -458,11 +483,51 @@ async def _closing(chunks: AsyncIterator[bytes]) -> AsyncIterator[None]:
             await close()
 
 
+@contextlib.contextmanager
+def _counted(direction: str, operation: str) -> Iterator[list[str]]:
+    """Count one federation request and time it; the outcome is ``ok`` unless the body
+    appends an error code or raises (then the error's code)."""
+    outcome: list[str] = []
+    started = time.perf_counter()
+    try:
+        yield outcome
+    except FiccError as exc:
+        outcome.append(exc.code)
+        raise
+    except asyncio.CancelledError:
+        outcome.append("cancelled")
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        result = metrics.federation_outcome(outcome[0] if outcome else None)
+        metrics.FEDERATION_REQUESTS.labels(
+            direction=direction, operation=operation, outcome=result
+        ).inc()
+        metrics.FEDERATION_DURATION.labels(direction=direction, operation=operation).observe(
+            elapsed
+        )
+        # The federation's access log: with the request ID both clusters' lines match.
+        federation_log.info(
+            "%s %s %s %.1f ms",
+            direction,
+            operation,
+            result,
+            elapsed * 1000,
+            extra={
+                "direction": direction,
+                "operation": operation,
+                "outcome": result,
+                "duration_ms": round(elapsed * 1000, 3),
+            },
+        )
+
+
 class _Exchange:
     """One request on one stream, with its deadline and its cleanup on every exit path."""
 
     def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
         self._session = session
+        self.label = metrics.operation_label(operation, body)
         self._operation = operation
         self._body = body
         self._stream: FrameStream | None = None
@@ -516,7 +581,9 @@ class _Exchange:
 
     async def send(self) -> None:
         assert self._stream is not None
-        request = self._session._outgoing.sign(self._operation, self._body)
+        request = self._session._outgoing.sign(
+            self._operation, self._body, current_request_id.get()
+        )
         self._sent = True
         await self._stream.send(request)
 

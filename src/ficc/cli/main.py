@@ -23,9 +23,10 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
+from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, LOG_FORMATS, LOG_LEVELS
 from ficc.base.errors import FiccError
 from ficc.cli.client import ControlClient, NoServer, ServerTimeout
+from ficc.cli.config import env_name, load_config_file
 from ficc.cli.output import fail_with, format_option
 
 EXIT_REFUSED = 1
@@ -35,10 +36,6 @@ EXIT_DEADLINE = 4
 EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _default_state_dir() -> str:
-    return os.environ.get("FICC_STATE_DIR", ".ficc")
 
 
 def state_options(function: F) -> F:
@@ -52,7 +49,8 @@ def state_options(function: F) -> F:
     function = click.option(
         "--state-dir",
         type=click.Path(file_okay=False, path_type=Path),
-        default=_default_state_dir,
+        envvar="FICC_STATE_DIR",
+        default=".ficc",
         help="State directory (default $FICC_STATE_DIR, else .ficc).",
     )(function)
     return format_option(function)
@@ -144,15 +142,64 @@ def init(state_dir: Path, project: str, label: str | None) -> None:
 
 
 @cli.command()
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    envvar=env_name("config"),
+    is_eager=True,
+    expose_value=False,
+    callback=load_config_file,
+    help="TOML file of settings named like these flags (flags and FICC_* variables win).",
+)
 @state_options
-@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the API.")
-@click.option("--database", default=None, help="Database URL (default: SQLite in the state dir).")
-@click.option("--hypernet-bind", default=DEFAULT_HYPERNET_BIND, show_default=True)
-@click.option("--hypernet-relay", default="disabled", show_default=True)
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    envvar=env_name("listen"),
+    show_default=True,
+    help="HOST:PORT of the API.",
+)
+@click.option(
+    "--database",
+    default=None,
+    envvar=env_name("database"),
+    help="Database URL (default: SQLite in the state dir).",
+)
+@click.option(
+    "--hypernet-bind",
+    default=DEFAULT_HYPERNET_BIND,
+    envvar=env_name("hypernet-bind"),
+    show_default=True,
+)
+@click.option(
+    "--hypernet-relay", default="disabled", envvar=env_name("hypernet-relay"), show_default=True
+)
+@click.option(
+    "--public-url",
+    default=None,
+    envvar=env_name("public-url"),
+    help="The URL users reach this server at (behind a proxy); login links use it.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    envvar=env_name("log-format"),
+    show_default=True,
+    help="json: one object a line on stderr.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    envvar=env_name("log-level"),
+    show_default=True,
+)
 @click.option(
     "--upstream-allow",
     multiple=True,
     metavar="URL_PREFIX",
+    envvar=env_name("upstream-allow"),
     help="A URL prefix openai services may reach (repeatable; none by default).",
 )
 def serve(
@@ -162,6 +209,9 @@ def serve(
     database: str | None,
     hypernet_bind: str,
     hypernet_relay: str,
+    public_url: str | None,
+    log_format: str,
+    log_level: str,
     upstream_allow: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
@@ -169,8 +219,15 @@ def serve(
 
     import uvloop
 
+    from ficc.adapters.logs import configure_logging
     from ficc.bootstrap import Settings
-    from ficc.cli.serve import parse_listen, parse_upstream_allow, serve
+    from ficc.cli.serve import (
+        ServeOptions,
+        parse_listen,
+        parse_public_url,
+        parse_upstream_allow,
+        serve,
+    )
 
     private_files()
     try:
@@ -178,6 +235,11 @@ def serve(
         upstream_allow = parse_upstream_allow(upstream_allow)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    try:
+        public_url = parse_public_url(public_url)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    configure_logging(log_format, log_level)
     settings = Settings(
         state_dir=state_dir,
         database_url=database,
@@ -188,7 +250,7 @@ def serve(
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve(settings))
+            runner.run(serve(settings, ServeOptions(public_url=public_url)))
     except FiccError as exc:
         fail(exc)
     except OSError as exc:
@@ -270,7 +332,7 @@ def example_model(state_dir: Path, project: str) -> None:
 
 def main() -> None:
     # Importing a command module registers its commands.
-    from ficc.cli import accounts, chat, federation, models, services  # noqa: F401
+    from ficc.cli import accounts, backup, chat, federation, models, services  # noqa: F401
     from ficc.cli.output import run
 
     run(cli)

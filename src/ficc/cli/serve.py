@@ -9,8 +9,11 @@ import os
 import signal
 import socket
 from collections.abc import Generator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from ficc.base.errors import InvalidInput
 from ficc.bootstrap import Cluster, Settings, open_cluster
@@ -28,6 +31,13 @@ class _Server(uvicorn.Server):
         yield
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the process presents itself: its URL behind a proxy."""
+
+    public_url: str | None = None
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -42,6 +52,16 @@ def parse_upstream_allow(values: tuple[str, ...]) -> tuple[str, ...]:
     except InvalidInput as exc:
         raise ValueError(f"--upstream-allow: {exc.message}") from exc
     return tuple(prefix.url for prefix in allowed.prefixes)
+
+
+def parse_public_url(url: str | None) -> str | None:
+    """An http(s) URL without a trailing slash, or ``None``."""
+    if url is None or not url.strip():
+        return None
+    parsed = urlsplit(url.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query:
+        raise ValueError(f"--public-url must be an http:// or https:// URL, not {url!r}")
+    return url.strip().rstrip("/")
 
 
 def _tcp_socket(listen: str) -> socket.socket:
@@ -74,21 +94,24 @@ def _control_socket(path: str) -> socket.socket:
     return sock
 
 
-async def serve(settings: Settings) -> None:
+def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
+    """Uvicorn's own records go to FICC's handler (``log_config=None``); FICC logs access."""
+    return uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+
+
+async def serve(settings: Settings, options: ServeOptions | None = None) -> None:
+    options = options or ServeOptions()
     cluster = await open_cluster(settings)
     tcp = _tcp_socket(settings.listen)
     host, port = tcp.getsockname()[:2]
     shown_host = f"[{host}]" if ":" in host else host
-    cluster.public_url = f"http://{shown_host}:{port}"
+    listen_url = f"http://{shown_host}:{port}"
+    cluster.public_url = options.public_url or listen_url
     control = _control_socket(str(cluster.state.socket))
     app = create_app(cluster)
     await cluster.start()
-    http_server = _Server(
-        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
-    )
-    socket_server = _Server(
-        uvicorn.Config(LocalOwnerApp(app), lifespan="off", log_level="warning", access_log=False)
-    )
+    http_server = _Server(_uvicorn_config(app))
+    socket_server = _Server(_uvicorn_config(LocalOwnerApp(app)))
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -107,8 +130,12 @@ async def serve(settings: Settings) -> None:
                 break
             await asyncio.sleep(0.01)
         else:
-            cluster.state.write_server_json({"url": cluster.public_url, "pid": os.getpid()})
-            print(f"FICC {cluster.label} serving on {cluster.public_url}", flush=True)
+            cluster.state.write_server_json({"url": listen_url, "pid": os.getpid()})
+            print(f"FICC {cluster.label} serving on {listen_url}", flush=True)
+            log.info(
+                "serving",
+                extra={"url": listen_url, "public_url": cluster.public_url, "label": cluster.label},
+            )
             print(
                 f"Log in: run `ficc login-link --state-dir {settings.state_dir}` and open the "
                 f"link, or use the token in {cluster.state.owner_token}",

@@ -24,6 +24,8 @@ NONCE_BYTES: Final = 32
 KEY_BYTES: Final = 32
 SIGNATURE_BYTES: Final = 64
 MAX_VERSIONS: Final = 16
+REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+"""A request ID a request may carry: no spaces, quotes or control characters."""
 MAX_U64: Final = 2**64 - 1
 
 _ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -84,6 +86,8 @@ class Request:
     operation: str
     body: dict[str, Any]
     content: bytes = field(default=b"", compare=False, repr=False)
+    request_id: str | None = None
+    """The requester's request ID, so both clusters' logs name the same request (optional)."""
 
 
 @dataclass(frozen=True)
@@ -173,11 +177,11 @@ def encode_message(message: Message) -> bytes:
             _check_len(cluster_key, KEY_BYTES, "proof cluster_key")
             _check_len(signature, SIGNATURE_BYTES, "proof signature")
             return bytes([Tag.PROOF]) + _PROOF.pack(generation, cluster_key, signature)
-        case Request(seq, signature, operation, body, content):
+        case Request(seq, signature, operation, body, content, request_id):
             _check_u64(seq, "request seq")
             _check_len(signature, SIGNATURE_BYTES, "request signature")
             head = bytes([Tag.REQUEST]) + _REQUEST_HEAD.pack(seq, signature)
-            return head + (content or request_content(operation, body))
+            return head + (content or request_content(operation, body, request_id))
         case Response(body):
             return bytes([Tag.RESPONSE]) + canonical_json(body)
         case Error(code, text, details):
@@ -196,9 +200,15 @@ def encode_message(message: Message) -> bytes:
     raise TypeError(f"not a ficc.federation/1 message: {message!r}")
 
 
-def request_content(operation: str, body: dict[str, Any]) -> bytes:
-    """The canonical JSON a request carries and its signature covers."""
-    return canonical_json({"body": body, "operation": operation})
+def request_content(operation: str, body: dict[str, Any], request_id: str | None = None) -> bytes:
+    """The canonical JSON a request carries and its signature covers.
+
+    ``request_id`` is written only when there is one, so a request without it is byte for byte
+    what it was before the field existed.
+    """
+    if request_id is None:
+        return canonical_json({"body": body, "operation": operation})
+    return canonical_json({"body": body, "operation": operation, "request_id": request_id})
 
 
 def encode_chunk_frame(data: bytes | memoryview) -> bytes:
@@ -257,16 +267,29 @@ def _decode_request(rest: bytes) -> Request:
     seq, signature = _REQUEST_HEAD.unpack_from(rest)
     content = rest[_REQUEST_HEAD.size :]
     doc = parse_json_object(content, what="request")
-    if set(doc) != {"body", "operation"}:
-        raise ProtocolError("request must have exactly the fields body and operation")
-    operation, body = doc["operation"], doc["body"]
+    if set(doc) - {"request_id"} != {"body", "operation"}:
+        raise ProtocolError(
+            "request must have exactly the fields body and operation, and optionally request_id"
+        )
+    operation, body, request_id = doc["operation"], doc["body"], doc.get("request_id")
+    if "request_id" in doc and (
+        not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None
+    ):
+        raise ProtocolError("request request_id must be 1 to 128 letters, digits or ._:-")
     if not isinstance(operation, str) or not operation:
         raise ProtocolError("request operation must be a non-empty string")
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
-    # ``content`` parsed as canonical JSON with exactly these two fields: it is the encoding of
-    # ``{"body": body, "operation": operation}``, byte for byte.
-    return Request(seq=seq, signature=signature, operation=operation, body=body, content=content)
+    # ``content`` parsed as canonical JSON with exactly these fields: it is the encoding of
+    # ``{"body": body, "operation": operation[, "request_id": request_id]}``, byte for byte.
+    return Request(
+        seq=seq,
+        signature=signature,
+        operation=operation,
+        body=body,
+        content=content,
+        request_id=request_id,
+    )
 
 
 def _decode_response(rest: bytes) -> Response:
@@ -335,6 +358,7 @@ __all__ = [
     "MAX_CHUNK_BYTES",
     "NONCE_BYTES",
     "PROTOCOL_VERSION",
+    "REQUEST_ID_PATTERN",
     "SIGNATURE_BYTES",
     "SUPPORTED_VERSIONS",
     "Cancel",

@@ -39,7 +39,7 @@ def _signing_message(prefix: bytes, seq: int, content: bytes) -> bytes:
 
 
 def _content_of(request: Request) -> bytes:
-    return request.content or request_content(request.operation, request.body)
+    return request.content or request_content(request.operation, request.body, request.request_id)
 
 
 class RequestSigner:
@@ -51,16 +51,21 @@ class RequestSigner:
         self._prefix = _signing_prefix(session.session_id, session.role)
         self._next_seq = 1
 
-    def sign(self, operation: str, body: dict[str, Any]) -> Request:
+    def sign(self, operation: str, body: dict[str, Any], request_id: str | None = None) -> Request:
         """The next request of this direction, signed (its content encoded once, here)."""
         seq = self._next_seq
         if seq > MAX_U64:
             raise ProtocolError("the session ran out of sequence numbers")
         self._next_seq += 1
-        content = request_content(operation, body)
+        content = request_content(operation, body, request_id)
         signature = self._signer.sign(_signing_message(self._prefix, seq, content))
         return Request(
-            seq=seq, signature=signature, operation=operation, body=body, content=content
+            seq=seq,
+            signature=signature,
+            operation=operation,
+            body=body,
+            content=content,
+            request_id=request_id,
         )
 
 

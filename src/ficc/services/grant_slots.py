@@ -97,6 +97,10 @@ class GrantSlots:
     def in_flight(self, grant_id: str) -> int:
         return len(self._slots.get(grant_id, ()))
 
+    def in_flight_by_grant(self) -> dict[str, int]:
+        """Requests in flight under each grant that has any (for the metrics)."""
+        return {grant_id: len(slots) for grant_id, slots in self._slots.items()}
+
     @contextlib.asynccontextmanager
     async def slot(
         self, grant_id: str, concurrent: int, expires_at: datetime, now: datetime

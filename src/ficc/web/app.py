@@ -1,4 +1,5 @@
-"""The FastAPI application factory: routers, error rendering, body limits and the Host check."""
+"""The FastAPI application factory: routers, error rendering, body limits, the Host check, and
+the operator's view (request IDs and access log, health, metrics, the OpenAPI document)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ficc import __version__
 from ficc.base.errors import InvalidInput
 from ficc.bootstrap import Cluster
+from ficc.web import api_docs, health, metrics
 from ficc.web.auth import LOCAL_OWNER_SCOPE_KEY
 from ficc.web.errors import envelope, install_error_handlers
 from ficc.web.limits import BodyLimit
+from ficc.web.observability import RequestObservability
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers import (
     accounts,
@@ -46,6 +49,8 @@ ROUTERS = tuple(
         ui,
     )
 )
+OPERATIONS_ROUTERS = (health.router, metrics.router, api_docs.router)
+"""Health, metrics and API docs: outside ``/api/v1``'s scope rules (public or own checks)."""
 
 
 def create_app(cluster: Cluster) -> FastAPI:
@@ -54,15 +59,19 @@ def create_app(cluster: Cluster) -> FastAPI:
         version=__version__,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=api_docs.OPENAPI_URL,
         default_response_class=FiccJSONResponse,
     )
     app.state.cluster = cluster
     for router in ROUTERS:
+        app.include_router(router, responses=api_docs.ERROR_RESPONSES)
+    for router in OPERATIONS_ROUTERS:
         app.include_router(router)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     app.add_middleware(HostCheck, cluster=cluster)
+    # Last, so outermost: refusals of the Host check also get a request ID, a log line, a count.
+    app.add_middleware(RequestObservability, routes=app.router.routes)
     return app
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,7 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ficc.adapters.logs import current_request_id, new_request_id
 from ficc.base import errors as e
+from ficc.web.observability import REQUEST_ID_HEADER, request_id_of
 
 log = logging.getLogger("ficc.web")
 
@@ -67,7 +68,13 @@ def openai_envelope(error: e.FiccError, status: int) -> dict[str, Any]:
 
 def error_response(request: Request, error: e.FiccError) -> JSONResponse:
     status = status_of(error)
-    body = openai_envelope(error, status) if _is_openai_path(request.url.path) else envelope(error)
+    request_id = request_id_of(request.scope)
+    if _is_openai_path(request.url.path):
+        body = openai_envelope(error, status)
+    else:
+        body = envelope(error)
+        if request_id is not None:
+            body["error"]["details"] = {**error.details, "request_id": request_id}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
     if isinstance(error, e.LimitExceeded) and "retry_after_seconds" in error.details:
         headers["Retry-After"] = str(error.details["retry_after_seconds"])
@@ -124,13 +131,17 @@ def install_error_handlers(app: FastAPI) -> None:
         return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        request_id = secrets.token_hex(8)
+        # Outside the request middleware: the ID is read from the scope it left.
+        request_id = request_id_of(request.scope) or new_request_id()
+        current_request_id.set(request_id)
         log.error("unhandled error in request %s", request_id, exc_info=exc)
         error = e.FiccError(
             f"internal error; the server log has the details under request id {request_id}",
             details={"request_id": request_id},
         )
-        return JSONResponse(envelope(error), status_code=500)
+        return JSONResponse(
+            envelope(error), status_code=500, headers={REQUEST_ID_HEADER: request_id}
+        )
 
     app.add_exception_handler(e.FiccError, on_ficc_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

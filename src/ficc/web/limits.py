@@ -8,6 +8,7 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ficc.base.units import MiB
+from ficc.web.observability import request_id_of
 
 DEFAULT_MAX_BODY_BYTES: Final = 1 * MiB
 
@@ -31,7 +32,7 @@ class BodyLimit:
                 except ValueError:
                     declared = limit + 1
                 if declared > limit:
-                    await _refuse(send, limit)
+                    await _refuse(send, limit, scope)
                     return
         received = 0
         refused = False
@@ -58,20 +59,24 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await _refuse(send, limit)
+                await _refuse(send, limit, scope)
 
 
 class _BodyTooLarge(Exception):
     pass
 
 
-async def _refuse(send: Send, limit: int) -> None:
+async def _refuse(send: Send, limit: int, scope: Scope) -> None:
+    details: dict[str, object] = {"limit": "body_bytes", "max_bytes": limit}
+    request_id = request_id_of(scope)
+    if request_id is not None:
+        details["request_id"] = request_id
     body = json.dumps(
         {
             "error": {
                 "code": "too_large",
                 "message": f"the request body exceeds the limit of {limit} bytes",
-                "details": {"limit": "body_bytes", "max_bytes": limit},
+                "details": details,
             }
         }
     ).encode()

@@ -12,7 +12,12 @@ def _error(response: httpx.Response) -> dict[str, object]:
     body = response.json()
     assert set(body) == {"error"}
     assert set(body["error"]) == {"code", "message", "details"}
-    return dict(body["error"])
+    error = dict(body["error"])
+    # Every error names its request (X-Request-ID); the rest of details is the rule's own.
+    details = dict(error["details"])
+    assert details.pop("request_id") == response.headers["x-request-id"]
+    error["details"] = details
+    return error
 
 
 def test_a_request_without_a_credential_is_unauthenticated(cluster: RunningCluster) -> None:

@@ -84,7 +84,10 @@ def test_every_scoped_route_refuses_a_credential_without_its_scope(
                 assert error["code"] == "forbidden"
                 assert scope in error["message"]
             else:
-                assert error["details"] == {"missing_scope": scope}
+                assert error["details"] == {
+                    "missing_scope": scope,
+                    "request_id": response.headers["x-request-id"],
+                }
             checked += 1
     assert checked >= 12
 
@@ -99,7 +102,10 @@ def test_owner_only_routes_refuse_a_token_with_every_scope_but_less_than_the_own
         token = cluster.token(*[s for s in LOCAL_SCOPES if s != "federation:read"])
         response = cluster.client(token).request(method, _concrete(path), json={})
         assert response.status_code == 403, f"{method} {path}"
-        assert response.json()["error"]["details"] == {"requires": "local_owner"}
+        assert response.json()["error"]["details"] == {
+            "requires": "local_owner",
+            "request_id": response.headers["x-request-id"],
+        }
 
 
 @pytest.mark.parametrize("method", ["POST", "DELETE"])

@@ -9,6 +9,7 @@ goes through SQLAlchemy's asyncio engine (psycopg 3).
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +18,8 @@ from alembic.config import Config
 from sqlalchemy import Connection, CursorResult, Engine, Executable, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ficc.adapters.metrics import SQLITE_LOCK_WAIT
 
 SQLITE_FILE = "ficc.db"
 
@@ -139,7 +142,13 @@ class WriterLock:
 
     async def __aenter__(self) -> None:
         if self._lock is not None:
-            await self._lock.acquire()
+            if self._lock.locked():
+                started = time.perf_counter()
+                await self._lock.acquire()
+                SQLITE_LOCK_WAIT.observe(time.perf_counter() - started)
+            else:
+                await self._lock.acquire()
+                SQLITE_LOCK_WAIT.observe(0.0)
 
     async def __aexit__(self, *_: object) -> None:
         if self._lock is not None:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -264,3 +265,11 @@ transfers = Table(
     Column("created_at", TIME, nullable=False),
     Column("updated_at", TIME, nullable=False),
 )
+
+# The indexes the migrations create, declared here too so that the two agree exactly.
+Index("models_by_sha256", models.c.sha256)
+Index("audit_by_project", audit_log.c.project, audit_log.c.seq)
+Index("services_by_model", services.c.model)
+Index("peers_by_hypernet_id", peers.c.hypernet_id)
+Index("grants_by_peer", grants.c.peer_id)
+Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)

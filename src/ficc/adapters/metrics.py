@@ -1,0 +1,166 @@
+"""Prometheus metrics of one FICC process: the families, and the figures read at scrape time.
+
+Counters and histograms are updated where the work happens (the HTTP middleware, the HyperNet
+adapter, the SQLite writer lock). Figures that are state rather than events (services by
+state, requests in flight per grant, engine restarts) are read when ``/metrics`` is scraped,
+so nothing in the services layer knows about Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from sqlalchemy import Subquery, func, select
+
+from ficc.adapters.sql import tables as t
+
+if TYPE_CHECKING:
+    from ficc.adapters.sql.database import Database
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created doubles the output
+REGISTRY: Final = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+
+HTTP_REQUESTS: Final = Counter(
+    "ficc_http_requests",
+    "HTTP requests answered, by route template (not the raw path), method and status.",
+    ["method", "route", "status"],
+    registry=REGISTRY,
+)
+HTTP_DURATION: Final = Histogram(
+    "ficc_http_request_duration_seconds",
+    "Time from a request's arrival to the end of its response, by route template.",
+    ["method", "route"],
+    registry=REGISTRY,
+)
+FEDERATION_REQUESTS: Final = Counter(
+    "ficc_federation_requests",
+    "Federation requests: direction in (a peer asked) or out (this cluster asked), the "
+    "operation and the outcome (ok or the error code).",
+    ["direction", "operation", "outcome"],
+    registry=REGISTRY,
+)
+FEDERATION_DURATION: Final = Histogram(
+    "ficc_federation_request_duration_seconds",
+    "Time a federation request took, by direction and operation.",
+    ["direction", "operation"],
+    registry=REGISTRY,
+)
+FEDERATION_IN_FLIGHT: Final = Gauge(
+    "ficc_federation_in_flight",
+    "Requests a peer has in flight under each grant this cluster gave.",
+    ["grant"],
+    registry=REGISTRY,
+)
+TRANSFER_BYTES: Final = Counter(
+    "ficc_transfer_bytes",
+    "Model bytes streamed over HyperNet: direction in (received) or out (sent).",
+    ["direction"],
+    registry=REGISTRY,
+)
+HYPERNET_SESSIONS: Final = Gauge(
+    "ficc_hypernet_sessions",
+    "HyperNet sessions open (handshake done) with peers.",
+    registry=REGISTRY,
+)
+HYPERNET_HANDSHAKE_FAILURES: Final = Counter(
+    "ficc_hypernet_handshake_failures",
+    "HyperNet connections that failed their handshake, by role of this side.",
+    ["role"],
+    registry=REGISTRY,
+)
+INFERENCE_SERVICES: Final = Gauge(
+    "ficc_inference_services",
+    "Inference services by state.",
+    ["state"],
+    registry=REGISTRY,
+)
+ENGINE_RESTARTS: Final = Gauge(
+    "ficc_engine_restarts",
+    "Engine attempts launched beyond the first for each replica, over the cluster's life.",
+    registry=REGISTRY,
+)
+SQLITE_LOCK_WAIT: Final = Histogram(
+    "ficc_sqlite_lock_wait_seconds",
+    "Time a transaction waited for SQLite's single writer lock.",
+    buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+    registry=REGISTRY,
+)
+
+
+GRANT_REQUEST: Final = "grant.request"
+MAX_OPERATION_LABELS: Final = 64
+"""Distinct operation labels kept; a peer sending made-up names cannot grow the series further."""
+OTHER_OPERATION: Final = "other"
+TRANSFER_LABEL: Final = f"{GRANT_REQUEST}:models.range"
+_operation_labels: set[str] = set()
+
+
+def operation_label(operation: str, body: Mapping[str, object]) -> str:
+    """``discover`` for a grant request carrying it, the wire operation otherwise; bounded."""
+    inner = body.get("operation") if operation == GRANT_REQUEST else None
+    label = f"{GRANT_REQUEST}:{inner}" if isinstance(inner, str) else operation
+    if label in _operation_labels:
+        return label
+    if len(_operation_labels) >= MAX_OPERATION_LABELS or len(label) > 64:
+        return OTHER_OPERATION
+    _operation_labels.add(label)
+    return label
+
+
+def federation_outcome(error_code: str | None) -> str:
+    return "ok" if error_code is None else error_code
+
+
+def is_transfer(label: str) -> bool:
+    """Whether a request with this operation label streams model bytes (``models.range``)."""
+    return label == TRANSFER_LABEL
+
+
+async def refresh_state_gauges(database: Database, in_flight: Mapping[str, int]) -> None:
+    """Read the figures that are state into their gauges, just before a scrape."""
+    connection = await database.connect()
+    try:
+        by_state = (
+            await connection.execute(
+                select(t.services.c.state, func.count().label("count")).group_by(t.services.c.state)
+            )
+        ).all()
+        attempts = (
+            await connection.execute(select(func.count()).select_from(t.replica_attempts))
+        ).scalar_one()
+        replicas = (
+            await connection.execute(select(func.count()).select_from(_distinct_replicas()))
+        ).scalar_one()
+    finally:
+        await connection.rollback()
+        await connection.close()
+    INFERENCE_SERVICES.clear()
+    for row in by_state:
+        INFERENCE_SERVICES.labels(state=str(row.state)).set(int(row._mapping["count"]))
+    ENGINE_RESTARTS.set(max(int(attempts) - int(replicas), 0))
+    FEDERATION_IN_FLIGHT.clear()
+    for grant, count in in_flight.items():
+        FEDERATION_IN_FLIGHT.labels(grant=grant).set(count)
+
+
+def _distinct_replicas() -> Subquery:
+    attempt = t.replica_attempts.c
+    return select(attempt.service_id, attempt.replica).distinct().subquery()
+
+
+def exposition() -> bytes:
+    """The Prometheus text format of every family."""
+    return generate_latest(REGISTRY)
