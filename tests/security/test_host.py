@@ -152,19 +152,24 @@ def test_a_foreign_host_header_is_refused_on_every_route_and_changes_nothing(
     figures.record(tries=len(attempts), refused=len(attempts))
 
 
-def test_the_session_cookie_is_secure_when_the_request_came_over_https(
-    cluster: RunningCluster,
+def test_the_session_cookie_is_secure_when_the_cluster_is_published_over_https(
+    cluster: RunningCluster, tmp_path: Path
 ) -> None:
+    def flags(response: httpx.Response) -> list[str]:
+        assert response.status_code == 201, response.text
+        return [part.strip() for part in response.headers["set-cookie"].lower().split(";")]
+
+    published = start_cluster(tmp_path / "state", "--public-url", "https://ficc.example")
+    try:
+        set_owner_password(published)
+        assert "secure" in flags(_login(published, OWNER_PASSWORD))
+    finally:
+        published.stop()
     set_owner_password(cluster)
-    # uvicorn believes X-Forwarded-Proto from a proxy on loopback (its default trusted hop).
-    behind_tls = _login(cluster, OWNER_PASSWORD, **{"X-Forwarded-Proto": "https"})
-    assert behind_tls.status_code == 201, behind_tls.text
-    assert "secure" in [
-        part.strip() for part in behind_tls.headers["set-cookie"].lower().split(";")
-    ]
-    plain = _login(cluster, OWNER_PASSWORD)
-    assert plain.status_code == 201, plain.text
-    assert "secure" not in [part.strip() for part in plain.headers["set-cookie"].lower().split(";")]
+    assert "secure" not in flags(_login(cluster, OWNER_PASSWORD))
+    # No proxy header is believed: a forged X-Forwarded-Proto changes nothing.
+    forged = _login(cluster, OWNER_PASSWORD, **{"X-Forwarded-Proto": "https"})
+    assert "secure" not in flags(forged)
 
 
 def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
@@ -179,6 +184,23 @@ def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
     assert allowed.status_code == 200
     assert row in allowed.text
     figures.record(tries=1, refused=1)
+
+
+def test_a_forged_forwarded_address_does_not_escape_the_per_address_backoff(
+    tmp_path: Path, figures: Figures
+) -> None:
+    """FICC trusts no proxy header: a local caller cannot rotate its apparent address."""
+    running = start_cluster(tmp_path / "state")
+    try:
+        set_owner_password(running)
+        forged = [{"X-Forwarded-For": f"198.51.100.{index}"} for index in range(4)]
+        answers = [_login(running, "wrong", **headers).status_code for headers in forged[:3]]
+        assert answers == [401, 401, 401]
+        refused = _login(running, "wrong", **forged[3])
+        assert error_of(refused, 429)["details"]["limit"] == "login_failures_per_address"
+    finally:
+        running.stop()
+    figures.record(tries=4, refused=1)
 
 
 def test_the_login_throttle_caps_tries_in_flight_and_backs_off_over_all_addresses(

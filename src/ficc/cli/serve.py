@@ -95,8 +95,15 @@ def _control_socket(path: str) -> socket.socket:
 
 
 def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
-    """Uvicorn's own records go to FICC's handler (``log_config=None``); FICC logs access."""
-    return uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+    """Uvicorn's own records go to FICC's handler (``log_config=None``); FICC logs access.
+
+    No proxy header is believed (``proxy_headers=False``): a local process could otherwise
+    choose its apparent address and escape the per-address login limits. Behind a TLS proxy,
+    ``--public-url https://...`` makes the session cookie ``Secure``.
+    """
+    return uvicorn.Config(
+        app, lifespan="off", log_config=None, access_log=False, proxy_headers=False
+    )
 
 
 async def serve(settings: Settings, options: ServeOptions | None = None) -> None:
