@@ -17,7 +17,7 @@ from typing import Any, Final, Self
 
 import httpx
 
-from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, Unavailable
 
 CHAT_COMPLETIONS: Final = "/v1/chat/completions"
 COMPLETIONS: Final = "/v1/completions"
@@ -30,6 +30,8 @@ DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool
 
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_SAFE_MESSAGE_CHARS: Final = 200
+SSE_EVENT_FRAMING_BYTES: Final = len(b"data: ") + len(b"\n\n")
+"""What a streamed event adds to its data on the wire."""
 
 
 @dataclass(frozen=True)
@@ -300,11 +302,28 @@ class EngineClient:
             raise _status_error(response.status_code, content)
         return EngineStream(response)
 
-    async def complete(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A plain response object, assembled from a streamed one so that a cancel stops it."""
+    async def complete(
+        self, path: str, body: Mapping[str, Any], *, max_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """A plain response object, assembled from a streamed one so that a cancel stops it.
+
+        ``max_bytes``: the answer is counted while it arrives, as its stream would be sent
+        (``data: …`` and a blank line per event); passing it stops the engine at once.
+        """
         request_body = {k: v for k, v in body.items() if k != "stream_options"}
+        chunks: list[dict[str, Any]] = []
+        received = 0
         async with await self.open_stream(path, request_body) as stream:
-            chunks = [event.payload() async for event in stream if not event.done]
+            async for event in stream:
+                if event.done:
+                    continue
+                received += len(event.data.encode()) + SSE_EVENT_FRAMING_BYTES
+                if max_bytes is not None and received > max_bytes:
+                    raise LimitExceeded(
+                        f"the response would pass the grant's {max_bytes} response bytes",
+                        details={"limit": "response_bytes", "allowed": max_bytes},
+                    )
+                chunks.append(event.payload())
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)

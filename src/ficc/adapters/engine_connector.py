@@ -27,9 +27,15 @@ class EngineClients:
         return await self._client(base_url, model).open_stream(path, body)
 
     async def complete(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+        self,
+        base_url: str,
+        model: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
-        return await self._client(base_url, model).complete(path, body)
+        return await self._client(base_url, model).complete(path, body, max_bytes=max_bytes)
 
     async def aclose(self) -> None:
         clients = list(self._clients.values())

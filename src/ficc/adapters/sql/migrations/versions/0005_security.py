@@ -14,9 +14,7 @@ TIME = sa.String(40)
 
 def upgrade() -> None:
     with op.batch_alter_table("api_tokens") as batch:
-        batch.add_column(
-            sa.Column("owner", sa.Boolean, nullable=False, server_default=sa.false())
-        )
+        batch.add_column(sa.Column("owner", sa.Boolean, nullable=False, server_default=sa.false()))
         batch.add_column(sa.Column("created_by", sa.String(40), nullable=True))
     op.create_table(
         "offer_tombstones",
