@@ -398,8 +398,8 @@ class InferenceServices:
             attempts = await uow.attempts.for_service(service_id)
             check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
             node = await self._node(uow, service.node)
-            await self._check_runtime(service.spec, node)
             model_path = await self._model_file(uow, project, service.spec)
+            await self._check_runtime(service.spec, node)
             if model_path is not None:
                 model = await uow.models.get(service.spec.model)
                 assert model is not None
