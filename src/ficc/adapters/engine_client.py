@@ -18,7 +18,7 @@ from typing import Any, Final, Self
 
 import httpx
 
-from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, Unavailable
 from ficc.domain.openai_requests import usage_requested
 
 CHAT_COMPLETIONS: Final = "/v1/chat/completions"
@@ -433,16 +433,21 @@ class EngineClient:
 
         return EngineStream(response, path, count_usage, on_close)
 
-    async def complete(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def complete(
+        self, path: str, body: Mapping[str, Any], *, max_bytes: int | None = None
+    ) -> dict[str, Any]:
         """A plain response object, assembled from a streamed one so that a cancel stops it.
 
         The engine is asked for usage in its stream (OpenAI and vLLM send it); where it sends
-        none, the engine counts it (see :meth:`_counted_usage`).
+        none, the engine counts it (see :meth:`_counted_usage`). ``max_bytes``: the answer's
+        text is counted while it arrives; once the text alone passes it, the whole answer
+        would too, and the engine is stopped at once.
         """
         request_body = dict(body)
         request_body["stream_options"] = {"include_usage": True}
         chunks: list[dict[str, Any]] = []
         size = 0
+        text_bytes = 0
         async with await self.open_stream(path, request_body) as stream:
             async for event in stream:
                 if event.done:
@@ -453,7 +458,14 @@ class EngineClient:
                         f"the engine's answer passed {MAX_ASSEMBLED_EVENTS} events or "
                         f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
                     )
-                chunks.append(event.payload())
+                payload = event.payload()
+                text_bytes += _text_bytes(payload)
+                if max_bytes is not None and text_bytes > max_bytes:
+                    raise LimitExceeded(
+                        f"the response would pass the grant's {max_bytes} response bytes",
+                        details={"limit": "response_bytes", "allowed": max_bytes},
+                    )
+                chunks.append(payload)
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
@@ -534,6 +546,20 @@ def _answer_texts(path: str, chunks: list[dict[str, Any]]) -> list[tuple[str, An
         )
         texts.append((text, choice["finish_reason"]))
     return texts
+
+
+def _text_bytes(chunk: Mapping[str, Any]) -> int:
+    """The bytes of text a streamed chunk adds to its answer: a lower bound of what it adds
+    to the assembled JSON (which also carries the envelope and escapes)."""
+    total = 0
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            total += len(text.encode())
+    return total
 
 
 async def _read_bounded(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:

@@ -117,11 +117,17 @@ class EngineClients:
             raise
 
     async def complete(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+        self,
+        base_url: str,
+        model: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
         entry = self._acquire(base_url, model)
         try:
-            return await entry.client.complete(path, body)
+            return await entry.client.complete(path, body, max_bytes=max_bytes)
         finally:
             await self._release(entry)
 

@@ -21,7 +21,7 @@ from typing import Any, Final, NewType
 import rfc8785
 
 from ficc.base.errors import InvalidInput, TooLarge
-from ficc.base.units import KiB
+from ficc.base.units import KiB, TiB
 
 SafeRelativePath = NewType("SafeRelativePath", str)
 """A ``/``-separated relative path that cannot leave the directory it is joined to."""
@@ -43,6 +43,11 @@ MAX_METADATA_DEPTH: Final = 16
 MAX_MANIFEST_BYTES: Final = 512 * KiB
 # RFC 8785 encodes numbers as IEEE 754 doubles: larger integers would not round-trip.
 MAX_JSON_INTEGER: Final = 2**53 - 1
+MAX_FILE_BYTES: Final = 1 * TiB
+"""The largest file a manifest may declare: several times today's largest open model files,
+and far below what a hostile manifest could otherwise make a requester plan for."""
+MAX_MODEL_BYTES: Final = 1 * TiB
+"""The largest sum of a manifest's file sizes."""
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -169,8 +174,12 @@ def _parse_text(value: object, field: str, max_chars: int) -> str:
 def _parse_size(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{field} must be an integer number of bytes", field=field)
-    if not 0 <= value <= MAX_JSON_INTEGER:
-        raise InvalidInput(f"{field} must be between 0 and {MAX_JSON_INTEGER}", field=field)
+    if not 0 <= value <= MAX_FILE_BYTES:
+        raise InvalidInput(
+            f"{field} must be between 0 and {MAX_FILE_BYTES} bytes",
+            field=field,
+            details={"minimum": 0, "maximum": MAX_FILE_BYTES},
+        )
     return value
 
 
@@ -272,6 +281,13 @@ def parse_manifest(value: object, *, field: str = "") -> Manifest:
         _parse_file(entry, f"{files_field}[{index}]") for index, entry in enumerate(raw_files)
     )
     _check_paths_distinct(files, files_field)
+    total_bytes = sum(entry.size for entry in files)
+    if total_bytes > MAX_MODEL_BYTES:
+        raise TooLarge(
+            f"{files_field} add up to {total_bytes} bytes; a model has at most {MAX_MODEL_BYTES}",
+            field=files_field,
+            details={"limit": "model_bytes", "allowed": MAX_MODEL_BYTES},
+        )
     metadata_field = _join(field, "metadata")
     if not isinstance(value["metadata"], dict):
         raise InvalidInput(f"{metadata_field} must be an object", field=metadata_field)

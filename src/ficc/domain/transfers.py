@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -75,12 +76,14 @@ class Transfer:
         return sum(f.done for f in self.files)
 
 
-def ranges(size: int, done: int, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int]]:
-    """The (offset, length) ranges still to fetch of a file with ``done`` bytes on disk."""
-    result = []
+def ranges(size: int, done: int, range_bytes: int = RANGE_BYTES) -> Iterator[tuple[int, int]]:
+    """The (offset, length) ranges still to fetch of a file with ``done`` bytes on disk.
+
+    Made one at a time: a list of every range of a file a peer declares huge would take the
+    requester's memory before any check could refuse the file.
+    """
     offset = done
     while offset < size:
         length = min(range_bytes, size - offset)
-        result.append((offset, length))
+        yield offset, length
         offset += length
-    return result

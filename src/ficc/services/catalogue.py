@@ -95,6 +95,7 @@ async def add_model(
     )
     async with uow_factory() as uow:
         await uow.models.add(model)
+        await uow.models.own_blobs(project, model.blob_digests())
         await audit.record(
             uow,
             clock,
@@ -141,6 +142,7 @@ async def delete_model(
                 details={"services": list(users)},
             )
         await uow.models.delete(model_id)
+        await uow.models.release_blobs(project, model.blob_digests())
         orphans = [
             digest for digest in model.blob_digests() if not await uow.models.blob_in_use(digest)
         ]
@@ -183,6 +185,9 @@ async def create_model_record(
     max_created: int,
 ) -> tuple[dict[str, Any], bool]:
     """A catalogue record from a peer's manifest: no files, never an existing record adopted.
+
+    Its digests enter no project's set of blobs: the record never resolves to a stored blob
+    (no range served, no launch), whatever digests the peer names.
 
     Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
     """
@@ -255,6 +260,7 @@ async def remove_model_record(
                 details={"services": list(users)},
             )
         await uow.models.delete(model_id)
+        await uow.models.release_blobs(project, model.blob_digests())
         await audit.record(
             uow,
             clock,

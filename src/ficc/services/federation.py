@@ -494,6 +494,8 @@ class Federation:
         now = self._clock()
         transport = self.companion.transport
         async with self._uow_factory() as uow:
+            # Two projects approving one offer at once: the second waits, then sees it approved.
+            await uow.offers.lock(offer_id)
             offer = await self._visible_offer(uow, project, offer_id)
             if offer.direction != o.INCOMING:
                 raise Conflict("only the service side approves an offer")

@@ -25,6 +25,7 @@ from ficc.base.errors import (
     Conflict,
     FiccError,
     InvalidInput,
+    LimitExceeded,
     NotFound,
     RevisionMismatch,
     Unavailable,
@@ -36,7 +37,9 @@ from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
+    Capacity,
     Operation,
+    Requirements,
     RuntimeName,
     ServiceEvent,
     ServiceSpec,
@@ -44,12 +47,16 @@ from ficc.domain.inference import (
     UpstreamAllowList,
     admits_requests,
     apply_event,
+    check_context,
     check_start,
+    fit,
+    grant_running_shortfall,
     next_attempt_state,
     parse_operation,
     parse_service_spec,
     plan_operation,
     recovery_event,
+    requirements,
     uses_local_model,
 )
 from ficc.domain.mutations import derived_entropy
@@ -76,8 +83,11 @@ log = logging.getLogger("ficc.inference")
 
 START_TIMEOUT_SECONDS: Final = 120.0
 STOP_GRACE_SECONDS: Final = 5.0
-ENGINE_OVERHEAD_BYTES: Final = 256 * 1024 * 1024
-"""Memory an engine needs beyond its model file (measured: ~235 MB RSS for SmolLM2)."""
+
+ACTIVE_STATES: Final = frozenset(
+    {ServiceState.STARTING, ServiceState.RUNNING, ServiceState.DRAINING}
+)
+"""States in which a service's replicas hold (or are taking) their node's resources."""
 
 ModelPath = Callable[[CatalogueModel], Path]
 AttemptFence = Callable[[str, float], Awaitable[int]]
@@ -148,6 +158,7 @@ class InferenceServices:
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_replica: dict[str, int] = {}
         self._admitting: dict[str, _Admission] = {}
+        self._admission = asyncio.Lock()
 
     # --- lifecycle of FICC itself ----------------------------------------------------------
 
@@ -343,7 +354,11 @@ class InferenceServices:
                 "acknowledge_unknown is accepted only for start", field="acknowledge_unknown"
             )
         expected = _parse_revision(revision)
-        lock = self._locks.setdefault(service_id, asyncio.Lock())
+        lock = await self._lock_of(service_id)
+        if lock is None:
+            raise NotFound(
+                f"no service {service_id} in project {project}", details={"service": service_id}
+            )
         async with lock:
             if op is Operation.START:
                 return await self._start(
@@ -354,6 +369,20 @@ class InferenceServices:
             if op is Operation.DRAIN:
                 return await self._drain(actor, project, service_id, expected, key)
             return await self._remove(actor, project, service_id, expected, key)
+
+    async def _lock_of(self, service_id: str) -> asyncio.Lock | None:
+        """The lock that orders changes of one service; None when there is no such service.
+
+        Made only for a service that exists (any string a caller sends would otherwise grow the
+        map), and dropped when the service is removed.
+        """
+        lock = self._locks.get(service_id)
+        if lock is not None:
+            return lock
+        async with self._uow_factory() as uow:
+            if await uow.services.get(service_id) is None:
+                return None
+        return self._locks.setdefault(service_id, asyncio.Lock())
 
     async def _start(
         self,
@@ -372,16 +401,23 @@ class InferenceServices:
             attempts = await uow.attempts.for_service(service_id)
             check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
             node = await self._node(uow, service.node)
-            await self._check_runtime(service.spec, node)
             model_path = await self._model_file(uow, project, service.spec)
+            await self._check_runtime(service.spec, node)
+            if model_path is not None:
+                model = await uow.models.get(service.spec.model)
+                assert model is not None
+                check_context(service.spec, model.manifest.get("metadata", {}))
         if acknowledge:
             # Release every earlier attempt before a new one starts.
             for attempt in attempts:
                 if attempt.state is AttemptState.UNKNOWN:
                     await self._fence_attempt(attempt.id, self._grace)
-        async with self._uow_factory() as uow:
+        # One start at a time passes admission and commits its state, so two starts cannot
+        # both count the same free memory.
+        async with self._admission, self._uow_factory() as uow:
             service = await self._load(uow, project, service_id)
             _check_revision(service, expected)
+            await self._admit(uow, service, node)
             now = self._clock()
             for attempt in await uow.attempts.for_service(service_id):
                 if attempt.state is AttemptState.UNKNOWN and acknowledge:
@@ -426,6 +462,48 @@ class InferenceServices:
             await uow.commit()
         self._spawn(self._launch(started, node, model_path, new_attempts))
         return result, False
+
+    async def _admit(self, uow: UnitOfWork, service: ServiceRecord, node: Node) -> None:
+        """Refuse a start that does not fit its node, or passes its grant's running caps."""
+        active = [
+            other
+            for other in await uow.services.list_all()
+            if other.id != service.id and other.state in ACTIVE_STATES
+        ]
+        if service.created_by_grant is not None:
+            of_grant = [o.spec for o in active if o.created_by_grant == service.created_by_grant]
+            over = grant_running_shortfall(of_grant, service.spec)
+            if over is not None:
+                raise LimitExceeded(
+                    over.reason,
+                    details={"limit": over.resource, "allowed": over.available},
+                )
+        need = await self._requirements(uow, service.spec)
+        committed = Requirements()
+        for other in active:
+            if other.node == node.id:
+                committed += await self._requirements(uow, other.spec)
+        shortfalls, _ = fit(need, committed, _capacity(node))
+        if shortfalls:
+            raise Conflict(
+                f"service {service.id} does not fit on node {node.id}: "
+                + "; ".join(shortfall.reason for shortfall in shortfalls),
+                details={
+                    "resources": [
+                        {
+                            "resource": shortfall.resource,
+                            "needed": shortfall.needed,
+                            "available": shortfall.available,
+                        }
+                        for shortfall in shortfalls
+                    ]
+                },
+            )
+
+    @staticmethod
+    async def _requirements(uow: UnitOfWork, spec: ServiceSpec) -> Requirements:
+        model = await uow.models.get(spec.model) if uses_local_model(spec.runtime) else None
+        return requirements(spec, 0 if model is None else model.total_bytes())
 
     async def _transition(
         self,
@@ -493,6 +571,9 @@ class InferenceServices:
             if key is not None:
                 await mutations.record(uow, self._clock, key, state="completed", result=result)
             await uow.commit()
+        # The caller holds this lock; anyone waiting on it finds the service gone.
+        self._locks.pop(service_id, None)
+        self._next_replica.pop(service_id, None)
         return result, False
 
     async def stop_for_grant(self, grant: Grant) -> None:
@@ -500,7 +581,10 @@ class InferenceServices:
         if not grant.terms.stop_on_revoke:
             return
         for service_id in sorted(grant.created_services):
-            async with self._locks.setdefault(service_id, asyncio.Lock()):
+            lock = await self._lock_of(service_id)
+            if lock is None:
+                continue
+            async with lock:
                 async with self._uow_factory() as uow:
                     service = await uow.services.get(service_id)
                     if service is None or service.state is ServiceState.STOPPED:
@@ -528,46 +612,42 @@ class InferenceServices:
     # --- admission ---------------------------------------------------------------------------
 
     async def preview(self, project: str, spec_data: object) -> dict[str, Any]:
-        """Would this spec fit on its node now? Reasons, not a launch."""
+        """Would this spec fit on its node now? Reasons, not a launch; ``start`` enforces it."""
         spec = parse_service_spec(spec_data)
         reasons: list[str] = []
         warnings: list[str] = []
         async with self._uow_factory() as uow:
             node = await self._find_node(uow, spec.node)
             model: CatalogueModel | None = None
+            present = True
             if uses_local_model(spec.runtime):
                 model = await uow.models.get(spec.model)
                 if model is None or model.project != project:
+                    # Another project's model is not measured: its size is not this project's.
+                    model = None
                     reasons.append(f"model {spec.model} is not in the catalogue of {project}")
+                else:
+                    present = await self._present(uow, model)
+                    try:
+                        check_context(spec, model.manifest.get("metadata", {}))
+                    except InvalidInput as exc:
+                        reasons.append(exc.message)
             if node is None:
                 reasons.append(f"node {spec.node} is not a node of this cluster")
                 return _preview_json(spec, None, reasons, warnings, {})
-            others = [
-                s
-                for s in await uow.services.list_all()
-                if s.node == node.id and s.state is not ServiceState.STOPPED
-            ]
+            committed = Requirements()
+            for other in await uow.services.list_all():
+                if other.node == node.id and other.state in ACTIVE_STATES:
+                    committed += await self._requirements(uow, other.spec)
         availability = await self._runtime(spec.runtime).availability(_node_info(node))
         reasons.extend(availability.reasons)
-        if model is not None and not self._model_path(model).exists():
+        if model is not None and not present:
             reasons.append(f"model {model.id} has files missing from the blob store")
-        need = _requirements(spec, model)
-        used = _committed(others)
-        free_memory = node.memory_available_bytes - used["memory_bytes"]
-        if need["memory_bytes"] > free_memory:
-            reasons.append(
-                f"needs {need['memory_bytes']} bytes of memory; {max(free_memory, 0)} are free"
-            )
-        free_cpus = node.cpu_count - used["cpu_slots"]
-        if need["cpu_slots"] > node.cpu_count:
-            reasons.append(f"needs {need['cpu_slots']} CPU slots; the node has {node.cpu_count}")
-        elif need["cpu_slots"] > free_cpus:
-            warnings.append(
-                f"needs {need['cpu_slots']} CPU slots; {max(free_cpus, 0)} are not yet taken"
-            )
-        if need["gpus"] > len(node.gpus):
-            reasons.append(f"needs {need['gpus']} GPU(s); the node has {len(node.gpus)}")
-        return _preview_json(spec, node, reasons, warnings, need)
+        need = requirements(spec, 0 if model is None else model.total_bytes())
+        shortfalls, fit_warnings = fit(need, committed, _capacity(node))
+        reasons.extend(shortfall.reason for shortfall in shortfalls)
+        warnings.extend(fit_warnings)
+        return _preview_json(spec, node, reasons, warnings, need.to_json())
 
     async def prepare(
         self,
@@ -581,6 +661,7 @@ class InferenceServices:
             models = [
                 m for m in await uow.models.list(project) if model_ids is None or m.id in model_ids
             ]
+            ready = {model.id: await self._present(uow, model) for model in models}
             nodes = [n for n in await uow.nodes.list() if node_ids is None or n.id in node_ids]
         offers = []
         for node in nodes:
@@ -601,7 +682,7 @@ class InferenceServices:
                     "name": model.name,
                     "revision": model.sha256,
                     "format": model.format,
-                    "ready": self._model_path(model).exists(),
+                    "ready": ready[model.id],
                 }
                 for model in models
             ],
@@ -688,12 +769,18 @@ class InferenceServices:
         body: Mapping[str, Any],
         *,
         endpoint: Endpoint | None = None,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
-        """A plain answer, generated in streaming mode so that cancelling this call stops it."""
+        """A plain answer, generated in streaming mode so that cancelling this call stops it.
+
+        ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it.
+        """
         if endpoint is None:
             endpoint = await self.endpoint(project, service_id)
         async with self.in_flight(service_id):
-            return await self.engines.complete(endpoint.base_url, endpoint.model_name, path, body)
+            return await self.engines.complete(
+                endpoint.base_url, endpoint.model_name, path, body, max_bytes=max_bytes
+            )
 
     async def running_services(self, project: str) -> list[ServiceRecord]:
         async with self._uow_factory() as uow:
@@ -921,6 +1008,7 @@ class InferenceServices:
                     f"model {spec.model} is not in the catalogue of project {project}",
                     field="model",
                 )
+            check_context(spec, model.manifest.get("metadata", {}))
         return node
 
     async def _check_runtime(self, spec: ServiceSpec, node: Node) -> None:
@@ -939,7 +1027,22 @@ class InferenceServices:
         model = await uow.models.get(spec.model)
         if model is None or model.project != project:
             raise Conflict(f"model {spec.model} is no longer in the catalogue")
+        if not await self._present(uow, model):
+            raise Conflict(
+                f"model {model.id} has files missing from the blob store",
+                details={"model": model.id, "reason": "files_missing"},
+            )
         return self._model_path(model)
+
+    async def _present(self, uow: UnitOfWork, model: CatalogueModel) -> bool:
+        """Whether the model's files are stored and its project owns every one of them.
+
+        A blob stored for another project reads as missing: a record naming a digest is no
+        capability to its bytes, and no oracle of whether they are stored.
+        """
+        if not await uow.models.owns_blobs(model.project, model.blob_digests()):
+            return False
+        return self._model_path(model).exists()
 
     async def _audit(
         self,
@@ -981,25 +1084,13 @@ def _node_info(node: Node) -> NodeInfo:
     return NodeInfo(node_id=node.id, local=node.is_local, gpu_count=len(node.gpus))
 
 
-def _requirements(spec: ServiceSpec, model: CatalogueModel | None) -> dict[str, int]:
-    model_bytes = model.total_bytes() if model is not None else 0
-    threads = int(spec.options.get("n_threads", 1)) if spec.runtime is RuntimeName.LLAMA_CPP else 0
-    per_replica_memory = (
-        model_bytes + ENGINE_OVERHEAD_BYTES if spec.runtime is not RuntimeName.OPENAI else 0
+def _capacity(node: Node) -> Capacity:
+    return Capacity(
+        cpu_count=node.cpu_count,
+        memory_bytes=node.memory_bytes,
+        memory_available_bytes=node.memory_available_bytes,
+        gpu_count=len(node.gpus),
     )
-    return {
-        "memory_bytes": per_replica_memory * spec.replicas,
-        "cpu_slots": threads * spec.replicas,
-        "gpus": 1 if spec.runtime is RuntimeName.VLLM else 0,
-    }
-
-
-def _committed(services: list[ServiceRecord]) -> dict[str, int]:
-    used = {"memory_bytes": 0, "cpu_slots": 0}
-    for service in services:
-        need = _requirements(service.spec, None)
-        used["cpu_slots"] += need["cpu_slots"]
-    return used
 
 
 def _preview_json(

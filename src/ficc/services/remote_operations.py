@@ -134,7 +134,7 @@ class RemoteOperations:
         self._clock = clock
         self._federation = federation
         self._inference = inference
-        self._fixed: dict[str, g.Grant] = {}
+        self._fixed: dict[str, tuple[g.Grant, str]] = {}
         self._handlers: dict[str, Handler] = {
             "discover": self._discover,
             "inference.prepare": self._prepare,
@@ -205,7 +205,9 @@ class RemoteOperations:
                 "this cluster has no pairing with the requesting peer at this generation",
                 details={"reason": "not_paired"},
             )
-        fixed = await self._fixed_terms(grant_id)
+        # Ownership first: another peer's grant is answered like one that does not exist,
+        # before its scopes, sizes or slots are looked at.
+        fixed = await self._fixed_terms(grant_id, identity)
         check_scope(operation, fixed.terms.scopes)
         mutation_id = check_mutation_id(operation, wire.get("mutation_id"))
         size = len(json.dumps(body, separators=(",", ":")).encode())
@@ -222,37 +224,41 @@ class RemoteOperations:
                 peer = await self._federation.paired_peer(uow, identity)
                 current = await uow.grants.get(grant_id)
                 if current is None or current.peer_id != peer.id:
-                    raise PermissionDenied(
-                        "this peer holds no such grant",
-                        details={"grant": grant_id, "reason": "no_grant"},
-                    )
+                    raise _no_grant(grant_id)
                 state = current.state_at(now)
                 if state in (g.REVOKED, g.RETIRED):
                     raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
                 if state == g.EXPIRED:
                     raise GrantExpired("the grant expired", details={"grant": grant_id})
-                if current.requests_used >= current.terms.requests:
+                # The check and the charge are one conditional UPDATE: concurrent admissions
+                # never charge past the allowance.
+                if not await uow.grants.charge_request(grant_id, requests=current.terms.requests):
                     raise LimitExceeded(
                         f"the grant's {current.terms.requests} requests are used up",
                         details={"limit": "requests", "allowed": current.terms.requests},
                     )
-                await uow.grants.charge(grant_id, requests=1, transfer_bytes=0)
                 await uow.commit()
             yield Call(identity, peer, current, operation, body, mutation_id, slot)
 
-    async def _fixed_terms(self, grant_id: str) -> g.Grant:
-        """A grant's terms, peer and expiry never change: read them once, keep them."""
+    async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
+        """The grant's terms, if the grant is the calling peer's; else not found.
+
+        A grant's terms, peer and expiry never change: they are read once and kept, with the
+        HyperNet ID of the peer it was given to.
+        """
         known = self._fixed.get(grant_id)
         if known is None:
             async with self._uow_factory() as uow:
-                known = await uow.grants.get(grant_id)
-            if known is None:
-                raise PermissionDenied(
-                    "this peer holds no such grant",
-                    details={"grant": grant_id, "reason": "no_grant"},
-                )
+                grant = await uow.grants.get(grant_id)
+                holder = None if grant is None else await uow.peers.get(grant.peer_id)
+            if grant is None or holder is None:
+                raise _no_grant(grant_id)
+            known = (grant, holder.hypernet_id)
             self._fixed[grant_id] = known
-        return known
+        grant, holder_hypernet_id = known
+        if holder_hypernet_id != identity.hypernet_id:
+            raise _no_grant(grant_id)
+        return grant
 
     async def _once(
         self, call: Call, effect: Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
@@ -470,7 +476,15 @@ class RemoteOperations:
 
     async def _invoke(self, call: Call) -> dict[str, Any]:
         service_id, path, inner = self._invoke_args(call)
-        answer = await self._inference.complete(call.grant.project, service_id, path, inner)
+        # The text is counted while it arrives: an answer whose text alone passes
+        # response_bytes stops the engine at once instead of being held whole, then refused.
+        answer = await self._inference.complete(
+            call.grant.project,
+            service_id,
+            path,
+            inner,
+            max_bytes=call.grant.terms.response_bytes,
+        )
         # Encoded as the caller's compatible URL will send it, so the limit counts those bytes.
         size = len(json.dumps(answer, separators=(",", ":")).encode())
         if size > call.grant.terms.response_bytes:
@@ -711,6 +725,11 @@ def _published(selected: str | None, remote_grants: list[dict[str, Any]]) -> lis
         if grant.get("id") == selected:
             return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
     return []
+
+
+def _no_grant(grant_id: str) -> NotFound:
+    """The one answer for a grant that does not exist and for another peer's grant."""
+    return NotFound("this peer holds no such grant", details={"grant": grant_id})
 
 
 def unpublished(service: object) -> NotFound:

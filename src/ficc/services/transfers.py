@@ -56,6 +56,8 @@ WRITE_AHEAD_BYTES: Final = 16 * MiB
 SYNC_AHEAD_BYTES: Final = 16 * MiB
 """The writer's thread fsyncs the partial file after every this many bytes of a range, while
 more arrive, so the fsync that ends the range (which the transfer waits for) is short."""
+DISK_RESERVE_BYTES: Final = 64 * MiB
+"""Disk a transfer leaves free for the database and logs."""
 FreeDisk = Callable[[], int]
 
 
@@ -144,6 +146,7 @@ class Transfers:
                 "the peer's manifest does not match its canonical SHA-256",
                 details={"expected": result.get("sha256"), "actual": digest},
             )
+        await self._check_room_for_model(peer_id, peer.selected_grant, manifest.total_bytes)
         now = self._clock()
         transfer = tr.Transfer(
             id=new_id("transfer", secrets.token_bytes(16)),
@@ -350,20 +353,46 @@ class Transfers:
             offset += len(data)
         return hasher
 
+    async def _check_room_for_model(self, peer_id: str, grant_id: str, total_bytes: int) -> None:
+        """Before any range is asked for: the whole model must fit on disk and in the grant.
+
+        Refused here, a model too large for either costs nothing: no record, no partial file.
+        """
+        free = await asyncio.to_thread(self._free_disk)
+        if total_bytes + DISK_RESERVE_BYTES > free:
+            raise LimitExceeded(
+                f"the model is {total_bytes} bytes; {free} bytes of disk are free "
+                f"(keeping {DISK_RESERVE_BYTES} in reserve)",
+                details={"limit": "free_disk", "needed": total_bytes, "free": free},
+            )
+        remaining = await self._remaining_transfer_bytes(peer_id, grant_id)
+        if remaining is not None and total_bytes > remaining:
+            raise LimitExceeded(
+                f"the model is {total_bytes} bytes; the grant has {remaining} transfer bytes left",
+                details={"limit": "transfer_bytes", "needed": total_bytes, "remaining": remaining},
+            )
+
+    async def _remaining_transfer_bytes(self, peer_id: str, grant_id: str) -> int | None:
+        """What the peer's grant has left to send, as last refreshed; None when not known."""
+        async with self._uow_factory() as uow:
+            remote = await uow.remote_grants.of_peer(peer_id)
+        for grant in remote:
+            if grant.get("id") == grant_id:
+                remaining = grant.get("remaining", {}).get("transfer_bytes")
+                if isinstance(remaining, int):
+                    return remaining
+        return None
+
     async def _check_room(self, transfer: tr.Transfer, length: int) -> None:
         free = await asyncio.to_thread(self._free_disk)
-        if free < length + 64 * MiB:
+        if free < length + DISK_RESERVE_BYTES:
             raise _Paused(f"disk full: {length} bytes needed for the next range, {free} free")
-        async with self._uow_factory() as uow:
-            remote = await uow.remote_grants.of_peer(transfer.peer_id)
-        for grant in remote:
-            if grant.get("id") == transfer.grant_id:
-                remaining = grant.get("remaining", {}).get("transfer_bytes")
-                if isinstance(remaining, int) and remaining < length:
-                    raise _Paused(
-                        f"limit_exceeded: the grant's remaining transfer_bytes ({remaining}) "
-                        f"are less than the next range ({length})"
-                    )
+        remaining = await self._remaining_transfer_bytes(transfer.peer_id, transfer.grant_id)
+        if remaining is not None and remaining < length:
+            raise _Paused(
+                f"limit_exceeded: the grant's remaining transfer_bytes ({remaining}) "
+                f"are less than the next range ({length})"
+            )
 
     async def _fetch_range(
         self,
@@ -486,6 +515,8 @@ class Transfers:
         )
         async with self._uow_factory() as uow:
             await uow.models.add(model)
+            # Every file was fetched and verified into this project: its blobs are its own.
+            await uow.models.own_blobs(transfer.project, model.blob_digests())
             await uow.transfers.update(
                 replace(
                     transfer,
@@ -530,16 +561,19 @@ class Transfers:
             )
         async with self._uow_factory() as uow:
             model = await uow.models.get(model_id)
-        if model is None or model.project != call.grant.project:
-            raise NotFound(f"no model {model_id}", details={"model": model_id})
-        entry = next((f for f in model.manifest["files"] if f["path"] == body["file"]), None)
-        if entry is None:
-            raise InvalidInput("body.file is not a file of the model", field="body.file")
+            if model is None or model.project != call.grant.project:
+                raise NotFound(f"no model {model_id}", details={"model": model_id})
+            entry = next((f for f in model.manifest["files"] if f["path"] == body["file"]), None)
+            if entry is None:
+                raise InvalidInput("body.file is not a file of the model", field="body.file")
+            owned = await uow.models.owns_blobs(model.project, [str(entry["sha256"])])
         if body["digest"] != entry["sha256"]:
             raise InvalidInput("body.digest is not the file's SHA-256", field="body.digest")
         if offset + length > int(entry["size"]):
             raise InvalidInput("the range passes the end of the file", field="body.length")
-        if not self._blobs.has(entry["sha256"]):
+        # A blob another project owns reads exactly like one that is not stored: naming its
+        # digest in a record reads no bytes and tells nothing.
+        if not owned or not self._blobs.has(entry["sha256"]):
             raise Unavailable("the file is not stored on this cluster")
         async with self._uow_factory() as uow:
             # Reserve first, then check what the reservation left: the write holds the

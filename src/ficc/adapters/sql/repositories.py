@@ -76,6 +76,14 @@ _CHARGE_GRANT: Final = (
     )
 )
 
+_CHARGE_ONE_REQUEST: Final = (
+    update(t.grants)
+    .where(t.grants.c.id == bindparam("grant"))
+    .where(t.grants.c.requests_used < bindparam("requests"))
+    .values(requests_used=t.grants.c.requests_used + 1)
+)
+"""Charge one request only while one is left: the check and the charge in one statement."""
+
 
 class _Repository:
     def __init__(self, connection: SqlConnection) -> None:
@@ -434,6 +442,46 @@ class SqlModels(_Repository):
         rows = await self._c.execute(select(t.models.c.manifest))
         return any(entry.get("sha256") == sha256 for row in rows for entry in row.manifest["files"])
 
+    async def own_blobs(self, project: str, digests: Sequence[str]) -> None:
+        """Enter blobs into the project's set (files imported or transferred into it)."""
+        owned = await self._owned(project, digests)
+        missing = sorted(set(digests) - owned)
+        if missing:
+            await self._c.execute(
+                insert(t.blob_refs).values([{"project": project, "sha256": d} for d in missing])
+            )
+
+    async def owns_blobs(self, project: str, digests: Sequence[str]) -> bool:
+        """Whether every one of ``digests`` is in the project's set."""
+        return set(digests) <= await self._owned(project, digests)
+
+    async def release_blobs(self, project: str, digests: Sequence[str]) -> None:
+        """Drop from the project's set the blobs no imported or transferred model of it names.
+
+        Records a peer created never keep a blob in the set: they never put one there.
+        """
+        query = select(t.models.c.manifest).where(
+            (t.models.c.project == project) & t.models.c.created_by_grant.is_(None)
+        )
+        named = {
+            str(entry["sha256"])
+            for row in await self._c.execute(query)
+            for entry in row.manifest["files"]
+        }
+        unused = sorted(set(digests) - named)
+        if unused:
+            await self._c.execute(
+                delete(t.blob_refs).where(
+                    (t.blob_refs.c.project == project) & t.blob_refs.c.sha256.in_(unused)
+                )
+            )
+
+    async def _owned(self, project: str, digests: Sequence[str]) -> set[str]:
+        query = select(t.blob_refs.c.sha256).where(
+            (t.blob_refs.c.project == project) & t.blob_refs.c.sha256.in_(sorted(set(digests)))
+        )
+        return {row.sha256 for row in await self._c.execute(query)}
+
 
 class SqlModelUsage(_Repository):
     async def users_of_model(self, model_id: str) -> Sequence[str]:
@@ -785,6 +833,12 @@ class SqlOffers(_Repository):
         row = await self._first_where(t.offers, "id", offer_id)
         return None if row is None else self._offer(row)
 
+    async def lock(self, offer_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.offers.c.id).where(t.offers.c.id == offer_id).with_for_update()
+        )
+
     async def visible_to(
         self, project: str, *, after: str | None = None, limit: int | None = None
     ) -> list[Offer]:
@@ -876,6 +930,17 @@ class SqlGrants(_Repository):
         if at is not None:
             values["revoked_at"] = format_time(at)
         await self._c.execute(update(t.grants).where(t.grants.c.id == grant_id).values(**values))
+
+    async def charge_request(self, grant_id: str, *, requests: int) -> bool:
+        """Charge one request if fewer than ``requests`` were used; whether it was charged.
+
+        One conditional UPDATE: concurrent admissions cannot both read the last request as
+        free (on PostgreSQL the row lock of the UPDATE orders them; SQLite has one writer).
+        """
+        result = await self._c.execute(
+            _CHARGE_ONE_REQUEST, {"grant": grant_id, "requests": requests}
+        )
+        return result.rowcount == 1
 
     async def charge(self, grant_id: str, *, requests: int, transfer_bytes: int) -> None:
         await self._c.execute(

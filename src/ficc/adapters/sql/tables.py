@@ -131,6 +131,15 @@ models = Table(
     Column("created_by_grant", String(40), nullable=True),
 )
 
+# The blobs each project may read and run: files imported into it, or fetched and verified
+# into it by a transfer. A catalogue record resolves only to blobs of its project's set.
+blob_refs = Table(
+    "blob_refs",
+    metadata,
+    Column("project", String(63), ForeignKey("projects.name"), primary_key=True),
+    Column("sha256", String(64), primary_key=True),
+)
+
 services = Table(
     "services",
     metadata,
