@@ -217,9 +217,12 @@ class RemoteOperations:
         async with self._federation.slots.slot(
             grant_id, fixed.terms.concurrent, fixed.expires_at, now
         ) as slot:
-            # One transaction proves the peer, reads the grant's state and charges the request.
+            # One transaction proves the peer, charges the request and reads the grant's state.
+            # Charging first holds the grant's row until commit, so concurrent admissions (run
+            # at once on PostgreSQL) each see the others' charges; a refusal rolls it back.
             async with self._uow_factory() as uow:
                 peer = await self._federation.paired_peer(uow, identity)
+                await uow.grants.charge(grant_id, requests=1, transfer_bytes=0)
                 current = await uow.grants.get(grant_id)
                 if current is None or current.peer_id != peer.id:
                     raise PermissionDenied(
@@ -231,12 +234,11 @@ class RemoteOperations:
                     raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
                 if state == g.EXPIRED:
                     raise GrantExpired("the grant expired", details={"grant": grant_id})
-                if current.requests_used >= current.terms.requests:
+                if current.requests_used > current.terms.requests:
                     raise LimitExceeded(
                         f"the grant's {current.terms.requests} requests are used up",
                         details={"limit": "requests", "allowed": current.terms.requests},
                     )
-                await uow.grants.charge(grant_id, requests=1, transfer_bytes=0)
                 await uow.commit()
             yield Call(identity, peer, current, operation, body, mutation_id, slot)
 
