@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from tests.support.cluster import ficc, start_cluster
 from tests.support.federation import API, add_service, configure, error_of, ok
+from tests.support.openapi import check_answer
 from tests.support.postgres import PostgresServer
 from tests.support.remote import ALL_REMOTE_SCOPES, Federated, federate, local_node, new_mutation_id
 from tests.support.transfers import (
@@ -147,6 +148,13 @@ def test_a_model_is_transferred_and_charged_exactly_its_bytes(
 ) -> None:
     sizes = [3 * MiB + 17, 1 * MiB]
     model = generated_model(fed.beta, tmp_path, "moved", sizes)
+    given = fed.beta.owner().post(
+        f"{API}/peers/{fed.beta_peer}/grants",
+        json={"scopes": ["discover"], "models": [model["id"]]},
+    )
+    check_answer(
+        ok(fed.beta.client().get("/api/v1/openapi.json")), f"{API}/peers/{{peer_id}}/grants", given
+    )
     grant = fed.grant(
         scopes=["models:read", "models:transfer"],
         models=[model["id"]],
@@ -161,6 +169,17 @@ def test_a_model_is_transferred_and_charged_exactly_its_bytes(
     assert registered["manifest"] == model["manifest"]
     assert transfer_bytes_served(fed.beta, grant) == sum(sizes)
     assert grant_row(databases["beta"], grant)[1] == sum(sizes)
+    # The answers of a paired cluster (peers, offers, grants, transfers) are the documented ones.
+    for cluster in (fed.alpha, fed.beta):
+        document = ok(cluster.client().get("/api/v1/openapi.json"))
+        shown = check_answer(document, f"{API}/", cluster.owner().get(f"{API}/"))
+        assert shown["peers"]
+        assert shown["offers"]
+    check_answer(
+        document,
+        f"{API}/transfers/{{transfer_id}}",
+        fed.alpha.owner().get(f"{API}/transfers/{started['id']}"),
+    )
     with psycopg.connect(databases["alpha"]) as connection:
         row = connection.execute(
             "SELECT manifest FROM models WHERE id = %s", (done["local_model"],)
