@@ -24,9 +24,11 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 setup: $(VENV)/.installed
 
-# The browser tests drive Debian's Chromium (nothing is downloaded at run time).
+# The browser tests drive Debian's Chromium and the storage and end-to-end tiers start Debian's
+# PostgreSQL server (nothing is downloaded at run time).
 setup-test: $(VENV)/.installed-test
 	scripts/ensure-chromium
+	scripts/ensure-postgres
 
 run: setup
 	$(BIN)/ficc init --state-dir $(STATE_DIR) >/dev/null

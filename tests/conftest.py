@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cluster import RunningCluster, start_cluster
+from tests.support.postgres import PostgresServer, start_postgres
 
 
 @pytest.fixture(scope="module")
@@ -20,3 +21,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session; each user makes its own database on it."""
+    server = start_postgres()
+    yield server
+    server.stop()

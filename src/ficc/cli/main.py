@@ -119,8 +119,14 @@ def cli() -> None:
 @cli.command()
 @state_options
 @click.option("--label", default=None, help="A name for this cluster, shown to peers.")
+@click.option(
+    "--database",
+    default=None,
+    envvar=env_name("database"),
+    help="Database URL (default: SQLite in the state dir).",
+)
 @handles_errors
-def init(state_dir: Path, project: str, label: str | None) -> None:
+def init(state_dir: Path, project: str, label: str | None, database: str | None) -> None:
     """Create the state directory (database, cluster key, owner token); idempotent."""
     import asyncio
 
@@ -128,7 +134,9 @@ def init(state_dir: Path, project: str, label: str | None) -> None:
     from ficc.cli.worktree import warn_if_not_ignored
 
     private_files()
-    result = asyncio.run(initialise(Settings(state_dir=state_dir), label=label))
+    result = asyncio.run(
+        initialise(Settings(state_dir=state_dir, database_url=database), label=label)
+    )
     emit(
         {
             "state_dir": str(result.state_dir),

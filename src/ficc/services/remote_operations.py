@@ -219,9 +219,13 @@ class RemoteOperations:
         async with self._federation.slots.slot(
             grant_id, fixed.terms.concurrent, fixed.expires_at, now
         ) as slot:
-            # One transaction proves the peer, reads the grant's state and charges the request.
+            # One transaction proves the peer, charges the request and reads the grant's state.
+            # The charge is one conditional UPDATE (the check and the charge at once); made
+            # first, it holds the grant's row until commit, so concurrent admissions (at once
+            # on PostgreSQL) each see the others' charges; a refusal rolls it back.
             async with self._uow_factory() as uow:
                 peer = await self._federation.paired_peer(uow, identity)
+                charged = await uow.grants.charge_request(grant_id, requests=fixed.terms.requests)
                 current = await uow.grants.get(grant_id)
                 if current is None or current.peer_id != peer.id:
                     raise _no_grant(grant_id)
@@ -230,9 +234,7 @@ class RemoteOperations:
                     raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
                 if state == g.EXPIRED:
                     raise GrantExpired("the grant expired", details={"grant": grant_id})
-                # The check and the charge are one conditional UPDATE: concurrent admissions
-                # never charge past the allowance.
-                if not await uow.grants.charge_request(grant_id, requests=current.terms.requests):
+                if not charged:
                     raise LimitExceeded(
                         f"the grant's {current.terms.requests} requests are used up",
                         details={"limit": "requests", "allowed": current.terms.requests},

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 from tests.support.cluster import RunningCluster
+from tests.support.federation import add_service
+from tests.support.openapi import check_answer, documented_model
 
 from ficc.web.app import ROUTERS
 
@@ -52,3 +58,57 @@ def test_the_docs_page_lists_every_operation_and_loads_nothing_from_elsewhere(
     assert "<script" not in page.text
     assert "http://" not in page.text
     assert "https://" not in page.text
+
+
+def test_every_api_route_documents_its_success_answer(json_cluster: RunningCluster) -> None:
+    document = json_cluster.client().get("/api/v1/openapi.json").json()
+    for route in _api_routes():
+        for method in route.methods:
+            responses = document["paths"][route.path][method.lower()]["responses"]
+            success = [code for code in responses if code.startswith("2")]
+            assert success == [str(route.status_code or 200)], f"{method} {route.path}"
+            answer = responses[success[0]]
+            if route.status_code == 204:
+                assert "content" not in answer, f"{method} {route.path}"
+                continue
+            schema = answer["content"]["application/json"]["schema"]
+            named = schema.get("$ref", "").rsplit("/", 1)[-1]
+            assert named in document["components"]["schemas"], f"{method} {route.path}"
+            assert document["components"]["schemas"][named] != {}, f"{method} {route.path}"
+
+
+def test_real_answers_match_the_documented_models(
+    json_cluster: RunningCluster, tmp_path: Path
+) -> None:
+    document = json_cluster.client().get("/api/v1/openapi.json").json()
+    owner = json_cluster.owner()
+    created = check_answer(
+        document, "/api/v1/tokens", owner.post("/api/v1/tokens", json={"scopes": ["discover"]})
+    )
+    check_answer(document, "/api/v1/tokens", owner.get("/api/v1/tokens"))
+    check_answer(document, "/api/v1/projects", owner.post("/api/v1/projects", json={"name": "p2"}))
+    check_answer(document, "/api/v1/projects", owner.get("/api/v1/projects"))
+    check_answer(document, "/api/v1/session", owner.get("/api/v1/session"))
+    check_answer(document, "/api/v1/login-links", owner.post("/api/v1/login-links"))
+    check_answer(document, "/api/v1/nodes", owner.get("/api/v1/nodes"))
+    service_id = add_service(json_cluster, "documented", tmp_path)
+    check_answer(document, "/api/v1/models", owner.get("/api/v1/models"))
+    services = check_answer(
+        document, "/api/v1/inference/services", owner.get("/api/v1/inference/services")
+    )
+    assert [s["id"] for s in services["services"]] == [service_id]
+    model_id = services["services"][0]["spec"]["model"]
+    check_answer(document, "/api/v1/models/{model_id}", owner.get(f"/api/v1/models/{model_id}"))
+    check_answer(
+        document,
+        "/api/v1/inference/services/{service_id}",
+        owner.get(f"/api/v1/inference/services/{service_id}"),
+    )
+    check_answer(document, "/api/v1/federation/", owner.get("/api/v1/federation/"))
+    check_answer(document, "/api/v1/federation/audit", owner.get("/api/v1/federation/audit"))
+    # A shape that drifts is caught: one field more or one field fewer fails validation.
+    model = documented_model(document, "POST", "/api/v1/tokens", 201)
+    with pytest.raises(ValidationError):
+        model.model_validate({**created, "secret": "x"})
+    with pytest.raises(ValidationError):
+        model.model_validate({k: v for k, v in created.items() if k != "token"})

@@ -12,6 +12,15 @@ from ficc.domain.accounts import LOGIN_LINK_LIFETIME_SECONDS, SESSION_LIFETIME_S
 from ficc.services import accounts
 from ficc.web.auth import SESSION_COOKIE, Context, public, scoped
 from ficc.web.schemas import PasswordSet, SessionCreate, TokenCreate
+from ficc.web.schemas_responses import (
+    NO_CONTENT,
+    LoginLink,
+    Session,
+    SessionCreated,
+    TokenCreated,
+    TokenList,
+    answer,
+)
 
 router = APIRouter()
 
@@ -41,7 +50,7 @@ def _client_address(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
 
 
-@router.post("/api/v1/tokens", status_code=201)
+@router.post("/api/v1/tokens", status_code=201, responses=answer(TokenCreated, 201))
 async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")) -> Any:
     issued = await accounts.create_token(
         ctx.cluster.uow_factory,
@@ -60,13 +69,13 @@ async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")
     }
 
 
-@router.get("/api/v1/tokens")
+@router.get("/api/v1/tokens", responses=answer(TokenList))
 async def list_tokens(ctx: Context = scoped("tokens:manage")) -> Any:
     tokens = await accounts.list_tokens(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
     return {"tokens": tokens}
 
 
-@router.delete("/api/v1/tokens/{token_id}", status_code=204)
+@router.delete("/api/v1/tokens/{token_id}", status_code=204, responses=NO_CONTENT)
 async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) -> Response:
     await accounts.revoke_token(
         ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, token_id, ctx.cluster.credentials
@@ -74,7 +83,7 @@ async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) ->
     return Response(status_code=204)
 
 
-@router.post("/api/v1/session", status_code=201)
+@router.post("/api/v1/session", status_code=201, responses=answer(SessionCreated, 201))
 async def create_session(
     body: SessionCreate, request: Request, response: Response, cluster: Cluster = public()
 ) -> Any:
@@ -91,7 +100,7 @@ async def create_session(
     return {"user": issued.principal.username, "csrf_token": issued.csrf_token}
 
 
-@router.get("/api/v1/session")
+@router.get("/api/v1/session", responses=answer(Session))
 async def read_session(request: Request, ctx: Context = scoped()) -> Any:
     csrf_token = None
     if ctx.principal.session_id is not None:
@@ -106,7 +115,7 @@ async def read_session(request: Request, ctx: Context = scoped()) -> Any:
     }
 
 
-@router.delete("/api/v1/session", status_code=204)
+@router.delete("/api/v1/session", status_code=204, responses=NO_CONTENT)
 async def delete_session(ctx: Context = scoped()) -> Response:
     await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
     response = Response(status_code=204)
@@ -114,7 +123,7 @@ async def delete_session(ctx: Context = scoped()) -> Response:
     return response
 
 
-@router.put("/api/v1/owner/password", status_code=204)
+@router.put("/api/v1/owner/password", status_code=204, responses=NO_CONTENT)
 async def set_password(
     body: PasswordSet, ctx: Context = scoped("tokens:manage", local_owner=True)
 ) -> Response:
@@ -124,7 +133,7 @@ async def set_password(
     return Response(status_code=204)
 
 
-@router.post("/api/v1/login-links", status_code=201)
+@router.post("/api/v1/login-links", status_code=201, responses=answer(LoginLink, 201))
 async def create_login_link(
     request: Request, ctx: Context = scoped("tokens:manage", local_owner=True)
 ) -> Any:

@@ -19,6 +19,15 @@ from ficc.web.schemas import (
     Refresh,
     RemoteRequest,
 )
+from ficc.web.schemas_responses import (
+    OPENAI_ANSWER,
+    AuditPage,
+    FederationOverview,
+    Grant,
+    Offer,
+    OpenObject,
+    answer,
+)
 from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
@@ -26,7 +35,7 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation"
 
 
-@router.get(f"{PREFIX}/")
+@router.get(f"{PREFIX}/", responses=answer(FederationOverview))
 async def overview(
     offers_after: str | None = Query(None, max_length=64),
     offers_limit: int = Query(DEFAULT_OFFERS_PAGE, ge=1, le=MAX_OFFERS_PAGE),
@@ -37,7 +46,7 @@ async def overview(
     )
 
 
-@router.put(f"{PREFIX}/configuration")
+@router.put(f"{PREFIX}/configuration", responses=answer(FederationOverview))
 async def configure(
     body: Configuration, ctx: Context = scoped("federation:manage", local_owner=True)
 ) -> Any:
@@ -45,14 +54,14 @@ async def configure(
     return await ctx.cluster.federation.overview(ctx.project)
 
 
-@router.post(f"{PREFIX}/offers", status_code=201)
+@router.post(f"{PREFIX}/offers", status_code=201, responses=answer(Offer, 201))
 async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.create_offer(
         ctx.principal, ctx.project, service=body.service, scopes=body.scopes, ticket=body.ticket
     )
 
 
-@router.post(f"{PREFIX}/offers/{{offer_id}}/approve")
+@router.post(f"{PREFIX}/offers/{{offer_id}}/approve", responses=answer(OpenObject))
 async def approve_offer(
     offer_id: str, body: OfferApprove, ctx: Context = scoped("federation:manage")
 ) -> Any:
@@ -61,7 +70,7 @@ async def approve_offer(
     )
 
 
-@router.post(f"{PREFIX}/offers/{{offer_id}}/finish")
+@router.post(f"{PREFIX}/offers/{{offer_id}}/finish", responses=answer(OpenObject))
 async def finish_offer(
     offer_id: str, body: OfferFinish, ctx: Context = scoped("federation:manage")
 ) -> Any:
@@ -70,17 +79,17 @@ async def finish_offer(
     )
 
 
-@router.delete(f"{PREFIX}/offers/{{offer_id}}")
+@router.delete(f"{PREFIX}/offers/{{offer_id}}", responses=answer(OpenObject))
 async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.discard_offer(ctx.principal, ctx.project, offer_id)
 
 
-@router.delete(f"{PREFIX}/peers/{{peer_id}}")
+@router.delete(f"{PREFIX}/peers/{{peer_id}}", responses=answer(OpenObject))
 async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.remove_peer(ctx.principal, ctx.project, peer_id)
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201)
+@router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201, responses=answer(Grant, 201))
 async def create_grant(
     peer_id: str, grant: dict[str, Any] = Body(...), ctx: Context = scoped("federation:manage")
 ) -> Any:
@@ -89,29 +98,29 @@ async def create_grant(
     )
 
 
-@router.delete(f"{PREFIX}/grants/{{grant_id}}")
+@router.delete(f"{PREFIX}/grants/{{grant_id}}", responses=answer(OpenObject))
 async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.revoke_grant(ctx.principal, ctx.project, grant_id)
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/refresh")
+@router.post(f"{PREFIX}/peers/{{peer_id}}/refresh", responses=answer(OpenObject))
 async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.refresh(
         ctx.principal, ctx.project, peer_id, grant=body.grant
     )
 
 
-@router.post(f"{PREFIX}/grants/{{grant_id}}/retire")
+@router.post(f"{PREFIX}/grants/{{grant_id}}/retire", responses=answer(Grant))
 async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.retire_grant(ctx.principal, ctx.project, grant_id)
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/forget")
+@router.post(f"{PREFIX}/peers/{{peer_id}}/forget", responses=answer(OpenObject))
 async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.forget_peer(ctx.principal, ctx.project, peer_id)
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/request")
+@router.post(f"{PREFIX}/peers/{{peer_id}}/request", responses=OPENAI_ANSWER)
 async def request(
     peer_id: str,
     body: RemoteRequest,
@@ -150,7 +159,7 @@ async def request(
     return answer
 
 
-@router.get(f"{PREFIX}/audit")
+@router.get(f"{PREFIX}/audit", responses=answer(AuditPage))
 async def list_audit(
     ctx: Context = scoped("federation:read"),
     after: int = Query(0, ge=0),

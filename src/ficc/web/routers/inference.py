@@ -11,6 +11,7 @@ from ficc.services.inference import Actor
 from ficc.services.mutations import MutationKey
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas import PreviewRequest, ServiceControl, ServiceReplace
+from ficc.web.schemas_responses import OpenObject, Service, ServiceList, answer
 
 router = APIRouter()
 
@@ -36,12 +37,12 @@ def _answer(response: Response, result: tuple[dict[str, Any], bool]) -> dict[str
     return body
 
 
-@router.get("/api/v1/inference/services")
+@router.get("/api/v1/inference/services", responses=answer(ServiceList))
 async def list_services(ctx: Context = scoped("inference:read")) -> Any:
     return {"services": await ctx.cluster.inference.list_services(ctx.project)}
 
 
-@router.post("/api/v1/inference/services", status_code=201)
+@router.post("/api/v1/inference/services", status_code=201, responses=answer(Service, 201))
 async def create_service(
     response: Response,
     spec: dict[str, Any] = Body(...),
@@ -53,12 +54,12 @@ async def create_service(
     return _answer(response, result)
 
 
-@router.get("/api/v1/inference/services/{service_id}")
+@router.get("/api/v1/inference/services/{service_id}", responses=answer(Service))
 async def get_service(service_id: str, ctx: Context = scoped("inference:read")) -> Any:
     return await ctx.cluster.inference.get_service(ctx.project, service_id)
 
 
-@router.put("/api/v1/inference/services/{service_id}")
+@router.put("/api/v1/inference/services/{service_id}", responses=answer(Service))
 async def replace_service(
     service_id: str,
     body: ServiceReplace,
@@ -74,7 +75,7 @@ async def replace_service(
     return _answer(response, result)
 
 
-@router.post("/api/v1/inference/services/{service_id}/control")
+@router.post("/api/v1/inference/services/{service_id}/control", responses=answer(Service))
 async def control_service(
     service_id: str,
     body: ServiceControl,
@@ -96,6 +97,6 @@ async def control_service(
     return _answer(response, result)
 
 
-@router.post("/api/v1/inference/preview")
+@router.post("/api/v1/inference/preview", responses=answer(OpenObject))
 async def preview(body: PreviewRequest, ctx: Context = scoped("inference:manage")) -> Any:
     return await ctx.cluster.inference.preview(ctx.project, body.spec)

@@ -8,11 +8,12 @@ from fastapi import APIRouter
 
 from ficc.services import nodes
 from ficc.web.auth import Context, scoped
+from ficc.web.schemas_responses import NodeList, answer
 
 router = APIRouter()
 
 
-@router.get("/api/v1/nodes")
+@router.get("/api/v1/nodes", responses=answer(NodeList))
 async def list_nodes(ctx: Context = scoped("resources:read")) -> Any:
     found = await nodes.list_nodes(ctx.cluster.uow_factory)
     return {"nodes": [node.as_json() for node in found]}

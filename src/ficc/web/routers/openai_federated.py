@@ -16,6 +16,7 @@ from ficc.services.remote_operations import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
+from ficc.web.schemas_responses import OPENAI_ANSWER
 from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
@@ -23,7 +24,7 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
 
 
-@router.get(f"{PREFIX}/models")
+@router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     return {
         "object": "list",
@@ -76,14 +77,14 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     return FiccJSONResponse(answer["result"])
 
 
-@router.post(f"{PREFIX}/chat/completions")
+@router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
 async def chat_completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
     return await relay(ctx, request, peer_id, "/v1/chat/completions")
 
 
-@router.post(f"{PREFIX}/completions")
+@router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
 async def completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:

@@ -11,6 +11,7 @@ from ficc.base.errors import InvalidInput, NotFound
 from ficc.domain.openai_requests import check_request, parse_request_body
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
+from ficc.web.schemas_responses import OPENAI_ANSWER
 from ficc.web.sse import EventStreamResponse, sse_bytes, unless_disconnected
 
 router = APIRouter()
@@ -19,7 +20,7 @@ PREFIX: Final = "/api/v1/inference/v1"
 CLIENT_CLOSED_REQUEST: Final = 499
 
 
-@router.get(f"{PREFIX}/models")
+@router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.running_services(ctx.project)
     return {
@@ -76,11 +77,11 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     return FiccJSONResponse(answer)
 
 
-@router.post(f"{PREFIX}/chat/completions")
+@router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
 async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, "/v1/chat/completions")
 
 
-@router.post(f"{PREFIX}/completions")
+@router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
 async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, "/v1/completions")

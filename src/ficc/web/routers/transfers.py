@@ -8,13 +8,14 @@ from fastapi import APIRouter
 
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas import Acquire
+from ficc.web.schemas_responses import Transfer, answer
 
 router = APIRouter()
 
 PREFIX: Final = "/api/v1/federation"
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/models", status_code=202)
+@router.post(f"{PREFIX}/peers/{{peer_id}}/models", status_code=202, responses=answer(Transfer, 202))
 async def acquire_model(
     peer_id: str, body: Acquire, ctx: Context = scoped("federation:invoke", "models:manage")
 ) -> Any:
@@ -23,11 +24,11 @@ async def acquire_model(
     )
 
 
-@router.get(f"{PREFIX}/transfers/{{transfer_id}}")
+@router.get(f"{PREFIX}/transfers/{{transfer_id}}", responses=answer(Transfer))
 async def get_transfer(transfer_id: str, ctx: Context = scoped("federation:read")) -> Any:
     return await ctx.cluster.transfers.get(ctx.project, transfer_id)
 
 
-@router.post(f"{PREFIX}/transfers/{{transfer_id}}/pause")
+@router.post(f"{PREFIX}/transfers/{{transfer_id}}/pause", responses=answer(Transfer))
 async def pause_transfer(transfer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     return await ctx.cluster.transfers.pause(ctx.principal, ctx.project, transfer_id)

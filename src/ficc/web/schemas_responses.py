@@ -1,0 +1,282 @@
+"""Response shapes of the main /api/v1 routes, for the OpenAPI document only.
+
+Routes keep returning their plain JSON (so the bytes on the wire never depend on these models);
+the models are named in ``responses=`` and a test validates real answers against them, so the
+document cannot drift from what the server says. Unknown fields are refused: a field added to an
+answer must be added here too. Open values (manifests, options, details) are free-form objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict
+
+Time = str
+"""An RFC 3339 UTC time."""
+
+
+class Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OpenObject(BaseModel):
+    """A JSON object whose fields depend on the operation (documented in docs/)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TokenCreated(Shape):
+    id: str
+    token: str
+    scopes: list[str]
+    projects: list[str]
+    expires_at: Time | None
+
+
+class Token(Shape):
+    id: str
+    state: str
+    scopes: list[str]
+    projects: list[str]
+    owner: bool
+    created_by: str | None
+    created_at: Time
+    expires_at: Time | None
+    revoked_at: Time | None
+
+
+class TokenList(Shape):
+    tokens: list[Token]
+
+
+class SessionCreated(Shape):
+    user: str
+    csrf_token: str
+
+
+class Session(Shape):
+    user: str
+    csrf_token: str | None
+    scopes: list[str]
+    local_owner: bool
+
+
+class LoginLink(Shape):
+    url: str
+    expires_in: int
+
+
+class Project(Shape):
+    name: str
+    created_at: Time
+
+
+class ProjectList(Shape):
+    projects: list[Project]
+
+
+class Model(Shape):
+    id: str
+    name: str
+    format: str
+    manifest: dict[str, Any]
+    sha256: str
+    size_bytes: int
+    provenance: dict[str, Any] | None
+    created_at: Time
+
+
+class ModelList(Shape):
+    models: list[Model]
+
+
+class NodeList(Shape):
+    nodes: list[dict[str, Any]]
+
+
+class ServiceSpec(Shape):
+    name: str
+    model: str
+    runtime: str
+    node: str | None
+    replicas: int
+    options: dict[str, Any]
+
+
+class Replica(Shape):
+    attempt: str
+    replica: int
+    state: str
+    pid: int | None
+    port: int | None
+    exit_code: int | None
+    log_tail: list[str]
+    created_at: Time
+    ended_at: Time | None
+
+
+class Service(Shape):
+    id: str
+    spec: ServiceSpec
+    node: str | None
+    state: str
+    revision: int
+    error: str | None
+    created_by_grant: str | None
+    unknown_attempts: int
+    replicas: list[Replica]
+    created_at: Time
+    updated_at: Time
+
+
+class ServiceList(Shape):
+    services: list[Service]
+
+
+class Remaining(Shape):
+    requests: int
+    transfer_bytes: int
+
+
+class Grant(Shape):
+    """A grant this cluster gave: its terms, state and what is left of its allowances."""
+
+    id: str
+    peer: str
+    state: str
+    scopes: list[str]
+    services: list[str]
+    models: list[str]
+    nodes: list[str]
+    lifetime: int
+    concurrent: int
+    requests: int
+    transfer_bytes: int
+    request_bytes: int
+    response_bytes: int
+    stop_on_revoke: bool
+    created_at: Time
+    expires_at: Time
+    revoked_at: Time | None
+    in_flight: int
+    remaining: Remaining
+    created_services: list[str]
+    created_models: list[str]
+
+
+class Offer(Shape):
+    id: str
+    direction: str
+    service: str | None
+    requester: str | None
+    label: str | None
+    cluster_key: str | None
+    scopes: list[str]
+    state: str
+    revision: int
+    receipt: dict[str, Any] | None
+    expires_at: Time
+    peer: str | None
+    project: str | None
+
+
+class Peer(Shape):
+    id: str
+    label: str | None
+    hypernet_id: str
+    cluster_key: str
+    state: str
+    role: str
+    generation: int
+    remote_grants: list[dict[str, Any]]
+    selected: str | None
+    created_at: Time
+    updated_at: Time
+
+
+class TransferFile(Shape):
+    path: str
+    size: int
+    sha256: str
+    bytes_done: int
+    verified: bool
+
+
+class Transfer(Shape):
+    id: str
+    peer: str
+    model: str
+    grant: str
+    sha256: str
+    state: str
+    bytes_done: int
+    bytes_total: int
+    rate_bytes_per_second: int
+    files: list[TransferFile]
+    local_model: str | None
+    error: str | None
+    created_at: Time
+    updated_at: Time
+
+
+class Companion(Shape):
+    configured: bool
+    state: str
+    agent_directory: str | None
+    hypernet_id: str | None
+    addresses: list[str]
+    error: str | None
+
+
+class Identity(Shape):
+    label: str
+    cluster_key: str
+    hypernet_id: str | None
+    ticket: str | None
+
+
+class FederationOverview(Shape):
+    companion: Companion
+    identity: Identity
+    project: str
+    peers: list[Peer]
+    offers: list[Offer]
+    offers_next: str | None
+    grants: list[Grant]
+    transfers: list[Transfer]
+
+
+class AuditPeer(Shape):
+    hypernet_id: str
+    cluster_key: str | None
+
+
+class AuditEntry(Shape):
+    seq: int
+    at: Time
+    project: str | None
+    actor: str
+    action: str
+    target: str | None
+    peer: AuditPeer | None
+    details: dict[str, Any]
+
+
+class AuditPage(Shape):
+    entries: list[AuditEntry]
+
+
+def answer(model: type[BaseModel], status: int = 200) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route whose ``status`` answer has ``model``'s shape."""
+    return {status: {"model": model, "description": model.__doc__ or model.__name__}}
+
+
+NO_CONTENT: Final[dict[int | str, dict[str, Any]]] = {204: {"description": "Done; no body."}}
+OPENAI_ANSWER: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "model": OpenObject,
+        "description": "The engine's OpenAI-compatible answer, or its event stream.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
