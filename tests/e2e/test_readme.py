@@ -8,11 +8,13 @@ grant is revoked and the next question refused; both servers stop and leave noth
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from tests.support.readme import (
     README,
+    REPOSITORY,
     chat_replies,
     marked_blocks,
     processes_mentioning,
@@ -20,6 +22,8 @@ from tests.support.readme import (
     session_script,
     unmarked_fences,
 )
+
+from ficc.cli.worktree import warn_if_not_ignored
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -40,6 +44,15 @@ def test_every_shell_block_of_the_tours_is_tested() -> None:
         "stop",
     ]
     assert unmarked_fences(readme, "## Serve and call a model", "## Around the cluster") == 0
+
+
+def test_the_make_run_state_directory_is_git_ignored() -> None:
+    """`make run` keeps the cluster key and owner token in its state directory, in the checkout."""
+    makefile = (REPOSITORY / "Makefile").read_text()
+    (default_state_dir,) = re.findall(r"^STATE_DIR \?= (\S+)$", makefile, re.M)
+    ignored = (REPOSITORY / ".gitignore").read_text().splitlines()
+    assert f"{default_state_dir.rstrip('/')}/" in ignored
+    assert not warn_if_not_ignored(REPOSITORY / default_state_dir)
 
 
 def _answer(lines: list[str]) -> str:
