@@ -8,10 +8,13 @@ grant is revoked and the next question refused; both servers stop and leave noth
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+from tests.support.cli import ok
+from tests.support.cluster import RunningCluster, ficc
 from tests.support.readme import (
     README,
     REPOSITORY,
@@ -53,6 +56,35 @@ def test_the_make_run_state_directory_is_git_ignored() -> None:
     ignored = (REPOSITORY / ".gitignore").read_text().splitlines()
     assert f"{default_state_dir.rstrip('/')}/" in ignored
     assert not warn_if_not_ignored(REPOSITORY / default_state_dir)
+
+
+@pytest.mark.parametrize(
+    "peer", ["per x", '{\n  "id": "per_x"\n}', "..", "per_x\n"], ids=["space", "json", "dots", "nl"]
+)
+def test_a_mistyped_peer_is_refused_as_input_not_reported_as_no_server(
+    cluster: RunningCluster, peer: str
+) -> None:
+    """A tour variable captured wrong (a JSON object where an ID belongs, a stray space) is
+    the reader's mistake to fix: exit status 1 naming the value, not 3 ("no server") as it was."""
+    result = ficc("chat", "--peer", peer, "svc_x", "hi", state_dir=cluster.state_dir)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "invalid_request"
+    assert error["details"]["value"] in peer
+
+
+def test_a_dot_segment_id_reaches_no_other_route(cluster: RunningCluster) -> None:
+    """``federation-revoke ../../tokens/ID`` is refused; the token it would reach stays valid."""
+    token = ok(cluster.state_dir, "token-create", "--scope", "models:read")
+    result = ficc("federation-revoke", f"../../tokens/{token['id']}", state_dir=cluster.state_dir)
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stderr)["error"]["code"] == "invalid_request"
+    listed = ok(cluster.state_dir, "tokens")["tokens"]
+    (still,) = [shown for shown in listed if shown["id"] == token["id"]]
+    assert still["revoked_at"] is None
+    response = cluster.client(token["token"]).get("/api/v1/models")
+    assert response.status_code == 200
 
 
 def _answer(lines: list[str]) -> str:
