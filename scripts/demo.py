@@ -1,7 +1,9 @@
 """The two-cluster walk-through: pair, grant, discover, chat remotely, acquire a model.
 
 Run it with `make demo`. Both clusters run on this machine, bound to loopback, each with its
-own state directory under a temporary folder that is removed at the end.
+own state directory under a temporary folder that is removed at the end. Every step is a
+`ficc` command, the same a person types (see the README's tours), so the demo shows the
+product's interface rather than its HTTP routes.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 FICC = [sys.executable, "-m", "ficc"]
 
@@ -42,6 +42,11 @@ def ficc(state: Path, *args: str, stdin: str | None = None, show: bool = False) 
         if result.stdout.strip().startswith(("{", "["))
         else result.stdout.strip()
     )
+
+
+def flags(flag: str, values: list[str]) -> list[str]:
+    """``--flag v1 --flag v2 ...`` for a repeatable option."""
+    return [argument for value in values for argument in (flag, value)]
 
 
 def serve(state: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -75,47 +80,39 @@ def main() -> None:
     try:
         say("Two clusters: alpha (requester) and beta (has a GPU-less inference service)")
         processes = [serve(alpha, root / "alpha.log"), serve(beta, root / "beta.log")]
-        beta_url = json.loads((beta / "server.json").read_text())["url"]
         alpha_url = json.loads((alpha / "server.json").read_text())["url"]
-        beta_token = (beta / "owner.token").read_text().strip()
-        alpha_token = (alpha / "owner.token").read_text().strip()
 
         say("beta imports the example model and starts a llama.cpp service")
         example = ficc(beta, "example-model")
         model = ficc(beta, "model-add", "--name", "smollm2", example)["id"]
-        beta_api = httpx.Client(
-            base_url=beta_url, headers={"Authorization": f"Bearer {beta_token}"}, timeout=60
-        )
-        service = beta_api.post(
-            "/api/v1/inference/services",
-            json={"name": "smollm2", "model": model, "runtime": "llama.cpp"},
-        ).json()["id"]
-        beta_api.post(
-            f"/api/v1/inference/services/{service}/control",
-            json={"revision": 1, "operation": "start"},
-        )
-        print(f"model {model}\nservice {service} starting")
+        service = ficc(
+            beta,
+            "service-create",
+            "--name",
+            "smollm2",
+            "--model",
+            model,
+            "--runtime",
+            "llama.cpp",
+        )["id"]
+        started = ficc(beta, "service-start", service, "--wait")
+        print(f"model {model}\nservice {service} {started['state']}")
 
         say("Both companions start their HyperNet endpoints")
-        ficc(
-            alpha,
-            "federation-configure",
-            "--agent-directory",
-            str(alpha / "agent"),
-            "--label",
-            "alpha",
-        )
-        identity = ficc(
-            beta,
-            "federation-configure",
-            "--agent-directory",
-            str(beta / "agent"),
-            "--label",
-            "beta",
-        )["identity"]
+        for cluster, label in ((alpha, "alpha"), (beta, "beta")):
+            ficc(
+                cluster,
+                "federation-configure",
+                "--agent-directory",
+                str(root / f"{label}-agent"),
+                "--label",
+                label,
+            )
+        identity = ficc(beta, "federation-status")["identity"]
         print(f"beta's HyperNet ID {identity['hypernet_id']}")
 
         say("alpha asks beta for access (an offer)")
+        scopes = ["discover", "inference:invoke", "models:read", "models:transfer"]
         offer = ficc(
             alpha,
             "federation-pair",
@@ -123,41 +120,34 @@ def main() -> None:
             identity["hypernet_id"],
             "--ticket",
             identity["ticket"],
-            "--scope",
-            "discover",
-            "--scope",
-            "inference:invoke",
-            "--scope",
-            "models:read",
-            "--scope",
-            "models:transfer",
+            *flags("--scope", scopes),
         )
         print(f"offer {offer['id']}: {offer['state']}")
 
         say("beta approves with an exact, limited grant and signs a receipt")
-        grant = {
-            "scopes": ["discover", "inference:invoke", "models:read", "models:transfer"],
-            "services": [service],
-            "models": [model],
-            "concurrent": 2,
-            "transfer_bytes": 200 * 1024 * 1024,
-        }
         approved = ficc(
             beta,
             "federation-approve",
             offer["id"],
-            "--input",
-            "-",
-            stdin=json.dumps({"revision": offer["revision"], "grant": grant}),
+            "--yes",
+            *flags("--scope", scopes),
+            "--service",
+            service,
+            "--model",
+            model,
+            "--concurrent",
+            "2",
+            "--transfer-bytes",
+            str(200 * 1024 * 1024),
         )
-        print(f"receipt {approved['receipt']['digest']}")
+        print(f"grant {approved['receipt']['grant']}, receipt {approved['receipt']['digest']}")
 
         say("alpha checks the receipt and finishes the pairing")
         finished = ficc(
             alpha, "federation-finish", offer["id"], "--receipt", approved["receipt"]["digest"]
         )
         peer = finished["peer"]["id"]
-        print(f"peer {peer} paired; grant {finished['peer']['selected']} selected")
+        print(f"alpha knows beta as peer {peer}; beta knows alpha as peer {approved['peer']}")
 
         say("alpha discovers what beta shares")
         discovered = ficc(
@@ -170,36 +160,28 @@ def main() -> None:
         )
         print(json.dumps(discovered["result"], indent=2))
 
-        say("A chat completion on beta's engine through alpha's OpenAI-compatible URL")
-        deadline = time.monotonic() + 120
-        while beta_api.get(f"/api/v1/inference/services/{service}").json()["state"] != "running":
-            if time.monotonic() > deadline:
-                sys.exit("the service did not start")
-            time.sleep(0.5)
-        url = f"{alpha_url}/api/v1/federation/peers/{peer}/v1/chat/completions"
-        with httpx.stream(
-            "POST",
-            url,
-            headers={"Authorization": f"Bearer {alpha_token}"},
-            timeout=120,
-            json={
-                "model": service,
-                "stream": True,
-                "temperature": 0,
-                "max_tokens": 48,
-                "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            },
-        ) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: {"):
-                    delta = json.loads(line[6:])["choices"][0]["delta"].get("content", "")
-                    print(delta, end="", flush=True)
-        print()
+        say("A chat completion on beta's engine, asked on alpha")
+        print(
+            f"(any OpenAI client: {alpha_url}/api/v1/federation/peers/{peer}/v1, model {service})"
+        )
+        ficc(
+            alpha,
+            "chat",
+            "--peer",
+            peer,
+            service,
+            "What is the capital of France?",
+            "--max-tokens",
+            "48",
+            "--temperature",
+            "0",
+            show=True,
+        )
 
         say("alpha acquires beta's model: verified, resumable, within the allowance")
         ficc(alpha, "federation-acquire", peer, model, "--deadline", "600", show=True)
         print(json.dumps(ficc(alpha, "models")["models"][0]["provenance"], indent=2))
-        say("Done. Every step is in each cluster's audit log (GET /api/v1/federation/audit).")
+        say("Done. Every step is in each cluster's audit log (ficc federation-audit).")
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ficc.base.errors import FiccError, error_from_code
+from ficc.base.errors import FiccError, InvalidInput, error_from_code
 
 if TYPE_CHECKING:
     import http.client
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 SOCKET_NAME = "ficc.sock"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 READ_CHUNK_BYTES = 64 * 1024
+# What http.client refuses to send in a request line (it raises before sending anything).
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
 
 
 class NoServer(Exception):
@@ -138,6 +141,7 @@ class ControlClient:
             self._connection.close()
 
     def _send(self, method: str, path: str, body: Any | None) -> http.client.HTTPResponse:
+        _check_path(path)
         if not (self.state_dir / SOCKET_NAME).exists():
             raise NoServer(self.state_dir)
         headers = {"X-FICC-Project": self.project, "Accept": "application/json"}
@@ -147,6 +151,21 @@ class ControlClient:
             headers["Content-Type"] = "application/json"
         self._connection.request(method, path, body=encoded, headers=headers)
         return self._connection.getresponse()
+
+
+def _check_path(path: str) -> None:
+    """Refuse a path that an argument (an ID with a space, a newline, a ``..``) made malformed.
+
+    Sent as it is, http.client refuses it, which read as a server that hung up (exit status 3),
+    or a dot segment silently reached another route.
+    """
+    for segment in path.partition("?")[0].split("/"):
+        if segment in (".", "..") or _UNSENDABLE.search(segment):
+            raise InvalidInput(
+                f"{segment!r} is not an ID: an ID has no spaces, control characters or dot "
+                "segments",
+                details={"value": segment},
+            )
 
 
 @contextlib.contextmanager
