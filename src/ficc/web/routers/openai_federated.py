@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.base.errors import NotFound
+from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, Unavailable
 from ficc.base.times import parse_time
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
@@ -33,38 +33,45 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
 
 
-async def _remote_model(ctx: Context, peer_id: str, service: str) -> dict[str, Any]:
+UNTOLD: Final = (Unavailable, OutcomeUnknown, LimitExceeded)
+"""Why the grantor may not tell a service's creation time: unreachable, slow, or the grant's
+requests used up. The list is then answered from this cluster's knowledge, ``created: 0``."""
+
+
+async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) -> dict[str, Any]:
     """OpenAI's ``model`` object of a published service, ``created`` as the grantor recorded it.
 
     One ``inference.get`` through the selected grant (one of its requests): the requester keeps
-    no copy of the grantor's services.
+    no copy of the grantor's services. Without ``ask``, or when the grantor cannot tell,
+    ``created`` is 0.
     """
-    answer = await ctx.cluster.remote.request(
-        ctx.principal,
-        ctx.project,
-        peer_id,
-        operation="inference.get",
-        body={"service": service},
-        service=service,
-    )
-    view = answer["result"]
-    return {
-        "id": service,
-        "object": "model",
-        "created": int(parse_time(view["created_at"]).timestamp()),
-        "owned_by": peer_id,
-    }
+    created = 0
+    if ask:
+        answer = await ctx.cluster.remote.request(
+            ctx.principal,
+            ctx.project,
+            peer_id,
+            operation="inference.get",
+            body={"service": service},
+            service=service,
+        )
+        created = int(parse_time(answer["result"]["created_at"]).timestamp())
+    return {"id": service, "object": "model", "created": created, "owned_by": peer_id}
 
 
 @router.get(f"{PREFIX}/models")
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
     data = []
+    ask = True
     for service in published:
         try:
-            data.append(await _remote_model(ctx, peer_id, service))
+            data.append(await _remote_model(ctx, peer_id, service, ask=ask))
         except NotFound:
             continue  # published by the grant, since removed by the grantor
+        except UNTOLD:
+            ask = False  # one wait for an unreachable peer, not one per service
+            data.append(await _remote_model(ctx, peer_id, service, ask=False))
     return {"object": "list", "data": data}
 
 
@@ -74,9 +81,11 @@ async def get_model(model_id: str, peer_id: str, ctx: Context = scoped("federati
     if model_id not in published:
         raise unpublished(model_id)
     try:
-        return await _remote_model(ctx, peer_id, model_id)
+        return await _remote_model(ctx, peer_id, model_id, ask=True)
     except NotFound as exc:
         raise unpublished(model_id) from exc
+    except UNTOLD:
+        return await _remote_model(ctx, peer_id, model_id, ask=False)
 
 
 async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Response:
