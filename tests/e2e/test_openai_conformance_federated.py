@@ -8,6 +8,7 @@ checks is refused by beta's, and a grant's response_bytes count the bytes the ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,29 @@ import pytest
 from openai import OpenAI
 from tests.support.cluster import ficc
 from tests.support.federation import error_of
+from tests.support.inference import engine_api_key, spec, start_running
 from tests.support.openai_conformance import (
     BAD_PARAMETERS,
     CHAT_ARGS,
+    EMBEDDING_INPUT,
+    JSON_SCHEMA_FORMAT,
+    LLAMA_CPP_REFUSALS,
+    LOGPROB_CHAT_ARGS,
+    TOOL_CHAT_ARGS,
     assert_deep_body_refused,
+    assert_models_shape,
     assert_refused_naming,
+    assert_runtime_refusal,
+    assert_same_embeddings,
     client_on,
+    counted_from_text,
     plain_chat,
     plain_completion,
+    pooled_engine_embeddings,
+    stable,
     streamed_chat_with_usage,
     warm,
+    without_tool_call_ids,
 )
 from tests.support.remote import LOCAL_V1, Federated, federation, invoke_body
 
@@ -126,3 +140,97 @@ def test_a_grants_response_bytes_count_what_the_caller_receives(
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["code"] == "limit_exceeded"
     assert f"the response is {size} bytes" in refused.value.message
+
+
+@pytest.fixture(scope="module")
+def embedder(fed: Federated) -> dict[str, Any]:
+    """A second service on beta, started with embeddings on."""
+    body = spec("smol-embed", fed.model, options={"embeddings": True})
+    return start_running(fed.beta.owner(), body)
+
+
+def test_logprobs_json_and_tools_are_the_same_on_the_engine_and_both_urls(
+    fed: Federated, engine: OpenAI
+) -> None:
+    fed.grant(scopes=["inference:invoke"], services=[fed.service])
+    engine.chat.completions.create(model=fed.service, **TOOL_CHAT_ARGS)  # warms the grammar
+    clients = the_three(fed, engine)
+    logprobs = [
+        stable(c.chat.completions.create(model=fed.service, **LOGPROB_CHAT_ARGS)) for c in clients
+    ]
+    assert logprobs[0]["choices"][0]["logprobs"]["content"]
+    assert logprobs[1] == logprobs[0]
+    assert logprobs[2] == logprobs[0]
+    tools = [
+        counted_from_text(
+            without_tool_call_ids(
+                stable(c.chat.completions.create(model=fed.service, **TOOL_CHAT_ARGS))
+            )
+        )
+        for c in clients
+    ]
+    assert tools[0]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert tools[1] == tools[0]
+    assert tools[2] == tools[0]
+    arguments = {**CHAT_ARGS, "max_tokens": 30, "response_format": JSON_SCHEMA_FORMAT}
+    schema_answers = [
+        counted_from_text(stable(c.chat.completions.create(model=fed.service, **arguments)))
+        for c in clients[1:]
+    ]
+    assert schema_answers[1] == schema_answers[0]
+    assert json.loads(schema_answers[1]["choices"][0]["message"]["content"])["city"]
+
+
+@pytest.mark.parametrize(("kind", "change", "param"), LLAMA_CPP_REFUSALS)
+def test_what_llama_cpp_would_drop_is_refused_by_the_grantor_on_the_federated_url(
+    fed: Federated, kind: str, change: dict[str, Any], param: str
+) -> None:
+    grant = fed.grant(scopes=["inference:invoke"], services=[fed.service], requests=2)
+    assert_runtime_refusal(fed.federated_openai(), fed.service, kind, change, param)
+    # The grantor refused it before its engine saw it; the grant spent that one request only.
+    view = fed.grantor_view(grant)
+    assert view["remaining"]["requests"] == 1
+    assert view["in_flight"] == 0
+
+
+def test_federated_models_carry_the_grantors_created_time_and_unknown_ones_are_404(
+    fed: Federated,
+) -> None:
+    fed.grant(scopes=["inference:invoke"], services=[fed.service])
+    url = fed.federated_base_url
+    headers = {"Authorization": f"Bearer {fed.alpha.owner_token}"}
+    listing = httpx.get(f"{url}/models", headers=headers, timeout=60).json()
+    assert_models_shape(listing)
+    (listed,) = listing["data"]
+    local = fed.beta.owner().get(f"{LOCAL_V1}/models/{fed.service}").json()
+    assert listed == {**local, "owned_by": fed.peer}
+    one = httpx.get(f"{url}/models/{fed.service}", headers=headers, timeout=60)
+    assert one.json() == listed
+    with pytest.raises(openai.NotFoundError) as missing:
+        fed.federated_openai().models.retrieve("svc_unknown")
+    assert isinstance(missing.value.body, dict)
+    assert missing.value.body["type"] == "invalid_request_error"
+    assert missing.value.body["param"] == "model"
+
+
+def test_federated_embeddings_equal_the_engines_within_the_grants_response_bytes(
+    fed: Federated, embedder: dict[str, Any]
+) -> None:
+    (replica,) = embedder["replicas"]
+    expected = pooled_engine_embeddings(
+        f"http://127.0.0.1:{replica['port']}", engine_api_key(replica), embedder["id"]
+    )
+    fed.grant(scopes=["inference:invoke"], services=[fed.service, embedder["id"]])
+    client = fed.federated_openai()
+    got = client.embeddings.create(model=embedder["id"], input=EMBEDDING_INPUT)
+    assert_same_embeddings(got.model_dump(), expected)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=embedder["id"], **CHAT_ARGS)
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["param"] == "model"
+
+    fed.grant(scopes=["inference:invoke"], services=[embedder["id"]], response_bytes=1000)
+    with pytest.raises(openai.RateLimitError) as limited:
+        client.embeddings.create(model=embedder["id"], input=EMBEDDING_INPUT)
+    assert isinstance(limited.value.body, dict)
+    assert limited.value.body["code"] == "limit_exceeded"

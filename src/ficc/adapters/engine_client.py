@@ -19,12 +19,19 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, Unavailable
-from ficc.domain.openai_requests import usage_requested
+from ficc.domain.openai_requests import (
+    CHAT_COMPLETIONS_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    INFERENCE_PATHS,
+    usage_requested,
+)
 
-CHAT_COMPLETIONS: Final = "/v1/chat/completions"
-COMPLETIONS: Final = "/v1/completions"
+CHAT_COMPLETIONS: Final = CHAT_COMPLETIONS_PATH
+COMPLETIONS: Final = COMPLETIONS_PATH
+EMBEDDINGS: Final = EMBEDDINGS_PATH
 MODELS: Final = "/v1/models"
-ALLOWED_PATHS: Final = frozenset({CHAT_COMPLETIONS, COMPLETIONS})
+ALLOWED_PATHS: Final = INFERENCE_PATHS
 """The only paths a caller can reach on an engine; everything else the engine serves is private."""
 
 DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
@@ -410,6 +417,8 @@ class EngineClient:
         ``on_close`` (not run when this raises).
         """
         _check_path(path)
+        if path == EMBEDDINGS:
+            raise InvalidInput("embeddings are answered whole, never streamed", field="stream")
         request_body = dict(body)
         request_body["stream"] = True
         if self._model is not None:
@@ -443,6 +452,8 @@ class EngineClient:
         text is counted while it arrives; once the text alone passes it, the whole answer
         would too, and the engine is stopped at once.
         """
+        if path == EMBEDDINGS:
+            return await self._embeddings(body)
         request_body = dict(body)
         request_body["stream_options"] = {"include_usage": True}
         chunks: list[dict[str, Any]] = []
@@ -469,6 +480,29 @@ class EngineClient:
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
+
+    async def _embeddings(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /v1/embeddings``, answered whole (nothing to cancel mid-way), read within
+        :data:`MAX_ASSEMBLED_BYTES`."""
+        request_body = dict(body)
+        if self._model is not None:
+            request_body["model"] = self._model
+        try:
+            async with self._client.stream("POST", EMBEDDINGS, json=request_body) as response:
+                if response.status_code != httpx.codes.OK:
+                    raise _status_error(response.status_code, await _read_bounded(response))
+                content = await _read_bounded(response, MAX_ASSEMBLED_BYTES + 1)
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc) from exc
+        if len(content) > MAX_ASSEMBLED_BYTES:
+            raise Unavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
+        try:
+            value = json.loads(content)
+        except ValueError as exc:
+            raise Unavailable("the engine's embeddings are not JSON") from exc
+        if not isinstance(value, dict) or not isinstance(value.get("data"), list):
+            raise Unavailable("the engine's embeddings are not a list object")
+        return value
 
     async def _counted_usage(
         self, path: str, body: Mapping[str, Any], chunks: list[dict[str, Any]]
@@ -620,12 +654,19 @@ def _merge_tool_calls(calls: dict[int, dict[str, Any]], deltas: list[Any]) -> No
         for key in ("id", "type"):
             if delta.get(key) is not None:
                 call[key] = delta[key]
-        function = delta.get("function") or {}
-        target = call["function"]
-        if function.get("name"):
-            target["name"] = target.get("name", "") + function["name"]
-        if function.get("arguments"):
-            target["arguments"] = target.get("arguments", "") + function["arguments"]
+        _merge_function(call["function"], delta.get("function"))
+
+
+def _merge_function(target: dict[str, Any], function: Any) -> None:
+    """Arguments arrive in pieces; the name arrives once from OpenAI but in every delta from
+    llama.cpp's server, so a name equal to the one held is not appended again."""
+    if not isinstance(function, dict):
+        return
+    name = function.get("name")
+    if name and name != target.get("name"):
+        target["name"] = target.get("name", "") + name
+    if function.get("arguments"):
+        target["arguments"] = target.get("arguments", "") + function["arguments"]
 
 
 def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -637,7 +678,14 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         for choice in _choices(chunk):
             index = int(choice.get("index", 0))
             slot = merged.setdefault(
-                index, {"role": None, "content": [], "finish_reason": None, "logprobs": None}
+                index,
+                {
+                    "role": None,
+                    "content": [],
+                    "finish_reason": None,
+                    "logprobs": None,
+                    "function_call": None,
+                },
             )
             delta = choice.get("delta") or {}
             if delta.get("role"):
@@ -646,6 +694,10 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 slot["content"].append(delta["content"])
             if delta.get("tool_calls"):
                 _merge_tool_calls(tool_calls.setdefault(index, {}), delta["tool_calls"])
+            if isinstance(delta.get("function_call"), dict):
+                # The deprecated form, which llama.cpp's server sends beside tool_calls.
+                slot["function_call"] = slot["function_call"] or {}
+                _merge_function(slot["function_call"], delta["function_call"])
             if choice.get("finish_reason") is not None:
                 slot["finish_reason"] = choice["finish_reason"]
             slot["logprobs"] = _merge_logprobs(slot["logprobs"], choice.get("logprobs"))
@@ -659,6 +711,8 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         }
         if calls:
             message["tool_calls"] = calls
+        if slot["function_call"] is not None:
+            message["function_call"] = slot["function_call"]
         choices.append(
             {
                 "index": index,

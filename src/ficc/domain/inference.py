@@ -317,6 +317,8 @@ RUNTIME_OPTIONS: Final[Mapping[RuntimeName, Mapping[str, _Option]]] = {
         "n_batch": _Option(_integer(1, 65_536)),
         "n_gpu_layers": _Option(_integer(0, 10_000), default=0),
         "seed": _Option(_integer(0, 2**32 - 1)),
+        # Embeddings need the server's --embedding, with which this runtime serves nothing else.
+        "embeddings": _Option(_boolean),
     },
     RuntimeName.OPENAI: {
         "base_url": _Option(parse_base_url, required=True),

@@ -42,7 +42,7 @@ MUTATIONS: Final = frozenset(
     }
 )
 
-INVOKE_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions"})
+INVOKE_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 """The inference paths a peer may reach; ``chat/completions`` is accepted for the first."""
 
 

@@ -37,8 +37,9 @@ from ficc.base.ids import parse_id
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain import peers as p
-from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
+from ficc.domain.inference import RuntimeName, ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.manifests import parse_manifest
+from ficc.domain.openai_requests import check_capabilities, engine_body, shape_answer
 from ficc.domain.openai_requests import check_request as check_openai_request
 from ficc.domain.operations import (
     check_mutation_id,
@@ -323,7 +324,11 @@ class RemoteOperations:
                             "id": service.id,
                             "alias": service.spec.name,
                             "state": service.state.value,
-                            "capabilities": ["chat.completions", "completions"],
+                            "capabilities": (
+                                ["embeddings"]
+                                if service.spec.options.get("embeddings") is True
+                                else ["chat.completions", "completions"]
+                            ),
                             "model": service.spec.model,
                         }
                     )
@@ -464,7 +469,7 @@ class RemoteOperations:
 
         return await self._once(call, effect)
 
-    def _invoke_args(self, call: Call) -> tuple[str, str, dict[str, Any]]:
+    async def _invoke_args(self, call: Call) -> tuple[str, str, dict[str, Any], RuntimeName]:
         only_fields(call.body, {"service", "path", "body"}, {"service", "path", "body"})
         service_id = parse_id("service", call.body.get("service"), field="body.service")
         call.require("services", service_id, "body.service")
@@ -474,19 +479,23 @@ class RemoteOperations:
             raise InvalidInput("body.body must be a JSON object", field="body.body")
         # A hostile peer's body is checked as the compatible URLs check their callers'.
         check_openai_request(path, inner)
-        return service_id, path, inner
+        spec = (await self._inference.get_service(call.grant.project, service_id))["spec"]
+        runtime = RuntimeName(spec["runtime"])
+        check_capabilities(runtime, spec.get("options") or {}, path, inner)
+        return service_id, path, inner, runtime
 
     async def _invoke(self, call: Call) -> dict[str, Any]:
-        service_id, path, inner = self._invoke_args(call)
+        service_id, path, inner, runtime = await self._invoke_args(call)
         # The text is counted while it arrives: an answer whose text alone passes
         # response_bytes stops the engine at once instead of being held whole, then refused.
         answer = await self._inference.complete(
             call.grant.project,
             service_id,
             path,
-            inner,
+            engine_body(runtime, path, inner),
             max_bytes=call.grant.terms.response_bytes,
         )
+        answer = shape_answer(runtime, path, inner, answer)
         # Encoded as the caller's compatible URL will send it, so the limit counts those bytes.
         size = len(json.dumps(answer, separators=(",", ":")).encode())
         if size > call.grant.terms.response_bytes:
@@ -497,9 +506,10 @@ class RemoteOperations:
         return {"replayed": False, "result": answer}
 
     async def _invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
-        service_id, path, inner = self._invoke_args(call)
+        service_id, path, inner, runtime = await self._invoke_args(call)
         limit = call.grant.terms.response_bytes
         sent = 0
+        inner = engine_body(runtime, path, inner)
         async with self._inference.stream(call.grant.project, service_id, path, inner) as events:
             async for event in events:
                 chunk = b"data: " + event.data.encode() + b"\n\n"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import struct
 from typing import Any
 
 import pytest
@@ -11,13 +13,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ficc.base.errors import InvalidInput, TooLarge
+from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
     MAX_NESTING_DEPTH,
+    RUNTIME_CAPABILITIES,
+    check_capabilities,
     check_request,
+    engine_body,
     nesting_depth_exceeds,
     parse_request_body,
+    shape_answer,
     usage_requested,
 )
 
@@ -211,3 +219,138 @@ def test_any_json_body_is_passed_or_refused_as_invalid_input(body: dict[str, Any
     for path in (CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH):
         with contextlib.suppress(InvalidInput):
             check_request(path, body)
+
+
+# --- embeddings, and what each runtime does with what passed ------------------------------
+
+EMBEDDING: dict[str, Any] = {"model": "m", "input": "Hello"}
+LLAMA = RuntimeName.LLAMA_CPP
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"input": ""}, "input"),
+        ({"input": []}, "input"),
+        ({"input": ["a", 1]}, "input"),
+        ({"input": ["a"] * 2049}, "input"),
+        ({"encoding_format": "hex"}, "encoding_format"),
+        ({"dimensions": 0}, "dimensions"),
+        ({"stream": True}, "stream"),
+    ],
+)
+def test_a_bad_embeddings_parameter_is_refused_naming_it(
+    change: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_request(EMBEDDINGS_PATH, {**EMBEDDING, **change})
+    assert refused.value.details["field"] == param
+
+
+def test_a_json_schema_format_needs_a_named_schema() -> None:
+    for bad, param in [
+        ({"type": "json_schema"}, "response_format.json_schema"),
+        (
+            {"type": "json_schema", "json_schema": {"schema": {}}},
+            "response_format.json_schema.name",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": []}},
+            "response_format.json_schema.schema",
+        ),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            check_request(CHAT_COMPLETIONS_PATH, {**CHAT, "response_format": bad})
+        assert refused.value.details["field"] == param
+
+
+@pytest.mark.parametrize(
+    ("path", "change", "param"),
+    [
+        (CHAT_COMPLETIONS_PATH, {"n": 2}, "n"),
+        (COMPLETIONS_PATH, {"n": 3}, "n"),
+        (COMPLETIONS_PATH, {"best_of": 2}, "best_of"),
+        (CHAT_COMPLETIONS_PATH, {"tools": [TOOL]}, "tool_choice"),
+        (CHAT_COMPLETIONS_PATH, {"tools": [TOOL], "tool_choice": "auto"}, "tool_choice"),
+        (CHAT_COMPLETIONS_PATH, {"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
+        (EMBEDDINGS_PATH, {"dimensions": 8}, "dimensions"),
+        (EMBEDDINGS_PATH, {"input": [[1, 2, 3]]}, "input"),
+        (EMBEDDINGS_PATH, {"input": [1, 2, 3]}, "input"),
+    ],
+)
+def test_what_llama_cpp_would_drop_silently_is_refused_naming_it(
+    path: str, change: dict[str, Any], param: str
+) -> None:
+    base = (
+        EMBEDDING
+        if path == EMBEDDINGS_PATH
+        else CHAT
+        if path == CHAT_COMPLETIONS_PATH
+        else COMPLETION
+    )
+    body = {**base, **change}
+    check_request(path, body)
+    options = {"embeddings": True} if path == EMBEDDINGS_PATH else {}
+    with pytest.raises(InvalidInput) as refused:
+        check_capabilities(LLAMA, options, path, body)
+    assert refused.value.details["field"] == param
+    assert "llama.cpp" in refused.value.message
+    # The runtimes that honour it take it.
+    for runtime in (RuntimeName.VLLM, RuntimeName.OPENAI):
+        check_capabilities(runtime, {}, path, body)
+
+
+def test_what_llama_cpp_honours_passes() -> None:
+    for body in [
+        {**CHAT, "n": 1, "logprobs": True, "top_logprobs": 2, "seed": 7, "user": "u"},
+        {**CHAT, "tools": [TOOL], "tool_choice": NAMED},
+        {**CHAT, "tools": [TOOL], "tool_choice": "none"},
+        {**CHAT, "response_format": {"type": "json_object"}},
+    ]:
+        check_capabilities(LLAMA, {}, CHAT_COMPLETIONS_PATH, body)
+    check_capabilities(LLAMA, {}, COMPLETIONS_PATH, {**COMPLETION, "logprobs": 2, "best_of": 1})
+    check_capabilities(LLAMA, {"embeddings": True}, EMBEDDINGS_PATH, {**EMBEDDING, "input": ["a"]})
+
+
+def test_a_llama_cpp_embeddings_service_serves_embeddings_only() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_capabilities(LLAMA, {"embeddings": True}, CHAT_COMPLETIONS_PATH, CHAT)
+    assert refused.value.details["field"] == "model"
+    assert "embeddings only" in refused.value.message
+    with pytest.raises(InvalidInput) as refused:
+        check_capabilities(LLAMA, {}, EMBEDDINGS_PATH, EMBEDDING)
+    assert refused.value.details["field"] == "model"
+    assert "options.embeddings" in refused.value.message
+
+
+def test_every_runtime_has_its_capabilities_in_the_one_table() -> None:
+    assert set(RUNTIME_CAPABILITIES) == set(RuntimeName)
+
+
+def test_a_json_schema_reaches_llama_cpp_as_its_json_object_with_schema() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    body = {
+        **CHAT,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    }
+    sent = engine_body(LLAMA, CHAT_COMPLETIONS_PATH, body)
+    assert sent["response_format"] == {"type": "json_object", "schema": schema}
+    assert body["response_format"]["type"] == "json_schema", "the caller's body is not changed"
+    assert engine_body(RuntimeName.VLLM, CHAT_COMPLETIONS_PATH, body) == body
+
+
+def test_llama_cpp_embeddings_are_pooled_and_encoded_as_openai_answers_them() -> None:
+    body = {**EMBEDDING, "encoding_format": "base64"}
+    assert "encoding_format" not in engine_body(LLAMA, EMBEDDINGS_PATH, body)
+    per_token = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [[1.0, 2.0], [3.0, 4.0]]}],
+    }
+    pooled = shape_answer(LLAMA, EMBEDDINGS_PATH, EMBEDDING, per_token)
+    assert pooled["data"] == [{"object": "embedding", "index": 0, "embedding": [2.0, 3.0]}]
+    encoded = shape_answer(LLAMA, EMBEDDINGS_PATH, body, per_token)["data"][0]["embedding"]
+    assert struct.unpack("<2f", base64.b64decode(encoded)) == (2.0, 3.0)
+    flat = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5]}]}
+    assert shape_answer(LLAMA, EMBEDDINGS_PATH, EMBEDDING, flat) == flat

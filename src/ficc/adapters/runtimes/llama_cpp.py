@@ -69,4 +69,6 @@ class LlamaCppRuntime(SupervisedRuntime):
         for option in _PASSED_OPTIONS:
             if option in request.options:
                 arguments += [f"--{option}", str(request.options[option])]
+        if request.options.get("embeddings") is True:
+            arguments += ["--embedding", "true"]
         return python_module_command(self._python, SERVER_MODULE, arguments)

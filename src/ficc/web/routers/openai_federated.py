@@ -2,7 +2,9 @@
 
 ``model`` is a remote service ID published by the selected grant. Each request travels as one
 ``inference.invoke`` through the grant; streams pass through unbuffered; closing the response
-cancels the remote request. Nothing is retried or replayed.
+cancels the remote request. Nothing is retried or replayed. What the remote service's runtime
+cannot do is refused by the grantor (this cluster does not know the runtime), which costs the
+grant that one request.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.domain.openai_requests import check_request, parse_request_body
+from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, Unavailable
+from ficc.base.times import parse_time
+from ficc.domain.openai_requests import (
+    CHAT_COMPLETIONS_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    check_request,
+    parse_request_body,
+)
 from ficc.services.remote_operations import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
@@ -24,17 +34,59 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
 
 
+UNTOLD: Final = (Unavailable, OutcomeUnknown, LimitExceeded)
+"""Why the grantor may not tell a service's creation time: unreachable, slow, or the grant's
+requests used up. The list is then answered from this cluster's knowledge, ``created: 0``."""
+
+
+async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) -> dict[str, Any]:
+    """OpenAI's ``model`` object of a published service, ``created`` as the grantor recorded it.
+
+    One ``inference.get`` through the selected grant (one of its requests): the requester keeps
+    no copy of the grantor's services. Without ``ask``, or when the grantor cannot tell,
+    ``created`` is 0.
+    """
+    created = 0
+    if ask:
+        answer = await ctx.cluster.remote.request(
+            ctx.principal,
+            ctx.project,
+            peer_id,
+            operation="inference.get",
+            body={"service": service},
+            service=service,
+        )
+        created = int(parse_time(answer["result"]["created_at"]).timestamp())
+    return {"id": service, "object": "model", "created": created, "owned_by": peer_id}
+
+
 @router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
-    return {
-        "object": "list",
-        "data": [
-            {"id": service, "object": "model", "created": 0, "owned_by": peer_id}
-            for service in await ctx.cluster.remote.published_services(
-                ctx.principal, ctx.project, peer_id
-            )
-        ],
-    }
+    published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
+    data = []
+    ask = True
+    for service in published:
+        try:
+            data.append(await _remote_model(ctx, peer_id, service, ask=ask))
+        except NotFound:
+            continue  # published by the grant, since removed by the grantor
+        except UNTOLD:
+            ask = False  # one wait for an unreachable peer, not one per service
+            data.append(await _remote_model(ctx, peer_id, service, ask=False))
+    return {"object": "list", "data": data}
+
+
+@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_ANSWER)
+async def get_model(model_id: str, peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
+    published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
+    if model_id not in published:
+        raise unpublished(model_id)
+    try:
+        return await _remote_model(ctx, peer_id, model_id, ask=True)
+    except NotFound as exc:
+        raise unpublished(model_id) from exc
+    except UNTOLD:
+        return await _remote_model(ctx, peer_id, model_id, ask=False)
 
 
 async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Response:
@@ -81,11 +133,18 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
 async def chat_completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
-    return await relay(ctx, request, peer_id, "/v1/chat/completions")
+    return await relay(ctx, request, peer_id, CHAT_COMPLETIONS_PATH)
 
 
 @router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
 async def completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
-    return await relay(ctx, request, peer_id, "/v1/completions")
+    return await relay(ctx, request, peer_id, COMPLETIONS_PATH)
+
+
+@router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+async def embeddings(
+    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
+) -> Any:
+    return await relay(ctx, request, peer_id, EMBEDDINGS_PATH)

@@ -8,7 +8,17 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 
 from ficc.base.errors import InvalidInput, NotFound
-from ficc.domain.openai_requests import check_request, parse_request_body
+from ficc.domain.openai_requests import (
+    CHAT_COMPLETIONS_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    check_capabilities,
+    check_request,
+    engine_body,
+    parse_request_body,
+    shape_answer,
+)
+from ficc.domain.service_records import ServiceRecord
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.schemas_responses import OPENAI_ANSWER
@@ -20,21 +30,39 @@ PREFIX: Final = "/api/v1/inference/v1"
 CLIENT_CLOSED_REQUEST: Final = 499
 
 
+def model_object(service: ServiceRecord, owner: str) -> dict[str, Any]:
+    """A service as OpenAI's ``model`` object; ``created`` is when the service was created."""
+    return {
+        "id": service.id,
+        "object": "model",
+        "created": int(service.created_at.timestamp()),
+        "owned_by": owner,
+    }
+
+
+def unknown_model(model: str, usable: list[str]) -> NotFound:
+    """The 404 of a ``model`` that is no running service of the project, listing those that are."""
+    listed = ", ".join(usable) if usable else "none is running"
+    return NotFound(
+        f"the model {model} is not a service of this project: model is the ID of a "
+        f"running service (here: {listed})",
+        details={"field": "model", "services": usable},
+    )
+
+
 @router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.running_services(ctx.project)
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": service.id,
-                "object": "model",
-                "created": int(service.created_at.timestamp()),
-                "owned_by": ctx.project,
-            }
-            for service in services
-        ],
-    }
+    return {"object": "list", "data": [model_object(s, ctx.project) for s in services]}
+
+
+@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_ANSWER)
+async def get_model(model_id: str, ctx: Context = scoped("inference:invoke")) -> Any:
+    services = await ctx.cluster.inference.running_services(ctx.project)
+    for service in services:
+        if service.id == model_id:
+            return model_object(service, ctx.project)
+    raise unknown_model(model_id, [service.id for service in services])
 
 
 async def _read_body(request: Request, engine_path: str) -> dict[str, Any]:
@@ -53,35 +81,38 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     try:
         # Resolved once and handed on: each resolution takes the next replica in turn.
         endpoint = await inference.endpoint(ctx.project, service_id)
+        spec = (await inference.get_service(ctx.project, service_id))["spec"]
     except NotFound as exc:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
         usable = [service.id for service in await inference.running_services(ctx.project)]
-        listed = ", ".join(usable) if usable else "none is running"
-        raise NotFound(
-            f"the model {service_id} is not a service of this project: model is the ID of a "
-            f"running service (here: {listed})",
-            details={"field": "model", "services": usable},
-        ) from exc
+        raise unknown_model(service_id, usable) from exc
+    check_capabilities(endpoint.runtime, spec.get("options") or {}, engine_path, body)
+    sent = engine_body(endpoint.runtime, engine_path, body)
     if body.get("stream") is True:
         stack = contextlib.AsyncExitStack()
         events = await stack.enter_async_context(
-            inference.stream(ctx.project, service_id, engine_path, body, endpoint=endpoint)
+            inference.stream(ctx.project, service_id, engine_path, sent, endpoint=endpoint)
         )
         return EventStreamResponse(sse_bytes(events), stack.aclose)
     answer = await unless_disconnected(
         request,
-        inference.complete(ctx.project, service_id, engine_path, body, endpoint=endpoint),
+        inference.complete(ctx.project, service_id, engine_path, sent, endpoint=endpoint),
     )
     if answer is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return FiccJSONResponse(answer)
+    return FiccJSONResponse(shape_answer(endpoint.runtime, engine_path, body, answer))
 
 
 @router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
 async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, "/v1/chat/completions")
+    return await relay(ctx, request, CHAT_COMPLETIONS_PATH)
 
 
 @router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
 async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, "/v1/completions")
+    return await relay(ctx, request, COMPLETIONS_PATH)
+
+
+@router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
+    return await relay(ctx, request, EMBEDDINGS_PATH)
