@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ficc.base.errors import Conflict, FiccError, Unavailable
 from ficc.domain.inference import (
@@ -164,8 +165,12 @@ class ReplicaSupervisor:
 
     # --- replicas ----------------------------------------------------------------------------
 
-    def spawn(self, work: Awaitable[None]) -> None:
-        """Run ``work`` in the background, kept (and cancelled at close) by the supervisor."""
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background, kept (and cancelled at close) by the supervisor.
+
+        A task cancelled before its first step never runs ``work``: it is closed then, so that
+        a shutdown right after a start leaves no never-awaited coroutine behind.
+        """
 
         async def run() -> None:
             try:
@@ -175,9 +180,13 @@ class ReplicaSupervisor:
             except Exception:  # the outermost handler of a background task
                 log.exception("background inference work failed")
 
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            work.close()
+
         task = asyncio.create_task(run())
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(done)
 
     async def launch(
         self,
