@@ -1,8 +1,9 @@
 """A dict-backed unit of work for service tests: commits together or not at all, like SQL.
 
-It holds the repositories the inference services use (projects, audit, nodes, models,
-services, attempts, receipts). Each unit of work works on a copy of the store and writes it
-back only on ``commit``, so a refused change leaves the store as it was, as a rollback does.
+It holds the repositories the inference and node services use (projects, audit, settings,
+nodes, models, services, attempts, receipts). Each unit of work works on a copy of the store
+and writes it back only on ``commit``, so a refused change leaves the store as it was, as a
+rollback does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class FakeStore:
 
     projects: dict[str, datetime] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     models: dict[str, CatalogueModel] = field(default_factory=dict)
     blob_refs: set[tuple[str, str]] = field(default_factory=set)
@@ -74,6 +76,14 @@ class FakeAudit(_Repository):
                 e for e in entries if e.project == project or (cluster_wide and e.project is None)
             ]
         return entries[:limit]
+
+
+class FakeSettings(_Repository):
+    async def get(self, key: str) -> Any | None:
+        return self._s.settings.get(key)
+
+    async def put(self, key: str, value: Any) -> None:
+        self._s.settings[key] = value
 
 
 class FakeNodes(_Repository):
@@ -202,13 +212,14 @@ class FakeUnitOfWork:
 
     async def __aenter__(self) -> Self:
         self._work = copy.copy(self._store)
-        for name in ("projects", "nodes", "models", "services", "attempts", "receipts"):
+        for name in ("projects", "settings", "nodes", "models", "services", "attempts", "receipts"):
             setattr(self._work, name, dict(getattr(self._store, name)))
         self._work.audit = list(self._store.audit)
         self._work.state_changes = list(self._store.state_changes)
         self._work.blob_refs = set(self._store.blob_refs)
         self.projects = FakeProjects(self._work)
         self.audit = FakeAudit(self._work)
+        self.settings = FakeSettings(self._work)
         self.nodes = FakeNodes(self._work)
         self.models = FakeModels(self._work)
         self.services = FakeServices(self._work)
@@ -221,6 +232,7 @@ class FakeUnitOfWork:
             "projects",
             "audit",
             "state_changes",
+            "settings",
             "nodes",
             "models",
             "blob_refs",
