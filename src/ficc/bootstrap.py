@@ -325,9 +325,9 @@ def new_node_id() -> str:
     return new_id("node", secrets.token_bytes(16))
 
 
-def probe_capacity() -> Capacity:
+async def probe_capacity() -> Capacity:
     """This machine's capacity, as the node registry records it."""
-    probe = probe_node()
+    probe = await probe_node()
     return Capacity(
         hostname=socket.gethostname(),
         cpu_count=probe.cpu_count,

@@ -94,33 +94,11 @@ class Unchanged:
         assert self.relationships() == self.before
 
 
+# The rules of each field are tested in tests/unit/domain/test_grants.py; here, one of them
+# travels the HTTP path, and the one rule that needs the cluster (the service must exist).
 OUT_OF_RANGE: list[tuple[str, dict[str, Any]]] = [
-    ("grant.lifetime", {"lifetime": 30 * DAY + 1}),
     ("grant.concurrent", {"concurrent": 17}),
-    ("grant.requests", {"requests": 1_000_001}),
-    ("grant.transfer_bytes", {"transfer_bytes": 16 * TiB + 1}),
-    ("grant.response_bytes", {"response_bytes": 256 * MiB + 1}),
-    ("grant.request_bytes", {"request_bytes": 64 * MiB + 1}),
-    ("grant.lifetime", {"lifetime": 0}),
-    ("grant.concurrent", {"concurrent": 0}),
-    ("grant.requests", {"requests": 0}),
-    ("grant.request_bytes", {"request_bytes": 0}),
-    ("grant.response_bytes", {"response_bytes": 0}),
-    ("grant.transfer_bytes", {"transfer_bytes": -1}),
-    ("grant.concurrent", {"concurrent": -3}),
-    ("grant.requests", {"requests": 1.5}),
-    ("grant.concurrent", {"concurrent": "2"}),
-    ("grant.lifetime", {"lifetime": True}),
-    ("grant.services[0]", {"services": ["svc_*"]}),
-    ("grant.services[0]", {"services": ["*"]}),
-    ("grant.models[0]", {"models": ["*"]}),
-    ("grant.nodes[0]", {"nodes": ["nod_*"]}),
     ("grant.services[0]", {"services": [UNKNOWN_SERVICE]}),
-    ("grant.scopes", {"scopes": ["discover", "models:read"]}),
-    ("grant.scopes[0]", {"scopes": ["*"]}),
-    ("grant.scopes", {"scopes": []}),
-    ("grant.wildcard", {"wildcard": True}),
-    ("grant.stop_on_revoke", {"stop_on_revoke": "yes"}),
 ]
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 import pytest
+from tests.support.fakes.inference import bench
+from tests.support.fakes.unit_of_work import FakeStore, FakeUnitOfWorkFactory
+from tests.support.loop_watchdog import MAX_LOOP_HOLD_SECONDS, loop_watchdog
 
 from ficc.adapters.node_probe import (
+    NVIDIA_SMI_TIMEOUT_SECONDS,
     GpuCapacity,
     parse_meminfo,
     parse_nvidia_smi_csv,
@@ -17,6 +22,9 @@ from ficc.adapters.node_probe import (
     probe_node,
 )
 from ficc.base.units import GiB, MiB
+from ficc.domain.inference import ServiceState
+from ficc.domain.nodes import Gpu
+from ficc.services.nodes import Capacity, register_local_node
 
 # Captured from `nvidia-smi --query-gpu=index,name,memory.total,memory.used
 # --format=csv,noheader,nounits` on a two-GPU machine (a sample, not this machine's output).
@@ -34,16 +42,16 @@ HugePages_Total:       0
 """
 
 
-def test_the_probe_reports_plausible_values_for_this_machine() -> None:
-    node = probe_node()
+async def test_the_probe_reports_plausible_values_for_this_machine() -> None:
+    node = await probe_node()
     assert node.cpu_count == len(os.sched_getaffinity(0))
     assert 1 <= node.cpu_count <= (os.cpu_count() or 1)
     assert 64 * MiB <= node.memory_bytes <= 64 * 1024 * GiB
     assert 0 < node.memory_available_bytes <= node.memory_bytes
 
 
-def test_the_probe_reports_gpus_exactly_when_nvidia_smi_is_installed() -> None:
-    gpus = probe_node().gpus
+async def test_the_probe_reports_gpus_exactly_when_nvidia_smi_is_installed() -> None:
+    gpus = (await probe_node()).gpus
     if shutil.which("nvidia-smi") is None:
         assert gpus == ()
     else:
@@ -98,28 +106,28 @@ def fake_nvidia_smi(directory: Path, script: str) -> str:
     return str(binary)
 
 
-def test_probe_gpus_runs_nvidia_smi_with_the_query_arguments(tmp_path: Path) -> None:
+async def test_probe_gpus_runs_nvidia_smi_with_the_query_arguments(tmp_path: Path) -> None:
     binary = fake_nvidia_smi(
         tmp_path,
         'test "$1" = "--query-gpu=index,name,memory.total,memory.used" || exit 9\n'
         'test "$2" = "--format=csv,noheader,nounits" || exit 9\n'
         "echo '0, Fake GPU, 2048, 1024'\n",
     )
-    assert probe_gpus(binary) == (GpuCapacity(0, "Fake GPU", 2048 * MiB, 1024 * MiB),)
+    assert await probe_gpus(binary) == (GpuCapacity(0, "Fake GPU", 2048 * MiB, 1024 * MiB),)
 
 
-def test_an_nvidia_smi_that_fails_means_no_gpus(tmp_path: Path) -> None:
+async def test_an_nvidia_smi_that_fails_means_no_gpus(tmp_path: Path) -> None:
     binary = fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    assert probe_gpus(binary) == ()
+    assert await probe_gpus(binary) == ()
 
 
-def test_an_nvidia_smi_that_hangs_means_no_gpus(tmp_path: Path) -> None:
+async def test_an_nvidia_smi_that_hangs_means_no_gpus(tmp_path: Path) -> None:
     binary = fake_nvidia_smi(tmp_path, "exec sleep 30\n")
-    assert probe_gpus(binary, timeout_seconds=0.2) == ()
+    assert await probe_gpus(binary, timeout_seconds=0.2) == ()
 
 
-def test_a_missing_nvidia_smi_binary_means_no_gpus(tmp_path: Path) -> None:
-    assert probe_gpus(str(tmp_path / "absent" / "nvidia-smi")) == ()
+async def test_a_missing_nvidia_smi_binary_means_no_gpus(tmp_path: Path) -> None:
+    assert await probe_gpus(str(tmp_path / "absent" / "nvidia-smi")) == ()
 
 
 def test_a_captured_meminfo_sample_parses_into_bytes() -> None:
@@ -135,12 +143,53 @@ def test_meminfo_without_memtotal_is_an_error() -> None:
         parse_meminfo("MemFree: 40 kB\n")
 
 
-def test_the_probe_reads_the_meminfo_file_it_is_given(tmp_path: Path) -> None:
+async def test_the_probe_reads_the_meminfo_file_it_is_given(tmp_path: Path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(CAPTURED_MEMINFO_SAMPLE)
-    node = probe_node(meminfo_path=meminfo, nvidia_smi=str(tmp_path / "absent"))
+    node = await probe_node(meminfo_path=meminfo, nvidia_smi=str(tmp_path / "absent"))
     assert (node.memory_bytes, node.memory_available_bytes, node.gpus) == (
         24684096 * 1024,
         23627304 * 1024,
         (),
     )
+
+
+# --- nothing blocks the loop ----------------------------------------------------------------
+
+
+async def test_a_hanging_nvidia_smi_never_holds_the_event_loop(tmp_path: Path) -> None:
+    binary = fake_nvidia_smi(tmp_path, "exec sleep 30\n")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(CAPTURED_MEMINFO_SAMPLE)
+    async with loop_watchdog() as lag:
+        started = time.monotonic()
+        node = await probe_node(meminfo_path=meminfo, nvidia_smi=binary)
+        took = time.monotonic() - started
+    assert node.gpus == ()
+    assert took >= NVIDIA_SMI_TIMEOUT_SECONDS  # it really waited for the hung driver...
+    assert lag.worst_seconds < MAX_LOOP_HOLD_SECONDS, lag  # ...beside the loop, not on it
+    assert lag.ticks > 10
+
+
+async def test_registering_the_local_node_and_starting_a_service_never_hold_the_loop(
+    tmp_path: Path,
+) -> None:
+    slow = fake_nvidia_smi(tmp_path, "sleep 0.5\necho '0, Fake GPU, 2048, 1024'\n")
+    b = bench(tmp_path)
+    store = FakeStore()
+
+    async def probe() -> Capacity:
+        found = await probe_node(nvidia_smi=slow)
+        gpus = tuple(Gpu(g.index, g.name, g.memory_bytes, g.memory_used_bytes) for g in found.gpus)
+        return Capacity("here", found.cpu_count, 16 * GiB, 16 * GiB, gpus)
+
+    async with loop_watchdog() as lag:
+        await register_local_node(FakeUnitOfWorkFactory(store), b.clock, probe, "node_x")
+        await b.add_node()
+        model = await b.add_model(MiB)
+        service = await b.create(model, replicas=2)
+        await b.control(service["id"], "start")
+        await b.until(lambda: b.service(service["id"]).state is ServiceState.RUNNING)
+    [node] = store.nodes.values()
+    assert [gpu.name for gpu in node.gpus] == ["Fake GPU"]
+    assert lag.worst_seconds < MAX_LOOP_HOLD_SECONDS, lag

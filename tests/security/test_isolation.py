@@ -693,7 +693,7 @@ async def test_service_locks_are_made_only_for_services_and_dropped_on_remove(
                 )
             )
             assert isinstance(error, NotFound)
-        assert inference._locks == {}
+        assert inference.tracked_services() == frozenset()
         model = await record_model(cluster, "default", [MiB], owned=True)
         view, _ = await inference.create_service(
             OWNER, "default", {"name": "short", "model": model.id, "runtime": "llama.cpp"}
@@ -701,7 +701,7 @@ async def test_service_locks_are_made_only_for_services_and_dropped_on_remove(
         await inference.control_service(
             OWNER, "default", view["id"], revision=1, operation="remove"
         )
-        assert inference._locks == {}
-        figures.record(tries=tries, refused=tries, locks_left=len(inference._locks))
+        assert inference.tracked_services() == frozenset()
+        figures.record(tries=tries, refused=tries, locks_left=len(inference.tracked_services()))
     finally:
         await cluster.close()

@@ -536,10 +536,6 @@ class BlobStore:
         finally:
             os.close(fd)
 
-    def partial_path(self, name: str) -> Path:
-        """Where a partial file lives (for writers that keep it open)."""
-        return self._partial_path(name)
-
     def finalize_partial(
         self, name: str, expected_sha256: str, *, expected_size: int | None = None
     ) -> tuple[Sha256, int]:

@@ -14,15 +14,6 @@ from typing import Final, NewType
 from ficc.base.errors import InvalidInput
 
 ProjectName = NewType("ProjectName", str)
-UserId = NewType("UserId", str)
-TokenId = NewType("TokenId", str)
-ModelId = NewType("ModelId", str)
-ServiceId = NewType("ServiceId", str)
-NodeId = NewType("NodeId", str)
-PeerId = NewType("PeerId", str)
-OfferId = NewType("OfferId", str)
-GrantId = NewType("GrantId", str)
-TransferId = NewType("TransferId", str)
 MutationId = NewType("MutationId", str)
 
 ID_ENTROPY_BYTES: Final = 16

@@ -728,6 +728,7 @@ class ServiceEvent(StrEnum):
     LAUNCH_FAILED = "launch_failed"  # a replica could not be launched or never became healthy
     CRASHED = "crashed"  # a replica's process ended without being asked to
     DRAINED = "drained"  # the last request in flight of a draining service ended
+    INTERRUPTED = "interrupted"  # FICC restarted under the replicas; they were stopped
 
 
 EVENT_TABLE: Final[Mapping[ServiceEvent, Mapping[ServiceState, ServiceState]]] = {
@@ -735,6 +736,11 @@ EVENT_TABLE: Final[Mapping[ServiceEvent, Mapping[ServiceState, ServiceState]]] =
     ServiceEvent.LAUNCH_FAILED: {_S.STARTING: _S.FAILED},
     ServiceEvent.CRASHED: {_S.STARTING: _S.FAILED, _S.RUNNING: _S.FAILED, _S.DRAINING: _S.FAILED},
     ServiceEvent.DRAINED: {_S.DRAINING: _S.STOPPED},
+    ServiceEvent.INTERRUPTED: {
+        _S.STARTING: _S.FAILED,
+        _S.RUNNING: _S.FAILED,
+        _S.DRAINING: _S.FAILED,
+    },
 }
 
 

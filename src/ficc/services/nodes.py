@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ficc.domain.nodes import Gpu, Node
@@ -22,14 +22,15 @@ class Capacity:
     gpus: tuple[Gpu, ...]
 
 
-CapacityProbe = Callable[[], Capacity]
+CapacityProbe = Callable[[], Awaitable[Capacity]]
+"""Asynchronous: a probe runs beside peer sessions and must never hold the event loop."""
 
 
 async def register_local_node(
     uow_factory: UnitOfWorkFactory, clock: Clock, probe: CapacityProbe, node_id: str
 ) -> Node:
     """Record (or refresh) this machine as the cluster's local node under a stable ID."""
-    capacity = probe()
+    capacity = await probe()
     async with uow_factory() as uow:
         stored = await uow.settings.get(LOCAL_NODE_SETTING)
         if isinstance(stored, str):

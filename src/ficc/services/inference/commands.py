@@ -1,0 +1,358 @@
+"""The use cases that change services: create, replace, control, and a grant's ending.
+
+``revision`` grows with every user change (create, replace, control); engine events (ready,
+crashed, drained) change ``state`` but not ``revision``, so a caller's revision stays valid
+while a service comes up. Every target state comes from ``plan_operation`` (or
+``check_start``): no use case names the state it moves a service to.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from ficc.base.errors import Conflict, InvalidInput, NotFound
+from ficc.base.ids import new_id
+from ficc.domain.grants import Grant
+from ficc.domain.inference import (
+    AttemptEvent,
+    AttemptState,
+    Operation,
+    ServiceSpec,
+    ServiceState,
+    check_context,
+    check_start,
+    next_attempt_state,
+    parse_operation,
+    parse_service_spec,
+    plan_operation,
+)
+from ficc.domain.mutations import derived_entropy
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
+from ficc.services import audit, mutations
+from ficc.services.inference.admission import Admission
+from ficc.services.inference.records import (
+    Actor,
+    check_revision,
+    load_service,
+    parse_revision,
+    record_audit,
+    view_of,
+)
+from ficc.services.inference.router import InvocationRouter
+from ficc.services.inference.supervisor import ReplicaSupervisor
+from ficc.services.mutations import MutationKey
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+
+Outcome = tuple[dict[str, Any], bool]
+"""A change's result view and whether it was replayed from its receipt."""
+
+
+class ServiceCommands:
+    """Changes of service records; the supervisor runs what they decide."""
+
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        supervisor: ReplicaSupervisor,
+        router: InvocationRouter,
+        admission: Admission,
+        serve_instance: str,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._supervisor = supervisor
+        self._router = router
+        self._admission = admission
+        self._serve_instance = serve_instance
+
+    async def list_services(self, project: str) -> list[dict[str, Any]]:
+        """The owner's views of every service of ``project``."""
+        async with self._uow_factory() as uow:
+            return [await view_of(uow, s) for s in await uow.services.list(project)]
+
+    async def get_service(self, project: str, service_id: str) -> dict[str, Any]:
+        """The owner's view of one service of ``project``."""
+        async with self._uow_factory() as uow:
+            return await view_of(uow, await load_service(uow, project, service_id))
+
+    async def create_service(
+        self,
+        actor: Actor,
+        project: str,
+        spec_data: object,
+        *,
+        key: MutationKey | None = None,
+        check: Callable[[UnitOfWork, ServiceSpec], Awaitable[None]] | None = None,
+    ) -> Outcome:
+        """A new service in state ``stopped``; returns (service, replayed)."""
+        spec = parse_service_spec(spec_data)
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            node = await self._admission.check_spec(uow, project, spec)
+            if check is not None:
+                await check(uow, spec)
+            entropy = (
+                derived_entropy(key.scope, key.mutation_id, "service")
+                if key is not None
+                else secrets.token_bytes(16)
+            )
+            service_id = new_id("service", entropy)
+            existing = await uow.services.get(service_id)
+            if existing is not None:
+                # An earlier try of this very mutation created it; its receipt was not kept.
+                result = await view_of(uow, existing)
+            else:
+                now = self._clock()
+                service = ServiceRecord(
+                    id=service_id,
+                    project=project,
+                    spec=spec,
+                    node=node.id,
+                    state=ServiceState.STOPPED,
+                    revision=1,
+                    error=None,
+                    created_by_grant=actor.grant_id,
+                    created_at=now,
+                    updated_at=now,
+                )
+                await uow.services.add(service)
+                result = await view_of(uow, service)
+                await record_audit(uow, self._clock, actor, project, "service.created", service_id)
+            await self._finish(uow, key, result)
+        return result, False
+
+    async def replace_service(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        *,
+        revision: object,
+        spec_data: object,
+        key: MutationKey | None = None,
+    ) -> Outcome:
+        """A new spec for a stopped service."""
+        spec = parse_service_spec(spec_data)
+        expected = parse_revision(revision)
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await load_service(uow, project, service_id)
+            check_revision(service, expected)
+            transition = plan_operation(service.state, Operation.REPLACE)
+            assert transition.to_state is not None  # replace keeps the record
+            node = await self._admission.check_spec(uow, project, spec)
+            updated = replace(
+                service,
+                spec=spec,
+                node=node.id,
+                state=transition.to_state,
+                revision=service.revision + 1,
+                error=None,
+                updated_at=self._clock(),
+            )
+            await uow.services.update(updated)
+            await record_audit(uow, self._clock, actor, project, "service.replaced", service_id)
+            result = await view_of(uow, updated)
+            await self._finish(uow, key, result)
+        return result, False
+
+    async def control_service(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        *,
+        revision: object,
+        operation: object,
+        acknowledge_unknown: object = False,
+        key: MutationKey | None = None,
+    ) -> Outcome:
+        """start, drain, stop or remove, checked against the current revision."""
+        op = parse_operation(operation)
+        if not isinstance(acknowledge_unknown, bool):
+            raise InvalidInput(
+                "acknowledge_unknown must be a JSON boolean (true or false)",
+                field="acknowledge_unknown",
+            )
+        if acknowledge_unknown and op is not Operation.START:
+            raise InvalidInput(
+                "acknowledge_unknown is accepted only for start", field="acknowledge_unknown"
+            )
+        expected = parse_revision(revision)
+        lock = await self._supervisor.lock_of(service_id)
+        if lock is None:
+            raise NotFound(
+                f"no service {service_id} in project {project}", details={"service": service_id}
+            )
+        async with lock:
+            if op is Operation.START:
+                return await self._start(
+                    actor, project, service_id, expected, acknowledge_unknown, key
+                )
+            result, replayed = await self._transition(actor, project, service_id, expected, key, op)
+            if replayed:
+                return result, replayed
+            if op is Operation.STOP:
+                await self._supervisor.stop_replicas(service_id)
+                return await self.get_service(project, service_id), False
+            if op is Operation.DRAIN:
+                self._supervisor.drain(service_id)
+            return result, False
+
+    async def _start(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        expected: int,
+        acknowledge: bool,
+        key: MutationKey | None,
+    ) -> Outcome:
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await load_service(uow, project, service_id)
+            check_revision(service, expected)
+            attempts = await uow.attempts.for_service(service_id)
+            check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
+            node = await uow.nodes.get(service.node)
+            if node is None:
+                raise Conflict(f"node {service.node} is no longer part of this cluster")
+            model_path = await self._admission.model_file(uow, project, service.spec)
+            await self._admission.check_runtime(service.spec, node)
+            if model_path is not None:
+                model = await uow.models.get(service.spec.model)
+                assert model is not None
+                check_context(service.spec, model.manifest.get("metadata", {}))
+        if acknowledge:
+            # Release every earlier attempt before a new one starts.
+            await self._supervisor.release_unknown(attempts)
+        async with self._admission.lock, self._uow_factory() as uow:
+            service = await load_service(uow, project, service_id)
+            check_revision(service, expected)
+            transition = plan_operation(service.state, Operation.START)
+            assert transition.to_state is not None  # start keeps the record
+            await self._admission.admit(uow, service, node)
+            now = self._clock()
+            for attempt in await uow.attempts.for_service(service_id):
+                if attempt.state is AttemptState.UNKNOWN and acknowledge:
+                    state = next_attempt_state(attempt.state, AttemptEvent.ACKNOWLEDGE)
+                    await uow.attempts.update(replace(attempt, state=state))
+            new_attempts = [
+                AttemptRecord(
+                    id=new_id("attempt", secrets.token_bytes(16)),
+                    service_id=service_id,
+                    replica=index,
+                    state=AttemptState.PENDING,
+                    serve_instance=self._serve_instance,
+                    created_at=now,
+                )
+                for index in range(service.spec.replicas)
+            ]
+            for attempt in new_attempts:
+                await uow.attempts.add(attempt)
+            started = replace(
+                service,
+                state=transition.to_state,
+                revision=service.revision + 1,
+                error=None,
+                updated_at=now,
+            )
+            await uow.services.update(started)
+            details = {"acknowledge_unknown": acknowledge}
+            await record_audit(
+                uow, self._clock, actor, project, "service.start", service_id, details
+            )
+            result = await view_of(uow, started)
+            await self._finish(uow, key, result)
+        self._supervisor.spawn(self._supervisor.launch(started, node, model_path, new_attempts))
+        return result, False
+
+    async def _transition(
+        self,
+        actor: Actor,
+        project: str,
+        service_id: str,
+        expected: int,
+        key: MutationKey | None,
+        operation: Operation,
+    ) -> Outcome:
+        """Stop, drain or remove as the table says; the receipt commits in the same transaction."""
+        async with self._uow_factory() as uow:
+            if key is not None and (done := await mutations.replay(uow, key)) is not None:
+                return done, True
+            service = await load_service(uow, project, service_id)
+            check_revision(service, expected)
+            transition = plan_operation(service.state, operation)
+            if transition.to_state is None:
+                await uow.attempts.delete_for_service(service_id)
+                await uow.services.delete(service_id)
+                await record_audit(uow, self._clock, actor, project, "service.removed", service_id)
+                result: dict[str, Any] = {"id": service_id, "removed": True}
+            else:
+                changed = replace(
+                    service,
+                    state=transition.to_state,
+                    revision=service.revision + 1,
+                    updated_at=self._clock(),
+                )
+                await uow.services.update(changed)
+                action = f"service.{operation.value}"
+                await record_audit(uow, self._clock, actor, project, action, service_id)
+                result = await view_of(uow, changed)
+            await self._finish(uow, key, result)
+            # No new request from the commit on; those in flight finish (drain) or end (stop).
+            self._router.close(service_id)
+            if transition.to_state is None:
+                # The caller holds this lock; anyone waiting on it finds the service gone.
+                self._supervisor.forget(service_id)
+        return result, False
+
+    async def _finish(
+        self, uow: UnitOfWork, key: MutationKey | None, result: dict[str, Any]
+    ) -> None:
+        """Keep the receipt of an idempotent change, and commit it with the change."""
+        if key is not None:
+            await mutations.record(uow, self._clock, key, state="completed", result=result)
+        await uow.commit()
+
+    async def stop_for_grant(self, grant: Grant) -> None:
+        """With ``stop_on_revoke``, an ended grant's services are stopped."""
+        if not grant.terms.stop_on_revoke:
+            return
+        for service_id in sorted(grant.created_services):
+            lock = await self._supervisor.lock_of(service_id)
+            if lock is None:
+                continue
+            async with lock:
+                async with self._uow_factory() as uow:
+                    service = await uow.services.get(service_id)
+                    if service is None:
+                        continue
+                    state = plan_operation(service.state, Operation.STOP).to_state
+                    if state is None or state is service.state:
+                        continue
+                    changed = replace(
+                        service,
+                        state=state,
+                        revision=service.revision + 1,
+                        updated_at=self._clock(),
+                    )
+                    await uow.services.update(changed)
+                    await audit.record(
+                        uow,
+                        self._clock,
+                        action="service.stop",
+                        actor="stop_on_revoke",
+                        project=service.project,
+                        target=service_id,
+                        details={"grant": grant.id},
+                    )
+                    await uow.commit()
+                await self._supervisor.stop_replicas(service_id)

@@ -1,0 +1,83 @@
+"""Remote operations: names, the scope each needs, mutation IDs and invoke paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from ficc.base.errors import InvalidInput, PermissionDenied
+from ficc.domain.operations import (
+    MUTATIONS,
+    OPERATION_SCOPES,
+    check_mutation_id,
+    check_scope,
+    invoke_path,
+    only_fields,
+    parse_body,
+    parse_operation_name,
+)
+from ficc.domain.scopes import REMOTE_SCOPES
+
+MUTATION_ID = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize("name", sorted(OPERATION_SCOPES))
+def test_every_operation_is_allowed_by_its_scopes_and_by_no_other(name: str) -> None:
+    assert parse_operation_name(name) == name
+    for scope in REMOTE_SCOPES:
+        if scope in OPERATION_SCOPES[name]:
+            check_scope(name, frozenset({scope}))
+        else:
+            with pytest.raises(PermissionDenied) as refused:
+                check_scope(name, frozenset({scope}))
+            assert refused.value.details["operation"] == name
+
+
+@pytest.mark.parametrize("name", ["", "inference", "grant.request", 3, None])
+def test_an_unknown_operation_is_refused(name: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_operation_name(name)
+    assert refused.value.details["field"] == "operation"
+
+
+@pytest.mark.parametrize("name", sorted(OPERATION_SCOPES))
+def test_mutations_require_a_mutation_id_and_reads_refuse_one(name: str) -> None:
+    if name in MUTATIONS:
+        assert check_mutation_id(name, MUTATION_ID) == MUTATION_ID
+        with pytest.raises(InvalidInput):
+            check_mutation_id(name, None)
+        with pytest.raises(InvalidInput):
+            check_mutation_id(name, "XYZ")
+    else:
+        assert check_mutation_id(name, None) is None
+        with pytest.raises(InvalidInput):
+            check_mutation_id(name, MUTATION_ID)
+
+
+@pytest.mark.parametrize(
+    ("given", "path"),
+    [
+        ("/v1/chat/completions", "/v1/chat/completions"),
+        ("chat/completions", "/v1/chat/completions"),
+        ("/completions", "/v1/completions"),
+    ],
+)
+def test_invoke_paths_are_normalised(given: str, path: str) -> None:
+    assert invoke_path(given) == path
+
+
+@pytest.mark.parametrize("given", ["/v1/embeddings", "/v1/../admin", "", None])
+def test_other_invoke_paths_are_refused(given: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        invoke_path(given)
+    assert refused.value.details["field"] == "body.path"
+
+
+def test_bodies_are_objects_with_known_fields_only() -> None:
+    with pytest.raises(InvalidInput):
+        parse_body([])
+    with pytest.raises(InvalidInput) as unknown:
+        only_fields({"id": 1, "extra": 2}, {"id"}, set())
+    assert unknown.value.details["field"] == "body.extra"
+    with pytest.raises(InvalidInput) as missing:
+        only_fields({}, {"id"}, {"id"})
+    assert missing.value.details["field"] == "body.id"

@@ -1,0 +1,176 @@
+"""Supervision of replicas against fakes: launch, crash, drain, superseded launch, restart.
+
+Each test also checks that every service state change it caused is one the domain's tables
+allow, and that a removed service leaves nothing in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.support.fakes.inference import PROJECT, Bench, FakeRuntime, bench
+
+from ficc.base.errors import Conflict, UnacknowledgedOutcome
+from ficc.base.units import MiB
+from ficc.domain.inference import (
+    EVENT_TABLE,
+    OPERATION_TABLE,
+    AttemptState,
+    ServiceState,
+)
+from ficc.domain.service_records import AttemptRecord
+
+ALLOWED_CHANGES = {
+    (before, after)
+    for table in (*OPERATION_TABLE.values(), *EVENT_TABLE.values())
+    for before, after in table.items()
+    if after is not None and after is not before
+}
+
+
+def assert_changes_follow_the_tables(b: Bench) -> None:
+    wrong = [change for change in b.store.state_changes if change not in ALLOWED_CHANGES]
+    assert not wrong, wrong
+
+
+def attempt_states(b: Bench, service_id: str) -> list[AttemptState]:
+    return [a.state for a in b.store.attempts.values() if a.service_id == service_id]
+
+
+async def running(b: Bench, *, replicas: int = 1) -> str:
+    await b.add_node()
+    model = await b.add_model(MiB)
+    service = await b.create(model, replicas=replicas)
+    await b.control(service["id"], "start")
+    await b.until(lambda: b.service(service["id"]).state is ServiceState.RUNNING)
+    return str(service["id"])
+
+
+async def test_a_started_service_runs_and_requests_go_round_robin_over_its_replicas(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b, replicas=2)
+    for _ in range(4):
+        await b.services.complete(PROJECT, service_id, "/v1/completions", {"prompt": "x"})
+    urls = [r.handle.base_url for r in b.runtime.replicas]
+    assert sorted(b.engine.calls) == sorted(urls * 2)
+    assert attempt_states(b, service_id) == [AttemptState.HEALTHY] * 2
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_crashed_replica_fails_the_service_and_ends_its_siblings(tmp_path: Path) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b, replicas=2)
+    b.runtime.replicas[0].crash(exit_code=139)
+    await b.until(lambda: not b.runtime.running())
+    await b.until(lambda: b.service(service_id).state is ServiceState.FAILED)
+    assert "exit code 139" in (b.service(service_id).error or "")
+    with pytest.raises(Conflict):
+        await b.services.endpoint(PROJECT, service_id)
+    assert sorted(attempt_states(b, service_id)) == [AttemptState.CRASHED, AttemptState.STOPPED]
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_drain_waits_for_the_request_in_flight_then_stops(tmp_path: Path) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b)
+    endpoint = await b.services.endpoint(PROJECT, service_id)
+    async with b.services.in_flight(service_id):
+        await b.control(service_id, "drain")
+        assert b.service(service_id).state is ServiceState.DRAINING
+        with pytest.raises(Conflict):
+            await b.services.endpoint(PROJECT, service_id)  # no new request while draining
+        for _ in range(20):
+            await b.until(lambda: True)
+        assert b.runtime.running(), "the replica was stopped under a request in flight"
+    await b.until(lambda: b.service(service_id).state is ServiceState.STOPPED)
+    assert not b.runtime.running()
+    assert endpoint.base_url == b.runtime.replicas[0].handle.base_url
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_stop_during_the_launch_ends_the_engine_and_leaves_no_handle(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path, runtime=FakeRuntime(healthy_at_once=False))
+    await b.add_node()
+    model = await b.add_model(MiB)
+    service = await b.create(model, replicas=2)
+    await b.control(service["id"], "start")
+    await b.runtime.launched.wait()
+    await b.control(service["id"], "stop")
+    await b.until(lambda: not b.runtime.running() and len(b.runtime.replicas) >= 1)
+    b.runtime.replicas[0].become_healthy()  # too late: the launch was superseded
+    await b.until(lambda: AttemptState.PENDING not in attempt_states(b, service["id"]))
+    assert b.service(service["id"]).state is ServiceState.STOPPED
+    assert AttemptState.HEALTHY not in attempt_states(b, service["id"])
+    assert not b.runtime.running()
+    with pytest.raises(Conflict):
+        await b.services.endpoint(PROJECT, service["id"])
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_refused_launch_fails_the_service_and_leaves_no_attempt_pending(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path, runtime=FakeRuntime(refuse="no port free"))
+    await b.add_node()
+    model = await b.add_model(MiB)
+    service = await b.create(model, replicas=3)
+    await b.control(service["id"], "start")
+    await b.until(lambda: b.service(service["id"]).state is ServiceState.FAILED)
+    assert b.service(service["id"]).error == "no port free"
+    await b.until(lambda: attempt_states(b, service["id"]) == [AttemptState.FAILED] * 3)
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_restart_fences_launched_attempts_and_marks_pending_ones_unknown(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b)
+    now = b.clock()
+    pending = AttemptRecord("attempt_pending", service_id, 1, AttemptState.PENDING, "old", now)
+    b.store.attempts[pending.id] = pending
+    after = bench(tmp_path, runtime=FakeRuntime())
+    after.store.__dict__.update(b.store.__dict__)  # the same database, a new FICC process
+    await after.services.recover()
+    assert after.service(service_id).state is ServiceState.FAILED
+    assert "FICC restarted while the service was running" in (after.service(service_id).error or "")
+    assert sorted(attempt_states(after, service_id)) == [
+        AttemptState.STOPPED,
+        AttemptState.UNKNOWN,
+    ]
+    assert [p.pid for p in after.runtime.fenced] == [b.runtime.replicas[0].handle.pid]
+    with pytest.raises(UnacknowledgedOutcome):
+        await after.control(service_id, "start")
+    await after.control(service_id, "start", acknowledge_unknown=True)
+    assert after.fenced_attempts == [pending.id]
+    await after.until(lambda: after.service(service_id).state is ServiceState.RUNNING)
+    assert_changes_follow_the_tables(after)
+
+
+async def test_a_clean_shutdown_stops_every_engine_and_records_stopped(tmp_path: Path) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b, replicas=2)
+    await b.services.close()
+    assert not b.runtime.running()
+    assert b.service(service_id).state is ServiceState.STOPPED
+    assert_changes_follow_the_tables(b)
+
+
+async def test_a_removed_service_leaves_nothing_in_memory(tmp_path: Path) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b, replicas=2)
+    async with b.services.stream(PROJECT, service_id, "/v1/completions", {}) as events:
+        assert [event.data async for event in events] == ["hello", "[DONE]"]
+    await b.control(service_id, "stop")
+    assert b.services.tracked_services() == {service_id}  # the lock of a service that exists
+    await b.control(service_id, "remove")
+    assert b.services.tracked_services() == frozenset()
+    assert service_id not in b.store.services
+    assert not [a for a in b.store.attempts.values() if a.service_id == service_id]
+    assert all(stream.closed.is_set() for stream in b.engine.streams)
+    assert_changes_follow_the_tables(b)
