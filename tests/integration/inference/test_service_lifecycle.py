@@ -216,7 +216,10 @@ def test_requests_are_spread_over_every_replica(
     for _ in range(4):
         client.completions.create(model=service["id"], prompt="the", max_tokens=1)
     after = [served_requests(cluster, attempt) for attempt in attempts]
-    assert [a - b for a, b in zip(after, before, strict=True)] == [2, 2]
+    # Each plain answer is one engine request, plus one that counts its prompt's tokens for
+    # `usage` (llama.cpp streams none): the same number on each replica either way.
+    served = [a - b for a, b in zip(after, before, strict=True)]
+    assert served[0] == served[1] >= 2, served
 
 
 def test_stopping_a_service_right_after_its_start_leaves_no_engine_behind(
