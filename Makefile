@@ -30,8 +30,8 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 	$(BIN)/pip install --quiet -c requirements/constraints.txt -e '.[engine,test,bench]'
 	touch $@
 
-# Created only when missing; FICC's venv is never touched.
-$(LITELLM_VENV)/.installed:
+# Created only when missing (a new pin installs over it); FICC's venv is never touched.
+$(LITELLM_VENV)/.installed-$(LITELLM_VERSION):
 	$(PYTHON) -m venv $(LITELLM_VENV)
 	$(LITELLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
@@ -59,7 +59,7 @@ test: lint
 screenshots: setup-test
 	FICC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/in-loopback-netns $(BIN)/python -m pytest tests/browser
 
-setup-bench: $(VENV)/.installed-bench $(LITELLM_VENV)/.installed
+setup-bench: $(VENV)/.installed-bench $(LITELLM_VENV)/.installed-$(LITELLM_VERSION)
 
 # Writes benchmarks/results/latest.json and the plots beside it.
 bench: setup-bench
