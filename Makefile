@@ -2,12 +2,16 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+# LiteLLM, the gateway the benchmarks measure beside FICC, lives in a venv of its own: its
+# dependencies (about 350 MB) never meet FICC's.
+LITELLM_VENV := .venv-litellm
+LITELLM_VERSION := 1.108.7
 STATE_DIR ?= .ficc
 # llama.cpp is built from source once; pip caches the wheel afterwards.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BLAS=OFF
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: setup setup-test run test lint check-layers unit bench demo screenshots clean
+.PHONY: setup setup-test setup-bench run test lint check-layers unit bench demo screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +24,17 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml requirements/constraints.txt
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install --quiet -c requirements/constraints.txt -e '.[engine,test]'
+	touch $@
+
+$(VENV)/.installed-bench: $(VENV)/.installed-test
+	$(BIN)/pip install --quiet -c requirements/constraints.txt -e '.[engine,test,bench]'
+	touch $@
+
+# Created only when missing (a new pin installs over it); FICC's venv is never touched.
+$(LITELLM_VENV)/.installed-$(LITELLM_VERSION):
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -46,11 +61,14 @@ test: lint
 screenshots: setup-test
 	FICC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/in-loopback-netns $(BIN)/python -m pytest tests/browser
 
-bench: setup-test
-	scripts/in-loopback-netns $(BIN)/python -m benchmarks
+setup-bench: $(VENV)/.installed-bench $(LITELLM_VENV)/.installed-$(LITELLM_VERSION)
+
+# Writes benchmarks/results/latest.json and the plots beside it.
+bench: setup-bench
+	FICC_BENCH_LITELLM=$(CURDIR)/$(LITELLM_VENV)/bin/litellm scripts/in-loopback-netns $(BIN)/python -m benchmarks
 
 demo: setup
 	scripts/demo-netns $(BIN)/python scripts/demo.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache

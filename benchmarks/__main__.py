@@ -2,7 +2,9 @@
 
 Every selected module runs even when another fails; a failure is reported on stderr and makes
 the exit status 1. The rows of the modules that succeeded are written to
-``benchmarks/results/latest.json`` beside a description of the machine, and shown as a table.
+``benchmarks/results/latest.json`` beside a description of the machine, and shown as a table;
+the samples behind them go to ``series.json`` and the plots (PNG) beside it
+(``--plots-only`` draws them again from those two files).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pkgutil
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -27,11 +30,12 @@ from rich.console import Console
 from rich.table import Table
 
 import benchmarks
-from benchmarks import ROW_KEYS
+from benchmarks import ROW_KEYS, series
 from ficc.adapters.node_probe import probe_node
 
 SETTLE_SECONDS = 1.0
 RESULTS_PATH = Path(__file__).parent / "results" / "latest.json"
+SERIES_NAME = "series.json"
 PREFIX = "bench_"
 
 
@@ -85,8 +89,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
-    """Rows of one module, measured in a process of its own, or None after its failure.
+def run_module(name: str, console: Console, series_path: Path) -> list[dict[str, Any]] | None:
+    """Rows of one module, measured in a process of its own, or None after its failure; the
+    samples it records for the plots are appended to ``series_path``.
 
     A process each: the HyperNet bindings bind one event loop per process, and one module's
     memory or threads must not colour the next module's figures.
@@ -99,6 +104,7 @@ def run_module(name: str, console: Console) -> list[dict[str, Any]] | None:
         stdout=subprocess.PIPE,
         text=True,
         check=False,
+        env={**os.environ, series.SERIES_ENV: str(series_path)},
     )
     if child.returncode != 0:
         print(f"benchmark {name} failed (exit status {child.returncode})", file=sys.stderr)
@@ -154,11 +160,30 @@ def render(rows: Sequence[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
+def draw(results: Path, series_path: Path, console: Console) -> int:
+    """The plots beside ``results``; 1 when they cannot be drawn (matplotlib is missing)."""
+    try:
+        from benchmarks import plots  # matplotlib comes with the bench extra only
+    except ImportError as exc:
+        print(f"no plots: {exc} (install the bench extra: make setup-bench)", file=sys.stderr)
+        return 1
+    document = json.loads(results.read_text(encoding="utf-8"))
+    recorded = json.loads(series_path.read_text(encoding="utf-8")) if series_path.exists() else {}
+    for path in plots.draw_all(document, recorded, results.parent):
+        console.print(f"plot written to {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
     parser.add_argument(
         "--output", type=Path, default=RESULTS_PATH, help=f"JSON file (default: {RESULTS_PATH})"
+    )
+    parser.add_argument(
+        "--plots-only",
+        action="store_true",
+        help="draw the plots again from the JSON file and the series.json beside it",
     )
     parser.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
@@ -166,23 +191,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_child(arguments.child)
     # Wide enough for the table when the output is a file or a CI log, not a terminal.
     console = Console(width=None if sys.stdout.isatty() else 160)
+    series_path = arguments.output.parent / SERIES_NAME
+    if arguments.plots_only:
+        return draw(arguments.output, series_path, console)
     try:
         chosen = select(discover(), arguments.names)
     except ValueError as exc:
         parser.error(str(exc))
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
-    for name in chosen:
-        result = run_module(name, console)
-        if result is None:
-            failed.append(name)
-        else:
-            rows.extend(result)
-    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    recorded: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="ficc-bench-series-") as temporary:
+        for name in chosen:
+            module_series = Path(temporary) / f"{name}.jsonl"
+            result = run_module(name, console, module_series)
+            if result is None:
+                failed.append(name)
+            else:
+                rows.extend(result)
+                recorded.update(series.read(module_series))
     document = {"machine": machine(), "benchmarks": rows}
     arguments.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    series_path.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
     render(rows, console)
     console.print(f"results written to {arguments.output}")
+    if draw(arguments.output, series_path, console) != 0:
+        failed.append("plots")
     if failed:
         print(f"failed benchmarks: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -14,6 +14,13 @@ Measured (every process on loopback; run in a loopback-only network namespace):
     to the engine; p50/p99, sequentially and with 8 concurrent clients; requests per second
     with 8 clients. Targets through both clusters: ≤ 5 ms p50 and ≤ 15 ms p99 added over the
     engine directly; ≥ 0.5 × the direct throughput with 8 clients.
+(c) the LiteLLM gateway (its own venv, ``make setup-bench``) in front of the same two engines
+    in the same run: FICC's two hops (and beta's local URL, one hop) beside its one hop, added
+    latency p50/p99 and 8-client throughput; throughput against 1, 2, 4 and 8 clients for the
+    plot.
+(d) CPU per request, from /proc/PID/stat before and after a series of requests: alpha, beta
+    and the engine for ``discover``, a plain chat and a streamed chat through both clusters,
+    beside the LiteLLM process for the same chat (and raw iroh, both ends, for ``discover``).
 
 ``FICC_BENCH_FEDERATION_REQUESTS`` changes the number of sequential requests per target.
 """
@@ -28,22 +35,36 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 
-from benchmarks import row
+from benchmarks import row, series
 from benchmarks.bench_hypernet import _raw_pair, _raw_round_trips
 from benchmarks.bench_inference import MOCK_MODEL
-from benchmarks.processes import mock_engine_running, running_process, wait_until
+from benchmarks.processes import (
+    GATEWAY_KEY,
+    GatewayModel,
+    cpu_seconds,
+    engine_api_key,
+    gateway_running,
+    mock_engine_running,
+    running_process,
+    wait_until,
+)
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_FEDERATION_REQUESTS", "300"))
 ENGINE_REQUESTS: Final = max(REQUESTS // 6, 20)
 """The real engine takes tens of milliseconds a request: fewer are enough for percentiles."""
 CLIENTS: Final = 8
+SWEEP_CLIENTS: Final = (1, 2, 4, CLIENTS)
+"""Client counts of the throughput plot; each point serves about as many requests in all."""
+CPU_REQUESTS: Final = max(REQUESTS // 2, 20)
 WARM_UP: Final = 10
 START_SECONDS: Final = 60.0
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -65,6 +86,7 @@ class Cluster:
     url: str
     state: Path
     client: httpx.Client
+    pid: int
 
 
 def _cluster(stack: ExitStack, work: Path, name: str, *extra: str) -> Cluster:
@@ -87,7 +109,7 @@ def _cluster(stack: ExitStack, work: Path, name: str, *extra: str) -> Cluster:
     client = stack.enter_context(httpx.Client(base_url=url, headers=headers, timeout=60))
     agent = {"agent_directory": str(work / f"{name}-agent"), "label": name}
     _ok(client.put(f"{API}/configuration", json=agent))
-    return Cluster(url, state, client)
+    return Cluster(url, state, client, process.pid)
 
 
 def _ok(response: httpx.Response, status: int = 200) -> Any:
@@ -148,16 +170,21 @@ def _percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _raw_iroh_ms(count: int) -> list[float]:
-    async def measure() -> list[float]:
+def _raw_iroh_ms(count: int) -> tuple[list[float], float]:
+    """Round trips (ms) of raw iroh, and the CPU ms both ends (this process) used per trip."""
+
+    async def measure() -> tuple[list[float], float]:
         server, client, server_connection, client_connection = await _raw_pair()
         try:
-            return await _raw_round_trips(server_connection, client_connection)
+            started = time.process_time()
+            samples = await _raw_round_trips(server_connection, client_connection)
+            return samples, (time.process_time() - started) * 1000 / len(samples)
         finally:
             await client.close()
             await server.close()
 
-    return [sample * 1000 for sample in asyncio.run(measure())][:count]
+    samples, cpu_ms = asyncio.run(measure())
+    return [sample * 1000 for sample in samples][:count], cpu_ms
 
 
 def _discover_ms(alpha: Cluster, peer: str, count: int) -> list[float]:
@@ -203,6 +230,15 @@ def _streamed_chat(client: httpx.Client, target: Target) -> tuple[float, float]:
     return (first - started) * 1000, (ended - started) * 1000
 
 
+def _plain_chat(client: httpx.Client, target: Target) -> None:
+    """One chat answered as a single JSON object, checked to be complete."""
+    response = client.post("/chat/completions", json={**CHAT, "model": target.model})
+    if response.status_code != 200:
+        raise RuntimeError(f"{target.label} answered {response.status_code}: {response.text}")
+    if response.json()["choices"][0]["finish_reason"] not in ("length", "stop"):
+        raise RuntimeError(f"{target.label} gave an incomplete answer")
+
+
 @dataclass
 class Samples:
     ttfb: list[float]
@@ -232,11 +268,16 @@ def _sequential(targets: list[Target], count: int) -> dict[str, Samples]:
 
 
 def _concurrent(target: Target, clients: int, each: int) -> Samples:
-    """``clients`` threads, each with its own connection, ``each`` requests apiece."""
+    """``clients`` threads, each with its own connection, ``each`` requests apiece.
+
+    The clock starts when every client is connected and warmed up (the barrier opens), so
+    the rate counts requests served, not threads and connections being set up.
+    """
     found = Samples([], [])
     lock = threading.Lock()
     errors: list[BaseException] = []
-    barrier = threading.Barrier(clients)
+    opened: list[float] = []
+    barrier = threading.Barrier(clients, action=lambda: opened.append(time.perf_counter()))
 
     def work() -> None:
         try:
@@ -253,15 +294,14 @@ def _concurrent(target: Target, clients: int, each: int) -> Samples:
             barrier.abort()
 
     threads = [threading.Thread(target=work) for _ in range(clients)]
-    started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
+    ended = time.perf_counter()
     if errors:
         raise RuntimeError(f"{target.label}: {errors[0]!r}") from errors[0]
-    found.per_second = len(found.total) / elapsed
+    found.per_second = len(found.total) / (ended - opened[0])
     return found
 
 
@@ -271,6 +311,18 @@ def _chat_rows(engine: str, mode: str, found: dict[str, Samples]) -> list[dict[s
     for metric, pick in (("ttfb", "ttfb"), ("total", "total")):
         for name, fraction in (("p50", 0.5), ("p99", 0.99)):
             base = _percentile(getattr(direct, pick), fraction)
+            gateway_added = _percentile(getattr(found["gateway"], pick), fraction) - base
+            for via, hops in (("federated", "both clusters (two hops)"), ("local", "one hop")):
+                rows.append(
+                    row(
+                        f"federation.chat.{engine}.{mode}.{via}.added_vs_gateway.{metric}.{name}",
+                        f"{name} {metric} FICC adds over the engine, {hops}, beside LiteLLM",
+                        "ms",
+                        _percentile(getattr(found[via], pick), fraction) - base,
+                        "LiteLLM gateway (one hop), added",
+                        gateway_added,
+                    )
+                )
             for via in ("federated", "local"):
                 value = _percentile(getattr(found[via], pick), fraction)
                 rows.append(
@@ -312,6 +364,17 @@ def _throughput_rows(engine: str, found: dict[str, Samples]) -> list[dict[str, A
         )
         for via in ("federated", "local")
     ]
+    rows += [
+        row(
+            f"federation.chat.{engine}.c{CLIENTS}.{via}.throughput_vs_gateway",
+            f"streamed chats per second with {CLIENTS} clients, beside LiteLLM",
+            "req/s",
+            found[via].per_second,
+            "LiteLLM gateway (one hop)",
+            found["gateway"].per_second,
+        )
+        for via in ("federated", "local")
+    ]
     rows.append(
         row(
             f"federation.chat.{engine}.c{CLIENTS}.throughput_ratio",
@@ -327,12 +390,128 @@ def _throughput_rows(engine: str, found: dict[str, Samples]) -> list[dict[str, A
 
 def _engine_rows(engine: str, targets: list[Target], count: int) -> list[dict[str, Any]]:
     sequential = _sequential(targets, count)
-    concurrent = {t.label: _concurrent(t, CLIENTS, max(count // CLIENTS, 3)) for t in targets}
+    sweep = {
+        clients: {t.label: _concurrent(t, clients, max(count // clients, 3)) for t in targets}
+        for clients in SWEEP_CLIENTS
+    }
+    series.record(
+        f"federation.{engine}.latency",
+        {
+            t.label: {"ttfb": sequential[t.label].ttfb, "total": sequential[t.label].total}
+            for t in targets
+        },
+    )
+    series.record(
+        f"federation.{engine}.throughput",
+        {
+            "clients": list(SWEEP_CLIENTS),
+            **{t.label: [sweep[c][t.label].per_second for c in SWEEP_CLIENTS] for t in targets},
+        },
+    )
+    concurrent = sweep[CLIENTS]
     return (
         _chat_rows(engine, "sequential", sequential)
         + _chat_rows(engine, f"c{CLIENTS}", concurrent)
         + _throughput_rows(engine, concurrent)
     )
+
+
+# --- CPU per request ------------------------------------------------------------------------
+
+
+def _cpu_ms(pids: dict[str, int], call: Callable[[], object], count: int) -> dict[str, float]:
+    """CPU ms each process used per call, over ``count`` calls after a warm-up."""
+    for _ in range(WARM_UP):
+        call()
+    before = {label: cpu_seconds(pid) for label, pid in pids.items()}
+    for _ in range(count):
+        call()
+    return {label: (cpu_seconds(pid) - before[label]) * 1000 / count for label, pid in pids.items()}
+
+
+def _cpu_rows(
+    name: str, what: str, used: dict[str, float], baseline: str, baseline_ms: float
+) -> list[dict[str, Any]]:
+    """A row per FICC process and one for both clusters together, beside one baseline."""
+    rows = [
+        row(
+            f"federation.cpu.{name}.{label}",
+            f"CPU ms {label} used per {what} through both clusters",
+            "CPU ms",
+            used[label],
+            baseline,
+            baseline_ms,
+        )
+        for label in ("alpha", "beta")
+    ]
+    rows.append(
+        row(
+            f"federation.cpu.{name}.clusters",
+            f"CPU ms alpha + beta used per {what}",
+            "CPU ms",
+            used["alpha"] + used["beta"],
+            baseline,
+            baseline_ms,
+        )
+    )
+    return rows
+
+
+def _discover_cpu_rows(
+    alpha: Cluster, beta: Cluster, peer: str, raw_cpu_ms: float
+) -> list[dict[str, Any]]:
+    url = f"{API}/peers/{peer}/request"
+    body = {"operation": "discover", "body": {}}
+    used = _cpu_ms(
+        {"alpha": alpha.pid, "beta": beta.pid},
+        lambda: _ok(alpha.client.post(url, json=body)),
+        CPU_REQUESTS,
+    )
+    return _cpu_rows("discover", "discover", used, "raw iroh round trip, both ends", raw_cpu_ms)
+
+
+def _chat_cpu_rows(
+    engine: str, targets: dict[str, Target], pids: dict[str, int], count: int
+) -> list[dict[str, Any]]:
+    """Plain and streamed chat: alpha, beta and the engine through both clusters, beside the
+    LiteLLM process for the same chat and the engine called directly."""
+    rows: list[dict[str, Any]] = []
+    chats: tuple[tuple[str, Callable[[httpx.Client, Target], object]], ...] = (
+        ("plain", _plain_chat),
+        ("streamed", _streamed_chat),
+    )
+    for mode, chat in chats:
+        used: dict[str, dict[str, float]] = {}
+        watched = {
+            "federated": ("alpha", "beta", "engine"),
+            "gateway": ("gateway", "engine"),
+            "direct": ("engine",),
+        }
+        for via, labels in watched.items():
+            target = targets[via]
+            with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60) as http:
+                used[via] = _cpu_ms(
+                    {label: pids[label] for label in labels}, partial(chat, http, target), count
+                )
+        gateway_ms = used["gateway"]["gateway"]
+        rows += _cpu_rows(
+            f"{engine}.{mode}_chat",
+            f"{mode} chat ({engine} engine)",
+            used["federated"],
+            "LiteLLM gateway process, same chat",
+            gateway_ms,
+        )
+        rows.append(
+            row(
+                f"federation.cpu.{engine}.{mode}_chat.engine",
+                f"CPU ms the {engine} engine used per {mode} chat through both clusters",
+                "CPU ms",
+                used["federated"]["engine"],
+                "same engine, called directly",
+                used["direct"]["engine"],
+            )
+        )
+    return rows
 
 
 def run() -> list[dict[str, Any]]:
@@ -341,7 +520,8 @@ def run() -> list[dict[str, Any]]:
         ExitStack() as stack,
     ):
         work = Path(temporary)
-        mock_url = mock_engine_running(stack, work)
+        mock_engine = mock_engine_running(stack, work)
+        mock_url = mock_engine.url
         alpha = _cluster(stack, work, "alpha")
         beta = _cluster(stack, work, "beta", "--upstream-allow", mock_url)
         example = _cli("example-model")
@@ -361,10 +541,22 @@ def run() -> list[dict[str, Any]]:
             },
         )
         peer = _pair(alpha, beta, [llama["id"], mock["id"]])
+        (replica,) = llama["replicas"]
+        engine_root = f"http://127.0.0.1:{replica['port']}"
+        engine_key = engine_api_key(int(replica["pid"]))
+        gateway = gateway_running(
+            stack,
+            work,
+            [
+                GatewayModel("mock", mock_url, MOCK_MODEL, "unused"),
+                GatewayModel("llama", engine_root, llama["id"], engine_key),
+            ],
+        )
 
-        raw = _raw_iroh_ms(REQUESTS)
+        raw, raw_cpu_ms = _raw_iroh_ms(REQUESTS)
         discover = _discover_ms(alpha, peer, REQUESTS)
         raw_p50, raw_p99 = _percentile(raw, 0.5), _percentile(raw, 0.99)
+        series.record("federation.discover", {"discover": discover, "raw_iroh": raw})
         rows = [
             row(
                 "federation.discover.p50",
@@ -395,19 +587,37 @@ def run() -> list[dict[str, Any]]:
         alpha_token = dict(alpha.client.headers)["authorization"]
         beta_token = dict(beta.client.headers)["authorization"]
         federated_v1 = f"{alpha.url}{API}/peers/{peer}/v1"
-        (replica,) = llama["replicas"]
+        gateway_headers = {"Authorization": f"Bearer {GATEWAY_KEY}"}
 
-        def targets(service: str, direct_url: str, direct_model: str) -> list[Target]:
-            return [
+        def targets(service: str, direct: Target, gateway_model: str) -> dict[str, Target]:
+            found = [
                 Target("federated", federated_v1, {"Authorization": alpha_token}, service),
                 Target("local", beta.url + LOCAL_V1, {"Authorization": beta_token}, service),
-                Target("direct", direct_url, {}, direct_model),
+                direct,
+                Target("gateway", f"{gateway.url}/v1", gateway_headers, gateway_model),
             ]
+            return {target.label: target for target in found}
 
-        rows += _engine_rows("mock", targets(mock["id"], f"{mock_url}/v1", MOCK_MODEL), REQUESTS)
-        engine_url = f"http://127.0.0.1:{replica['port']}/v1"
-        rows += _engine_rows(
-            "llama_cpp", targets(llama["id"], engine_url, llama["id"]), ENGINE_REQUESTS
+        mock_targets = targets(
+            mock["id"], Target("direct", f"{mock_url}/v1", {}, MOCK_MODEL), "mock"
+        )
+        engine_direct = Target(
+            "direct", f"{engine_root}/v1", {"Authorization": f"Bearer {engine_key}"}, llama["id"]
+        )
+        llama_targets = targets(llama["id"], engine_direct, "llama")
+        rows += _engine_rows("mock", list(mock_targets.values()), REQUESTS)
+        rows += _engine_rows("llama_cpp", list(llama_targets.values()), ENGINE_REQUESTS)
+
+        processes = {"alpha": alpha.pid, "beta": beta.pid, "gateway": gateway.pid}
+        rows += _discover_cpu_rows(alpha, beta, peer, raw_cpu_ms)
+        rows += _chat_cpu_rows(
+            "mock", mock_targets, {**processes, "engine": mock_engine.pid}, CPU_REQUESTS
+        )
+        rows += _chat_cpu_rows(
+            "llama_cpp",
+            llama_targets,
+            {**processes, "engine": int(replica["pid"])},
+            ENGINE_REQUESTS,
         )
         return rows
 

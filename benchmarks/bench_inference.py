@@ -29,7 +29,12 @@ from typing import Any, Final
 import httpx
 
 from benchmarks import row
-from benchmarks.processes import mock_engine_running, running_process, wait_until
+from benchmarks.processes import (
+    engine_api_key,
+    mock_engine_running,
+    running_process,
+    wait_until,
+)
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_INFERENCE_REQUESTS", "300"))
 ENGINE_REQUESTS: Final = max(REQUESTS // 3, 20)
@@ -270,7 +275,7 @@ def run() -> list[dict[str, Any]]:
         ExitStack() as stack,
     ):
         work = Path(temporary)
-        mock_url = mock_engine_running(stack, work)
+        mock_url = mock_engine_running(stack, work).url
         url, token, state = _ficc_running(stack, work, mock_url)
         example = _ficc_cli("example-model")
         model = json.loads(
@@ -321,12 +326,21 @@ def run() -> list[dict[str, Any]]:
             ),
         )
         engine_body = {**request, "model": engine_service["id"]}
+        # The engine answers only to the key FICC gave it; FICC sends it on every call.
+        engine_direct = stack.enter_context(
+            httpx.Client(
+                timeout=60,
+                trust_env=False,
+                transport=_no_delay(),
+                headers={"Authorization": f"Bearer {engine_api_key(int(replica['pid']))}"},
+            )
+        )
         rows += _rows(
             "local_invoke_llama_cpp",
             "llama.cpp engine (SmolLM2)",
             *_measure(
                 _plain_call(client, f"{LOCAL_V1}/completions", engine_body),
-                _plain_call(direct, f"{engine_url}/v1/completions", engine_body),
+                _plain_call(engine_direct, f"{engine_url}/v1/completions", engine_body),
                 ENGINE_REQUESTS,
             ),
         )
@@ -336,7 +350,7 @@ def run() -> list[dict[str, Any]]:
             "llama.cpp engine (SmolLM2)",
             *_measure(
                 _streamed_call(client, f"{LOCAL_V1}/completions", engine_body),
-                _streamed_call(direct, f"{engine_url}/v1/completions", engine_body),
+                _streamed_call(engine_direct, f"{engine_url}/v1/completions", engine_body),
                 ENGINE_REQUESTS,
             ),
         )

@@ -15,6 +15,9 @@ Baselines, measured in the same run:
   /proc/PID/status before the process ends) acquiring 1 GiB beside acquiring 100 MiB, each in
   a freshly started requester process. Target: ≈ 1 (flat in the model's size).
 
+For the plots: the bytes done at each poll of the large acquisition (throughput over time),
+and the requester's peak RSS at three model sizes (a middle one between the two above).
+
 ``FICC_BENCH_TRANSFER_BYTES`` shrinks the large model for a quick trial run.
 """
 
@@ -37,12 +40,13 @@ from typing import Any
 import httpx
 import iroh
 
-from benchmarks import row
+from benchmarks import row, series
 from ficc.adapters.hypernet_writefix import apply_write_fix
 from ficc.base.units import GiB, KiB, MiB
 
 LARGE_BYTES = int(os.environ.get("FICC_BENCH_TRANSFER_BYTES", GiB))
 SMALL_BYTES = min(100 * MiB, LARGE_BYTES)
+MIDDLE_BYTES = (SMALL_BYTES + LARGE_BYTES) // 2
 RAW_BYTES = 512 * MiB
 RAW_ROUNDS = 2
 RAW_ALPN = b"ficc.bench.raw/1"
@@ -248,25 +252,30 @@ def _pair(requester: _Server, grantor: _Server, models: list[str], root: Path) -
     return str(finished["peer"]["id"])
 
 
-def _acquire(requester: _Server, peer: str, model: dict[str, Any]) -> float:
-    """Acquire ``model``; seconds from the request to the registered local model."""
+def _acquire(
+    requester: _Server, peer: str, model: dict[str, Any]
+) -> tuple[float, list[tuple[float, int]]]:
+    """Acquire ``model``: seconds from the request to the registered local model, and the
+    (seconds, bytes done) seen at each poll."""
     started = time.perf_counter()
     transfer = _ok(
         requester.client.post(f"{API}/peers/{peer}/models", json={"model": model["id"]}), 202
     )
+    progress = [(0.0, 0)]
     deadline = time.monotonic() + TRANSFER_SECONDS
     while transfer["state"] not in ("complete", "failed", "paused"):
         if time.monotonic() >= deadline:
             raise RuntimeError(f"the transfer did not finish in time: {transfer}")
         time.sleep(POLL_SECONDS)
         transfer = _ok(requester.client.get(f"{API}/transfers/{transfer['id']}"))
+        progress.append((time.perf_counter() - started, int(transfer["bytes_done"])))
     elapsed = time.perf_counter() - started
     if transfer["state"] != "complete":
         raise RuntimeError(f"the transfer did not complete: {transfer}")
     local = _ok(requester.client.get(f"/api/v1/models/{transfer['local_model']}"))
     if local["sha256"] != model["sha256"]:
         raise RuntimeError("the acquired model's canonical SHA-256 differs from the grantor's")
-    return elapsed
+    return elapsed, progress
 
 
 def _measure_clusters(root: Path) -> tuple[dict[str, float], dict[str, int]]:
@@ -277,7 +286,8 @@ def _measure_clusters(root: Path) -> tuple[dict[str, float], dict[str, int]]:
     requester = _serve(root / "requester", root / "requester.log")
     try:
         models = {}
-        for label, size in (("small", SMALL_BYTES), ("large", LARGE_BYTES)):
+        sizes = {"small": SMALL_BYTES, "middle": MIDDLE_BYTES, "large": LARGE_BYTES}
+        for label, size in sizes.items():
             path = files / f"{label}.bin"
             _random_file(path, size)
             models[label] = _ok(
@@ -288,12 +298,25 @@ def _measure_clusters(root: Path) -> tuple[dict[str, float], dict[str, int]]:
         peer = _pair(requester, grantor, [m["id"] for m in models.values()], root)
         seconds: dict[str, float] = {}
         peaks: dict[str, int] = {}
-        for label in ("small", "large"):
+        for label in sizes:
             # A fresh requester process, so its high-water mark belongs to this model only.
             requester.stop()
             requester = _serve(root / "requester", root / "requester.log")
-            seconds[label] = _acquire(requester, peer, models[label])
+            seconds[label], progress = _acquire(requester, peer, models[label])
             peaks[label] = requester.peak_rss_bytes()
+            if label == "large":
+                series.record(
+                    "transfers.progress",
+                    {
+                        "bytes": LARGE_BYTES,
+                        "seconds": [t for t, _ in progress],
+                        "bytes_done": [done for _, done in progress],
+                    },
+                )
+        series.record(
+            "transfers.peak_rss",
+            {"model_bytes": list(sizes.values()), "peak_rss_bytes": [peaks[k] for k in sizes]},
+        )
         return seconds, peaks
     finally:
         requester.stop()
