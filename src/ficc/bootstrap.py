@@ -7,10 +7,11 @@ import os
 import secrets
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
@@ -31,7 +32,7 @@ from ficc.base.ids import new_id
 from ficc.domain import transfers as tr
 from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.inference import UpstreamAllowList
+from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
@@ -43,7 +44,12 @@ from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
 from ficc.services.remote_operations import RemoteOperations
+from ficc.services.runtimes import Runtime
 from ficc.services.transfers import Transfers
+
+if TYPE_CHECKING:
+    from ficc.adapters.ray_nodes import RayNodes
+    from ficc.adapters.runtimes.ray import RayRuntime
 
 NODE_REFRESH_SECONDS = 10.0
 LABEL_SETTING = "label"
@@ -109,6 +115,8 @@ class Settings:
     """URL prefixes ``openai`` services may reach (``--upstream-allow``); none by default."""
     transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
     hypernet: SessionLimits = field(default_factory=limits_from_environment)
+    ray_address: str | None = None
+    """The Ray cluster whose nodes FICC schedules replicas on (``--ray``); None: this machine."""
 
     @property
     def state(self) -> StateDir:
@@ -149,19 +157,27 @@ class Cluster:
     federation: Federation = field(init=False)
     remote: RemoteOperations = field(init=False)
     transfers: Transfers = field(init=False)
+    ray: RayPlacement | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.blobs = BlobStore(self.state.store)
         engines = EngineClients()
         upstream_allow = UpstreamAllowList.parse(self.settings.upstream_allow)
+        runtimes = build_runtimes(
+            log_dir=self.state.runtime, engines=engines, upstream_allow=upstream_allow
+        )
+        attempt_fence: Callable[[str, float], Awaitable[int]] = fence_attempt
+        if self.settings.ray_address is not None:
+            self.ray = RayPlacement.wrap(
+                self.settings.ray_address, self.cluster_key.public_text, runtimes, engines
+            )
+            attempt_fence = self.ray.fence_attempt
         self.inference = InferenceServices(
             self.uow_factory,
             self.clock,
-            build_runtimes(
-                log_dir=self.state.runtime, engines=engines, upstream_allow=upstream_allow
-            ),
+            runtimes,
             self.model_file,
-            fence_attempt,
+            attempt_fence,
             engines,
             serve_instance=secrets.token_hex(8),
             upstream_allow=upstream_allow,
@@ -221,7 +237,13 @@ class Cluster:
 
     async def start(self) -> None:
         """Bring what an earlier FICC process left to a known state, then rejoin peers."""
-        await nodes.register_local_node(self.uow_factory, self.clock, probe_capacity, new_node_id())
+        if self.ray is not None:
+            self.ray.nodes.connect()
+            await self.ray.record_nodes(self.uow_factory, self.clock)
+        else:
+            await nodes.register_local_node(
+                self.uow_factory, self.clock, probe_capacity, new_node_id()
+            )
         self._node_refresher = asyncio.create_task(self._refresh_nodes())
         await self.inference.recover()
         await self.transfers.recover()
@@ -237,8 +259,13 @@ class Cluster:
         return self.settings.state
 
     async def _refresh_nodes(self) -> None:
-        """Keep the local node's availability current (memory, GPU memory)."""
+        """Keep the nodes current: the local node's free memory, or Ray's nodes as they come
+        and go."""
         while True:
+            if self.ray is not None:
+                await asyncio.sleep(self.ray.refresh_seconds)
+                await self.ray.record_nodes(self.uow_factory, self.clock)
+                continue
             await asyncio.sleep(NODE_REFRESH_SECONDS)
             await nodes.register_local_node(
                 self.uow_factory, self.clock, probe_capacity, new_node_id()
@@ -253,6 +280,8 @@ class Cluster:
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()
+        if self.ray is not None:
+            self.ray.nodes.disconnect()
         await self.database.dispose()
 
 
@@ -319,6 +348,56 @@ async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cl
         clock=clock,
         label=str(label or ""),
     )
+
+
+@dataclass
+class RayPlacement:
+    """FICC on a Ray cluster: its node source and the runtimes that place replicas on nodes.
+
+    Ray is imported only here, and only with ``--ray``: the default serve never loads it.
+    """
+
+    nodes: RayNodes
+    runtimes: list[RayRuntime]
+    refresh_seconds: float
+
+    @classmethod
+    def wrap(
+        cls,
+        address: str,
+        cluster_key_text: str,
+        runtimes: dict[RuntimeName, Runtime],
+        engines: EngineClients,
+    ) -> RayPlacement:
+        """Replace the engine runtimes in ``runtimes`` with their Ray-placed forms."""
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        from ficc.adapters.ray_nodes import RAY_NODE_REFRESH_SECONDS, RayNodes, namespace_of
+        from ficc.adapters.runtimes.ray import RayRuntime
+        from ficc.adapters.runtimes.supervised import SupervisedRuntime
+
+        ray_nodes = RayNodes(address, namespace_of(cluster_key_text))
+        placed: list[RayRuntime] = []
+        for name, runtime in list(runtimes.items()):
+            if isinstance(runtime, SupervisedRuntime):
+                log_dir = runtime.log_path("x").parent
+                wrapped = RayRuntime(runtime, ray_nodes, log_dir=log_dir, engines=engines)
+                runtimes[name] = wrapped
+                placed.append(wrapped)
+        return cls(ray_nodes, placed, RAY_NODE_REFRESH_SECONDS)
+
+    async def record_nodes(self, uow_factory: SqlUnitOfWorkFactory, clock: Clock) -> None:
+        """Ask Ray for its nodes and record them; the ones that left become unavailable."""
+        observed = await asyncio.to_thread(self.nodes.observe)
+        await nodes.record_observed_nodes(
+            uow_factory, clock, self.nodes.as_nodes(observed, clock())
+        )
+
+    async def fence_attempt(self, attempt_id: str, grace_seconds: float) -> int:
+        """End an unrecorded attempt's actor, and any engine of it on this machine."""
+        ended = 0
+        for runtime in self.runtimes:
+            ended += await runtime.fence_attempt(attempt_id, grace_seconds)
+        return ended + await fence_attempt(attempt_id, grace_seconds)
 
 
 def new_node_id() -> str:

@@ -210,6 +210,13 @@ def init(state_dir: Path, project: str, label: str | None, database: str | None)
     envvar=env_name("upstream-allow"),
     help="A URL prefix openai services may reach (repeatable; none by default).",
 )
+@click.option(
+    "--ray",
+    default=None,
+    metavar="ADDRESS",
+    envvar=env_name("ray"),
+    help="Run replicas on the nodes of this Ray cluster (HOST:PORT of its head).",
+)
 def serve(
     state_dir: Path,
     project: str,
@@ -221,6 +228,7 @@ def serve(
     log_format: str,
     log_level: str,
     upstream_allow: tuple[str, ...],
+    ray: str | None,
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
     import asyncio
@@ -255,6 +263,7 @@ def serve(
         hypernet_bind=hypernet_bind,
         hypernet_relay=hypernet_relay,
         upstream_allow=upstream_allow,
+        ray_address=ray or None,
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -25,12 +25,20 @@ class Node:
     gpus: tuple[Gpu, ...]
     is_local: bool
     updated_at: datetime
+    ray_node_id: str | None = None
+    """The Ray node this node is (``ficc serve --ray``); None for the machine FICC runs on."""
+    labels: tuple[tuple[str, str], ...] = ()
+    available: bool = True
+    """False once the node left (its Ray node died): nothing is scheduled on it."""
+    unavailable_reason: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "local": self.is_local,
+            "ray_node_id": self.ray_node_id,
+            "labels": dict(self.labels),
             "capacity": {
                 "cpu_count": self.cpu_count,
                 "memory_bytes": self.memory_bytes,
@@ -40,6 +48,8 @@ class Node:
                 ],
             },
             "availability": {
+                "available": self.available,
+                "reason": self.unavailable_reason,
                 "memory_available_bytes": self.memory_available_bytes,
                 "gpus": [
                     {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 
 from ficc.domain.nodes import Gpu, Node
 from ficc.services.ports import Clock, UnitOfWorkFactory
@@ -50,6 +50,29 @@ async def register_local_node(
         await uow.nodes.upsert(node)
         await uow.commit()
     return node
+
+
+async def record_observed_nodes(
+    uow_factory: UnitOfWorkFactory, clock: Clock, observed: Sequence[Node]
+) -> None:
+    """Record the nodes another scheduler (Ray) reports; a recorded node it no longer reports is
+    kept (services may name it) but marked unavailable, so nothing is scheduled on it."""
+    seen = {node.id for node in observed}
+    async with uow_factory() as uow:
+        for node in observed:
+            await uow.nodes.upsert(node)
+        for stored in await uow.nodes.list():
+            if stored.id not in seen and stored.available:
+                await uow.nodes.upsert(
+                    replace(
+                        stored,
+                        is_local=False,
+                        available=False,
+                        unavailable_reason="not a node of the Ray cluster FICC runs on",
+                        updated_at=clock(),
+                    )
+                )
+        await uow.commit()
 
 
 async def list_nodes(uow_factory: UnitOfWorkFactory) -> list[Node]:

@@ -90,10 +90,14 @@ class ReplicaExit:
     exit_code: int | None
     signal: int | None
     log_tail: tuple[str, ...] = ()
+    reason: str | None = None
+    """Why it ended when no exit status tells (a Ray actor or its node died)."""
 
     def describe(self) -> str:
         """One line for the operator: how the process ended."""
         how = "crashed" if self.crashed else "stopped"
+        if self.reason is not None:
+            return f"engine {how}: {self.reason}"
         if self.signal is not None:
             return f"engine {how}: killed by signal {self.signal}"
         if self.exit_code is not None:

@@ -368,6 +368,10 @@ class SqlNodes(_Repository):
             gpus=tuple(Gpu(**gpu) for gpu in row.gpus),
             is_local=row.is_local,
             updated_at=_req_time(row.updated_at),
+            ray_node_id=row.ray_node_id,
+            labels=tuple(sorted((row.labels or {}).items())),
+            available=row.available,
+            unavailable_reason=row.unavailable_reason,
         )
 
     async def upsert(self, node: Node) -> None:
@@ -379,6 +383,10 @@ class SqlNodes(_Repository):
             "memory_available_bytes": node.memory_available_bytes,
             "gpus": [gpu.__dict__ for gpu in node.gpus],
             "updated_at": format_time(node.updated_at),
+            "ray_node_id": node.ray_node_id,
+            "labels": dict(node.labels),
+            "available": node.available,
+            "unavailable_reason": node.unavailable_reason,
         }
         changed = await self._c.execute(
             update(t.nodes).where(t.nodes.c.id == node.id).values(**values)

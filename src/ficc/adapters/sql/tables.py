@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     Text,
     false,
+    true,
 )
 
 metadata = MetaData()
@@ -115,6 +116,10 @@ nodes = Table(
     Column("memory_available_bytes", BigInteger, nullable=False),
     Column("gpus", JSON, nullable=False),
     Column("updated_at", TIME, nullable=False),
+    Column("ray_node_id", String(64), nullable=True),
+    Column("labels", JSON, nullable=True),
+    Column("available", Boolean, nullable=False, server_default=true()),
+    Column("unavailable_reason", String(500), nullable=True),
 )
 
 models = Table(
