@@ -24,7 +24,16 @@ from typing import Any
 
 import pytest
 from tests.support.cluster import RunningCluster, ficc
-from tests.support.federation import Pairing, configure, ok, overview, refresh, wait_for
+from tests.support.federation import (
+    API,
+    Pairing,
+    configure,
+    error_of,
+    ok,
+    overview,
+    refresh,
+    wait_for,
+)
 from tests.support.transfers import (
     Clusters,
     MiB,
@@ -273,7 +282,7 @@ def test_a_corrupted_byte_in_the_grantors_blob_fails_verification_and_registers_
     assert not partial_file(alpha, started["id"], 0).exists()
 
 
-def test_an_exhausted_allowance_is_refused_with_limit_exceeded_before_the_range_is_sent(
+def test_an_allowance_smaller_than_the_model_is_refused_before_any_range_is_sent(
     clusters: Clusters, pairing: Pairing, tmp_path: Path
 ) -> None:
     alpha, beta = clusters.alpha, clusters.beta
@@ -281,23 +290,35 @@ def test_an_exhausted_allowance_is_refused_with_limit_exceeded_before_the_range_
     model, grant = granted_model(
         clusters, pairing, tmp_path, "allowance", [2 * RANGE + MiB], transfer_bytes=allowance
     )
-    started = ok(acquire(alpha.owner(), pairing.requester_peer, model["id"]), 202)
-    # The grantor serves the first range and refuses the second: nothing of it is charged.
-    paused = wait_until(alpha.owner(), started["id"], what="the grantor refused a range")
-    assert paused["state"] == "paused", paused
-    assert paused["error"].startswith("limit_exceeded"), paused["error"]
-    assert paused["bytes_done"] == RANGE
-    assert transfer_bytes_served(beta, grant) == RANGE
-    # Once the requester knows the remaining allowance, it does not even ask.
     ok(refresh(alpha.owner(), pairing.requester_peer))
     requests_before = grant_view(beta, grant)["remaining"]["requests"]
-    ok(acquire(alpha.owner(), pairing.requester_peer, model["id"]), 202)
-    again = wait_until(alpha.owner(), started["id"], what="the requester refused itself")
-    assert again["state"] == "paused"
-    assert again["error"].startswith("limit_exceeded"), again["error"]
-    assert again["bytes_done"] == RANGE
-    assert grant_view(beta, grant)["remaining"]["requests"] == requests_before, again["error"]
-    assert transfer_bytes_served(beta, grant) == RANGE
+    transfers_before = len(overview(alpha.owner())["transfers"])
+    # The requester knows the grant's remaining allowance: it does not even ask.
+    refused = error_of(acquire(alpha.owner(), pairing.requester_peer, model["id"]), 429)
+    assert refused["code"] == "limit_exceeded"
+    assert refused["details"]["limit"] == "transfer_bytes"
+    assert refused["details"]["remaining"] == allowance
+    assert len(overview(alpha.owner())["transfers"]) == transfers_before
+    # At most the manifest was read (one request); no range was asked for.
+    assert requests_before - grant_view(beta, grant)["remaining"]["requests"] <= 1
+    assert transfer_bytes_served(beta, grant) == 0
+    # The grantor refuses a range past the allowance by itself, and charges none of it.
+    entry = model["manifest"]["files"][0]
+    past = alpha.owner().post(
+        f"{API}/peers/{pairing.requester_peer}/request",
+        json={
+            "operation": "models.range",
+            "body": {
+                "model": model["id"],
+                "file": entry["path"],
+                "offset": 0,
+                "length": allowance + 1,
+                "digest": entry["sha256"],
+            },
+        },
+    )
+    assert error_of(past, 429)["details"]["limit"] == "transfer_bytes"
+    assert transfer_bytes_served(beta, grant) == 0
     assert not any(m["sha256"] == model["sha256"] for m in models_of(alpha))
 
 

@@ -309,7 +309,8 @@ async def test_an_offer_id_is_never_taken_again_after_forget(
     owner = server.owner()
     body = offer_body()
     async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
-        hostile = await handshake(await bind(endpoints), address)
+        endpoint = await bind(endpoints)
+        hostile = await handshake(endpoint, address)
         assert isinstance(await hostile.request("pairing.offer", body), Response)
         approved = ok(approve(owner, body["offer"], DISCOVER_GRANT))
         peer_id = approved["peer"]
@@ -318,6 +319,9 @@ async def test_an_offer_id_is_never_taken_again_after_forget(
         ok(owner.post(f"{API}/grants/{grant_id}/retire"))
         ok(owner.post(f"{API}/peers/{peer_id}/forget"))
         assert rows(server, "offers") == 0
+        # Removal closed the peer's session: the same endpoint connects again, unpaired.
+        hostile.close()
+        hostile = await handshake(endpoint, address)
         again = await hostile.request("pairing.offer", body)
         hostile.close()
     assert error_code(again) == "conflict"

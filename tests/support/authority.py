@@ -79,3 +79,8 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
     body = response.json()
     assert set(body) == {"error"}
     return dict(body["error"])
+
+
+def without_request_id(details: dict[str, Any]) -> dict[str, Any]:
+    """An error's details less the request ID every error carries (it differs each time)."""
+    return {key: value for key, value in details.items() if key != "request_id"}

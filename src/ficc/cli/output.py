@@ -42,9 +42,10 @@ def format_option(function: F) -> F:
         "--format",
         type=click.Choice(FORMATS),
         default=None,
+        envvar="FICC_FORMAT",
         expose_value=False,
         callback=_remember_format,
-        help="json or table (default: table on a terminal, json otherwise).",
+        help="json or table (default: $FICC_FORMAT, else table on a terminal, json otherwise).",
     )(function)
 
 
