@@ -36,13 +36,23 @@ from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts, nodes
-from ficc.services.companion import Companion, Transport
-from ficc.services.federation import ClusterSigner, Federation
+from ficc.services.companion import Companion, CompanionChannel, Transport
+from ficc.services.federation.approval import Approval
+from ficc.services.federation.common import ClusterSigner
+from ficc.services.federation.grants import Grants
+from ficc.services.federation.known_peers import KnownPeers
+from ficc.services.federation.overview import Overview
+from ficc.services.federation.pairing import Pairing
+from ficc.services.federation.peers import Peers
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
-from ficc.services.remote_operations import RemoteOperations
+from ficc.services.remote.client import RemoteClient
+from ficc.services.remote.gate import Gate
+from ficc.services.remote.inference_ops import InferenceOperations
+from ficc.services.remote.model_ops import ModelOperations
+from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.transfers import Transfers
 
 NODE_REFRESH_SECONDS = 10.0
@@ -127,6 +137,20 @@ class InitResult:
     cluster_key: str
 
 
+@dataclass(frozen=True)
+class Federation:
+    """The federation's services, as the routers reach them."""
+
+    known: KnownPeers
+    slots: GrantSlots
+    pairing: Pairing
+    approval: Approval
+    grants: Grants
+    peers: Peers
+    overview: Overview
+    operations: PeerOperations
+
+
 @dataclass
 class Cluster:
     """The wired parts of one running FICC cluster."""
@@ -147,7 +171,7 @@ class Cluster:
     inference: InferenceServices = field(init=False)
     companion: Companion = field(init=False)
     federation: Federation = field(init=False)
-    remote: RemoteOperations = field(init=False)
+    remote: RemoteClient = field(init=False)
     transfers: Transfers = field(init=False)
 
     def __post_init__(self) -> None:
@@ -173,18 +197,17 @@ class Cluster:
             self.cluster_key.public_text,
             self.settings.hypernet_bind,
         )
-        self.federation = Federation(
-            self.uow_factory,
-            self.clock,
-            self.companion,
-            ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign),
-            verify_signature,
-            GrantSlots(),
+        link = CompanionChannel(self.companion)
+        signer = ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign)
+        known = KnownPeers(self.uow_factory)
+        slots = GrantSlots()
+        grants = Grants(
+            self.uow_factory, self.clock, link, slots, on_grant_ended=self.inference.stop_for_grant
         )
-        self.federation.on_grant_ended.append(self.inference.stop_for_grant)
-        self.remote = RemoteOperations(
-            self.uow_factory, self.clock, self.federation, self.inference
-        )
+        pairing = Pairing(self.uow_factory, self.clock, link, known, signer, verify_signature)
+        approval = Approval(self.uow_factory, self.clock, link, known, grants, signer)
+        peers = Peers(self.uow_factory, self.clock, link, known, grants)
+        self.remote = RemoteClient(self.uow_factory, link)
         self.transfers = Transfers(
             self.uow_factory,
             self.clock,
@@ -194,7 +217,32 @@ class Cluster:
             range_bytes=self.settings.transfers.range_bytes,
             stall_seconds=self.settings.transfers.stall_seconds,
         )
-        self.federation.transfers_of = self.transfers.list
+        operations = PeerOperations(
+            self.uow_factory,
+            self.clock,
+            Gate(self.uow_factory, self.clock, known, slots),
+            Handlers(
+                pairing=pairing,
+                approval=approval,
+                peers=peers,
+                grants=grants,
+                inference=InferenceOperations(self.uow_factory, self.inference),
+                models=ModelOperations(self.uow_factory, self.clock),
+                transfers=self.transfers,
+            ),
+        )
+        self.federation = Federation(
+            known=known,
+            slots=slots,
+            pairing=pairing,
+            approval=approval,
+            grants=grants,
+            peers=peers,
+            overview=Overview(
+                self.uow_factory, self.clock, self.companion, grants, self.transfers.list
+            ),
+            operations=operations,
+        )
 
     def free_disk(self) -> int:
         return shutil.disk_usage(self.state.store).free
@@ -203,8 +251,8 @@ class Cluster:
         return HyperNetEndpoint(
             agent_directory=agent_directory,
             cluster_key=self.cluster_key,
-            lookup=self.federation.lookup,
-            handler=self.federation.handle,
+            lookup=self.federation.known.lookup,
+            handler=self.federation.operations.serve,
             bind_address=bind_address,
             relay=self.settings.hypernet_relay,
             limits=self.settings.hypernet,
@@ -225,7 +273,9 @@ class Cluster:
         self._node_refresher = asyncio.create_task(self._refresh_nodes())
         await self.inference.recover()
         await self.transfers.recover()
-        await self.federation.load()
+        peers = await self.federation.known.load()
+        await self.federation.grants.load(peers)
+        await self.federation.approval.purge_offers()
         await self.companion.restore()
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
@@ -249,7 +299,7 @@ class Cluster:
             self._node_refresher.cancel()
             await asyncio.gather(self._node_refresher, return_exceptions=True)
         await self.transfers.close()
-        self.federation.close()
+        self.federation.grants.close()
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()

@@ -31,7 +31,7 @@ from tests.support.remote import (
 )
 from tests.support.tiny_gguf import write_tiny_gguf
 
-from ficc.domain.operations import OPERATION_SCOPES
+from ficc.services.remote.table import OPERATIONS
 
 PLAIN_TEXT = {str(token): -100 for token in range(2, 259)}
 """Bans the tiny model's end token and its byte tokens: completions run to max_tokens, and
@@ -186,6 +186,13 @@ def valid_bodies(fed: Federated) -> dict[str, tuple[dict[str, Any], str | None]]
     }
 
 
+def scopes_of(operation: str) -> frozenset[str]:
+    """The scopes of which a grant must hold one for ``operation``."""
+    scopes = OPERATIONS[operation].scopes
+    assert scopes is not None
+    return scopes
+
+
 def test_an_operation_whose_scope_the_grant_lacks_is_forbidden_naming_the_scope(
     fed: Federated,
 ) -> None:
@@ -193,11 +200,11 @@ def test_an_operation_whose_scope_the_grant_lacks_is_forbidden_naming_the_scope(
     for only in ("resources:read", "discover"):
         full_grant(fed, scopes=[only])
         for operation, (body, mutation_id) in bodies.items():
-            if only in OPERATION_SCOPES[operation]:
+            if only in scopes_of(operation):
                 continue
             error = error_of(fed.request(operation, body, mutation_id), 403)
             assert error["code"] == "forbidden", (operation, error)
-            assert error["details"]["missing_scope"] in OPERATION_SCOPES[operation]
+            assert error["details"]["missing_scope"] in scopes_of(operation)
             assert error["details"]["missing_scope"] in error["message"]
     # The engine saw nothing: the service is still running with its first revision.
     assert fed.beta.owner().get(f"/api/v1/inference/services/{fed.service}").json()["revision"] == 2

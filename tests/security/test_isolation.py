@@ -377,9 +377,6 @@ class HostileGrantor:
         self.files = files
         self.ranges_asked = 0
 
-    def add_stream(self, *_: object) -> None:
-        return None
-
     async def request(self, *_: object, **__: object) -> dict[str, Any]:
         raw = {"name": "hostile", "format": "gguf", "files": self.files, "metadata": {}}
         try:

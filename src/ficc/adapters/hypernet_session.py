@@ -319,16 +319,25 @@ class PeerSession:
     async def _answer(self, stream: FrameStream, request: Request) -> None:
         # This runs in a task of its own: the ID set here is this request's alone.
         current_request_id.set(request.request_id or new_request_id())
-        label = metrics.operation_label(request.operation, request.body)
+        label = metrics.operation_label(request.operation)
         with _counted("in", label) as outcome:
             try:
-                result = await self._handler(self.identity, request.operation, request.body)
+                try:
+                    result = await self._handler(self.identity, request.operation, request.body)
+                except (Unavailable, OutcomeUnknown) as exc:
+                    raise _HandlerFailed(exc) from exc
                 if isinstance(result, dict):
                     await stream.send(Response(result))
                     return
                 total = 0
                 async with _closing(result):
-                    async for chunk in result:
+                    while True:
+                        try:
+                            chunk = await anext(result)
+                        except StopAsyncIteration:
+                            break
+                        except (Unavailable, OutcomeUnknown) as exc:
+                            raise _HandlerFailed(exc) from exc
                         await stream.write(encode_chunk_frames(chunk))
                         total += len(chunk)
                         if metrics.is_transfer(label):
@@ -345,6 +354,11 @@ class PeerSession:
                     current.uncancel()
                 outcome.append(reason.code)
                 await _tell_ended(stream, reason)
+            except _HandlerFailed as failed:
+                # The handler's own failure (an engine down): the requester is told it, as
+                # any refusal; only this stream's own I/O failing leaves the outcome unknown.
+                outcome.append(failed.error.code)
+                await stream.send(Error.from_exception(failed.error))
             except (Unavailable, OutcomeUnknown):
                 raise
             except FiccError as exc:
@@ -362,7 +376,7 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result."""
         exchange = _Exchange(self, operation, dict(body))
-        with _counted("out", metrics.operation_label(operation, body)):
+        with _counted("out", metrics.operation_label(operation)):
             async with exchange.running(timeout_seconds):
                 await exchange.send()
                 message = await exchange.receive()
@@ -449,6 +463,15 @@ class PeerSession:
         self._spawn(abandon())
 
 
+class _HandlerFailed(Exception):
+    """A peer-or-engine failure the serving handler raised, to tell the requester as an error
+    frame (unlike the same error raised by this stream's own reads and writes)."""
+
+    def __init__(self, error: FiccError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 async def _tell_ended(stream: FrameStream, reason: FiccError) -> None:
     """An error frame naming ``reason`` if one can still go out; else a reset naming it.
 
@@ -527,7 +550,7 @@ class _Exchange:
 
     def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
         self._session = session
-        self.label = metrics.operation_label(operation, body)
+        self.label = metrics.operation_label(operation)
         self._operation = operation
         self._body = body
         self._stream: FrameStream | None = None
@@ -543,7 +566,6 @@ class _Exchange:
         session = self._session
         self._timeout = timeout_seconds
         self._per_message = per_message
-        mutation_id = self._body.get("mutation_id")
         session._began()
         try:
             async with asyncio.timeout(None if per_message else timeout_seconds):
@@ -551,12 +573,10 @@ class _Exchange:
                     self._stream = await session._take_stream()
                     yield
         except TimeoutError as exc:
-            raise self._lost(
-                f"no answer from the peer within {timeout_seconds} s", mutation_id
-            ) from exc
+            raise self._lost(f"no answer from the peer within {timeout_seconds} s") from exc
         except (Unavailable, OutcomeUnknown) as exc:
             if self._sent and not self._complete and isinstance(exc, Unavailable):
-                raise self._lost(exc.message, mutation_id) from exc
+                raise self._lost(exc.message) from exc
             raise
         except ProtocolError as exc:
             if not self._complete:
@@ -571,13 +591,12 @@ class _Exchange:
                 else:
                     session._abandon(stream, cancelled=self._sent)
 
-    def _lost(self, why: str, mutation_id: object) -> FiccError:
+    def _lost(self, why: str) -> FiccError:
+        """Sent but unanswered: unknown (the service that built the request names what is in
+        doubt); never sent: unavailable, and certainly nothing happened."""
         if not self._sent:
             return Unavailable(f"the request was not sent: {why}")
-        return OutcomeUnknown(
-            f"the outcome of {self._operation} is unknown: {why}",
-            mutation_id=mutation_id if isinstance(mutation_id, str) else None,
-        )
+        return OutcomeUnknown(f"the outcome of {self._operation} is unknown: {why}")
 
     async def send(self) -> None:
         assert self._stream is not None

@@ -192,9 +192,9 @@ async def create_model_record(
     Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
     """
     async with uow_factory() as uow:
-        done = await mutations.replay(uow, key)
-        if done is not None:
-            return done, True
+        mutation = await mutations.begin(uow, key)
+        if mutation.result is not None:
+            return mutation.result, True
         model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
         existing = await uow.models.get(model_id)
         if existing is None:
@@ -230,7 +230,7 @@ async def create_model_record(
                 peer_cluster_key=peer[1],
             )
         result: dict[str, Any] = with_times_formatted(model_json(existing))
-        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await mutation.complete(result, clock())
         await uow.commit()
     return result, False
 
@@ -247,9 +247,9 @@ async def remove_model_record(
 ) -> tuple[dict[str, Any], bool]:
     """Remove a granted catalogue record that no service uses (its blobs stay if shared)."""
     async with uow_factory() as uow:
-        done = await mutations.replay(uow, key)
-        if done is not None:
-            return done, True
+        mutation = await mutations.begin(uow, key)
+        if mutation.result is not None:
+            return mutation.result, True
         model = await uow.models.get(model_id)
         if model is None or model.project != project:
             raise NotFound(f"no model {model_id}", details={"model": model_id})
@@ -272,6 +272,6 @@ async def remove_model_record(
             peer_cluster_key=peer[1],
         )
         result = {"id": model_id, "removed": True}
-        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await mutation.complete(result, clock())
         await uow.commit()
     return result, False

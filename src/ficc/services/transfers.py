@@ -45,7 +45,8 @@ from ficc.domain.operations import only_fields
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
-from ficc.services.remote_operations import Call, RemoteOperations
+from ficc.services.remote.call import Call
+from ficc.services.remote.client import RemoteClient
 
 log = logging.getLogger("ficc.transfers")
 
@@ -66,7 +67,7 @@ class Transfers:
         self,
         uow_factory: UnitOfWorkFactory,
         clock: Clock,
-        remote: RemoteOperations,
+        remote: RemoteClient,
         blobs: BlobStore,
         free_disk: FreeDisk,
         *,
@@ -86,7 +87,6 @@ class Transfers:
         # Deciding to start a transfer's task and starting it must not interleave with another
         # acquire of the same transfer: two tasks would write one partial file.
         self._starting = asyncio.Lock()
-        remote.add_stream("models.range", self.serve_range)
 
     # --- lifecycle ----------------------------------------------------------------------------
 

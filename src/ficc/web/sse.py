@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from ficc.base.errors import FiccError
 from ficc.services.ports import EngineEvent
-from ficc.services.remote_operations import error_event
+from ficc.services.remote.views import error_event
 
 T = TypeVar("T")
 
