@@ -19,7 +19,7 @@ from ficc.adapters.hypernet_handshake import NonceMemory, run_handshake
 from ficc.adapters.hypernet_keys import ed25519_verify
 from ficc.adapters.hypernet_streams import FrameStream
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import NotFound, ProtocolError, Unavailable
+from ficc.base.errors import NotFound, OutcomeUnknown, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import KnownPeer, Role, Session
@@ -70,6 +70,10 @@ class Cluster:
             raise NotFound("no such thing", details={"id": body.get("id")})
         if operation == "bytes":
             return self.chunks(body["count"], body["size"])
+        if operation == "engine_down":
+            raise Unavailable("the engine cannot be reached", details={"engine": "down"})
+        if operation == "engine_dies":
+            return self.dying_engine()
         if operation == "hang":
             self.started.set()
             try:
@@ -77,6 +81,11 @@ class Cluster:
             finally:
                 self.cancelled.set()
         raise AssertionError(operation)
+
+    async def dying_engine(self) -> AsyncIterator[bytes]:
+        """An engine that answers one event, then cannot be reached."""
+        yield b"data: {}\n\n"
+        raise Unavailable("the engine stopped answering", details={"engine": "gone"})
 
     async def chunks(self, count: int, size: int) -> AsyncIterator[bytes]:
         for index in range(count):
@@ -345,6 +354,33 @@ async def test_a_handlers_refusal_reaches_the_requester_with_its_code(
             )
         await still_serves(server, client)
     assert caught.value.details == {"id": "x"}
+
+
+async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_unknown_outcome(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """The handler's own ``Unavailable`` is answered as an error frame: the requester learns
+    the engine failed (502 ``peer_unreachable``), never ``peer_timeout`` (outcome unknown)."""
+    server, client = await make_cluster(), await make_cluster()
+    received: list[bytes] = []
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        with pytest.raises(Unavailable) as plain:
+            await client.endpoint.request(
+                server.endpoint.hypernet_id, "engine_down", {}, ticket=server.endpoint.ticket
+            )
+        with pytest.raises(Unavailable) as streamed:
+            async with client.endpoint.stream(
+                server.endpoint.hypernet_id, "engine_dies", {}, ticket=server.endpoint.ticket
+            ) as chunks:
+                async for chunk in chunks:
+                    received.append(chunk)
+        await still_serves(server, client)
+    for caught in (plain, streamed):
+        assert not isinstance(caught.value, OutcomeUnknown)
+        assert caught.value.code == "peer_unreachable"
+    assert plain.value.details == {"engine": "down"}
+    assert streamed.value.details == {"engine": "gone"}
+    assert received == [b"data: {}\n\n"]
 
 
 async def test_abandoning_a_request_cancels_the_handler_on_the_peer(
