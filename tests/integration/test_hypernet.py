@@ -356,6 +356,17 @@ async def test_a_handlers_refusal_reaches_the_requester_with_its_code(
     assert caught.value.details == {"id": "x"}
 
 
+async def read_stream(
+    client: Cluster, server: Cluster, operation: str, received: list[bytes]
+) -> None:
+    """Every chunk ``operation`` streams, into ``received``, until it ends or fails."""
+    async with client.endpoint.stream(
+        server.endpoint.hypernet_id, operation, {}, ticket=server.endpoint.ticket
+    ) as chunks:
+        async for chunk in chunks:
+            received.append(chunk)
+
+
 async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_unknown_outcome(
     make_cluster: Callable[[], Awaitable[Cluster]],
 ) -> None:
@@ -369,11 +380,7 @@ async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_u
                 server.endpoint.hypernet_id, "engine_down", {}, ticket=server.endpoint.ticket
             )
         with pytest.raises(Unavailable) as streamed:
-            async with client.endpoint.stream(
-                server.endpoint.hypernet_id, "engine_dies", {}, ticket=server.endpoint.ticket
-            ) as chunks:
-                async for chunk in chunks:
-                    received.append(chunk)
+            await read_stream(client, server, "engine_dies", received)
         await still_serves(server, client)
     for caught in (plain, streamed):
         assert not isinstance(caught.value, OutcomeUnknown)
