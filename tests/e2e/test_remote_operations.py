@@ -672,6 +672,53 @@ def test_federation_request_streams_into_an_exclusive_output_file(
     assert json.loads(failed.stderr)["error"]["code"] == "invalid_request"
 
 
+def test_federation_request_exits_1_on_a_stream_ending_in_an_error_and_leaves_no_output(
+    fed: Federated, tmp_path: Path
+) -> None:
+    """A refusal mid-stream is a refusal to scripts (exit 1, the error on stderr), and no
+    --output file stays behind after any failure, so the same command can simply run again."""
+    full_grant(fed, response_bytes=2000)
+    streamed = tmp_path / "stream.json"
+    streamed.write_text(
+        json.dumps(
+            {
+                "operation": "inference.invoke",
+                "body": invoke_body(fed.service, stream=True, max_tokens=64, logit_bias=PLAIN_TEXT),
+            }
+        )
+    )
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps({"operation": "discover", "body": {}, "mutation_id": "x"}))
+    output = tmp_path / "out"
+    cut = ficc(
+        "federation-request",
+        fed.peer,
+        "--input",
+        str(streamed),
+        "--output",
+        str(output),
+        state_dir=fed.alpha.state_dir,
+    )
+    assert cut.returncode == 1, cut.stderr
+    assert json.loads(cut.stderr)["error"]["details"]["limit"] == "response_bytes"
+    assert not output.exists()
+    for request, state_dir, status in (
+        (refused, fed.alpha.state_dir, 1),
+        (refused, tmp_path / "no-server", 3),
+    ):
+        failed = ficc(
+            "federation-request",
+            fed.peer,
+            "--input",
+            str(request),
+            "--output",
+            str(output),
+            state_dir=state_dir,
+        )
+        assert failed.returncode == status, failed.stderr
+        assert not output.exists()
+
+
 # --- a stopped grantor, and a crash simulated between the receipt and the effect ------------
 
 

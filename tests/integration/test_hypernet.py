@@ -70,6 +70,8 @@ class Cluster:
             raise NotFound("no such thing", details={"id": body.get("id")})
         if operation == "bytes":
             return self.chunks(body["count"], body["size"])
+        if operation == "large":
+            return {"text": "x" * body["size"]}
         if operation == "engine_down":
             raise Unavailable("the engine cannot be reached", details={"engine": "down"})
         if operation == "engine_dies":
@@ -354,6 +356,21 @@ async def test_a_handlers_refusal_reaches_the_requester_with_its_code(
             )
         await still_serves(server, client)
     assert caught.value.details == {"id": "x"}
+
+
+async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """A JSON answer over the 1 MiB frame goes as chunks and arrives as one object (a grant's
+    response_bytes may be up to 256 MiB); a small one is still one RESPONSE."""
+    server, client = await make_cluster(), await make_cluster()
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        for size in (10, (1 << 20) - 100, 3 << 20):
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id, "large", {"size": size}, ticket=server.endpoint.ticket
+            )
+            assert answer == {"text": "x" * size}
+        await still_serves(server, client)
 
 
 async def read_stream(

@@ -40,6 +40,9 @@ from ficc.base.errors import (
     error_from_code,
 )
 from ficc.base.units import MiB
+from ficc.domain.grants import MAX_RESPONSE_BYTES
+from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import Role, Session
 from ficc.protocol.liveness import Liveness
 from ficc.protocol.messages import (
@@ -65,6 +68,9 @@ MAX_PEER_STREAMS: Final = 128
 MAX_IDLE_STREAMS: Final = 8
 MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
 ABANDON_SECONDS: Final = 1.0
+MAX_JSON_ANSWER_BYTES: Final = MAX_RESPONSE_BYTES + MiB
+"""The largest JSON answer a requester gathers from chunks: a grant's largest
+``response_bytes``, and room for the envelope around the result."""
 MAX_UNPAIRED_STREAMS: Final = 4
 """Incoming request streams at once before a pairing: its operations go one at a time."""
 MAX_BUFFERED_BYTES: Final = 32 * MiB
@@ -327,7 +333,7 @@ class PeerSession:
                 except (Unavailable, OutcomeUnknown) as exc:
                     raise _HandlerFailed(exc) from exc
                 if isinstance(result, dict):
-                    await stream.send(Response(result))
+                    await _send_answer(stream, result)
                     return
                 total = 0
                 async with _closing(result):
@@ -383,6 +389,10 @@ class PeerSession:
                 if isinstance(message, Response):
                     exchange.complete()
                     return message.body
+                if isinstance(message, Chunk):
+                    body = await _whole_answer(exchange, message)
+                    exchange.complete()
+                    return body
                 raise exchange.unexpected(message)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -461,6 +471,40 @@ class PeerSession:
             await stream.reset(CANCELLED_CODE)
 
         self._spawn(abandon())
+
+
+async def _send_answer(stream: FrameStream, result: dict[str, Any]) -> None:
+    """A JSON answer: one ``RESPONSE`` frame when it fits, else its canonical JSON as chunks
+    and an ``END`` (a plain answer may be as large as a grant's ``response_bytes``)."""
+    content = canonical_json(result)
+    if len(content) < MAX_FRAME_BYTES:
+        await stream.send(Response(result))
+        return
+    await stream.write(encode_chunk_frames(content))
+    await stream.send(End(len(content)))
+
+
+async def _whole_answer(exchange: _Exchange, first: Chunk) -> dict[str, Any]:
+    """A JSON answer that came as chunks: gathered up to the largest a grant allows, then
+    parsed as strictly as a ``RESPONSE``."""
+    parts: list[bytes] = []
+    total = 0
+    message: Message | None = first
+    while isinstance(message, Chunk):
+        total += len(message.data)
+        if total > MAX_JSON_ANSWER_BYTES:
+            raise ProtocolError(
+                f"a JSON answer of more than {MAX_JSON_ANSWER_BYTES} bytes was streamed"
+            )
+        parts.append(message.data)
+        message = await exchange.receive()
+    if not isinstance(message, End):
+        raise exchange.unexpected(message)
+    if message.total_bytes != total:
+        raise ProtocolError(
+            f"the answer ended at {total} bytes, the peer says {message.total_bytes}"
+        )
+    return parse_json_object(b"".join(parts), what="response")
 
 
 class _HandlerFailed(Exception):
