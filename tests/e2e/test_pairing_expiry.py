@@ -96,7 +96,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     clock.advance(timedelta(seconds=1))
     assert await state_of(service, offer_id) == "expired"
     assert await state_of(requester, offer_id) == "expired"
-    overview = await service.cluster.federation.overview("default")
+    overview = await service.cluster.federation.overview.overview("default")
     assert [(o["id"], o["state"]) for o in overview["offers"]] == [(offer_id, "expired")]
 
     with pytest.raises(Conflict) as refused:
@@ -106,7 +106,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     assert refused.value.details["state"] == "expired"
     with pytest.raises(Conflict):
         await service.cluster.federation.pairing.discard_offer(service.owner, "default", offer_id)
-    overview = await service.cluster.federation.overview("default")
+    overview = await service.cluster.federation.overview.overview("default")
     assert overview["peers"] == []
     assert overview["grants"] == []
     assert await state_of(service, offer_id) == "expired"

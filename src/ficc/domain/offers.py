@@ -51,12 +51,12 @@ TRANSITIONS: Final[dict[tuple[str, str, str], str]] = {
     (OUTGOING, SENT, "finish"): FINISHED,
     (OUTGOING, ACCEPTED, "finish"): FINISHED,
     (OUTGOING, SENT, "discard"): DISCARDED,
-    (OUTGOING, ACCEPTED, "discard"): DISCARDED,
     (INCOMING, RECEIVED, "approve"): APPROVED,
     (INCOMING, RECEIVED, "discard"): DISCARDED,
     (INCOMING, APPROVED, "finish"): FINISHED,
-    (INCOMING, APPROVED, "discard"): DISCARDED,
 }
+"""Only an offer not yet approved is discarded: once approved, the other side may already
+have finished (its answer lost), so an approved pairing ends by removing its peer."""
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ class Approval:
                 or offer.peer_cluster_key != b64(identity.cluster_key)
             ):
                 raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
-            if offer.state_at(now) in o.OPEN_STATES:
+            if (offer.direction, offer.state_at(now), "discard") in o.TRANSITIONS:
                 await uow.offers.update(
                     replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
                 )
