@@ -227,7 +227,7 @@ class Cluster:
                 peers=peers,
                 grants=grants,
                 inference=InferenceOperations(self.uow_factory, self.inference),
-                models=ModelOperations(self.uow_factory, self.clock),
+                models=ModelOperations(self.uow_factory, self.clock, slots),
                 transfers=self.transfers,
             ),
         )

@@ -198,11 +198,10 @@ async def create_model_record(
         model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
         existing = await uow.models.get(model_id)
         if existing is None:
-            created = sum(
-                1 for m in await uow.models.list(project) if m.created_by_grant == created_by_grant
-            )
-            uncertain = await uow.receipts.count(key.scope, "models.create", mutations.UNCERTAIN)
-            if created + uncertain - 1 >= max_created:
+            # Every record the grant ever created counts, and every creation still uncertain
+            # (this one's own among them).
+            held = await mutations.count_held(uow, created_by_grant, "models.create")
+            if held - 1 >= max_created:
                 raise LimitExceeded(
                     f"a grant can create at most {max_created} models",
                     details={"limit": "created_models", "allowed": max_created},

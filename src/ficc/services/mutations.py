@@ -53,6 +53,14 @@ def grant_scope(grant_id: str) -> str:
     return f"grant:{grant_id}"
 
 
+async def count_held(uow: UnitOfWork, grant_id: str, operation: str) -> int:
+    """The creations of ``operation`` that count against a grant's cap: every one completed
+    (whatever became of its record since) and every one still uncertain."""
+    scope = grant_scope(grant_id)
+    completed = await uow.receipts.count(scope, operation, ReceiptState.COMPLETED)
+    return completed + await uow.receipts.count(scope, operation, ReceiptState.UNCERTAIN)
+
+
 class MutationScope:
     """One mutation inside one transaction: its receipt as read at ``begin``, then written."""
 

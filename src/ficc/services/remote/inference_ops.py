@@ -73,12 +73,10 @@ class InferenceOperations:
         grant = call.grant
 
         async def within_cap(uow: UnitOfWork, _: object) -> None:
-            created = await uow.services.count_created_by(grant.id)
-            uncertain = await uow.receipts.count(
-                mutations.grant_scope(grant.id), "inference.create", mutations.UNCERTAIN
-            )
-            # This request's own uncertain receipt is among them.
-            if created + uncertain - 1 >= g.MAX_CREATED_SERVICES:
+            # Every record the grant ever created counts (removing one makes no room), and
+            # every creation still uncertain, this request's own among them.
+            held = await mutations.count_held(uow, grant.id, "inference.create")
+            if held - 1 >= g.MAX_CREATED_SERVICES:
                 raise LimitExceeded(
                     f"a grant can create at most {g.MAX_CREATED_SERVICES} services",
                     details={"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES},

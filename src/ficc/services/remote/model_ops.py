@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from ficc.base.errors import NotFound
+from ficc.base.errors import Conflict, NotFound
 from ficc.base.ids import parse_id, parse_mutation_id
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain.manifests import parse_manifest
 from ficc.domain.mutations import ReceiptState
+from ficc.services import mutations
 from ficc.services.catalogue import create_model_record, remove_model_record
+from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import MutationKey, grant_scope
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
+
+NOT_APPLIED: Final = Conflict(
+    "the first try of this mutation never took effect; nothing happened, so send it again "
+    "with a new mutation_id",
+    details={"reason": "not_applied"},
+)
+"""What an uncertain mutation settles to when inspection finds that nothing happened."""
 
 
 class ModelOperations:
     """The grantor's catalogue, nodes and receipts as a peer reaches them under a grant."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
+    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock, slots: GrantSlots) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
+        self._slots = slots
 
     async def manifest(self, call: Call) -> dict[str, Any]:
         model_id = parse_id("model", call.body.get("model"), field="body.model")
@@ -74,10 +84,24 @@ class ModelOperations:
         return {"nodes": [with_times_formatted(node.as_json()) for node in nodes]}
 
     async def status(self, call: Call) -> dict[str, Any]:
-        """Where one of this grant's mutations stands, from its receipt."""
+        """Where one of this grant's mutations stands, from its receipt.
+
+        Inspection settles an uncertain mutation when no other request of the grant is in
+        flight: its effect commits with its receipt, so a receipt still uncertain then means
+        nothing happened. It becomes a refusal, and the capacity it held is free again.
+        """
         mutation_id = parse_mutation_id(call.body.get("id"), field="body.id")
+        settle = self._slots.in_flight(call.grant.id) <= 1
         async with self._uow_factory() as uow:
             receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
+            if receipt is not None and receipt.state == ReceiptState.UNCERTAIN and settle:
+                key = MutationKey(
+                    receipt.scope, mutation_id, receipt.operation, receipt.arguments_sha256
+                )
+                scope = await mutations.begin(uow, key)
+                await scope.refuse(NOT_APPLIED, self._clock())
+                await uow.commit()
+                receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
         if receipt is None:
             raise NotFound(
                 f"no operation {mutation_id} under this grant", details={"id": mutation_id}
