@@ -8,60 +8,14 @@ HyperNet (tests/support/fakes/peer_channel.py); everything else is the real serv
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.fakes.peer_channel import FakeTransport, join
+from tests.support.fakes.peer_channel import OWNER, Pair, approved_offer, peers_of
 from tests.support.isolation import add_node, record_model
 
 from ficc.base.errors import OutcomeUnknown
-from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import peers as p
-from ficc.domain.principals import Principal, owner_principal
-from ficc.domain.scopes import REMOTE_SCOPES
-
-OWNER: Principal = owner_principal("usr_owner", "owner", via="socket")
-
-
-@dataclass
-class Pair:
-    requester: Cluster
-    grantor: Cluster
-    channel: FakeTransport
-    """The requester's end: where its answers can be lost."""
-
-
-@pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    requester = await open_cluster(Settings(state_dir=tmp_path / "requester"))
-    grantor = await open_cluster(Settings(state_dir=tmp_path / "grantor"))
-    channel, _ = join(requester, grantor)
-    try:
-        yield Pair(requester, grantor, channel)
-    finally:
-        await requester.close()
-        await grantor.close()
-
-
-async def peers_of(cluster: Cluster) -> list[p.Peer]:
-    async with cluster.uow_factory() as uow:
-        return list(await uow.peers.in_project("default"))
-
-
-async def approved_offer(pair: Pair, grant: dict[str, Any]) -> tuple[str, str]:
-    """An offer from the requester, approved by the grantor: its ID and receipt digest."""
-    grantor_id = pair.grantor.companion.transport.hypernet_id
-    offer = await pair.requester.federation.pairing.create_offer(
-        OWNER, "default", service=grantor_id, scopes=sorted(REMOTE_SCOPES), ticket=None
-    )
-    approved = await pair.grantor.federation.approval.approve_offer(
-        OWNER, "default", offer["id"], revision=1, grant=grant
-    )
-    assert approved["receipt_delivered"] is True
-    return str(offer["id"]), str(approved["receipt"]["digest"])
 
 
 async def test_a_finish_whose_answer_was_lost_completes_when_sent_again(

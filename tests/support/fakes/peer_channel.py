@@ -11,10 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ficc.base.errors import FiccError, OutcomeUnknown, Unavailable
-from ficc.bootstrap import Cluster
+from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal, owner_principal
+from ficc.domain.scopes import REMOTE_SCOPES
 from ficc.services.peer_channel import PeerIdentity
 
 
@@ -108,3 +113,54 @@ def join(*clusters: Cluster) -> list[FakeTransport]:
         transport.others = {t.hypernet_id: t for t in transports if t is not transport}
         transport.cluster.companion._transport = transport  # type: ignore[assignment]
     return transports
+
+
+OWNER: Principal = owner_principal("usr_owner", "owner", via="socket")
+
+
+@dataclass
+class Pair:
+    """A requester and a grantor in process, and the requester's end of their channel."""
+
+    requester: Cluster
+    grantor: Cluster
+    channel: FakeTransport
+    """The requester's end: where its answers can be lost."""
+
+
+@contextlib.asynccontextmanager
+async def open_pair(root: Path) -> AsyncIterator[Pair]:
+    requester = await open_cluster(Settings(state_dir=root / "requester"))
+    grantor = await open_cluster(Settings(state_dir=root / "grantor"))
+    channel, _ = join(requester, grantor)
+    try:
+        yield Pair(requester, grantor, channel)
+    finally:
+        await requester.close()
+        await grantor.close()
+
+
+async def peers_of(cluster: Cluster) -> list[p.Peer]:
+    async with cluster.uow_factory() as uow:
+        return list(await uow.peers.in_project("default"))
+
+
+async def approved_offer(pair: Pair, grant: dict[str, Any]) -> tuple[str, str]:
+    """An offer from the requester, approved by the grantor: its ID and receipt digest."""
+    grantor_id = pair.grantor.companion.transport.hypernet_id
+    offer = await pair.requester.federation.pairing.create_offer(
+        OWNER, "default", service=grantor_id, scopes=sorted(REMOTE_SCOPES), ticket=None
+    )
+    approved = await pair.grantor.federation.approval.approve_offer(
+        OWNER, "default", offer["id"], revision=1, grant=grant
+    )
+    assert approved["receipt_delivered"] is True
+    return str(offer["id"]), str(approved["receipt"]["digest"])
+
+
+async def paired(pair: Pair, grant: dict[str, Any]) -> dict[str, Any]:
+    """Pair the two under ``grant``: the finish answer (offer and requester's peer)."""
+    offer_id, digest = await approved_offer(pair, grant)
+    return await pair.requester.federation.pairing.finish_offer(
+        OWNER, "default", offer_id, receipt=digest
+    )

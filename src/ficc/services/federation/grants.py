@@ -162,33 +162,13 @@ class Grants:
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
     ) -> dict[str, Any]:
-        """``{}`` asks the peer for the grants it gives us; ``{"grant": ID}`` selects one."""
+        """Ask the peer for the grants it gives us now; with ``{"grant": ID}``, then select
+        that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")
+        selected = None if grant is None else parse_id("grant", grant, field="grant")
         now = self._clock()
         async with self._uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-            if grant is not None:
-                grant_id = parse_id("grant", grant, field="grant")
-                known = {item["id"] for item in await uow.remote_grants.of_peer(peer_id)}
-                if grant_id not in known:
-                    raise NotFound(
-                        f"the peer gives this project no grant {grant_id}; refresh first",
-                        details={"grant": grant_id},
-                    )
-                peer = replace(peer, selected_grant=grant_id, updated_at=now)
-                await uow.peers.update(peer)
-                await record_audit(
-                    uow,
-                    self._clock,
-                    principal,
-                    project,
-                    "grant.selected",
-                    grant_id,
-                    proven_peer(peer),
-                )
-                await uow.commit()
-                remote = await uow.remote_grants.of_peer(peer_id)
-                return peer_json(peer, remote)
         if peer.state != p.PAIRED:
             raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
         answer = await self._link.request(
@@ -201,8 +181,22 @@ class Grants:
         listed = answer.get("grants")
         if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):
             raise Conflict("the peer answered grants.list with something else")
+        if selected is not None:
+            _check_selectable(listed, selected)
         async with self._uow_factory() as uow:
             await uow.remote_grants.replace_for_peer(peer_id, listed, now)
+            if selected is not None:
+                peer = replace(peer, selected_grant=selected, updated_at=now)
+                await uow.peers.update(peer)
+                await record_audit(
+                    uow,
+                    self._clock,
+                    principal,
+                    project,
+                    "grant.selected",
+                    selected,
+                    proven_peer(peer),
+                )
             await uow.commit()
         return peer_json(peer, listed)
 
@@ -314,6 +308,21 @@ class Grants:
                 if grant.state != g.RETIRED
             ]
         }
+
+
+def _check_selectable(listed: list[dict[str, Any]], grant_id: str) -> None:
+    """Only a grant the peer gives us now, and active, can carry our requests."""
+    found = next((item for item in listed if item.get("id") == grant_id), None)
+    if found is None:
+        raise NotFound(
+            f"the peer gives this project no grant {grant_id}", details={"grant": grant_id}
+        )
+    state = found.get("state")
+    if state != g.ACTIVE:
+        raise Conflict(
+            f"grant {grant_id} is {state}; only an active grant can be selected",
+            details={"grant": grant_id, "state": state},
+        )
 
 
 def new_grant(project: str, peer_id: str, terms: g.GrantTerms, now: datetime) -> g.Grant:
