@@ -38,7 +38,7 @@ from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts, nodes
 from ficc.services.companion import Companion, CompanionChannel, Transport
 from ficc.services.federation.approval import Approval
-from ficc.services.federation.common import ClusterSigner
+from ficc.services.federation.common import ClusterSigner, FederationContext
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.federation.overview import Overview
@@ -200,13 +200,12 @@ class Cluster:
         link = CompanionChannel(self.companion)
         signer = ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign)
         known = KnownPeers(self.uow_factory)
+        context = FederationContext(self.uow_factory, self.clock, link, known)
         slots = GrantSlots()
-        grants = Grants(
-            self.uow_factory, self.clock, link, slots, on_grant_ended=self.inference.stop_for_grant
-        )
-        pairing = Pairing(self.uow_factory, self.clock, link, known, signer, verify_signature)
-        approval = Approval(self.uow_factory, self.clock, link, known, grants, signer)
-        peers = Peers(self.uow_factory, self.clock, link, known, grants)
+        grants = Grants(context, slots, on_grant_ended=self.inference.stop_for_grant)
+        pairing = Pairing(context, signer, verify_signature)
+        approval = Approval(context, grants, signer)
+        peers = Peers(context, grants)
         self.remote = RemoteClient(self.uow_factory, link)
         self.transfers = Transfers(
             self.uow_factory,

@@ -22,21 +22,19 @@ from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
 from ficc.services.federation.common import (
     ClusterSigner,
-    PeerLink,
+    FederationContext,
     check_resources,
     my_hypernet_id,
     offer_json,
     proven_offerer,
-    record_audit,
     refuse_second_pairing,
     tell,
     visible_offer,
 )
 from ficc.services.federation.grants import Grants, new_grant
-from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.federation.pairing import drop_pending_peer, their_offer
 from ficc.services.peer_channel import PeerIdentity, RequestResult
-from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import UnitOfWork
 
 MAX_GENERATION: Final = 2**53
 
@@ -44,26 +42,15 @@ MAX_GENERATION: Final = 2**53
 class Approval:
     """Offers other clusters send to this one, from their arrival to a finished pairing."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        link: PeerLink,
-        known: KnownPeers,
-        grants: Grants,
-        signer: ClusterSigner,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._link = link
-        self._known = known
+    def __init__(self, context: FederationContext, grants: Grants, signer: ClusterSigner) -> None:
+        self._ctx = context
         self._grants = grants
         self._signer = signer
 
     async def purge_offers(self) -> int:
         """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
-        async with self._uow_factory() as uow:
-            purged = await uow.offers.purge(expired_before=o.purge_before(self._clock()))
+        async with self._ctx.uow_factory() as uow:
+            purged = await uow.offers.purge(expired_before=o.purge_before(self._ctx.clock()))
             if purged:
                 await uow.commit()
         return purged
@@ -74,9 +61,9 @@ class Approval:
         principal.require_scope("federation:manage")
         if isinstance(revision, bool) or not isinstance(revision, int):
             raise InvalidInput("revision must be an integer", field="revision")
-        now = self._clock()
-        me = self._link.hypernet_id
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        me = self._ctx.link.hypernet_id
+        async with self._ctx.uow_factory() as uow:
             # Two projects approving one offer at once: the second waits, then sees it approved.
             await uow.offers.lock(offer_id)
             offer = await visible_offer(uow, project, offer_id)
@@ -117,7 +104,7 @@ class Approval:
                 "requester_cluster_key": offer.peer_cluster_key,
                 "service": me,
                 "service_cluster_key": b64(self._signer.public_key),
-                "service_label": self._link.label,
+                "service_label": self._ctx.link.label,
                 "scopes": sorted(offer.scopes),
                 "grant": given.id,
                 "grant_terms": terms.to_json(),
@@ -137,9 +124,8 @@ class Approval:
             await uow.peers.add(peer)
             await uow.grants.add(given)
             await uow.offers.update(approved)
-            await record_audit(
+            await self._ctx.audit(
                 uow,
-                self._clock,
                 principal,
                 project,
                 "offer.approved",
@@ -150,14 +136,14 @@ class Approval:
             await uow.commit()
         self._grants.arm_expiry(given)
         pushed = await tell(
-            self._link,
+            self._ctx.link,
             offer.service,
             "pairing.receipt",
             {"offer": offer_id, "receipt": receipt},
             None,
         )
         return {
-            **offer_json(approved, now, my_hypernet_id(self._link)),
+            **offer_json(approved, now, my_hypernet_id(self._ctx.link)),
             "receipt_delivered": pushed,
         }
 
@@ -169,13 +155,13 @@ class Approval:
         offer_id = parse_id("offer", body.get("offer"), field="offer")
         requested = parse_scopes(body.get("scopes"), allowed=REMOTE_SCOPES)
         await self.purge_offers()
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             existing = await uow.offers.get(offer_id)
             if existing is not None:
                 if existing.service != identity.hypernet_id:
                     raise Conflict("an offer with this ID exists")
-                return {"offer": offer_id, "label": self._link.label}
+                return {"offer": offer_id, "label": self._ctx.link.label}
             if await uow.offers.ever_used(offer_id):
                 raise Conflict(
                     "an offer ID is never reused; send a new offer", details={"offer": offer_id}
@@ -197,25 +183,25 @@ class Approval:
                 expires_at=o.expiry(now),
             )
             await uow.offers.add(offer)
-            await record_audit(uow, self._clock, None, None, "offer.received", offer_id, identity)
+            await self._ctx.audit(uow, None, None, "offer.received", offer_id, identity)
             await uow.commit()
-        return {"offer": offer_id, "label": self._link.label}
+        return {"offer": offer_id, "label": self._ctx.link.label}
 
     async def on_fetch(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
-        if offer.receipt is None or offer.state_at(self._clock()) != o.APPROVED:
+        if offer.receipt is None or offer.state_at(self._ctx.clock()) != o.APPROVED:
             raise Conflict(
                 "the offer has no receipt to fetch",
-                details={"state": offer.state_at(self._clock())},
+                details={"state": offer.state_at(self._ctx.clock())},
             )
         return {"receipt": offer.receipt}
 
     async def on_finish(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
         """Complete the pairing of an approved offer; a repeat with its receipt answers the
         pairing already made (the first answer may have been lost)."""
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
             if offer.receipt is None or body.get("receipt") != offer.receipt.get("digest"):
                 raise Conflict("that is not the receipt of this offer")
@@ -230,9 +216,8 @@ class Approval:
             paired = replace(peer, state=p.PAIRED, updated_at=now)
             await uow.peers.update(paired)
             await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
-            await record_audit(
+            await self._ctx.audit(
                 uow,
-                self._clock,
                 None,
                 offer.project,
                 "pairing.finished",
@@ -241,12 +226,12 @@ class Approval:
                 {"offer": offer.id},
             )
             await uow.commit()
-        self._known.remember(paired)
+        self._ctx.known.remember(paired)
         return {"peer": paired.id}
 
     async def on_discard(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             offer_id = parse_id("offer", body.get("offer"), field="offer")
             offer = await uow.offers.get(offer_id)
             if (
@@ -260,8 +245,8 @@ class Approval:
                     replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
                 )
                 await drop_pending_peer(uow, offer, now)
-                await record_audit(
-                    uow, self._clock, None, offer.project, "offer.discarded", offer_id, identity
+                await self._ctx.audit(
+                    uow, None, offer.project, "offer.discarded", offer_id, identity
                 )
                 await uow.commit()
         return {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final, Protocol
@@ -17,8 +17,9 @@ from ficc.domain import peers as p
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
+from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.peer_channel import PeerChannel, PeerIdentity
-from ficc.services.ports import Clock, UnitOfWork
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
 log = logging.getLogger("ficc.federation")
 
@@ -45,6 +46,30 @@ class PeerLink(PeerChannel, Protocol):
     def label(self) -> str: ...
     def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
     def disconnect(self, hypernet_id: str, reason: FiccError) -> None: ...
+
+
+@dataclass(frozen=True)
+class FederationContext:
+    """What every federation service works with: the database, the clock, the channel to the
+    other clusters, and the paired peers the handshake knows."""
+
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    link: PeerLink
+    known: KnownPeers
+
+    async def audit(
+        self,
+        uow: UnitOfWork,
+        actor: Principal | None,
+        project: str | None,
+        action: str,
+        target: str,
+        identity: PeerIdentity | None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """An audit entry of the federation (see :func:`record_audit`)."""
+        await record_audit(uow, self.clock, actor, project, action, target, identity, details)
 
 
 def parse_hypernet_id(value: object, *, field: str = "service") -> str:
@@ -135,22 +160,25 @@ async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str) -> None:
             )
 
 
+class _Owned(Protocol):
+    @property
+    def project(self) -> str: ...
+
+
 async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) -> None:
     """Exact IDs of this project's services and models, and of this cluster's nodes."""
-    for index, service_id in enumerate(sorted(terms.services)):
-        service = await uow.services.get(service_id)
-        if service is None or service.project != project:
-            raise InvalidInput(
-                f"grant.services[{index}] is not a service of project {project}",
-                field=f"grant.services[{index}]",
-            )
-    for index, model_id in enumerate(sorted(terms.models)):
-        model = await uow.models.get(model_id)
-        if model is None or model.project != project:
-            raise InvalidInput(
-                f"grant.models[{index}] is not a model of project {project}",
-                field=f"grant.models[{index}]",
-            )
+    owned: list[tuple[str, frozenset[str], Callable[[str], Awaitable[_Owned | None]]]] = [
+        ("service", terms.services, uow.services.get),
+        ("model", terms.models, uow.models.get),
+    ]
+    for kind, ids, get in owned:
+        for index, resource_id in enumerate(sorted(ids)):
+            record = await get(resource_id)
+            if record is None or record.project != project:
+                raise InvalidInput(
+                    f"grant.{kind}s[{index}] is not a {kind} of project {project}",
+                    field=f"grant.{kind}s[{index}]",
+                )
     for index, node_id in enumerate(sorted(terms.nodes)):
         if await uow.nodes.get(node_id) is None:
             raise InvalidInput(

@@ -20,21 +20,20 @@ from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.federation.common import (
     PAIRING_TIMEOUT_SECONDS,
-    PeerLink,
+    FederationContext,
     check_resources,
     log,
     peer_json,
     project_grant,
     project_peer,
     proven_peer,
-    record_audit,
     tell,
 )
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import grant_scope
 from ficc.services.peer_channel import PeerIdentity, RequestResult
-from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import UnitOfWork
 
 GrantEnded = Callable[[g.Grant], Awaitable[None]]
 """Told after a grant ended (revoked, expired, its peer removed): stop what it started."""
@@ -44,16 +43,9 @@ class Grants:
     """The grants of this cluster, given and held, and the timers that end them on time."""
 
     def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        link: PeerLink,
-        slots: GrantSlots,
-        on_grant_ended: GrantEnded,
+        self, context: FederationContext, slots: GrantSlots, on_grant_ended: GrantEnded
     ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._link = link
+        self._ctx = context
         self.slots = slots
         self._on_grant_ended = on_grant_ended
         self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
@@ -61,7 +53,7 @@ class Grants:
 
     async def load(self, peers: list[p.Peer]) -> None:
         """Arm the expiry of every grant given to ``peers`` (at start)."""
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
         for grant in grants:
             self.arm_expiry(grant)
@@ -87,16 +79,21 @@ class Grants:
         principal.require_scope("federation:manage")
         terms = g.parse_grant(grant)
         principal.require_scope(*sorted(terms.scopes))
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             if peer.state != p.PAIRED:
                 raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
             await check_resources(uow, project, terms)
             given = new_grant(project, peer_id, terms, now)
             await uow.grants.add(given)
-            await record_audit(
-                uow, self._clock, principal, project, "grant.created", given.id, proven_peer(peer)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "grant.created",
+                given.id,
+                proven_peer(peer),
             )
             await uow.commit()
         self.arm_expiry(given)
@@ -106,8 +103,8 @@ class Grants:
         self, principal: Principal, project: str, grant_id: str
     ) -> dict[str, Any]:
         principal.require_scope("federation:manage")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             grant = await project_grant(uow, project, grant_id)
             if grant.state_at(now) not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
                 raise Conflict(f"grant {grant_id} is {grant.state}", details={"state": grant.state})
@@ -120,7 +117,7 @@ class Grants:
         told = False
         if peer is not None and peer.state == p.PAIRED:
             told = await tell(
-                self._link, peer.hypernet_id, "grant.revoked", {"grant": grant_id}, None
+                self._ctx.link, peer.hypernet_id, "grant.revoked", {"grant": grant_id}, None
             )
         return {**self.grant_json(revoked, now), "told": told}
 
@@ -129,8 +126,8 @@ class Grants:
     ) -> dict[str, Any]:
         """A revoked or expired grant: its operation receipts go, a tombstone stays."""
         principal.require_scope("federation:manage")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             grant = await project_grant(uow, project, grant_id)
             state = grant.state_at(now)
             if state not in (g.REVOKED, g.EXPIRED):
@@ -157,7 +154,7 @@ class Grants:
         peer: p.Peer | None,
     ) -> None:
         identity = None if peer is None else proven_peer(peer)
-        await record_audit(uow, self._clock, principal, project, action, grant_id, identity)
+        await self._ctx.audit(uow, principal, project, action, grant_id, identity)
 
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
@@ -166,12 +163,12 @@ class Grants:
         that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")
         selected = None if grant is None else parse_id("grant", grant, field="grant")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
         if peer.state != p.PAIRED:
             raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
-        answer = await self._link.request(
+        answer = await self._ctx.link.request(
             peer.hypernet_id,
             "grants.list",
             {},
@@ -183,14 +180,13 @@ class Grants:
             raise Conflict("the peer answered grants.list with something else")
         if selected is not None:
             _check_selectable(listed, selected)
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             await uow.remote_grants.replace_for_peer(peer_id, listed, now)
             if selected is not None:
                 peer = replace(peer, selected_grant=selected, updated_at=now)
                 await uow.peers.update(peer)
-                await record_audit(
+                await self._ctx.audit(
                     uow,
-                    self._clock,
                     principal,
                     project,
                     "grant.selected",
@@ -224,7 +220,7 @@ class Grants:
         self._disarm_expiry(grant.id)
         if grant.state != g.ACTIVE:
             return
-        delay = max((grant.expires_at - self._clock()).total_seconds(), 0.0)
+        delay = max((grant.expires_at - self._ctx.clock()).total_seconds(), 0.0)
         loop = asyncio.get_running_loop()
         self._expiry_timers[grant.id] = loop.call_later(delay, self._expiry_due, grant.id)
 
@@ -249,9 +245,9 @@ class Grants:
 
     async def _expire(self, grant_id: str) -> None:
         """Mark the grant expired, then end it the way revocation does (slots, services)."""
-        now = self._clock()
+        now = self._ctx.clock()
         try:
-            async with self._uow_factory() as uow:
+            async with self._ctx.uow_factory() as uow:
                 grant = await uow.grants.get(grant_id)
                 if grant is None or grant.state != g.ACTIVE:
                     return  # revoked, retired or forgotten meanwhile: ended by that path
@@ -261,7 +257,7 @@ class Grants:
                 await uow.grants.set_state(grant_id, g.EXPIRED, None)
                 await audit.record(
                     uow,
-                    self._clock,
+                    self._ctx.clock,
                     action="grant.expired",
                     actor="lifetime",
                     project=grant.project,
@@ -278,8 +274,8 @@ class Grants:
 
     async def on_grant_revoked(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
         grant_id = parse_id("grant", body.get("grant"), field="grant")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             remote = await uow.remote_grants.of_peer(peer.id)
             await uow.remote_grants.replace_for_peer(
@@ -290,15 +286,15 @@ class Grants:
                 ],
                 now,
             )
-            await record_audit(
-                uow, self._clock, None, peer.project, "remote_grant.revoked", grant_id, identity
+            await self._ctx.audit(
+                uow, None, peer.project, "remote_grant.revoked", grant_id, identity
             )
             await uow.commit()
         return {}
 
     async def on_grants_list(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             grants = await uow.grants.of_peer(peer.id)
         return {

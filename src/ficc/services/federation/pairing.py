@@ -25,7 +25,7 @@ from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
 from ficc.services.federation.common import (
     PAIRING_TIMEOUT_SECONDS,
     ClusterSigner,
-    PeerLink,
+    FederationContext,
     Verify,
     my_hypernet_id,
     offer_json,
@@ -33,15 +33,13 @@ from ficc.services.federation.common import (
     peer_json,
     proven_offerer,
     proven_peer,
-    record_audit,
     refuse_second_pairing,
     revoke_active,
     tell,
     visible_offer,
 )
-from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.peer_channel import PeerIdentity, RequestResult
-from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import UnitOfWork
 
 MAX_TICKET_CHARS = 4096
 
@@ -49,29 +47,18 @@ MAX_TICKET_CHARS = 4096
 class Pairing:
     """Offers this cluster sends, and the end of any offer by discarding it."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        link: PeerLink,
-        known: KnownPeers,
-        signer: ClusterSigner,
-        verify: Verify,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._link = link
-        self._known = known
+    def __init__(self, context: FederationContext, signer: ClusterSigner, verify: Verify) -> None:
+        self._ctx = context
         self._signer = signer
         self._verify = verify
 
     def offer_json(self, offer: o.Offer, now: datetime) -> dict[str, Any]:
-        return offer_json(offer, now, my_hypernet_id(self._link))
+        return offer_json(offer, now, my_hypernet_id(self._ctx.link))
 
     async def get_offer(self, project: str, offer_id: str) -> dict[str, Any]:
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-        return self.offer_json(offer, self._clock())
+        return self.offer_json(offer, self._ctx.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
@@ -82,24 +69,24 @@ class Pairing:
         requested = parse_scopes(scopes, allowed=REMOTE_SCOPES)
         if ticket is not None and (not isinstance(ticket, str) or len(ticket) > MAX_TICKET_CHARS):
             raise InvalidInput("ticket must be a HyperNet ticket string", field="ticket")
-        if service_id == self._link.hypernet_id:
+        if service_id == self._ctx.link.hypernet_id:
             raise InvalidInput("a cluster cannot pair with itself", field="service")
-        now = self._clock()
+        now = self._ctx.clock()
         offer_id = new_id("offer", secrets.token_bytes(16))
         expires_at = o.expiry(now)
-        answer = await self._link.request(
+        answer = await self._ctx.link.request(
             service_id,
             "pairing.offer",
             {
                 "offer": offer_id,
                 "scopes": sorted(requested),
-                "label": self._link.label,
+                "label": self._ctx.link.label,
                 "expires_at": expires_at.isoformat(),
             },
             ticket=ticket if isinstance(ticket, str) else None,
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
-        identity = self._link.identity_of(service_id)
+        identity = self._ctx.link.identity_of(service_id)
         if identity is None or identity.hypernet_id != service_id:
             raise Conflict("the service's identity could not be proven; try again")
         offer = o.Offer(
@@ -117,11 +104,9 @@ class Pairing:
             created_at=now,
             expires_at=expires_at,
         )
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             await uow.offers.add(offer)
-            await record_audit(
-                uow, self._clock, principal, project, "offer.sent", offer_id, identity
-            )
+            await self._ctx.audit(uow, principal, project, "offer.sent", offer_id, identity)
             await uow.commit()
         return self.offer_json(offer, now)
 
@@ -135,8 +120,8 @@ class Pairing:
         principal.require_scope("federation:manage")
         if not isinstance(receipt, str) or not re.fullmatch(r"[0-9a-f]{64}", receipt):
             raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
             if offer.direction != o.OUTGOING:
                 raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
@@ -146,7 +131,7 @@ class Pairing:
             await refuse_second_pairing(uow, offer.service)
         stored = offer.receipt
         if stored is None:
-            fetched = await self._link.request(
+            fetched = await self._ctx.link.request(
                 offer.service,
                 "pairing.fetch",
                 {"offer": offer_id},
@@ -164,7 +149,7 @@ class Pairing:
             stored,
             digest=receipt,
             offer_id=offer_id,
-            requester_hypernet_id=self._link.hypernet_id,
+            requester_hypernet_id=self._ctx.link.hypernet_id,
             requester_cluster_key=b64(self._signer.public_key),
             service_hypernet_id=offer.service,
             service_cluster_key=unb64(offer.peer_cluster_key),
@@ -172,7 +157,7 @@ class Pairing:
             verify=self._verify,
         )
         pending = await self._intend(offer, stored, body, now)
-        await self._link.request(
+        await self._ctx.link.request(
             offer.service,
             "pairing.finish",
             {"offer": offer_id, "receipt": receipt},
@@ -180,16 +165,15 @@ class Pairing:
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
         remote_grant = _remote_grant(body)
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             peer = replace(pending, state=p.PAIRED, updated_at=now)
             await uow.peers.update(peer)
             await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
             current = await visible_offer(uow, project, offer_id)
             finished = replace(current, state=o.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
-            await record_audit(
+            await self._ctx.audit(
                 uow,
-                self._clock,
                 principal,
                 project,
                 "pairing.finished",
@@ -198,7 +182,7 @@ class Pairing:
                 {"offer": offer_id},
             )
             await uow.commit()
-        self._known.remember(peer)
+        self._ctx.known.remember(peer)
         return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
 
     async def _intend(
@@ -208,7 +192,7 @@ class Pairing:
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
         assert offer.project is not None
         assert offer.peer_cluster_key is not None
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             current = await visible_offer(uow, offer.project, offer.id)
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
             if existing is not None and existing.state == p.PENDING:
@@ -247,28 +231,26 @@ class Pairing:
     async def on_receipt(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
         """The service side pushes the receipt of its approval: checked, then kept."""
         receipt = body.get("receipt")
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.OUTGOING)
             digest = receipt.get("digest") if isinstance(receipt, dict) else None
             check_receipt(
                 receipt,
                 digest=str(digest),
                 offer_id=offer.id,
-                requester_hypernet_id=self._link.hypernet_id,
+                requester_hypernet_id=self._ctx.link.hypernet_id,
                 requester_cluster_key=b64(self._signer.public_key),
                 service_hypernet_id=identity.hypernet_id,
                 service_cluster_key=identity.cluster_key,
                 requested_scopes=offer.scopes,
                 verify=self._verify,
             )
-            state = o.next_state(offer, "receipt", self._clock())
+            state = o.next_state(offer, "receipt", self._ctx.clock())
             assert isinstance(receipt, dict)
             await uow.offers.update(
                 replace(offer, state=state, revision=offer.revision + 1, receipt=receipt)
             )
-            await record_audit(
-                uow, self._clock, None, offer.project, "receipt.received", offer.id, identity
-            )
+            await self._ctx.audit(uow, None, offer.project, "receipt.received", offer.id, identity)
             await uow.commit()
         return {}
 
@@ -276,16 +258,15 @@ class Pairing:
         self, principal: Principal, project: str, offer_id: str
     ) -> dict[str, Any]:
         principal.require_scope("federation:manage")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
             o.next_state(offer, "discard", now)
             discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
-            await record_audit(
+            await self._ctx.audit(
                 uow,
-                self._clock,
                 principal,
                 project,
                 "offer.discarded",
@@ -294,7 +275,7 @@ class Pairing:
             )
             await uow.commit()
         told = await tell(
-            self._link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
+            self._ctx.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
         )
         return {**self.offer_json(discarded, now), "told": told}
 

@@ -11,51 +11,38 @@ from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal
 from ficc.services.federation.common import (
-    PeerLink,
+    FederationContext,
     peer_json,
     project_peer,
     proven_peer,
-    record_audit,
     revoke_active,
     tell,
 )
 from ficc.services.federation.grants import Grants
-from ficc.services.federation.known_peers import KnownPeers, paired_peer
+from ficc.services.federation.known_peers import paired_peer
 from ficc.services.peer_channel import PeerIdentity, RequestResult
-from ficc.services.ports import Clock, UnitOfWorkFactory
 
 
 class Peers:
     """The end of pairings, on either side's initiative."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        link: PeerLink,
-        known: KnownPeers,
-        grants: Grants,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._link = link
-        self._known = known
+    def __init__(self, context: FederationContext, grants: Grants) -> None:
+        self._ctx = context
         self._grants = grants
 
     async def remove_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
         """Revoke every grant given to the peer and remove the pairing, reachable or not."""
         principal.require_scope("federation:manage")
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             if peer.state == p.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
             ended = await revoke_active(uow, peer_id, now)
             removed = replace(peer, state=p.REMOVED, updated_at=now)
             await uow.peers.update(removed)
-            await record_audit(
+            await self._ctx.audit(
                 uow,
-                self._clock,
                 principal,
                 project,
                 "peer.removed",
@@ -71,16 +58,16 @@ class Peers:
             # Told over a session at the pairing's generation, so the peer can prove it is
             # this pairing that ends; only then is the generation forgotten. The peer is
             # already removed in the database, so nothing is served meanwhile.
-            told = await tell(self._link, peer.hypernet_id, "peer.removed", {}, peer.ticket)
-        self._known.remember(removed)
+            told = await tell(self._ctx.link, peer.hypernet_id, "peer.removed", {}, peer.ticket)
+        self._ctx.known.remember(removed)
         self._disconnect(peer.hypernet_id)
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
 
     async def forget_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
         principal.require_scope("federation:manage")
-        async with self._uow_factory() as uow:
+        async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             if peer.state != p.REMOVED:
                 raise Conflict(
@@ -100,16 +87,21 @@ class Peers:
             for grant in grants:
                 await uow.grants.delete(grant.id)
             await uow.peers.delete(peer_id)
-            await record_audit(
-                uow, self._clock, principal, project, "peer.forgotten", peer_id, proven_peer(peer)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "peer.forgotten",
+                peer_id,
+                proven_peer(peer),
             )
             await uow.commit()
         self._disconnect(peer.hypernet_id)
         return {"peer": peer_id, "forgotten": True}
 
     async def on_peer_removed(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
-        now = self._clock()
-        async with self._uow_factory() as uow:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             removed = replace(peer, state=p.REMOVED, updated_at=now)
             await uow.peers.update(removed)
@@ -118,17 +110,17 @@ class Peers:
                 peer.id, [{**item, "state": g.REVOKED} for item in remote], now
             )
             ended = await revoke_active(uow, peer.id, now)
-            await record_audit(
-                uow, self._clock, None, peer.project, "peer.removed_by_peer", peer.id, identity
+            await self._ctx.audit(
+                uow, None, peer.project, "peer.removed_by_peer", peer.id, identity
             )
             await uow.commit()
-        self._known.remember(removed)
+        self._ctx.known.remember(removed)
         for grant in ended:
             await self._grants.grant_ended(grant)
         return {}
 
     def _disconnect(self, hypernet_id: str) -> None:
         """Close the sessions with a cluster whose pairing ended, and what runs on them."""
-        self._link.disconnect(
+        self._ctx.link.disconnect(
             hypernet_id, PermissionDenied("the pairing with this cluster was removed")
         )
