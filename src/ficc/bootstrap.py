@@ -226,7 +226,7 @@ class Cluster:
                 peers=peers,
                 grants=grants,
                 inference=InferenceOperations(self.uow_factory, self.inference),
-                models=ModelOperations(self.uow_factory, self.clock, slots),
+                models=ModelOperations(self.uow_factory, self.clock, self.blobs, slots),
                 transfers=self.transfers,
             ),
         )

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.isolation import PeerOf, give_grant, grantor, paired_peer, refusal, serve
+from tests.support.isolation import (
+    PeerOf,
+    give_grant,
+    grantor,
+    paired_peer,
+    record_model,
+    refusal,
+    serve,
+)
 
 from ficc.base.errors import LimitExceeded
 from ficc.bootstrap import Cluster
@@ -92,3 +100,22 @@ async def test_inspecting_an_uncertain_creation_releases_the_capacity_it_held(
     )
     assert retry.details == {"reason": "not_applied"}
     assert len(await model_ids(cluster)) == g.MAX_CREATED_MODELS
+
+
+async def test_a_granted_model_a_peer_removes_takes_its_unused_blobs_with_it(
+    cluster: Cluster,
+) -> None:
+    peer = await paired_peer(cluster)
+    model = await record_model(cluster, "default", [64], owned=True)
+    kept = await record_model(cluster, "default", [64], owned=True)
+    grant = await give_grant(cluster, peer, models=[model.id, kept.id])
+    [digest] = model.blob_digests()
+    assert cluster.blobs.has(digest)
+    removed = await serve(
+        cluster, peer, grant.id, "models.remove", {"model": model.id}, secrets.token_hex(16)
+    )
+    assert removed["result"] == {"id": model.id, "removed": True}
+    assert not cluster.blobs.has(digest)
+    # Another model's blob stays, and so does that model.
+    assert all(cluster.blobs.has(other) for other in kept.blob_digests())
+    assert await model_ids(cluster) == [kept.id]

@@ -14,7 +14,7 @@ from ficc.services import mutations
 from ficc.services.catalogue import create_model_record, remove_model_record
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import MutationKey, grant_scope
-from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
 
 NOT_APPLIED: Final = Conflict(
@@ -28,9 +28,12 @@ NOT_APPLIED: Final = Conflict(
 class ModelOperations:
     """The grantor's catalogue, nodes and receipts as a peer reaches them under a grant."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock, slots: GrantSlots) -> None:
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, clock: Clock, blobs: BlobStore, slots: GrantSlots
+    ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
+        self._blobs = blobs
         self._slots = slots
 
     async def manifest(self, call: Call) -> dict[str, Any]:
@@ -69,6 +72,7 @@ class ModelOperations:
             return await remove_model_record(
                 self._uow_factory,
                 self._clock,
+                self._blobs,
                 call.grant.project,
                 model_id,
                 key=key,
