@@ -19,6 +19,9 @@ class ReceiptState(StrEnum):
     """The effect committed with the receipt; a retry replays the result."""
     REFUSED = "refused"
     """The effect was refused and nothing happened; a retry gets the same refusal."""
+    NOT_APPLIED = "not_applied"
+    """Inspected while uncertain with nothing of it in flight: certainly nothing happened.
+    It holds no capacity, and a retry with the same ID and arguments applies it once."""
 
 
 def arguments_sha256(operation: str, arguments: Any) -> str:

@@ -104,6 +104,11 @@ class MutationScope:
         """With the effect, in its transaction: a retry replays ``result``."""
         await self._write(ReceiptState.COMPLETED, result, now)
 
+    async def mark_not_applied(self, now: datetime) -> None:
+        """Inspection found an uncertain mutation with nothing of it in flight: its effect
+        commits with its receipt, so nothing happened; a retry applies it."""
+        await self._write(ReceiptState.NOT_APPLIED, None, now)
+
     async def refuse(self, error: FiccError, now: datetime) -> None:
         """Nothing happened, certainly: the mutation holds no capacity and leaves no doubt."""
         refusal = {

@@ -89,17 +89,40 @@ async def test_inspecting_an_uncertain_creation_releases_the_capacity_it_held(
     assert isinstance(await refusal(create(cluster, peer, grant, 600)), LimitExceeded)
     assert await model_ids(cluster) == before
     status = await serve(cluster, peer, grant.id, "operation.status", {"id": lost})
-    assert status["result"]["state"] == "refused"
-    assert status["result"]["result"]["error"]["details"] == {"reason": "not_applied"}
-    assert status["result"]["advice"] is None
+    assert status["result"]["state"] == "not_applied"
+    assert status["result"]["result"] is None
+    assert "retry" in status["result"]["advice"]
     made = await create(cluster, peer, grant, 700)
     assert await model_ids(cluster) == sorted([*before, made["result"]["id"]])
-    # Inspected once and settled: the retry of the lost mutation is refused, never applied.
+    # The grant is full again, so the retry of the lost mutation is refused by the cap, and
+    # nothing is made.
     retry = await refusal(
         serve(cluster, peer, grant.id, "models.create", {"manifest": manifest(500)}, lost)
     )
-    assert retry.details == {"reason": "not_applied"}
+    assert isinstance(retry, LimitExceeded)
     assert len(await model_ids(cluster)) == g.MAX_CREATED_MODELS
+
+
+async def test_a_mutation_found_not_applied_is_applied_once_by_its_retry(
+    cluster: Cluster,
+) -> None:
+    peer = await paired_peer(cluster)
+    grant = await give_grant(cluster, peer)
+    lost = secrets.token_hex(16)
+    body = {"manifest": manifest(1)}
+    key = MutationKey.grant(grant.id, lost, "models.create", body)
+    async with cluster.uow_factory() as uow:
+        await (await mutations.begin(uow, key)).mark_uncertain(grant.created_at)
+        await uow.commit()
+    status = await serve(cluster, peer, grant.id, "operation.status", {"id": lost})
+    assert status["result"]["state"] == "not_applied"
+    first = await serve(cluster, peer, grant.id, "models.create", body, lost)
+    again = await serve(cluster, peer, grant.id, "models.create", body, lost)
+    assert (first["replayed"], again["replayed"]) == (False, True)
+    assert again["result"] == first["result"]
+    assert await model_ids(cluster) == [first["result"]["id"]]
+    done = await serve(cluster, peer, grant.id, "operation.status", {"id": lost})
+    assert (done["result"]["state"], done["result"]["advice"]) == ("completed", None)
 
 
 async def test_a_granted_model_a_peer_removes_takes_its_unused_blobs_with_it(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ficc.base.errors import Conflict, NotFound
+from ficc.base.errors import NotFound
 from ficc.base.ids import parse_id, parse_mutation_id
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
@@ -17,12 +17,13 @@ from ficc.services.mutations import MutationKey, grant_scope
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
 
-NOT_APPLIED: Final = Conflict(
-    "the first try of this mutation never took effect; nothing happened, so send it again "
-    "with a new mutation_id",
-    details={"reason": "not_applied"},
-)
-"""What an uncertain mutation settles to when inspection finds that nothing happened."""
+ADVICE: Final = {
+    ReceiptState.UNCERTAIN: "retry with the same mutation_id and arguments; it is applied once",
+    ReceiptState.NOT_APPLIED: (
+        "nothing happened; retry with the same mutation_id and arguments to apply it once"
+    ),
+}
+"""What a caller should do next about a mutation in each state (nothing, when settled)."""
 
 
 class ModelOperations:
@@ -92,7 +93,8 @@ class ModelOperations:
 
         Inspection settles an uncertain mutation when no other request of the grant is in
         flight: its effect commits with its receipt, so a receipt still uncertain then means
-        nothing happened. It becomes a refusal, and the capacity it held is free again.
+        nothing happened. It becomes ``not_applied``: the capacity it held is free again, and a
+        retry with the same ID and arguments applies it once.
         """
         mutation_id = parse_mutation_id(call.body.get("id"), field="body.id")
         settle = self._slots.in_flight(call.grant.id) <= 1
@@ -103,7 +105,7 @@ class ModelOperations:
                     receipt.scope, mutation_id, receipt.operation, receipt.arguments_sha256
                 )
                 scope = await mutations.begin(uow, key)
-                await scope.refuse(NOT_APPLIED, self._clock())
+                await scope.mark_not_applied(self._clock())
                 await uow.commit()
                 receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
         if receipt is None:
@@ -115,9 +117,5 @@ class ModelOperations:
             "operation": receipt.operation,
             "state": receipt.state,
             "result": receipt.result,
-            "advice": (
-                "retry with the same mutation_id and arguments; it is applied once"
-                if receipt.state == ReceiptState.UNCERTAIN
-                else None
-            ),
+            "advice": ADVICE.get(ReceiptState(receipt.state)),
         }
