@@ -61,7 +61,7 @@ RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
 benchmarks set it to keep model files small; an interruption re-fetches at most this much."""
 STALL_SECONDS_VARIABLE = "FICC_TRANSFER_STALL_SECONDS"
-"""Seconds without a byte before a range is abandoned and retried once (default 30)."""
+"""Seconds without a byte before a range is abandoned and its transfer paused (default 30)."""
 
 
 @dataclass(frozen=True)

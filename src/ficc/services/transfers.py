@@ -404,7 +404,8 @@ class Transfers:
         offset: int,
         length: int,
     ) -> Any:
-        """One range, retried once from its start after a stall, then fsynced.
+        """One range, then fsynced; a stall pauses the transfer (nothing is retried: the
+        user resumes it with another acquire).
 
         Returns the file's running hash advanced over the range (a copy: a range abandoned
         half-way leaves the caller's hash as it was).
@@ -417,54 +418,47 @@ class Transfers:
             "digest": entry.sha256,
         }
         loop = asyncio.get_running_loop()
-        for attempt in (1, 2):
-            position = offset
-            unsynced = 0
-            running = hasher.copy()
-            writer = _OrderedWriter(WRITE_AHEAD_BYTES)
-            try:
-                # One deadline from asking for the range to its last byte, moved on by every
-                # chunk: a peer that goes silent at any point (also before its first byte)
-                # is noticed within stall_seconds. Time spent waiting for the local disk is
-                # not counted against the peer.
-                async with asyncio.timeout(self._stall_seconds) as stall:
-                    async with self._remote.open_stream(
-                        principal,
-                        transfer.project,
-                        transfer.peer_id,
-                        operation="models.range",
-                        body=body,
-                    ) as chunks:
-                        async for data in chunks:
-                            if position + len(data) > offset + length:
-                                raise Conflict("the peer sent more bytes than the range asked for")
-                            stall.reschedule(None)
-                            # Written and hashed in order on the writer's thread while this
-                            # loop goes on receiving; waits only when too much is queued.
-                            await writer.submit(
-                                len(data), self._write, name, position, data, running
-                            )
-                            position += len(data)
-                            unsynced += len(data)
-                            if unsynced >= SYNC_AHEAD_BYTES:
-                                unsynced = 0
-                                await writer.submit(0, self._blobs.sync_partial, name)
-                            stall.reschedule(loop.time() + self._stall_seconds)
-                await writer.drain()
-            except TimeoutError as exc:
-                if attempt == 2:
-                    raise _Paused(
-                        f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
-                        f"{position}; paused after one retry"
-                    ) from exc
-                log.info("a range of %s stalled; retrying once from its start", entry.path)
-                continue
-            finally:
-                # No write of this attempt may land after it is over.
-                await writer.close()
-            if position != offset + length:
-                raise Unavailable(f"the peer ended the range of {entry.path} early")
-            break
+        position = offset
+        unsynced = 0
+        running = hasher.copy()
+        writer = _OrderedWriter(WRITE_AHEAD_BYTES)
+        try:
+            # One deadline from asking for the range to its last byte, moved on by every
+            # chunk: a peer that goes silent at any point (also before its first byte)
+            # is noticed within stall_seconds. Time spent waiting for the local disk is
+            # not counted against the peer.
+            async with asyncio.timeout(self._stall_seconds) as stall:
+                async with self._remote.open_stream(
+                    principal,
+                    transfer.project,
+                    transfer.peer_id,
+                    operation="models.range",
+                    body=body,
+                ) as chunks:
+                    async for data in chunks:
+                        if position + len(data) > offset + length:
+                            raise Conflict("the peer sent more bytes than the range asked for")
+                        stall.reschedule(None)
+                        # Written and hashed in order on the writer's thread while this
+                        # loop goes on receiving; waits only when too much is queued.
+                        await writer.submit(len(data), self._write, name, position, data, running)
+                        position += len(data)
+                        unsynced += len(data)
+                        if unsynced >= SYNC_AHEAD_BYTES:
+                            unsynced = 0
+                            await writer.submit(0, self._blobs.sync_partial, name)
+                        stall.reschedule(loop.time() + self._stall_seconds)
+            await writer.drain()
+        except TimeoutError as exc:
+            raise _Paused(
+                f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
+                f"{position}; acquire again to resume"
+            ) from exc
+        finally:
+            # No write of this range may land after it is over.
+            await writer.close()
+        if position != offset + length:
+            raise Unavailable(f"the peer ended the range of {entry.path} early")
         await asyncio.to_thread(self._blobs.sync_partial, name)
         return running
 
