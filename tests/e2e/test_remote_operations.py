@@ -120,6 +120,8 @@ def test_every_operation_succeeds_under_a_grant_holding_its_scope(fed: Federated
     assert len(manifest["sha256"]) == 64
     served = fed.request("models.range", range_body(fed, 1000))
     assert served.status_code == 200, served.text
+    # Model bytes are bytes, not server-sent events.
+    assert served.headers["content-type"] == "application/octet-stream"
     stored = ok(fed.beta.owner().get(f"/api/v1/models/{fed.model}"))
     assert stored["sha256"] == manifest["sha256"]
     assert len(served.content) == 1000

@@ -300,7 +300,8 @@ def federation_request(
                     for data in response.iter_bytes():
                         events.feed(data)
                         _write(output, data)
-                events.raise_error()
+                if response.content_type.startswith("text/event-stream"):
+                    events.raise_error()
             else:
                 result = client.request("POST", path, body)
                 _write(output, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())

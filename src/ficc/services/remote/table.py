@@ -61,6 +61,8 @@ class Operation:
     required: frozenset[str] | None = None
     """The body's required fields; None: every field is required."""
     streaming: Streaming = Streaming.NEVER
+    octets: bool = False
+    """Its stream is raw bytes (``application/octet-stream``), not server-sent events."""
     answer: Callable[[Handlers], Answer] | None = None
     mutate: Callable[[Handlers], Mutate] | None = None
     stream: Callable[[Handlers], Stream] | None = None
@@ -128,6 +130,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         _f("models:transfer"),
         _f("model", "file", "offset", "length", "digest"),
         streaming=Streaming.ALWAYS,
+        octets=True,
         stream=lambda h: h.transfers.serve_range,
     ),
     "models.create": Operation(
@@ -157,6 +160,12 @@ def is_streaming(operation: object, body: object) -> bool:
     """Whether the request ``operation`` with ``body`` is answered with a stream."""
     row = OPERATIONS.get(operation) if isinstance(operation, str) else None
     return row is not None and isinstance(body, dict) and row.streaming.streams(body)
+
+
+def streams_octets(operation: object) -> bool:
+    """Whether ``operation`` streams raw bytes rather than server-sent events."""
+    row = OPERATIONS.get(operation) if isinstance(operation, str) else None
+    return row is not None and row.octets
 
 
 class PeerOperations:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
-from ficc.services.remote.table import is_streaming
+from ficc.services.remote.table import is_streaming, streams_octets
 from ficc.web.auth import Context, scoped
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas import (
@@ -130,6 +130,7 @@ async def request(
                 body=body.body,
                 mutation_id=body.mutation_id,
             ),
+            octets=streams_octets(body.operation),
         )
         if opened is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
