@@ -44,6 +44,7 @@ from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.federation.overview import Overview
 from ficc.services.federation.pairing import Pairing
 from ficc.services.federation.peers import Peers
+from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
@@ -202,11 +203,12 @@ class Cluster:
         known = KnownPeers(self.uow_factory)
         context = FederationContext(self.uow_factory, self.clock, link, known)
         slots = GrantSlots()
-        grants = Grants(context, slots, on_grant_ended=self.inference.stop_for_grant)
+        copies = RemoteGrantCopies(context)
+        grants = Grants(context, slots, copies, on_grant_ended=self.inference.stop_for_grant)
         pairing = Pairing(context, signer, verify_signature)
         approval = Approval(context, grants, signer)
         peers = Peers(context, grants)
-        self.remote = RemoteClient(self.uow_factory, link)
+        self.remote = RemoteClient(self.uow_factory, link, copies)
         self.transfers = Transfers(
             self.uow_factory,
             self.clock,
@@ -238,7 +240,7 @@ class Cluster:
             grants=grants,
             peers=peers,
             overview=Overview(
-                self.uow_factory, self.clock, self.companion, grants, self.transfers.list
+                self.uow_factory, self.clock, self.companion, grants, copies, self.transfers.list
             ),
             operations=operations,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from tests.support.fakes.peer_channel import OWNER, Pair, paired, peers_of
 
@@ -57,3 +59,30 @@ async def test_a_revoked_grant_cannot_be_selected_and_the_selection_stays(pair: 
     assert refused.value.details == {"grant": further["id"], "state": "revoked"}
     [requester_peer] = await peers_of(pair.requester)
     assert requester_peer.selected_grant == first
+
+
+async def test_the_copy_of_a_grant_is_asked_for_again_when_read_after_a_request(
+    pair: Pair,
+) -> None:
+    finished = await paired(pair, DISCOVER)
+    peer_id = finished["peer"]["id"]
+    first = finished["peer"]["selected"]
+    for _ in range(3):
+        await pair.requester.remote.request(
+            OWNER, "default", peer_id, operation="discover", body={}
+        )
+    view = await pair.requester.federation.overview.overview("default")
+    [shown] = [g for g in view["peers"][0]["remote_grants"] if g["id"] == first]
+    assert shown["remaining"]["requests"] == 1000 - 3
+    # Read again with nothing changed since: the copy is not asked for again.
+    pair.channel.sent.clear()
+    await pair.requester.federation.overview.overview("default")
+    assert pair.channel.sent == []
+
+
+async def test_a_copy_read_after_its_expiry_shows_expired(pair: Pair) -> None:
+    finished = await paired(pair, {"scopes": ["discover"], "lifetime": 60})
+    assert [g["state"] for g in finished["peer"]["remote_grants"]] == ["active"]
+    pair.clock.advance(timedelta(seconds=61))
+    view = await pair.requester.federation.overview.overview("default")
+    assert [g["state"] for g in view["peers"][0]["remote_grants"]] == ["expired"]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.fakes.clock import FakeClock
+
 from ficc.base.errors import FiccError, OutcomeUnknown, Unavailable
 from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import peers as p
@@ -126,15 +128,18 @@ class Pair:
     grantor: Cluster
     channel: FakeTransport
     """The requester's end: where its answers can be lost."""
+    clock: FakeClock
+    """The clock of both clusters."""
 
 
 @contextlib.asynccontextmanager
 async def open_pair(root: Path) -> AsyncIterator[Pair]:
-    requester = await open_cluster(Settings(state_dir=root / "requester"))
-    grantor = await open_cluster(Settings(state_dir=root / "grantor"))
+    clock = FakeClock()
+    requester = await open_cluster(Settings(state_dir=root / "requester"), clock=clock)
+    grantor = await open_cluster(Settings(state_dir=root / "grantor"), clock=clock)
     channel, _ = join(requester, grantor)
     try:
-        yield Pair(requester, grantor, channel)
+        yield Pair(requester, grantor, channel, clock)
     finally:
         await requester.close()
         await grantor.close()

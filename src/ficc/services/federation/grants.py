@@ -19,7 +19,6 @@ from ficc.domain import peers as p
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.federation.common import (
-    PAIRING_TIMEOUT_SECONDS,
     FederationContext,
     check_resources,
     log,
@@ -30,6 +29,7 @@ from ficc.services.federation.common import (
     tell,
 )
 from ficc.services.federation.known_peers import paired_peer
+from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import grant_scope
 from ficc.services.peer_channel import PeerIdentity, RequestResult
@@ -43,10 +43,15 @@ class Grants:
     """The grants of this cluster, given and held, and the timers that end them on time."""
 
     def __init__(
-        self, context: FederationContext, slots: GrantSlots, on_grant_ended: GrantEnded
+        self,
+        context: FederationContext,
+        slots: GrantSlots,
+        copies: RemoteGrantCopies,
+        on_grant_ended: GrantEnded,
     ) -> None:
         self._ctx = context
         self.slots = slots
+        self._copies = copies
         self._on_grant_ended = on_grant_ended
         self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
         self._expiring: set[asyncio.Task[None]] = set()
@@ -168,21 +173,10 @@ class Grants:
             peer = await project_peer(uow, project, peer_id)
         if peer.state != p.PAIRED:
             raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
-        answer = await self._ctx.link.request(
-            peer.hypernet_id,
-            "grants.list",
-            {},
-            ticket=peer.ticket,
-            timeout_seconds=PAIRING_TIMEOUT_SECONDS,
-        )
-        listed = answer.get("grants")
-        if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):
-            raise Conflict("the peer answered grants.list with something else")
+        listed = await self._copies.fetch(peer)
         if selected is not None:
             _check_selectable(listed, selected)
-        async with self._ctx.uow_factory() as uow:
-            await uow.remote_grants.replace_for_peer(peer_id, listed, now)
-            if selected is not None:
+            async with self._ctx.uow_factory() as uow:
                 peer = replace(peer, selected_grant=selected, updated_at=now)
                 await uow.peers.update(peer)
                 await self._ctx.audit(
@@ -193,7 +187,7 @@ class Grants:
                     selected,
                     proven_peer(peer),
                 )
-            await uow.commit()
+                await uow.commit()
         return peer_json(peer, listed)
 
     # --- the end of a grant -------------------------------------------------------------------

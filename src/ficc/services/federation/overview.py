@@ -11,6 +11,7 @@ from ficc.domain import offers as o
 from ficc.services.companion import Companion
 from ficc.services.federation.common import offer_json, peer_json
 from ficc.services.federation.grants import Grants
+from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 TransfersOf = Callable[[str], Awaitable[list[dict[str, Any]]]]
@@ -26,12 +27,14 @@ class Overview:
         clock: Clock,
         companion: Companion,
         grants: Grants,
+        copies: RemoteGrantCopies,
         transfers_of: TransfersOf,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
         self._companion = companion
         self._grants = grants
+        self._copies = copies
         self._transfers_of = transfers_of
 
     async def overview(
@@ -57,7 +60,8 @@ class Overview:
                 project, after=offers_after, limit=offers_limit + 1
             )
             grants = await uow.grants.in_project(project)
-            remote = {peer.id: await uow.remote_grants.of_peer(peer.id) for peer in peers}
+            kept = {peer.id: await uow.remote_grants.of_peer(peer.id) for peer in peers}
+        remote = {peer.id: await self._copies.current(peer, kept[peer.id]) for peer in peers}
         identity = self._companion.identity_json()
         me = identity["hypernet_id"]
         return {

@@ -23,6 +23,7 @@ from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.protocol.frames import MAX_FRAME_BYTES
+from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
@@ -37,9 +38,12 @@ MAX_WIRE_REQUEST_BYTES: Final = MAX_FRAME_BYTES - 64 * 1024
 class RemoteClient:
     """Requests to the peers of a project, each through the grant the project selected."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, channel: PeerChannel) -> None:
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, channel: PeerChannel, copies: RemoteGrantCopies
+    ) -> None:
         self._uow_factory = uow_factory
         self._channel = channel
+        self._copies = copies
 
     async def published_services(
         self, principal: Principal, project: str, peer_id: str
@@ -51,7 +55,7 @@ class RemoteClient:
             remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
         if peer is None or peer.project != project:
             raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
-        return _published(peer.selected_grant, remote)
+        return _published(peer.selected_grant, await self._copies.current(peer, remote))
 
     async def request(
         self,
@@ -80,6 +84,8 @@ class RemoteClient:
             # The transport knows only that an answer was lost; which mutation that leaves in
             # doubt is this layer's to say.
             raise OutcomeUnknown(exc.message, mutation_id=sent_id) from exc
+        finally:
+            self._copies.changed(peer.id)
         return {
             "operation": name,
             "mutation_id": sent_id,
@@ -106,6 +112,7 @@ class RemoteClient:
         """
         peer, grant_id = await self._route(principal, project, peer_id, service)
         name, wire = _wire(grant_id, operation, body, mutation_id)
+        self._copies.changed(peer.id)
         async with self._channel.stream(
             peer.hypernet_id,
             name,
