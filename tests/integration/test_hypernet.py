@@ -72,6 +72,11 @@ class Cluster:
             return self.chunks(body["count"], body["size"])
         if operation == "large":
             return {"text": "x" * body["size"]}
+        if operation == "measure":
+            return {
+                "chars": len(body["text"]),
+                "sha256": hashlib.sha256(body["text"].encode()).hexdigest(),
+            }
         if operation == "engine_down":
             raise Unavailable("the engine cannot be reached", details={"engine": "down"})
         if operation == "engine_dies":
@@ -371,6 +376,44 @@ async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
             )
             assert answer == {"text": "x" * size}
         await still_serves(server, client)
+
+
+async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_session(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """A body over the 1 MiB frame (a grant's request_bytes may be up to 64 MiB) follows its
+    request as chunks, announced and signed by size and SHA-256; a small one is still inline."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        for size in (10, 3 << 20):
+            text = "y" * size
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id,
+                "measure",
+                {"text": text},
+                ticket=server.endpoint.ticket,
+            )
+            assert answer == {"chars": size, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        await still_serves(server, client)
+
+
+async def test_a_request_body_in_chunks_is_refused_before_a_pairing(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """Before a pairing (generation 0) only small pairing messages travel: a body in chunks
+    is a protocol error, and the handler never sees it."""
+    server, client = await make_cluster(), await make_cluster()
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        with pytest.raises((ProtocolError, Unavailable, OutcomeUnknown)):
+            await client.endpoint.request(
+                server.endpoint.hypernet_id,
+                "measure",
+                {"text": "z" * (2 << 20)},
+                ticket=server.endpoint.ticket,
+            )
+    assert server.seen == []
 
 
 async def read_stream(

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from iroh import BiStream, Connection, IrohError
@@ -42,10 +43,11 @@ from ficc.base.errors import (
 from ficc.base.units import MiB
 from ficc.domain.grants import MAX_RESPONSE_BYTES
 from ficc.protocol.canonical import canonical_json, parse_json_object
-from ficc.protocol.frames import MAX_FRAME_BYTES
+from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
 from ficc.protocol.handshake import Role, Session
 from ficc.protocol.liveness import Liveness
 from ficc.protocol.messages import (
+    MAX_FOLLOWING_BODY_BYTES,
     Cancel,
     Chunk,
     End,
@@ -55,6 +57,7 @@ from ficc.protocol.messages import (
     Request,
     Response,
     encode_chunk_frames,
+    encode_message,
 )
 from ficc.protocol.requests import RequestSigner, RequestVerifier
 from ficc.protocol.signing import Signer, Verify
@@ -68,6 +71,8 @@ MAX_PEER_STREAMS: Final = 128
 MAX_IDLE_STREAMS: Final = 8
 MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
 ABANDON_SECONDS: Final = 1.0
+MAX_ASSEMBLED_BYTES: Final = 2 * MAX_FOLLOWING_BODY_BYTES
+"""Request bodies gathered from chunks at once in one session: two of the largest."""
 MAX_JSON_ANSWER_BYTES: Final = MAX_RESPONSE_BYTES + MiB
 """The largest JSON answer a requester gathers from chunks: a grant's largest
 ``response_bytes``, and room for the envelope around the result."""
@@ -131,6 +136,8 @@ class PeerSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._limits = limits or SessionLimits()
         paired = session.generation != 0
+        self._paired = paired
+        self._assembling = 0
         self.incoming = session.role is Role.RESPONDER
         self._max_streams = MAX_PEER_STREAMS if paired else MAX_UNPAIRED_STREAMS
         self._budget = ReadBudget(MAX_BUFFERED_BYTES if paired else MAX_UNPAIRED_BUFFERED_BYTES)
@@ -275,6 +282,46 @@ class PeerSession:
                 details={"limit": "request_read_seconds", "max": limit},
             ) from exc
 
+    async def _following_body(self, stream: FrameStream, request: Request) -> Request:
+        """The request with the body that follows it in chunks: exactly the announced size,
+        then an end, matching the signed SHA-256, parsed as strictly as a request's JSON.
+
+        Only a paired peer may send one, and only :data:`MAX_ASSEMBLED_BYTES` of such bodies
+        are gathered at once in a session.
+        """
+        following = request.following
+        assert following is not None
+        if not self._paired:
+            raise ProtocolError("a request body in chunks needs a paired session")
+        if self._assembling + following.size > MAX_ASSEMBLED_BYTES:
+            raise ProtocolError(
+                f"request bodies of more than {MAX_ASSEMBLED_BYTES} bytes at once in a session"
+            )
+        self._assembling += following.size
+        try:
+            parts: list[bytes] = []
+            total = 0
+            while True:
+                message = await self._next_request(asyncio.ensure_future(stream.receive()))
+                if isinstance(message, End):
+                    break
+                if not isinstance(message, Chunk):
+                    raise ProtocolError("only chunks and an end may follow a request's body")
+                total += len(message.data)
+                if total > following.size:
+                    raise ProtocolError("the request's body is longer than it announced")
+                parts.append(message.data)
+            if message.total_bytes != total or total != following.size:
+                raise ProtocolError("the request's body is not the size it announced")
+            data = b"".join(parts)
+            del parts
+            if hashlib.sha256(data).hexdigest() != following.sha256:
+                raise ProtocolError("the request's body does not match its signed SHA-256")
+            body = parse_json_object(data, what="request body")
+        finally:
+            self._assembling -= following.size
+        return replace(request, body=body, following=None)
+
     async def _serve_requests(self, stream: FrameStream) -> None:
         previous_seq = 0
         receiving = asyncio.ensure_future(stream.receive())
@@ -292,6 +339,8 @@ class PeerSession:
                     raise ProtocolError(f"expected a request, got {type(message).__name__}")
                 self._incoming.verify(message, previous_on_stream=previous_seq)
                 previous_seq = message.seq
+                if message.following is not None:
+                    message = await self._following_body(stream, message)
                 # The handler runs in a task of its own; the next receive runs beside it, and a
                 # cancel, a reset or the end of the stream cancels the handler.
                 work = asyncio.ensure_future(self._answer(stream, message))
@@ -643,12 +692,20 @@ class _Exchange:
         return OutcomeUnknown(f"the outcome of {self._operation} is unknown: {why}")
 
     async def send(self) -> None:
+        """The request in one frame; a body too large for it follows as chunks and an end."""
         assert self._stream is not None
-        request = self._session._outgoing.sign(
+        request, following = self._session._outgoing.sign_fitting(
             self._operation, self._body, current_request_id.get()
         )
         self._sent = True
-        await self._stream.send(request)
+        if following is None:
+            await self._stream.send(request)
+            return
+        await self._stream.write(
+            encode_frame(encode_message(request))
+            + encode_chunk_frames(following)
+            + encode_frame(encode_message(End(len(following))))
+        )
 
     async def receive(self) -> Message | None:
         assert self._stream is not None

@@ -19,10 +19,10 @@ from ficc.base.errors import (
     OutcomeUnknown,
     TooLarge,
 )
+from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
-from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import UnitOfWorkFactory
@@ -31,8 +31,6 @@ from ficc.services.remote.views import unpublished
 
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
-MAX_WIRE_REQUEST_BYTES: Final = MAX_FRAME_BYTES - 64 * 1024
-"""A request, its signature and framing fit in one frame of ficc.federation/1."""
 
 
 class RemoteClient:
@@ -156,12 +154,11 @@ def _wire(
     wire: dict[str, Any] = {"grant": grant_id, "body": parse_body(body)}
     if checked_id is not None:
         wire["mutation_id"] = checked_id
-    size = len(json.dumps(wire, separators=(",", ":")).encode())
-    if size > MAX_WIRE_REQUEST_BYTES:
+    size = len(json.dumps(wire["body"], separators=(",", ":")).encode())
+    if size > g.MAX_REQUEST_BYTES:
         raise TooLarge(
-            f"the request is {size} bytes; one request travels in one frame of at most "
-            f"{MAX_WIRE_REQUEST_BYTES} bytes",
-            details={"limit": "frame_bytes", "allowed": MAX_WIRE_REQUEST_BYTES},
+            f"the request body is {size} bytes; no grant allows more than {g.MAX_REQUEST_BYTES}",
+            details={"limit": "request_bytes", "allowed": g.MAX_REQUEST_BYTES},
         )
     return name, wire
 
