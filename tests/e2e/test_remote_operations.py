@@ -31,6 +31,7 @@ from tests.support.remote import (
 )
 from tests.support.tiny_gguf import write_tiny_gguf
 
+from ficc.base.units import MiB
 from ficc.services.remote.table import OPERATIONS
 
 PLAIN_TEXT = {str(token): -100 for token in range(2, 259)}
@@ -292,6 +293,23 @@ def test_a_request_body_over_request_bytes_is_refused_with_413(fed: Federated) -
     ok(fed.request("inference.invoke", invoke_body(fed.service)))
     # The refused request was never admitted: only the second one is charged.
     assert fed.grantor_view(grant)["remaining"]["requests"] == 999
+
+
+def test_a_request_body_over_a_frame_reaches_the_grantor_within_request_bytes(
+    fed: Federated,
+) -> None:
+    """A 3 MiB body (over the 1 MiB frame and the 1 MiB default HTTP limit) travels whole:
+    under a grant allowing 4 MiB the grantor checks its fields; under the default 512 KiB the
+    grantor refuses it naming request_bytes."""
+    padded = {"pad": "x" * (3 * MiB)}
+    full_grant(fed, request_bytes=4 * MiB)
+    checked = error_of(fed.request("discover", padded), 400)
+    assert checked["details"]["field"] == "body.pad"
+    full_grant(fed)
+    refused = error_of(fed.request("discover", padded), 413)
+    assert refused["details"]["limit"] == "request_bytes"
+    assert refused["details"]["allowed"] == 512 * 1024
+    ok(fed.request("discover"))
 
 
 def test_a_plain_answer_over_response_bytes_is_an_error_naming_the_limit(fed: Federated) -> None:
