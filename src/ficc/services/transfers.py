@@ -41,7 +41,6 @@ from ficc.domain import peers as p
 from ficc.domain import transfers as tr
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
-from ficc.domain.operations import only_fields
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
@@ -536,11 +535,6 @@ class Transfers:
     async def serve_range(self, call: Call) -> AsyncIterator[bytes]:
         """Stream one verified range of a granted model's file, charged to transfer_bytes."""
         body = call.body
-        only_fields(
-            body,
-            {"model", "file", "offset", "length", "digest"},
-            {"model", "file", "offset", "length", "digest"},
-        )
         model_id = parse_id("model", body["model"], field="body.model")
         call.require("models", model_id, "body.model")
         offset, length = body["offset"], body["length"]
