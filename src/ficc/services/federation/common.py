@@ -68,8 +68,18 @@ class FederationContext:
         identity: PeerIdentity | None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        """An audit entry of the federation (see :func:`record_audit`)."""
-        await record_audit(uow, self.clock, actor, project, action, target, identity, details)
+        """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
+        await audit.record(
+            uow,
+            self.clock,
+            action=action,
+            actor="peer" if actor is None else audit.actor_of(actor),
+            project=project,
+            target=target,
+            details=details,
+            peer_hypernet_id=None if identity is None else identity.hypernet_id,
+            peer_cluster_key=None if identity is None else b64(identity.cluster_key),
+        )
 
 
 def parse_hypernet_id(value: object, *, field: str = "service") -> str:
@@ -90,30 +100,6 @@ async def tell(
         log.info("could not tell %s (%s): %s", hypernet_id, operation, exc.message)
         return False
     return True
-
-
-async def record_audit(
-    uow: UnitOfWork,
-    clock: Clock,
-    principal: Principal | None,
-    project: str | None,
-    action: str,
-    target: str,
-    identity: PeerIdentity | None,
-    details: dict[str, Any] | None = None,
-) -> None:
-    """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
-    await audit.record(
-        uow,
-        clock,
-        action=action,
-        actor="peer" if principal is None else audit.actor_of(principal),
-        project=project,
-        target=target,
-        details=details,
-        peer_hypernet_id=None if identity is None else identity.hypernet_id,
-        peer_cluster_key=None if identity is None else b64(identity.cluster_key),
-    )
 
 
 async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> o.Offer:

@@ -33,7 +33,6 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import grant_scope
 from ficc.services.peer_channel import PeerIdentity, RequestResult
-from ficc.services.ports import UnitOfWork
 
 GrantEnded = Callable[[g.Grant], Awaitable[None]]
 """Told after a grant ended (revoked, expired, its peer removed): stop what it started."""
@@ -107,16 +106,8 @@ class Grants:
     async def revoke_grant(
         self, principal: Principal, project: str, grant_id: str
     ) -> dict[str, Any]:
-        principal.require_scope("federation:manage")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
-            grant = await project_grant(uow, project, grant_id)
-            if grant.state_at(now) not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
-                raise Conflict(f"grant {grant_id} is {grant.state}", details={"state": grant.state})
-            await uow.grants.set_state(grant_id, g.REVOKED, now)
-            peer = await uow.peers.get(grant.peer_id)
-            await self._audit_ending(uow, principal, project, "grant.revoked", grant_id, peer)
-            await uow.commit()
+        """An active (or expired, not yet marked) grant ends now; the peer is told."""
+        grant, peer, _, now = await self._end(principal, project, grant_id, g.REVOKED)
         revoked = replace(grant, state=g.REVOKED, revoked_at=now)
         await self.grant_ended(revoked)
         told = False
@@ -130,36 +121,40 @@ class Grants:
         self, principal: Principal, project: str, grant_id: str
     ) -> dict[str, Any]:
         """A revoked or expired grant: its operation receipts go, a tombstone stays."""
+        grant, _, was, now = await self._end(principal, project, grant_id, g.RETIRED)
+        if was == g.EXPIRED:
+            await self.grant_ended(grant)
+        return self.grant_json(replace(grant, state=g.RETIRED), now)
+
+    async def _end(
+        self, principal: Principal, project: str, grant_id: str, target: str
+    ) -> tuple[g.Grant, p.Peer | None, str, datetime]:
+        """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
+        grant as it was, its peer, its state then, and when."""
         principal.require_scope("federation:manage")
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             grant = await project_grant(uow, project, grant_id)
-            state = grant.state_at(now)
-            if state not in (g.REVOKED, g.EXPIRED):
-                raise Conflict(
-                    f"only a revoked or expired grant can be retired; {grant_id} is {state}",
-                    details={"state": state},
-                )
-            await uow.receipts.delete_scope(grant_scope(grant_id))
-            await uow.grants.set_state(grant_id, g.RETIRED, None)
+            was = grant.state_at(now)
+            if target == g.REVOKED:
+                if was not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
+                    raise Conflict(
+                        f"grant {grant_id} is {grant.state}", details={"state": grant.state}
+                    )
+                await uow.grants.set_state(grant_id, g.REVOKED, now)
+            else:
+                if was not in (g.REVOKED, g.EXPIRED):
+                    raise Conflict(
+                        f"only a revoked or expired grant can be retired; {grant_id} is {was}",
+                        details={"state": was},
+                    )
+                await uow.receipts.delete_scope(grant_scope(grant_id))
+                await uow.grants.set_state(grant_id, g.RETIRED, None)
             peer = await uow.peers.get(grant.peer_id)
-            await self._audit_ending(uow, principal, project, "grant.retired", grant_id, peer)
+            identity = None if peer is None else proven_peer(peer)
+            await self._ctx.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
             await uow.commit()
-        if state == g.EXPIRED:
-            await self.grant_ended(grant)
-        return self.grant_json(replace(grant, state=g.RETIRED), now)
-
-    async def _audit_ending(
-        self,
-        uow: UnitOfWork,
-        principal: Principal,
-        project: str,
-        action: str,
-        grant_id: str,
-        peer: p.Peer | None,
-    ) -> None:
-        identity = None if peer is None else proven_peer(peer)
-        await self._ctx.audit(uow, principal, project, action, grant_id, identity)
+        return grant, peer, was, now
 
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
