@@ -37,13 +37,24 @@ from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts, nodes
-from ficc.services.companion import Companion, Transport
-from ficc.services.federation import ClusterSigner, Federation
+from ficc.services.companion import Companion, CompanionChannel, Transport
+from ficc.services.federation.approval import Approval
+from ficc.services.federation.common import ClusterSigner, FederationContext
+from ficc.services.federation.grants import Grants
+from ficc.services.federation.known_peers import KnownPeers
+from ficc.services.federation.overview import Overview
+from ficc.services.federation.pairing import Pairing
+from ficc.services.federation.peers import Peers
+from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
-from ficc.services.remote_operations import RemoteOperations
+from ficc.services.remote.client import RemoteClient
+from ficc.services.remote.gate import Gate
+from ficc.services.remote.inference_ops import InferenceOperations
+from ficc.services.remote.model_ops import ModelOperations
+from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.runtimes import Runtime
 from ficc.services.transfers import Transfers
 
@@ -57,7 +68,7 @@ RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
 benchmarks set it to keep model files small; an interruption re-fetches at most this much."""
 STALL_SECONDS_VARIABLE = "FICC_TRANSFER_STALL_SECONDS"
-"""Seconds without a byte before a range is abandoned and retried once (default 30)."""
+"""Seconds without a byte before a range is abandoned and its transfer paused (default 30)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,20 @@ class InitResult:
     cluster_key: str
 
 
+@dataclass(frozen=True)
+class Federation:
+    """The federation's services, as the routers reach them."""
+
+    known: KnownPeers
+    slots: GrantSlots
+    pairing: Pairing
+    approval: Approval
+    grants: Grants
+    peers: Peers
+    overview: Overview
+    operations: PeerOperations
+
+
 @dataclass
 class Cluster:
     """The wired parts of one running FICC cluster."""
@@ -155,7 +180,7 @@ class Cluster:
     inference: InferenceServices = field(init=False)
     companion: Companion = field(init=False)
     federation: Federation = field(init=False)
-    remote: RemoteOperations = field(init=False)
+    remote: RemoteClient = field(init=False)
     transfers: Transfers = field(init=False)
     ray: RayPlacement | None = field(init=False, default=None)
 
@@ -189,18 +214,17 @@ class Cluster:
             self.cluster_key.public_text,
             self.settings.hypernet_bind,
         )
-        self.federation = Federation(
-            self.uow_factory,
-            self.clock,
-            self.companion,
-            ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign),
-            verify_signature,
-            GrantSlots(),
-        )
-        self.federation.on_grant_ended.append(self.inference.stop_for_grant)
-        self.remote = RemoteOperations(
-            self.uow_factory, self.clock, self.federation, self.inference
-        )
+        link = CompanionChannel(self.companion)
+        signer = ClusterSigner(self.cluster_key.public_key, self.cluster_key.sign)
+        known = KnownPeers(self.uow_factory)
+        context = FederationContext(self.uow_factory, self.clock, link, known)
+        slots = GrantSlots()
+        copies = RemoteGrantCopies(context)
+        grants = Grants(context, slots, copies, on_grant_ended=self.inference.stop_for_grant)
+        pairing = Pairing(context, signer, verify_signature)
+        approval = Approval(context, grants, signer)
+        peers = Peers(context, grants)
+        self.remote = RemoteClient(self.uow_factory, link, copies)
         self.transfers = Transfers(
             self.uow_factory,
             self.clock,
@@ -210,7 +234,32 @@ class Cluster:
             range_bytes=self.settings.transfers.range_bytes,
             stall_seconds=self.settings.transfers.stall_seconds,
         )
-        self.federation.transfers_of = self.transfers.list
+        operations = PeerOperations(
+            self.uow_factory,
+            self.clock,
+            Gate(self.uow_factory, self.clock, known, slots),
+            Handlers(
+                pairing=pairing,
+                approval=approval,
+                peers=peers,
+                grants=grants,
+                inference=InferenceOperations(self.uow_factory, self.inference),
+                models=ModelOperations(self.uow_factory, self.clock, self.blobs, slots),
+                transfers=self.transfers,
+            ),
+        )
+        self.federation = Federation(
+            known=known,
+            slots=slots,
+            pairing=pairing,
+            approval=approval,
+            grants=grants,
+            peers=peers,
+            overview=Overview(
+                self.uow_factory, self.clock, self.companion, grants, copies, self.transfers.list
+            ),
+            operations=operations,
+        )
 
     def free_disk(self) -> int:
         return shutil.disk_usage(self.state.store).free
@@ -219,8 +268,8 @@ class Cluster:
         return HyperNetEndpoint(
             agent_directory=agent_directory,
             cluster_key=self.cluster_key,
-            lookup=self.federation.lookup,
-            handler=self.federation.handle,
+            lookup=self.federation.known.lookup,
+            handler=self.federation.operations.serve,
             bind_address=bind_address,
             relay=self.settings.hypernet_relay,
             limits=self.settings.hypernet,
@@ -247,7 +296,9 @@ class Cluster:
         self._node_refresher = asyncio.create_task(self._refresh_nodes())
         await self.inference.recover()
         await self.transfers.recover()
-        await self.federation.load()
+        peers = await self.federation.known.load()
+        await self.federation.grants.load(peers)
+        await self.federation.approval.purge_offers()
         await self.companion.restore()
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
@@ -276,7 +327,7 @@ class Cluster:
             self._node_refresher.cancel()
             await asyncio.gather(self._node_refresher, return_exceptions=True)
         await self.transfers.close()
-        self.federation.close()
+        self.federation.grants.close()
         await self.companion.stop()
         await self.inference.close()
         await self.inference.engines.aclose()

@@ -66,7 +66,7 @@ async def clusters(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[InPr
 
 async def send(requester: InProcess, service: InProcess) -> str:
     transport = service.cluster.companion.transport
-    offer = await requester.cluster.federation.create_offer(
+    offer = await requester.cluster.federation.pairing.create_offer(
         requester.owner,
         "default",
         service=transport.hypernet_id,
@@ -77,7 +77,7 @@ async def send(requester: InProcess, service: InProcess) -> str:
 
 
 async def state_of(side: InProcess, offer_id: str) -> str:
-    return str((await side.cluster.federation.get_offer("default", offer_id))["state"])
+    return str((await side.cluster.federation.pairing.get_offer("default", offer_id))["state"])
 
 
 async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
@@ -86,7 +86,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     requester, service = clusters
     offer_id = await send(requester, service)
     sent_at = clock.now
-    offer = await service.cluster.federation.get_offer("default", offer_id)
+    offer = await service.cluster.federation.pairing.get_offer("default", offer_id)
     assert offer["expires_at"] == sent_at + SEVEN_DAYS
 
     clock.advance(SEVEN_DAYS - timedelta(seconds=1))
@@ -96,17 +96,17 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     clock.advance(timedelta(seconds=1))
     assert await state_of(service, offer_id) == "expired"
     assert await state_of(requester, offer_id) == "expired"
-    overview = await service.cluster.federation.overview("default")
+    overview = await service.cluster.federation.overview.overview("default")
     assert [(o["id"], o["state"]) for o in overview["offers"]] == [(offer_id, "expired")]
 
     with pytest.raises(Conflict) as refused:
-        await service.cluster.federation.approve_offer(
+        await service.cluster.federation.approval.approve_offer(
             service.owner, "default", offer_id, revision=1, grant=DISCOVER
         )
     assert refused.value.details["state"] == "expired"
     with pytest.raises(Conflict):
-        await service.cluster.federation.discard_offer(service.owner, "default", offer_id)
-    overview = await service.cluster.federation.overview("default")
+        await service.cluster.federation.pairing.discard_offer(service.owner, "default", offer_id)
+    overview = await service.cluster.federation.overview.overview("default")
     assert overview["peers"] == []
     assert overview["grants"] == []
     assert await state_of(service, offer_id) == "expired"
@@ -118,14 +118,14 @@ async def test_using_a_fake_clock_an_offer_approved_in_time_does_not_expire(
     requester, service = clusters
     offer_id = await send(requester, service)
     clock.advance(SEVEN_DAYS - timedelta(seconds=1))
-    approved = await service.cluster.federation.approve_offer(
+    approved = await service.cluster.federation.approval.approve_offer(
         service.owner, "default", offer_id, revision=1, grant=DISCOVER
     )
     assert approved["receipt_delivered"] is True
     clock.advance(timedelta(days=1))
     assert await state_of(service, offer_id) == "approved"
     assert await state_of(requester, offer_id) == "accepted"
-    finished = await requester.cluster.federation.finish_offer(
+    finished = await requester.cluster.federation.pairing.finish_offer(
         requester.owner, "default", offer_id, receipt=approved["receipt"]["digest"]
     )
     assert finished["peer"]["state"] == "paired"

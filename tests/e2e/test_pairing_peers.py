@@ -171,13 +171,21 @@ def test_of_two_approved_offers_from_one_cluster_only_the_first_finished_pairs(
     paired = [peer for peer in overview(b)["peers"] if peer["state"] == "paired"]
     assert len(paired) == 1
     service_peer = paired[0]["id"]
-    discarded = ok(b.delete(f"{API}/offers/{offers[1]}"))
-    assert discarded["state"] == "discarded"
+    # An approved offer is not discarded (its requester may have finished, the answer lost):
+    # its pending peer is removed instead, which revokes the grant.
+    before = overview(b)
+    refused = error_of(b.delete(f"{API}/offers/{offers[1]}"), 409)
+    shown = {key: value for key, value in refused["details"].items() if key != "request_id"}
+    assert shown == {"state": "approved", "event": "discard"}
+    assert overview(b) == before
+    approved = offer_in(before, offers[1])
+    assert approved is not None
+    ok(b.delete(f"{API}/peers/{approved['peer']}"))
     view = overview(b)
-    pending_peer = peer_in(view, discarded["peer"])
+    pending_peer = peer_in(view, approved["peer"])
     assert pending_peer is not None
     assert pending_peer["state"] == "removed"
-    unfinished = [grant for grant in view["grants"] if grant["peer"] == discarded["peer"]]
+    unfinished = [grant for grant in view["grants"] if grant["peer"] == approved["peer"]]
     assert [grant["state"] for grant in unfinished] == ["revoked"]
 
     removed = ok(b.delete(f"{API}/peers/{service_peer}"))

@@ -138,7 +138,8 @@ def test_each_maximum_itself_is_accepted_by_approval(
     approved = ok(approve(beta.owner(), offer_id, maxima))
     terms = approved["receipt"]["body"]["grant_terms"]
     assert {name: terms[name] for name in maxima} == maxima
-    ok(beta.owner().delete(f"{API}/offers/{offer_id}"))
+    # An approved offer is not discarded: its pending peer is removed, revoking the grant.
+    ok(beta.owner().delete(f"{API}/peers/{approved['peer']}"))
 
 
 def test_approving_with_another_projects_service_is_refused_and_changes_nothing(
@@ -160,7 +161,7 @@ def test_approving_with_a_service_of_the_project_is_not_refused_for_its_id(
     grant = {"scopes": ["inference:invoke"], "services": [services["own"]]}
     approved = ok(approve(beta.owner(), offer_id, grant))
     assert approved["receipt"]["body"]["grant_terms"]["services"] == [services["own"]]
-    ok(beta.owner().delete(f"{API}/offers/{offer_id}"))
+    ok(beta.owner().delete(f"{API}/peers/{approved['peer']}"))
 
 
 def test_approving_without_the_delegated_local_scope_is_forbidden_and_changes_nothing(

@@ -31,7 +31,8 @@ from tests.support.remote import (
 )
 from tests.support.tiny_gguf import write_tiny_gguf
 
-from ficc.domain.operations import OPERATION_SCOPES
+from ficc.base.units import MiB
+from ficc.services.remote.table import OPERATIONS
 
 PLAIN_TEXT = {str(token): -100 for token in range(2, 259)}
 """Bans the tiny model's end token and its byte tokens: completions run to max_tokens, and
@@ -120,6 +121,8 @@ def test_every_operation_succeeds_under_a_grant_holding_its_scope(fed: Federated
     assert len(manifest["sha256"]) == 64
     served = fed.request("models.range", range_body(fed, 1000))
     assert served.status_code == 200, served.text
+    # Model bytes are bytes, not server-sent events.
+    assert served.headers["content-type"] == "application/octet-stream"
     stored = ok(fed.beta.owner().get(f"/api/v1/models/{fed.model}"))
     assert stored["sha256"] == manifest["sha256"]
     assert len(served.content) == 1000
@@ -186,6 +189,13 @@ def valid_bodies(fed: Federated) -> dict[str, tuple[dict[str, Any], str | None]]
     }
 
 
+def scopes_of(operation: str) -> frozenset[str]:
+    """The scopes of which a grant must hold one for ``operation``."""
+    scopes = OPERATIONS[operation].scopes
+    assert scopes is not None
+    return scopes
+
+
 def test_an_operation_whose_scope_the_grant_lacks_is_forbidden_naming_the_scope(
     fed: Federated,
 ) -> None:
@@ -193,11 +203,11 @@ def test_an_operation_whose_scope_the_grant_lacks_is_forbidden_naming_the_scope(
     for only in ("resources:read", "discover"):
         full_grant(fed, scopes=[only])
         for operation, (body, mutation_id) in bodies.items():
-            if only in OPERATION_SCOPES[operation]:
+            if only in scopes_of(operation):
                 continue
             error = error_of(fed.request(operation, body, mutation_id), 403)
             assert error["code"] == "forbidden", (operation, error)
-            assert error["details"]["missing_scope"] in OPERATION_SCOPES[operation]
+            assert error["details"]["missing_scope"] in scopes_of(operation)
             assert error["details"]["missing_scope"] in error["message"]
     # The engine saw nothing: the service is still running with its first revision.
     assert fed.beta.owner().get(f"/api/v1/inference/services/{fed.service}").json()["revision"] == 2
@@ -283,6 +293,23 @@ def test_a_request_body_over_request_bytes_is_refused_with_413(fed: Federated) -
     ok(fed.request("inference.invoke", invoke_body(fed.service)))
     # The refused request was never admitted: only the second one is charged.
     assert fed.grantor_view(grant)["remaining"]["requests"] == 999
+
+
+def test_a_request_body_over_a_frame_reaches_the_grantor_within_request_bytes(
+    fed: Federated,
+) -> None:
+    """A 3 MiB body (over the 1 MiB frame and the 1 MiB default HTTP limit) travels whole:
+    under a grant allowing 4 MiB the grantor checks its fields; under the default 512 KiB the
+    grantor refuses it naming request_bytes."""
+    padded = {"pad": "x" * (3 * MiB)}
+    full_grant(fed, request_bytes=4 * MiB)
+    checked = error_of(fed.request("discover", padded), 400)
+    assert checked["details"]["field"] == "body.pad"
+    full_grant(fed)
+    refused = error_of(fed.request("discover", padded), 413)
+    assert refused["details"]["limit"] == "request_bytes"
+    assert refused["details"]["allowed"] == 512 * 1024
+    ok(fed.request("discover"))
 
 
 def test_a_plain_answer_over_response_bytes_is_an_error_naming_the_limit(fed: Federated) -> None:
@@ -453,16 +480,16 @@ def test_the_sixty_fifth_service_creation_under_one_grant_is_refused(fed: Federa
     assert error["code"] == "limit_exceeded"
     assert error["details"]["limit"] == "created_services"
     assert sorted(fed.grantor_view(grant)["created_services"]) == sorted(created)
-    # The refusal is certain, so it keeps no capacity: removing one record makes room for one.
+    # The refusal is certain, so it keeps no capacity; but the cap counts every record the
+    # grant ever created, so removing one makes no room.
     assert fed.result("operation.status", {"id": refused_id})["state"] == "refused"
     remove = {"service": created[0], "revision": 1, "operation": "remove"}
     fed.result("inference.control", remove, new_mutation_id())
-    fed.result("inference.create", {"spec": service_spec(fed, "s65")}, new_mutation_id())
     error = error_of(
-        fed.request("inference.create", {"spec": service_spec(fed, "s66")}, new_mutation_id()),
+        fed.request("inference.create", {"spec": service_spec(fed, "s65")}, new_mutation_id()),
         429,
     )
-    assert error["code"] == "limit_exceeded"
+    assert error["details"]["limit"] == "created_services"
 
 
 def test_a_refused_mutation_is_retained_as_refused_and_its_retry_is_refused_again(
@@ -665,6 +692,53 @@ def test_federation_request_streams_into_an_exclusive_output_file(
     assert json.loads(failed.stderr)["error"]["code"] == "invalid_request"
 
 
+def test_federation_request_exits_1_on_a_stream_ending_in_an_error_and_leaves_no_output(
+    fed: Federated, tmp_path: Path
+) -> None:
+    """A refusal mid-stream is a refusal to scripts (exit 1, the error on stderr), and no
+    --output file stays behind after any failure, so the same command can simply run again."""
+    full_grant(fed, response_bytes=2000)
+    streamed = tmp_path / "stream.json"
+    streamed.write_text(
+        json.dumps(
+            {
+                "operation": "inference.invoke",
+                "body": invoke_body(fed.service, stream=True, max_tokens=64, logit_bias=PLAIN_TEXT),
+            }
+        )
+    )
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps({"operation": "discover", "body": {}, "mutation_id": "x"}))
+    output = tmp_path / "out"
+    cut = ficc(
+        "federation-request",
+        fed.peer,
+        "--input",
+        str(streamed),
+        "--output",
+        str(output),
+        state_dir=fed.alpha.state_dir,
+    )
+    assert cut.returncode == 1, cut.stderr
+    assert json.loads(cut.stderr)["error"]["details"]["limit"] == "response_bytes"
+    assert not output.exists()
+    for request, state_dir, status in (
+        (refused, fed.alpha.state_dir, 1),
+        (refused, tmp_path / "no-server", 3),
+    ):
+        failed = ficc(
+            "federation-request",
+            fed.peer,
+            "--input",
+            str(request),
+            "--output",
+            str(output),
+            state_dir=state_dir,
+        )
+        assert failed.returncode == status, failed.stderr
+        assert not output.exists()
+
+
 # --- a stopped grantor, and a crash simulated between the receipt and the effect ------------
 
 
@@ -688,7 +762,9 @@ def test_simulated_crash_before_the_effect_is_uncertain_then_created_once_on_ret
         return response.json()["result"] if response.status_code == 200 else None
 
     status = wait_for(answered, seconds=20, what="the restarted grantor answers")
-    assert status["state"] == "uncertain"
+    # Inspected with nothing of it in flight, the mutation is certainly not applied (its effect
+    # commits with its receipt): it holds no capacity, and the retry applies it once.
+    assert status["state"] == "not_applied"
     assert status["advice"]
     first = ok(fed.request("inference.create", body, mutation_id))
     assert first["replayed"] is False

@@ -19,7 +19,7 @@ from ficc.adapters.hypernet_handshake import NonceMemory, run_handshake
 from ficc.adapters.hypernet_keys import ed25519_verify
 from ficc.adapters.hypernet_streams import FrameStream
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import NotFound, ProtocolError, Unavailable
+from ficc.base.errors import NotFound, OutcomeUnknown, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import KnownPeer, Role, Session
@@ -70,6 +70,17 @@ class Cluster:
             raise NotFound("no such thing", details={"id": body.get("id")})
         if operation == "bytes":
             return self.chunks(body["count"], body["size"])
+        if operation == "large":
+            return {"text": "x" * body["size"]}
+        if operation == "measure":
+            return {
+                "chars": len(body["text"]),
+                "sha256": hashlib.sha256(body["text"].encode()).hexdigest(),
+            }
+        if operation == "engine_down":
+            raise Unavailable("the engine cannot be reached", details={"engine": "down"})
+        if operation == "engine_dies":
+            return self.dying_engine()
         if operation == "hang":
             self.started.set()
             try:
@@ -77,6 +88,11 @@ class Cluster:
             finally:
                 self.cancelled.set()
         raise AssertionError(operation)
+
+    async def dying_engine(self) -> AsyncIterator[bytes]:
+        """An engine that answers one event, then cannot be reached."""
+        yield b"data: {}\n\n"
+        raise Unavailable("the engine stopped answering", details={"engine": "gone"})
 
     async def chunks(self, count: int, size: int) -> AsyncIterator[bytes]:
         for index in range(count):
@@ -345,6 +361,93 @@ async def test_a_handlers_refusal_reaches_the_requester_with_its_code(
             )
         await still_serves(server, client)
     assert caught.value.details == {"id": "x"}
+
+
+async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """A JSON answer over the 1 MiB frame goes as chunks and arrives as one object (a grant's
+    response_bytes may be up to 256 MiB); a small one is still one RESPONSE."""
+    server, client = await make_cluster(), await make_cluster()
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        for size in (10, (1 << 20) - 100, 3 << 20):
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id, "large", {"size": size}, ticket=server.endpoint.ticket
+            )
+            assert answer == {"text": "x" * size}
+        await still_serves(server, client)
+
+
+async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_session(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """A body over the 1 MiB frame (a grant's request_bytes may be up to 64 MiB) follows its
+    request as chunks, announced and signed by size and SHA-256; a small one is still inline."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        for size in (10, 3 << 20):
+            text = "y" * size
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id,
+                "measure",
+                {"text": text},
+                ticket=server.endpoint.ticket,
+            )
+            assert answer == {"chars": size, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        await still_serves(server, client)
+
+
+async def test_a_request_body_in_chunks_is_refused_before_a_pairing(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """Before a pairing (generation 0) only small pairing messages travel: a body in chunks
+    is a protocol error, and the handler never sees it."""
+    server, client = await make_cluster(), await make_cluster()
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        with pytest.raises((ProtocolError, Unavailable, OutcomeUnknown)):
+            await client.endpoint.request(
+                server.endpoint.hypernet_id,
+                "measure",
+                {"text": "z" * (2 << 20)},
+                ticket=server.endpoint.ticket,
+            )
+    assert server.seen == []
+
+
+async def read_stream(
+    client: Cluster, server: Cluster, operation: str, received: list[bytes]
+) -> None:
+    """Every chunk ``operation`` streams, into ``received``, until it ends or fails."""
+    async with client.endpoint.stream(
+        server.endpoint.hypernet_id, operation, {}, ticket=server.endpoint.ticket
+    ) as chunks:
+        async for chunk in chunks:
+            received.append(chunk)
+
+
+async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_unknown_outcome(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """The handler's own ``Unavailable`` is answered as an error frame: the requester learns
+    the engine failed (502 ``peer_unreachable``), never ``peer_timeout`` (outcome unknown)."""
+    server, client = await make_cluster(), await make_cluster()
+    received: list[bytes] = []
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        with pytest.raises(Unavailable) as plain:
+            await client.endpoint.request(
+                server.endpoint.hypernet_id, "engine_down", {}, ticket=server.endpoint.ticket
+            )
+        with pytest.raises(Unavailable) as streamed:
+            await read_stream(client, server, "engine_dies", received)
+        await still_serves(server, client)
+    for caught in (plain, streamed):
+        assert not isinstance(caught.value, OutcomeUnknown)
+        assert caught.value.code == "peer_unreachable"
+    assert plain.value.details == {"engine": "down"}
+    assert streamed.value.details == {"engine": "gone"}
+    assert received == [b"data: {}\n\n"]
 
 
 async def test_abandoning_a_request_cancels_the_handler_on_the_peer(

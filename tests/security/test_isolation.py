@@ -1,7 +1,7 @@
 """Isolation and admission: projects, grants and peers get only what is theirs.
 
 Fast tier: the grantor's services in process over a real SQLite file, requests driven through
-``RemoteOperations.serve`` as a proven session drives them; an engine that never stops talking
+``PeerOperations.serve`` as a proven session drives them; an engine that never stops talking
 is a real HTTP server on loopback (run under scripts/in-loopback-netns).
 """
 
@@ -376,9 +376,6 @@ class HostileGrantor:
     def __init__(self, files: list[dict[str, Any]]) -> None:
         self.files = files
         self.ranges_asked = 0
-
-    def add_stream(self, *_: object) -> None:
-        return None
 
     async def request(self, *_: object, **__: object) -> dict[str, Any]:
         raw = {"name": "hostile", "format": "gguf", "files": self.files, "metadata": {}}

@@ -1,7 +1,7 @@
 """The fast tier of the isolation tests: a grantor wired in process over a real SQLite file.
 
 Peers and grants are written straight into the database (no transport): the grantor's rules
-are then driven through ``RemoteOperations.serve`` exactly as a proven session would drive
+are then driven through ``PeerOperations.serve`` exactly as a proven session would drive
 them. A fake runtime stands in for engines: admission rules refuse before any launch.
 """
 
@@ -77,7 +77,7 @@ async def paired_peer(cluster: Cluster, project: str = "default") -> PeerOf:
     async with cluster.uow_factory() as uow:
         await uow.peers.add(peer)
         await uow.commit()
-    await cluster.federation.load()
+    await cluster.federation.known.load()
     return PeerOf(peer.id, PeerIdentity(hypernet_id, cluster_key, generation))
 
 
@@ -122,10 +122,10 @@ async def serve(
     mutation_id: str | None = None,
 ) -> dict[str, Any]:
     """One request as the grantor serves it; a streamed answer is read to its end."""
-    wire: dict[str, Any] = {"grant": grant_id, "operation": operation, "body": body}
+    wire: dict[str, Any] = {"grant": grant_id, "body": body}
     if mutation_id is not None:
         wire["mutation_id"] = mutation_id
-    answer = await cluster.remote.serve(peer.identity, wire)
+    answer = await cluster.federation.operations.serve(peer.identity, operation, wire)
     if isinstance(answer, dict):
         return answer
     received = 0

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from iroh import BiStream, Connection, IrohError
@@ -40,9 +41,13 @@ from ficc.base.errors import (
     error_from_code,
 )
 from ficc.base.units import MiB
+from ficc.domain.grants import MAX_RESPONSE_BYTES
+from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
 from ficc.protocol.handshake import Role, Session
 from ficc.protocol.liveness import Liveness
 from ficc.protocol.messages import (
+    MAX_FOLLOWING_BODY_BYTES,
     Cancel,
     Chunk,
     End,
@@ -52,6 +57,7 @@ from ficc.protocol.messages import (
     Request,
     Response,
     encode_chunk_frames,
+    encode_message,
 )
 from ficc.protocol.requests import RequestSigner, RequestVerifier
 from ficc.protocol.signing import Signer, Verify
@@ -65,6 +71,11 @@ MAX_PEER_STREAMS: Final = 128
 MAX_IDLE_STREAMS: Final = 8
 MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
 ABANDON_SECONDS: Final = 1.0
+MAX_ASSEMBLED_BYTES: Final = 2 * MAX_FOLLOWING_BODY_BYTES
+"""Request bodies gathered from chunks at once in one session: two of the largest."""
+MAX_JSON_ANSWER_BYTES: Final = MAX_RESPONSE_BYTES + MiB
+"""The largest JSON answer a requester gathers from chunks: a grant's largest
+``response_bytes``, and room for the envelope around the result."""
 MAX_UNPAIRED_STREAMS: Final = 4
 """Incoming request streams at once before a pairing: its operations go one at a time."""
 MAX_BUFFERED_BYTES: Final = 32 * MiB
@@ -125,6 +136,8 @@ class PeerSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._limits = limits or SessionLimits()
         paired = session.generation != 0
+        self._paired = paired
+        self._assembling = 0
         self.incoming = session.role is Role.RESPONDER
         self._max_streams = MAX_PEER_STREAMS if paired else MAX_UNPAIRED_STREAMS
         self._budget = ReadBudget(MAX_BUFFERED_BYTES if paired else MAX_UNPAIRED_BUFFERED_BYTES)
@@ -269,6 +282,46 @@ class PeerSession:
                 details={"limit": "request_read_seconds", "max": limit},
             ) from exc
 
+    async def _following_body(self, stream: FrameStream, request: Request) -> Request:
+        """The request with the body that follows it in chunks: exactly the announced size,
+        then an end, matching the signed SHA-256, parsed as strictly as a request's JSON.
+
+        Only a paired peer may send one, and only :data:`MAX_ASSEMBLED_BYTES` of such bodies
+        are gathered at once in a session.
+        """
+        following = request.following
+        assert following is not None
+        if not self._paired:
+            raise ProtocolError("a request body in chunks needs a paired session")
+        if self._assembling + following.size > MAX_ASSEMBLED_BYTES:
+            raise ProtocolError(
+                f"request bodies of more than {MAX_ASSEMBLED_BYTES} bytes at once in a session"
+            )
+        self._assembling += following.size
+        try:
+            parts: list[bytes] = []
+            total = 0
+            while True:
+                message = await self._next_request(asyncio.ensure_future(stream.receive()))
+                if isinstance(message, End):
+                    break
+                if not isinstance(message, Chunk):
+                    raise ProtocolError("only chunks and an end may follow a request's body")
+                total += len(message.data)
+                if total > following.size:
+                    raise ProtocolError("the request's body is longer than it announced")
+                parts.append(message.data)
+            if message.total_bytes != total or total != following.size:
+                raise ProtocolError("the request's body is not the size it announced")
+            data = b"".join(parts)
+            del parts
+            if hashlib.sha256(data).hexdigest() != following.sha256:
+                raise ProtocolError("the request's body does not match its signed SHA-256")
+            body = parse_json_object(data, what="request body")
+        finally:
+            self._assembling -= following.size
+        return replace(request, body=body, following=None)
+
     async def _serve_requests(self, stream: FrameStream) -> None:
         previous_seq = 0
         receiving = asyncio.ensure_future(stream.receive())
@@ -286,6 +339,8 @@ class PeerSession:
                     raise ProtocolError(f"expected a request, got {type(message).__name__}")
                 self._incoming.verify(message, previous_on_stream=previous_seq)
                 previous_seq = message.seq
+                if message.following is not None:
+                    message = await self._following_body(stream, message)
                 # The handler runs in a task of its own; the next receive runs beside it, and a
                 # cancel, a reset or the end of the stream cancels the handler.
                 work = asyncio.ensure_future(self._answer(stream, message))
@@ -319,16 +374,25 @@ class PeerSession:
     async def _answer(self, stream: FrameStream, request: Request) -> None:
         # This runs in a task of its own: the ID set here is this request's alone.
         current_request_id.set(request.request_id or new_request_id())
-        label = metrics.operation_label(request.operation, request.body)
+        label = metrics.operation_label(request.operation)
         with _counted("in", label) as outcome:
             try:
-                result = await self._handler(self.identity, request.operation, request.body)
+                try:
+                    result = await self._handler(self.identity, request.operation, request.body)
+                except (Unavailable, OutcomeUnknown) as exc:
+                    raise _HandlerFailed(exc) from exc
                 if isinstance(result, dict):
-                    await stream.send(Response(result))
+                    await _send_answer(stream, result)
                     return
                 total = 0
                 async with _closing(result):
-                    async for chunk in result:
+                    while True:
+                        try:
+                            chunk = await anext(result)
+                        except StopAsyncIteration:
+                            break
+                        except (Unavailable, OutcomeUnknown) as exc:
+                            raise _HandlerFailed(exc) from exc
                         await stream.write(encode_chunk_frames(chunk))
                         total += len(chunk)
                         if metrics.is_transfer(label):
@@ -345,6 +409,11 @@ class PeerSession:
                     current.uncancel()
                 outcome.append(reason.code)
                 await _tell_ended(stream, reason)
+            except _HandlerFailed as failed:
+                # The handler's own failure (an engine down): the requester is told it, as
+                # any refusal; only this stream's own I/O failing leaves the outcome unknown.
+                outcome.append(failed.error.code)
+                await stream.send(Error.from_exception(failed.error))
             except (Unavailable, OutcomeUnknown):
                 raise
             except FiccError as exc:
@@ -362,13 +431,17 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result."""
         exchange = _Exchange(self, operation, dict(body))
-        with _counted("out", metrics.operation_label(operation, body)):
+        with _counted("out", metrics.operation_label(operation)):
             async with exchange.running(timeout_seconds):
                 await exchange.send()
                 message = await exchange.receive()
                 if isinstance(message, Response):
                     exchange.complete()
                     return message.body
+                if isinstance(message, Chunk):
+                    body = await _whole_answer(exchange, message)
+                    exchange.complete()
+                    return body
                 raise exchange.unexpected(message)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -449,6 +522,49 @@ class PeerSession:
         self._spawn(abandon())
 
 
+async def _send_answer(stream: FrameStream, result: dict[str, Any]) -> None:
+    """A JSON answer: one ``RESPONSE`` frame when it fits, else its canonical JSON as chunks
+    and an ``END`` (a plain answer may be as large as a grant's ``response_bytes``)."""
+    content = canonical_json(result)
+    if len(content) < MAX_FRAME_BYTES:
+        await stream.send(Response(result))
+        return
+    await stream.write(encode_chunk_frames(content))
+    await stream.send(End(len(content)))
+
+
+async def _whole_answer(exchange: _Exchange, first: Chunk) -> dict[str, Any]:
+    """A JSON answer that came as chunks: gathered up to the largest a grant allows, then
+    parsed as strictly as a ``RESPONSE``."""
+    parts: list[bytes] = []
+    total = 0
+    message: Message | None = first
+    while isinstance(message, Chunk):
+        total += len(message.data)
+        if total > MAX_JSON_ANSWER_BYTES:
+            raise ProtocolError(
+                f"a JSON answer of more than {MAX_JSON_ANSWER_BYTES} bytes was streamed"
+            )
+        parts.append(message.data)
+        message = await exchange.receive()
+    if not isinstance(message, End):
+        raise exchange.unexpected(message)
+    if message.total_bytes != total:
+        raise ProtocolError(
+            f"the answer ended at {total} bytes, the peer says {message.total_bytes}"
+        )
+    return parse_json_object(b"".join(parts), what="response")
+
+
+class _HandlerFailed(Exception):
+    """A peer-or-engine failure the serving handler raised, to tell the requester as an error
+    frame (unlike the same error raised by this stream's own reads and writes)."""
+
+    def __init__(self, error: FiccError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 async def _tell_ended(stream: FrameStream, reason: FiccError) -> None:
     """An error frame naming ``reason`` if one can still go out; else a reset naming it.
 
@@ -527,7 +643,7 @@ class _Exchange:
 
     def __init__(self, session: PeerSession, operation: str, body: dict[str, Any]) -> None:
         self._session = session
-        self.label = metrics.operation_label(operation, body)
+        self.label = metrics.operation_label(operation)
         self._operation = operation
         self._body = body
         self._stream: FrameStream | None = None
@@ -543,7 +659,6 @@ class _Exchange:
         session = self._session
         self._timeout = timeout_seconds
         self._per_message = per_message
-        mutation_id = self._body.get("mutation_id")
         session._began()
         try:
             async with asyncio.timeout(None if per_message else timeout_seconds):
@@ -551,12 +666,10 @@ class _Exchange:
                     self._stream = await session._take_stream()
                     yield
         except TimeoutError as exc:
-            raise self._lost(
-                f"no answer from the peer within {timeout_seconds} s", mutation_id
-            ) from exc
+            raise self._lost(f"no answer from the peer within {timeout_seconds} s") from exc
         except (Unavailable, OutcomeUnknown) as exc:
             if self._sent and not self._complete and isinstance(exc, Unavailable):
-                raise self._lost(exc.message, mutation_id) from exc
+                raise self._lost(exc.message) from exc
             raise
         except ProtocolError as exc:
             if not self._complete:
@@ -571,21 +684,28 @@ class _Exchange:
                 else:
                     session._abandon(stream, cancelled=self._sent)
 
-    def _lost(self, why: str, mutation_id: object) -> FiccError:
+    def _lost(self, why: str) -> FiccError:
+        """Sent but unanswered: unknown (the service that built the request names what is in
+        doubt); never sent: unavailable, and certainly nothing happened."""
         if not self._sent:
             return Unavailable(f"the request was not sent: {why}")
-        return OutcomeUnknown(
-            f"the outcome of {self._operation} is unknown: {why}",
-            mutation_id=mutation_id if isinstance(mutation_id, str) else None,
-        )
+        return OutcomeUnknown(f"the outcome of {self._operation} is unknown: {why}")
 
     async def send(self) -> None:
+        """The request in one frame; a body too large for it follows as chunks and an end."""
         assert self._stream is not None
-        request = self._session._outgoing.sign(
+        request, following = self._session._outgoing.sign_fitting(
             self._operation, self._body, current_request_id.get()
         )
         self._sent = True
-        await self._stream.send(request)
+        if following is None:
+            await self._stream.send(request)
+            return
+        await self._stream.write(
+            encode_frame(encode_message(request))
+            + encode_chunk_frames(following)
+            + encode_frame(encode_message(End(len(following))))
+        )
 
     async def receive(self) -> Message | None:
         assert self._stream is not None

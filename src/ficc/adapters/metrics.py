@@ -100,18 +100,16 @@ SQLITE_LOCK_WAIT: Final = Histogram(
 )
 
 
-GRANT_REQUEST: Final = "grant.request"
 MAX_OPERATION_LABELS: Final = 64
 """Distinct operation labels kept; a peer sending made-up names cannot grow the series further."""
 OTHER_OPERATION: Final = "other"
-TRANSFER_LABEL: Final = f"{GRANT_REQUEST}:models.range"
+TRANSFER_LABEL: Final = "models.range"
 _operation_labels: set[str] = set()
 
 
-def operation_label(operation: str, body: Mapping[str, object]) -> str:
-    """``discover`` for a grant request carrying it, the wire operation otherwise; bounded."""
-    inner = body.get("operation") if operation == GRANT_REQUEST else None
-    label = f"{GRANT_REQUEST}:{inner}" if isinstance(inner, str) else operation
+def operation_label(operation: str) -> str:
+    """The wire operation, as the label of its series; a bounded set of them."""
+    label = operation
     if label in _operation_labels:
         return label
     if len(_operation_labels) >= MAX_OPERATION_LABELS or len(label) > 64:

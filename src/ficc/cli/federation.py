@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from ficc.base.errors import FiccError
+from ficc.base.errors import FiccError, error_from_code
 from ficc.cli.bodies import input_or_flags
 from ficc.cli.client import ControlClient
 from ficc.cli.main import (
@@ -281,28 +281,68 @@ def federation_forget(state_dir: Path, project: str, peer: str) -> None:
 def federation_request(
     state_dir: Path, project: str, peer: str, input_path: str, output_path: str | None
 ) -> None:
-    """Send one remote operation through the selected grant (never retried)."""
-    from ficc.services.remote_operations import INVOKE_TIMEOUT_SECONDS, is_streaming
+    """Send one remote operation through the selected grant (never retried).
+
+    Exits 1 when the answer, or a stream's last event, is a refusal; ``--output`` is then
+    removed, so the same command can run again.
+    """
+    from ficc.services.remote.client import INVOKE_TIMEOUT_SECONDS
+    from ficc.services.remote.table import is_streaming
 
     body = read_input(input_path)
     output = _exclusive(output_path) if output_path is not None else None
     try:
         with ControlClient(state_dir, project, timeout_seconds=INVOKE_TIMEOUT_SECONDS) as client:
             path = f"{PREFIX}/peers/{peer}/request"
-            if (
-                isinstance(body, dict)
-                and isinstance(body.get("body"), dict)
-                and (is_streaming(str(body.get("operation")), body["body"]))
-            ):
+            if isinstance(body, dict) and is_streaming(body.get("operation"), body.get("body")):
+                events = _LastEvent()
                 with client.stream("POST", path, body) as response:
                     for data in response.iter_bytes():
+                        events.feed(data)
                         _write(output, data)
+                if response.content_type.startswith("text/event-stream"):
+                    events.raise_error()
             else:
                 result = client.request("POST", path, body)
                 _write(output, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+    except BaseException:
+        if output is not None and output_path is not None:
+            output.close()
+            with contextlib.suppress(FileNotFoundError):
+                Path(output_path).unlink()
+        raise
     finally:
         if output is not None:
             output.close()
+
+
+class _LastEvent:
+    """The last whole server-sent event of a stream: an error there means it ended refused."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._last = b""
+
+    def feed(self, data: bytes) -> None:
+        events = (self._pending + data).split(b"\n\n")
+        self._pending = events.pop()
+        if events:
+            self._last = events[-1]
+
+    def raise_error(self) -> None:
+        last = (self._pending.strip() or self._last).removeprefix(b"data:").strip()
+        try:
+            event = json.loads(last)
+        except ValueError:
+            return
+        error = event.get("error") if isinstance(event, dict) else None
+        if isinstance(error, dict):
+            details = error.get("details")
+            raise error_from_code(
+                str(error.get("code", "internal")),
+                str(error.get("message", "the stream ended with an error")),
+                details if isinstance(details, dict) else None,
+            )
 
 
 def _exclusive(path: str) -> BinaryIO:

@@ -16,6 +16,8 @@ from ficc.base.units import DAY_SECONDS
 
 # "Offers not approved within 7 days expire."
 OFFER_LIFETIME_SECONDS: Final = 7 * DAY_SECONDS
+CLOCK_SKEW_SECONDS: Final = 300
+"""How far the two clusters' clocks may disagree about an offer's expiry."""
 PURGE_GRACE_SECONDS: Final = 1 * DAY_SECONDS
 """An offer never approved is deleted this long after it expired (its ID stays tombstoned)."""
 MAX_RECEIVED_OFFERS_PER_HYPERNET_ID: Final = 4
@@ -51,12 +53,12 @@ TRANSITIONS: Final[dict[tuple[str, str, str], str]] = {
     (OUTGOING, SENT, "finish"): FINISHED,
     (OUTGOING, ACCEPTED, "finish"): FINISHED,
     (OUTGOING, SENT, "discard"): DISCARDED,
-    (OUTGOING, ACCEPTED, "discard"): DISCARDED,
     (INCOMING, RECEIVED, "approve"): APPROVED,
     (INCOMING, RECEIVED, "discard"): DISCARDED,
     (INCOMING, APPROVED, "finish"): FINISHED,
-    (INCOMING, APPROVED, "discard"): DISCARDED,
 }
+"""Only an offer not yet approved is discarded: once approved, the other side may already
+have finished (its answer lost), so an approved pairing ends by removing its peer."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,19 @@ class Offer:
 
 
 def next_state(offer: Offer, event: str, now: datetime) -> str:
-    """The state after ``event``, or Conflict naming what the offer's state allows."""
+    """The state after ``event``, or Conflict naming what the offer's state allows.
+
+    The requester takes the answer to its offer for :data:`CLOCK_SKEW_SECONDS` past its own
+    expiry: the service side approved before the expiry by its clock, which may run behind.
+    """
     state = offer.state_at(now)
+    if (
+        state == EXPIRED
+        and (offer.direction, offer.state) == (OUTGOING, SENT)
+        and event in ("receipt", "finish")
+        and now < offer.expires_at + timedelta(seconds=CLOCK_SKEW_SECONDS)
+    ):
+        state = SENT
     target = TRANSITIONS.get((offer.direction, state, event))
     if target is None:
         raise Conflict(

@@ -1,11 +1,13 @@
-"""The remote operations a grant can carry: which scope each needs, which ones mutate.
+"""Rules of the remote operations a grant carries: scopes, mutation IDs, bodies, paths.
 
-The table follows the Federation API and contract §4.
+The table of operations itself (``ficc.services.remote.table``) follows the Federation API
+and contract §4; these are the pure checks its rows are made of.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any, Final
 
 from ficc.base.errors import InvalidInput, PermissionDenied
@@ -13,50 +15,30 @@ from ficc.base.ids import parse_mutation_id
 from ficc.domain.scopes import REMOTE_SCOPES
 
 ANY_SCOPE: Final = frozenset(REMOTE_SCOPES)
+"""An operation any grant may carry (``operation.status``)."""
 
-OPERATION_SCOPES: Final[Mapping[str, frozenset[str]]] = {
-    "discover": frozenset({"discover"}),
-    "inference.prepare": frozenset({"inference:manage"}),
-    "inference.preview": frozenset({"inference:manage"}),
-    "inference.get": frozenset({"inference:invoke", "inference:manage"}),
-    "inference.create": frozenset({"inference:manage"}),
-    "inference.replace": frozenset({"inference:manage"}),
-    "inference.control": frozenset({"inference:manage"}),
-    "inference.invoke": frozenset({"inference:invoke"}),
-    "models.manifest": frozenset({"models:read", "models:transfer"}),
-    "models.range": frozenset({"models:transfer"}),
-    "models.create": frozenset({"models:manage"}),
-    "models.remove": frozenset({"models:manage"}),
-    "resources": frozenset({"resources:read"}),
-    "operation.status": ANY_SCOPE,
-}
-"""Operation → the scopes of which the grant must hold at least one."""
 
-MUTATIONS: Final = frozenset(
-    {
-        "inference.create",
-        "inference.replace",
-        "inference.control",
-        "models.create",
-        "models.remove",
-    }
-)
+class Streaming(Enum):
+    """Whether an operation answers with a stream of bytes instead of one JSON object."""
+
+    NEVER = "never"
+    ALWAYS = "always"
+    WHEN_ASKED = "when_asked"
+    """Only when the inner request asks for it (``"stream": true``), like an OpenAI call."""
+
+    def streams(self, body: Mapping[str, Any]) -> bool:
+        if self is Streaming.WHEN_ASKED:
+            inner = body.get("body")
+            return isinstance(inner, dict) and inner.get("stream") is True
+        return self is Streaming.ALWAYS
+
 
 INVOKE_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 """The inference paths a peer may reach; ``chat/completions`` is accepted for the first."""
 
 
-def parse_operation_name(value: object) -> str:
-    if not isinstance(value, str) or value not in OPERATION_SCOPES:
-        raise InvalidInput(
-            f"operation must be one of: {', '.join(sorted(OPERATION_SCOPES))}",
-            field="operation",
-        )
-    return value
-
-
-def check_scope(operation: str, granted: frozenset[str]) -> None:
-    needed = OPERATION_SCOPES[operation]
+def check_scope(operation: str, needed: frozenset[str], granted: frozenset[str]) -> None:
+    """The grant must hold at least one of the scopes ``operation`` needs."""
     if not needed & granted:
         scope = sorted(needed)[0]
         raise PermissionDenied(
@@ -65,9 +47,9 @@ def check_scope(operation: str, granted: frozenset[str]) -> None:
         )
 
 
-def check_mutation_id(operation: str, mutation_id: object) -> str | None:
+def check_mutation_id(operation: str, mutation: bool, mutation_id: object) -> str | None:
     """Required (32 lowercase hex) for mutations, refused for everything else."""
-    if operation in MUTATIONS:
+    if mutation:
         if mutation_id is None:
             raise InvalidInput(
                 f"{operation} requires a mutation_id (32 lowercase hex); save it before sending",

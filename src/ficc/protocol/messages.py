@@ -25,6 +25,10 @@ KEY_BYTES: Final = 32
 SIGNATURE_BYTES: Final = 64
 MAX_VERSIONS: Final = 16
 REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
+MAX_FOLLOWING_BODY_BYTES: Final = 65 * 1024 * 1024
+"""The largest request body sent in chunks after its request: a grant's ``request_bytes`` is
+at most 64 MiB, and the request's envelope around it fits in the rest."""
 """A request ID a request may carry: no spaces, quotes or control characters."""
 MAX_U64: Final = 2**64 - 1
 
@@ -32,6 +36,8 @@ _ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _U64 = struct.Struct(">Q")
 _PROOF = struct.Struct(f">Q{KEY_BYTES}s{SIGNATURE_BYTES}s")
 _REQUEST_HEAD = struct.Struct(f">Q{SIGNATURE_BYTES}s")
+REQUEST_HEAD_BYTES: Final = 1 + _REQUEST_HEAD.size
+"""A request's tag, sequence number and signature, before its JSON content."""
 
 
 class Tag(enum.IntEnum):
@@ -88,6 +94,18 @@ class Request:
     content: bytes = field(default=b"", compare=False, repr=False)
     request_id: str | None = None
     """The requester's request ID, so both clusters' logs name the same request (optional)."""
+    following: BodyFollows | None = None
+    """Set when the body is too large for this frame: ``body`` is then ``{}`` and the body's
+    canonical JSON follows as chunks and an end on the same stream, its size and SHA-256
+    signed here."""
+
+
+@dataclass(frozen=True)
+class BodyFollows:
+    """The size and SHA-256 (hex) of a request body sent as chunks after its request."""
+
+    size: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -177,11 +195,11 @@ def encode_message(message: Message) -> bytes:
             _check_len(cluster_key, KEY_BYTES, "proof cluster_key")
             _check_len(signature, SIGNATURE_BYTES, "proof signature")
             return bytes([Tag.PROOF]) + _PROOF.pack(generation, cluster_key, signature)
-        case Request(seq, signature, operation, body, content, request_id):
+        case Request(seq, signature, operation, body, content, request_id, following):
             _check_u64(seq, "request seq")
             _check_len(signature, SIGNATURE_BYTES, "request signature")
             head = bytes([Tag.REQUEST]) + _REQUEST_HEAD.pack(seq, signature)
-            return head + (content or request_content(operation, body, request_id))
+            return head + (content or request_content(operation, body, request_id, following))
         case Response(body):
             return bytes([Tag.RESPONSE]) + canonical_json(body)
         case Error(code, text, details):
@@ -200,15 +218,24 @@ def encode_message(message: Message) -> bytes:
     raise TypeError(f"not a ficc.federation/1 message: {message!r}")
 
 
-def request_content(operation: str, body: dict[str, Any], request_id: str | None = None) -> bytes:
+def request_content(
+    operation: str,
+    body: dict[str, Any],
+    request_id: str | None = None,
+    following: BodyFollows | None = None,
+) -> bytes:
     """The canonical JSON a request carries and its signature covers.
 
-    ``request_id`` is written only when there is one, so a request without it is byte for byte
-    what it was before the field existed.
+    ``request_id`` and ``following`` are written only when there are some, so a request
+    without them is byte for byte what it was before those fields existed.
     """
-    if request_id is None:
-        return canonical_json({"body": body, "operation": operation})
-    return canonical_json({"body": body, "operation": operation, "request_id": request_id})
+    content: dict[str, Any] = {"body": body, "operation": operation}
+    if request_id is not None:
+        content["request_id"] = request_id
+    if following is not None:
+        content["body_bytes"] = following.size
+        content["body_sha256"] = following.sha256
+    return canonical_json(content)
 
 
 def encode_chunk_frame(data: bytes | memoryview) -> bytes:
@@ -267,11 +294,15 @@ def _decode_request(rest: bytes) -> Request:
     seq, signature = _REQUEST_HEAD.unpack_from(rest)
     content = rest[_REQUEST_HEAD.size :]
     doc = parse_json_object(content, what="request")
-    if set(doc) - {"request_id"} != {"body", "operation"}:
+    if set(doc) - {"request_id", "body_bytes", "body_sha256"} != {"body", "operation"}:
         raise ProtocolError(
-            "request must have exactly the fields body and operation, and optionally request_id"
+            "request must have exactly the fields body and operation, and optionally "
+            "request_id, and body_bytes with body_sha256"
         )
     operation, body, request_id = doc["operation"], doc["body"], doc.get("request_id")
+    following = _following(doc)
+    if following is not None and body != {}:
+        raise ProtocolError("a request whose body follows in chunks carries the body {}")
     if "request_id" in doc and (
         not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None
     ):
@@ -289,7 +320,26 @@ def _decode_request(rest: bytes) -> Request:
         body=body,
         content=content,
         request_id=request_id,
+        following=following,
     )
+
+
+def _following(doc: dict[str, Any]) -> BodyFollows | None:
+    """The announced body that follows the request, checked; None when none does."""
+    if "body_bytes" not in doc and "body_sha256" not in doc:
+        return None
+    size, sha256 = doc.get("body_bytes"), doc.get("body_sha256")
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or not 1 <= size <= MAX_FOLLOWING_BODY_BYTES
+    ):
+        raise ProtocolError(
+            f"request body_bytes must be an integer from 1 to {MAX_FOLLOWING_BODY_BYTES}"
+        )
+    if not isinstance(sha256, str) or SHA256_HEX.fullmatch(sha256) is None:
+        raise ProtocolError("request body_sha256 must be 64 lowercase hex characters")
+    return BodyFollows(size, sha256)
 
 
 def _decode_response(rest: bytes) -> Response:
@@ -356,11 +406,14 @@ __all__ = [
     "KEY_BYTES",
     "LENGTH_BYTES",
     "MAX_CHUNK_BYTES",
+    "MAX_FOLLOWING_BODY_BYTES",
     "NONCE_BYTES",
     "PROTOCOL_VERSION",
+    "REQUEST_HEAD_BYTES",
     "REQUEST_ID_PATTERN",
     "SIGNATURE_BYTES",
     "SUPPORTED_VERSIONS",
+    "BodyFollows",
     "Cancel",
     "Challenge",
     "Chunk",

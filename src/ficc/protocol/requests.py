@@ -8,12 +8,22 @@ the highest seen, is refused, and so is one not above the previous request on th
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from typing import Any, Final
 
 from ficc.base.errors import ProtocolError
+from ficc.protocol.canonical import canonical_json
+from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import Role, Session
-from ficc.protocol.messages import MAX_U64, Request, request_content
+from ficc.protocol.messages import (
+    MAX_FOLLOWING_BODY_BYTES,
+    MAX_U64,
+    REQUEST_HEAD_BYTES,
+    BodyFollows,
+    Request,
+    request_content,
+)
 from ficc.protocol.signing import Signer, Verify
 
 REQUEST_DOMAIN: Final = b"ficc.federation/1 request\x00"
@@ -39,7 +49,9 @@ def _signing_message(prefix: bytes, seq: int, content: bytes) -> bytes:
 
 
 def _content_of(request: Request) -> bytes:
-    return request.content or request_content(request.operation, request.body, request.request_id)
+    return request.content or request_content(
+        request.operation, request.body, request.request_id, request.following
+    )
 
 
 class RequestSigner:
@@ -53,11 +65,39 @@ class RequestSigner:
 
     def sign(self, operation: str, body: dict[str, Any], request_id: str | None = None) -> Request:
         """The next request of this direction, signed (its content encoded once, here)."""
+        content = request_content(operation, body, request_id)
+        return self._signed(operation, body, request_id, content, None)
+
+    def sign_fitting(
+        self, operation: str, body: dict[str, Any], request_id: str | None = None
+    ) -> tuple[Request, bytes | None]:
+        """The next request, signed to fit one frame, and the body to send after it as chunks
+        when it does not fit (then announced in the request by size and SHA-256)."""
+        content = request_content(operation, body, request_id)
+        if REQUEST_HEAD_BYTES + len(content) <= MAX_FRAME_BYTES:
+            return self._signed(operation, body, request_id, content, None), None
+        body_json = canonical_json(body)
+        if len(body_json) > MAX_FOLLOWING_BODY_BYTES:
+            raise ProtocolError(
+                f"a request body carries at most {MAX_FOLLOWING_BODY_BYTES} bytes; "
+                f"this one is {len(body_json)}"
+            )
+        following = BodyFollows(len(body_json), hashlib.sha256(body_json).hexdigest())
+        content = request_content(operation, {}, request_id, following)
+        return self._signed(operation, {}, request_id, content, following), body_json
+
+    def _signed(
+        self,
+        operation: str,
+        body: dict[str, Any],
+        request_id: str | None,
+        content: bytes,
+        following: BodyFollows | None,
+    ) -> Request:
         seq = self._next_seq
         if seq > MAX_U64:
             raise ProtocolError("the session ran out of sequence numbers")
         self._next_seq += 1
-        content = request_content(operation, body, request_id)
         signature = self._signer.sign(_signing_message(self._prefix, seq, content))
         return Request(
             seq=seq,
@@ -66,6 +106,7 @@ class RequestSigner:
             body=body,
             content=content,
             request_id=request_id,
+            following=following,
         )
 
 

@@ -21,7 +21,13 @@ from ficc.domain.mutations import derived_entropy
 from ficc.domain.principals import Principal
 from ficc.services import audit, mutations
 from ficc.services.mutations import MutationKey
-from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory, UserPathResolver
+from ficc.services.ports import (
+    BlobStore,
+    Clock,
+    UnitOfWork,
+    UnitOfWorkFactory,
+    UserPathResolver,
+)
 
 MAX_MODEL_FILES = 256
 MAX_MODEL_NAME_CHARS = 200
@@ -141,11 +147,7 @@ async def delete_model(
                 f"model {model_id} is used by the service {users[0]}; remove the service first",
                 details={"services": list(users)},
             )
-        await uow.models.delete(model_id)
-        await uow.models.release_blobs(project, model.blob_digests())
-        orphans = [
-            digest for digest in model.blob_digests() if not await uow.models.blob_in_use(digest)
-        ]
+        orphans = await _release(uow, model)
         await audit.record(
             uow,
             clock,
@@ -155,7 +157,20 @@ async def delete_model(
             target=model_id,
         )
         await uow.commit()
-    for digest in orphans:
+    await _remove_blobs(blobs, orphans)
+
+
+async def _release(uow: UnitOfWork, model: CatalogueModel) -> list[str]:
+    """Delete the record and its project's hold on its blobs; the blobs no model uses now."""
+    await uow.models.delete(model.id)
+    await uow.models.release_blobs(model.project, model.blob_digests())
+    return [digest for digest in model.blob_digests() if not await uow.models.blob_in_use(digest)]
+
+
+async def _remove_blobs(blobs: BlobStore, digests: list[str]) -> None:
+    """After the commit that released them: a crash before leaves a file, never a dangling
+    record."""
+    for digest in digests:
         await asyncio.to_thread(blobs.remove, digest)
 
 
@@ -192,17 +207,16 @@ async def create_model_record(
     Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
     """
     async with uow_factory() as uow:
-        done = await mutations.replay(uow, key)
-        if done is not None:
-            return done, True
+        mutation = await mutations.begin(uow, key)
+        if mutation.result is not None:
+            return mutation.result, True
         model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
         existing = await uow.models.get(model_id)
         if existing is None:
-            created = sum(
-                1 for m in await uow.models.list(project) if m.created_by_grant == created_by_grant
-            )
-            uncertain = await uow.receipts.count(key.scope, "models.create", mutations.UNCERTAIN)
-            if created + uncertain - 1 >= max_created:
+            # Every record the grant ever created counts, and every creation still uncertain
+            # (this one's own among them).
+            held = await mutations.count_held(uow, created_by_grant, "models.create")
+            if held - 1 >= max_created:
                 raise LimitExceeded(
                     f"a grant can create at most {max_created} models",
                     details={"limit": "created_models", "allowed": max_created},
@@ -230,7 +244,7 @@ async def create_model_record(
                 peer_cluster_key=peer[1],
             )
         result: dict[str, Any] = with_times_formatted(model_json(existing))
-        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await mutation.complete(result, clock())
         await uow.commit()
     return result, False
 
@@ -238,6 +252,7 @@ async def create_model_record(
 async def remove_model_record(
     uow_factory: UnitOfWorkFactory,
     clock: Clock,
+    blobs: BlobStore,
     project: str,
     model_id: str,
     *,
@@ -245,11 +260,12 @@ async def remove_model_record(
     actor: str,
     peer: tuple[str, str],
 ) -> tuple[dict[str, Any], bool]:
-    """Remove a granted catalogue record that no service uses (its blobs stay if shared)."""
+    """Remove a granted catalogue record that no service uses; blobs no other model uses go,
+    as with a local delete."""
     async with uow_factory() as uow:
-        done = await mutations.replay(uow, key)
-        if done is not None:
-            return done, True
+        mutation = await mutations.begin(uow, key)
+        if mutation.result is not None:
+            return mutation.result, True
         model = await uow.models.get(model_id)
         if model is None or model.project != project:
             raise NotFound(f"no model {model_id}", details={"model": model_id})
@@ -259,8 +275,7 @@ async def remove_model_record(
                 f"model {model_id} is used by the service {users[0]}",
                 details={"services": list(users)},
             )
-        await uow.models.delete(model_id)
-        await uow.models.release_blobs(project, model.blob_digests())
+        orphans = await _release(uow, model)
         await audit.record(
             uow,
             clock,
@@ -272,6 +287,7 @@ async def remove_model_record(
             peer_cluster_key=peer[1],
         )
         result = {"id": model_id, "removed": True}
-        await mutations.record(uow, clock, key, state=mutations.COMPLETED, result=result)
+        await mutation.complete(result, clock())
         await uow.commit()
+    await _remove_blobs(blobs, orphans)
     return result, False

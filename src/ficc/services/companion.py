@@ -7,7 +7,8 @@ and the API keeps serving.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -213,3 +214,45 @@ class Companion:
             "hypernet_id": None if transport is None else transport.hypernet_id,
             "ticket": None if transport is None else transport.ticket,
         }
+
+
+class CompanionChannel:
+    """The peer channel of whichever endpoint the companion runs now.
+
+    Services hold this from construction; it refuses with ``Unavailable`` while no companion
+    runs, so no service reaches into the companion for its transport.
+    """
+
+    def __init__(self, companion: Companion) -> None:
+        self._companion = companion
+
+    @property
+    def hypernet_id(self) -> str:
+        return self._companion.transport.hypernet_id
+
+    @property
+    def label(self) -> str:
+        return self._companion.label
+
+    async def request(
+        self, peer: str, operation: str, body: Mapping[str, Any], **options: Any
+    ) -> dict[str, Any]:
+        """The running endpoint's :meth:`PeerChannel.request` (``ticket``, ``timeout_seconds``)."""
+        return await self._companion.transport.request(peer, operation, body, **options)
+
+    def stream(
+        self, peer: str, operation: str, body: Mapping[str, Any], **options: Any
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """The running endpoint's :meth:`PeerChannel.stream` (``ticket``, ``timeout_seconds``)."""
+        return self._companion.transport.stream(peer, operation, body, **options)
+
+    def identity_of(self, hypernet_id: str) -> PeerIdentity | None:
+        return self._companion.transport.identity_of(hypernet_id)
+
+    def disconnect(self, hypernet_id: str, reason: FiccError) -> None:
+        """Close the sessions with a cluster; without a companion there is none to close."""
+        try:
+            transport = self._companion.transport
+        except Unavailable:
+            return
+        transport.disconnect(hypernet_id, reason)

@@ -15,7 +15,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ficc.base.errors import FiccError, GrantExpired, LimitExceeded
 from ficc.services.peer_channel import end_request
@@ -90,9 +90,16 @@ class Slot:
                 await close()
 
 
+FULL_WAIT_SECONDS: Final = 1.0
+"""How long a request on a full grant waits for a slot before ``concurrent`` refuses it: a
+cancelled request frees its slot only once its cancel lands, which the next request of the
+same caller may overtake."""
+
+
 class GrantSlots:
     def __init__(self) -> None:
         self._slots: dict[str, set[Slot]] = {}
+        self._released: dict[str, asyncio.Event] = {}
 
     def in_flight(self, grant_id: str) -> int:
         return len(self._slots.get(grant_id, ()))
@@ -105,15 +112,12 @@ class GrantSlots:
     async def slot(
         self, grant_id: str, concurrent: int, expires_at: datetime, now: datetime
     ) -> AsyncIterator[Slot]:
-        """Hold one of ``concurrent`` slots, or refuse at once naming the limit."""
-        slots = self._slots.setdefault(grant_id, set())
-        if len(slots) >= concurrent:
-            raise LimitExceeded(
-                f"the grant allows {concurrent} concurrent requests; all are in use",
-                details={"limit": "concurrent", "allowed": concurrent},
-            )
+        """Hold one of ``concurrent`` slots; refuse naming the limit when none frees within
+        :data:`FULL_WAIT_SECONDS`."""
+        await self._room(grant_id, concurrent)
         # The task admitting the request is the one serving it, to its last byte.
         slot = Slot(asyncio.current_task())
+        slots = self._slots.setdefault(grant_id, set())
         slots.add(slot)
         loop = asyncio.get_running_loop()
         expiry = loop.call_later(
@@ -128,6 +132,25 @@ class GrantSlots:
             slots.discard(slot)
             if not slots:
                 self._slots.pop(grant_id, None)
+            released = self._released.pop(grant_id, None)
+            if released is not None:
+                released.set()
+
+    async def _room(self, grant_id: str, concurrent: int) -> None:
+        """Return once the grant has a free slot; LimitExceeded when none frees in time."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FULL_WAIT_SECONDS
+        while self.in_flight(grant_id) >= concurrent:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise LimitExceeded(
+                    f"the grant allows {concurrent} concurrent requests; all are in use",
+                    details={"limit": "concurrent", "allowed": concurrent},
+                )
+            released = self._released.setdefault(grant_id, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await released.wait()
 
     def end_all(self, grant_id: str, reason: FiccError) -> int:
         """End every request in flight under a grant."""

@@ -1,21 +1,27 @@
-"""Mutation receipts: a retried mutation replays its result; other arguments are a conflict.
+"""Mutation receipts as a capability of the unit of work.
 
-The receipt and the effect it records commit in one transaction where the effect is a
-database change, so there is no window in which one exists without the other.
+``begin(uow, key)`` reads a mutation's receipt once per transaction and hands back a
+:class:`MutationScope`: whether it is a replay (and of what), and the three ways to write it
+(``mark_uncertain`` before an effect whose outcome could be lost, ``complete`` with the
+effect, ``refuse`` when nothing happened). The receipt and the effect it records commit in
+one transaction where the effect is a database change, so neither exists without the other.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Final
 
-from ficc.base.errors import MutationConflict
-from ficc.domain.mutations import arguments_sha256
+from ficc.base.errors import FiccError, MutationConflict, error_from_code
+from ficc.domain.mutations import ReceiptState, arguments_sha256
 from ficc.domain.service_records import MutationReceipt
 from ficc.services.ports import Clock, UnitOfWork
 
-UNCERTAIN = "uncertain"
-COMPLETED = "completed"
+UNCERTAIN: Final = ReceiptState.UNCERTAIN
+COMPLETED: Final = ReceiptState.COMPLETED
+REFUSED: Final = ReceiptState.REFUSED
 
 
 @dataclass(frozen=True)
@@ -31,36 +37,141 @@ class MutationKey:
     def of(cls, scope: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
         return cls(scope, mutation_id, operation, arguments_sha256(operation, arguments))
 
+    @classmethod
+    def local(cls, project: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
+        """A local caller's mutation (``Idempotency-Key``): its IDs live in its project."""
+        return cls.of(f"local:{project}", mutation_id, operation, arguments)
+
+    @classmethod
+    def grant(cls, grant_id: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
+        """A peer's mutation: its IDs live in the grant, and go when the grant is retired."""
+        return cls.of(grant_scope(grant_id), mutation_id, operation, arguments)
+
+
+def grant_scope(grant_id: str) -> str:
+    """The receipt scope of a grant's remote mutations."""
+    return f"grant:{grant_id}"
+
+
+async def count_held(uow: UnitOfWork, grant_id: str, operation: str) -> int:
+    """The creations of ``operation`` that count against a grant's cap: every one completed
+    (whatever became of its record since) and every one still uncertain."""
+    scope = grant_scope(grant_id)
+    completed = await uow.receipts.count(scope, operation, ReceiptState.COMPLETED)
+    return completed + await uow.receipts.count(scope, operation, ReceiptState.UNCERTAIN)
+
+
+class MutationScope:
+    """One mutation inside one transaction: its receipt as read at ``begin``, then written."""
+
+    def __init__(self, uow: UnitOfWork, key: MutationKey, receipt: MutationReceipt | None) -> None:
+        self._uow = uow
+        self.key = key
+        self._receipt = receipt
+
+    @property
+    def state(self) -> ReceiptState | None:
+        return None if self._receipt is None else ReceiptState(self._receipt.state)
+
+    @property
+    def replayed(self) -> bool:
+        """A completed earlier try: its result is the answer, and nothing runs again."""
+        return self.state == ReceiptState.COMPLETED
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The result a completed earlier try retained."""
+        return None if self._receipt is None or not self.replayed else self._receipt.result
+
+    @property
+    def refusal(self) -> FiccError | None:
+        """The refusal an earlier try was given, to raise again; None when there was none."""
+        if self._receipt is None or self.state != ReceiptState.REFUSED:
+            return None
+        error = (self._receipt.result or {}).get("error") or {}
+        details = error.get("details")
+        return error_from_code(
+            str(error.get("code", "conflict")),
+            str(error.get("message", "this mutation was refused")),
+            details if isinstance(details, dict) else None,
+        )
+
+    async def mark_uncertain(self, now: datetime) -> None:
+        """Before an effect whose answer may be lost: the mutation may have happened."""
+        await self._write(ReceiptState.UNCERTAIN, None, now)
+
+    async def complete(self, result: dict[str, Any], now: datetime) -> None:
+        """With the effect, in its transaction: a retry replays ``result``."""
+        await self._write(ReceiptState.COMPLETED, result, now)
+
+    async def mark_not_applied(self, now: datetime) -> None:
+        """Inspection found an uncertain mutation with nothing of it in flight: its effect
+        commits with its receipt, so nothing happened; a retry applies it."""
+        await self._write(ReceiptState.NOT_APPLIED, None, now)
+
+    async def refuse(self, error: FiccError, now: datetime) -> None:
+        """Nothing happened, certainly: the mutation holds no capacity and leaves no doubt."""
+        refusal = {
+            "error": {"code": error.code, "message": error.message, "details": error.details}
+        }
+        await self._write(ReceiptState.REFUSED, refusal, now)
+
+    async def _write(
+        self, state: ReceiptState, result: dict[str, Any] | None, now: datetime
+    ) -> None:
+        key = self.key
+        receipt = MutationReceipt(
+            scope=key.scope,
+            mutation_id=key.mutation_id,
+            operation=key.operation,
+            arguments_sha256=key.arguments_sha256,
+            state=state.value,
+            result=result,
+            created_at=self._receipt.created_at if self._receipt is not None else now,
+            completed_at=now if state == ReceiptState.COMPLETED else None,
+        )
+        await self._uow.receipts.put(receipt)
+        self._receipt = receipt
+
+
+_begun: weakref.WeakKeyDictionary[UnitOfWork, dict[tuple[str, str], MutationScope]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The scopes begun in each open transaction: a second ``begin`` of one key reads nothing."""
+
+
+async def begin(uow: UnitOfWork, key: MutationKey) -> MutationScope:
+    """The mutation ``key`` in this transaction; a reused mutation_id with other arguments
+    is a conflict."""
+    begun = _begun.setdefault(uow, {})
+    scope = begun.get((key.scope, key.mutation_id))
+    if scope is None:
+        scope = MutationScope(uow, key, await uow.receipts.get(key.scope, key.mutation_id))
+        begun[(key.scope, key.mutation_id)] = scope
+    earlier = scope._receipt
+    if earlier is not None and (earlier.operation, earlier.arguments_sha256) != (
+        key.operation,
+        key.arguments_sha256,
+    ):
+        raise MutationConflict(
+            "this mutation_id was used with other arguments; use a new mutation_id",
+            details={"mutation_id": key.mutation_id, "operation": earlier.operation},
+        )
+    return scope
+
 
 async def replay(uow: UnitOfWork, key: MutationKey) -> dict[str, Any] | None:
     """The retained result of an earlier try, None if there is none to replay."""
-    receipt = await uow.receipts.get(key.scope, key.mutation_id)
-    if receipt is None:
-        return None
-    if receipt.operation != key.operation or receipt.arguments_sha256 != key.arguments_sha256:
-        raise MutationConflict(
-            "this mutation_id was used with other arguments; use a new mutation_id",
-            details={"mutation_id": key.mutation_id, "operation": receipt.operation},
-        )
-    if receipt.state == COMPLETED:
-        return receipt.result
-    return None
+    return (await begin(uow, key)).result
 
 
 async def record(
     uow: UnitOfWork, clock: Clock, key: MutationKey, *, state: str, result: dict[str, Any] | None
 ) -> None:
-    existing = await uow.receipts.get(key.scope, key.mutation_id)
-    now = clock()
-    await uow.receipts.put(
-        MutationReceipt(
-            scope=key.scope,
-            mutation_id=key.mutation_id,
-            operation=key.operation,
-            arguments_sha256=key.arguments_sha256,
-            state=state,
-            result=result,
-            created_at=existing.created_at if existing else now,
-            completed_at=now if state == COMPLETED else None,
-        )
-    )
+    """Write the receipt of ``key`` begun in this transaction (a completed one with its result)."""
+    scope = await begin(uow, key)
+    if ReceiptState(state) == ReceiptState.COMPLETED:
+        assert result is not None
+        await scope.complete(result, clock())
+    else:
+        await scope.mark_uncertain(clock())

@@ -41,11 +41,11 @@ from ficc.domain import peers as p
 from ficc.domain import transfers as tr
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
-from ficc.domain.operations import only_fields
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
-from ficc.services.remote_operations import Call, RemoteOperations
+from ficc.services.remote.call import Call
+from ficc.services.remote.client import RemoteClient
 
 log = logging.getLogger("ficc.transfers")
 
@@ -66,7 +66,7 @@ class Transfers:
         self,
         uow_factory: UnitOfWorkFactory,
         clock: Clock,
-        remote: RemoteOperations,
+        remote: RemoteClient,
         blobs: BlobStore,
         free_disk: FreeDisk,
         *,
@@ -86,7 +86,6 @@ class Transfers:
         # Deciding to start a transfer's task and starting it must not interleave with another
         # acquire of the same transfer: two tasks would write one partial file.
         self._starting = asyncio.Lock()
-        remote.add_stream("models.range", self.serve_range)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -404,7 +403,8 @@ class Transfers:
         offset: int,
         length: int,
     ) -> Any:
-        """One range, retried once from its start after a stall, then fsynced.
+        """One range, then fsynced; a stall pauses the transfer (nothing is retried: the
+        user resumes it with another acquire).
 
         Returns the file's running hash advanced over the range (a copy: a range abandoned
         half-way leaves the caller's hash as it was).
@@ -417,54 +417,47 @@ class Transfers:
             "digest": entry.sha256,
         }
         loop = asyncio.get_running_loop()
-        for attempt in (1, 2):
-            position = offset
-            unsynced = 0
-            running = hasher.copy()
-            writer = _OrderedWriter(WRITE_AHEAD_BYTES)
-            try:
-                # One deadline from asking for the range to its last byte, moved on by every
-                # chunk: a peer that goes silent at any point (also before its first byte)
-                # is noticed within stall_seconds. Time spent waiting for the local disk is
-                # not counted against the peer.
-                async with asyncio.timeout(self._stall_seconds) as stall:
-                    async with self._remote.open_stream(
-                        principal,
-                        transfer.project,
-                        transfer.peer_id,
-                        operation="models.range",
-                        body=body,
-                    ) as chunks:
-                        async for data in chunks:
-                            if position + len(data) > offset + length:
-                                raise Conflict("the peer sent more bytes than the range asked for")
-                            stall.reschedule(None)
-                            # Written and hashed in order on the writer's thread while this
-                            # loop goes on receiving; waits only when too much is queued.
-                            await writer.submit(
-                                len(data), self._write, name, position, data, running
-                            )
-                            position += len(data)
-                            unsynced += len(data)
-                            if unsynced >= SYNC_AHEAD_BYTES:
-                                unsynced = 0
-                                await writer.submit(0, self._blobs.sync_partial, name)
-                            stall.reschedule(loop.time() + self._stall_seconds)
-                await writer.drain()
-            except TimeoutError as exc:
-                if attempt == 2:
-                    raise _Paused(
-                        f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
-                        f"{position}; paused after one retry"
-                    ) from exc
-                log.info("a range of %s stalled; retrying once from its start", entry.path)
-                continue
-            finally:
-                # No write of this attempt may land after it is over.
-                await writer.close()
-            if position != offset + length:
-                raise Unavailable(f"the peer ended the range of {entry.path} early")
-            break
+        position = offset
+        unsynced = 0
+        running = hasher.copy()
+        writer = _OrderedWriter(WRITE_AHEAD_BYTES)
+        try:
+            # One deadline from asking for the range to its last byte, moved on by every
+            # chunk: a peer that goes silent at any point (also before its first byte)
+            # is noticed within stall_seconds. Time spent waiting for the local disk is
+            # not counted against the peer.
+            async with asyncio.timeout(self._stall_seconds) as stall:
+                async with self._remote.open_stream(
+                    principal,
+                    transfer.project,
+                    transfer.peer_id,
+                    operation="models.range",
+                    body=body,
+                ) as chunks:
+                    async for data in chunks:
+                        if position + len(data) > offset + length:
+                            raise Conflict("the peer sent more bytes than the range asked for")
+                        stall.reschedule(None)
+                        # Written and hashed in order on the writer's thread while this
+                        # loop goes on receiving; waits only when too much is queued.
+                        await writer.submit(len(data), self._write, name, position, data, running)
+                        position += len(data)
+                        unsynced += len(data)
+                        if unsynced >= SYNC_AHEAD_BYTES:
+                            unsynced = 0
+                            await writer.submit(0, self._blobs.sync_partial, name)
+                        stall.reschedule(loop.time() + self._stall_seconds)
+            await writer.drain()
+        except TimeoutError as exc:
+            raise _Paused(
+                f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
+                f"{position}; acquire again to resume"
+            ) from exc
+        finally:
+            # No write of this range may land after it is over.
+            await writer.close()
+        if position != offset + length:
+            raise Unavailable(f"the peer ended the range of {entry.path} early")
         await asyncio.to_thread(self._blobs.sync_partial, name)
         return running
 
@@ -542,11 +535,6 @@ class Transfers:
     async def serve_range(self, call: Call) -> AsyncIterator[bytes]:
         """Stream one verified range of a granted model's file, charged to transfer_bytes."""
         body = call.body
-        only_fields(
-            body,
-            {"model", "file", "offset", "length", "digest"},
-            {"model", "file", "offset", "length", "digest"},
-        )
         model_id = parse_id("model", body["model"], field="body.model")
         call.require("models", model_id, "body.model")
         offset, length = body["offset"], body["length"]

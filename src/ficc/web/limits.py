@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ficc.base.units import MiB
+from ficc.domain.grants import MAX_REQUEST_BYTES
 from ficc.web.observability import request_id_of
 
 DEFAULT_MAX_BODY_BYTES: Final = 1 * MiB
+FEDERATED_REQUEST_PATHS: Final = re.compile(
+    r"^/api/v1/federation/peers/[^/]+/(request|v1/chat/completions|v1/completions)$"
+)
+"""The routes whose body travels to a peer under a grant."""
+FEDERATED_MAX_BODY_BYTES: Final = MAX_REQUEST_BYTES + MiB
+"""A grant's largest ``request_bytes`` and the envelope around it."""
 
 
 class BodyLimit:
-    """Refuse a body over the limit with 413: from Content-Length, or while it streams."""
+    """Refuse a body over the limit with 413: from Content-Length, or while it streams.
+
+    The federated request routes follow the largest body a grant may allow instead.
+    """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.app = app
@@ -25,6 +36,8 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
+        if FEDERATED_REQUEST_PATHS.match(scope.get("path", "")):
+            limit = max(limit, FEDERATED_MAX_BODY_BYTES)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -19,12 +19,17 @@ from starlette.types import Receive, Scope, Send
 
 from ficc.base.errors import FiccError
 from ficc.services.ports import EngineEvent
-from ficc.services.remote_operations import error_event
+from ficc.services.remote.views import error_event
 
 T = TypeVar("T")
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+OCTET_HEADERS = [
+    (b"content-type", b"application/octet-stream"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
@@ -48,12 +53,24 @@ def sse_bytes(events: AsyncIterator[EngineEvent]) -> AsyncIterator[bytes]:
 
 
 class EventStreamResponse(Response):
-    """Relays server-sent events as they come; ``close`` runs on every exit path."""
+    """Relays server-sent events as they come; ``close`` runs on every exit path.
 
-    def __init__(self, chunks: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
+    With ``octets`` the chunks are raw bytes (``application/octet-stream``): an error cannot be
+    told in-band there, so the response is cut off unfinished and the caller sees a truncated
+    body, never an error line among the bytes.
+    """
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        close: Callable[[], Awaitable[None]],
+        *,
+        octets: bool = False,
+    ) -> None:
         super().__init__(status_code=200)
         self._chunks = chunks
         self._close = close
+        self._octets = octets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -64,7 +81,8 @@ class EventStreamResponse(Response):
             await self._close()
 
     async def _stream(self, send: Send, receive: Receive) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        headers = OCTET_HEADERS if self._octets else SSE_HEADERS
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         relay = asyncio.create_task(self._relay(send))
         listen = asyncio.create_task(wait_for_disconnect(receive))
         try:
@@ -81,6 +99,8 @@ class EventStreamResponse(Response):
             async for chunk in self._chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except FiccError as exc:
+            if self._octets:
+                raise
             await send({"type": "http.response.body", "body": error_event(exc), "more_body": True})
 
 
@@ -103,7 +123,10 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
 
 
 async def open_unless_disconnected(
-    request: Request, opening: AbstractAsyncContextManager[AsyncIterator[bytes]]
+    request: Request,
+    opening: AbstractAsyncContextManager[AsyncIterator[bytes]],
+    *,
+    octets: bool = False,
 ) -> EventStreamResponse | None:
     """The response relaying a stream once ``opening`` yields it; None if the caller left first.
 
@@ -117,4 +140,4 @@ async def open_unless_disconnected(
     if chunks is None:
         await stack.aclose()
         return None
-    return EventStreamResponse(chunks, stack.aclose)
+    return EventStreamResponse(chunks, stack.aclose, octets=octets)

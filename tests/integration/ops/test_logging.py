@@ -78,7 +78,7 @@ def test_a_federated_request_shows_the_same_id_in_both_clusters_logs(
     configure(beta, "beta")
     pairing = pair(alpha, beta)
     ok(refresh(alpha.owner(), pairing.requester_peer, grant=pairing.grant))
-    operation = "grant.request:discover"
+    operation = "discover"
     counted = "ficc_federation_requests_total"
     sent_before = sample(scrape(alpha), counted, direction="out", operation=operation)
     served_before = sample(scrape(beta), counted, direction="in", operation=operation)
@@ -102,7 +102,7 @@ def test_a_federated_request_shows_the_same_id_in_both_clusters_logs(
 
     sent = wait_for(lambda: federation_lines(alpha, "out"), what="alpha's federation line")
     served = wait_for(lambda: federation_lines(beta, "in"), what="beta's federation line")
-    assert sent[0]["operation"] == served[0]["operation"] == "grant.request:discover"
+    assert sent[0]["operation"] == served[0]["operation"] == "discover"
     assert sent[0]["outcome"] == served[0]["outcome"] == "ok"
     # The access line is written once the response has gone: wait for it.
     access = wait_for(lambda: access_lines(alpha.log_path, request_id), what="the access line")

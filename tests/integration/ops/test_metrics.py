@@ -108,7 +108,7 @@ def test_transfer_bytes_match_the_model_acquired(tmp_path: Path) -> None:
             scrape(beta),
             "ficc_federation_requests_total",
             direction="in",
-            operation="grant.request:models.range",
+            operation="models.range",
             outcome="ok",
         )
         assert served >= 1

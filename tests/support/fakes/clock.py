@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-
 
 class FakeClock:
-    """Callable like the services' ``Clock``; ``advance`` moves it forward."""
+    """Callable like the services' ``Clock``; ``advance`` moves it forward.
 
-    def __init__(self, now: datetime = EPOCH) -> None:
-        self.now = now
+    It starts at the real time unless told otherwise, so records it stamps look ordinary to
+    the parts that read the real clock (timers on the event loop).
+    """
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = datetime.now(UTC) if now is None else now
 
     def __call__(self) -> datetime:
         return self.now
 
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+    def advance(self, by: float | timedelta) -> None:
+        """Move forward ``by`` (seconds, or a timedelta)."""
+        self.now += by if isinstance(by, timedelta) else timedelta(seconds=by)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,8 +18,17 @@ from tests.unit.protocol.protocol_support import (
 )
 
 from ficc.base.errors import ProtocolError
+from ficc.protocol.canonical import canonical_json
+from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import Session
-from ficc.protocol.messages import Request
+from ficc.protocol.messages import (
+    MAX_FOLLOWING_BODY_BYTES,
+    BodyFollows,
+    Request,
+    Tag,
+    decode_message,
+    encode_message,
+)
 from ficc.protocol.requests import ReplayWindow, RequestSigner, RequestVerifier
 
 
@@ -136,3 +148,67 @@ def test_the_replay_window_accepts_each_number_at_most_once(numbers: list[int]) 
         window.record(seq)
         assert seq not in accepted
         accepted.append(seq)
+
+
+def test_a_body_too_large_for_a_frame_is_announced_signed_and_sent_after() -> None:
+    mine, theirs = sessions()
+    signer = RequestSigner(mine, INITIATOR_KEY)
+    small, nothing = signer.sign_fitting("inference.invoke", {"text": "a"})
+    assert nothing is None
+    assert small.following is None
+    assert small.body == {"text": "a"}
+    body = {"text": "b" * (2 << 20)}
+    announced, following = signer.sign_fitting("inference.invoke", body)
+    assert following == canonical_json(body)
+    assert announced.body == {}
+    assert announced.following == BodyFollows(len(following), hashlib.sha256(following).hexdigest())
+    # It travels in one frame, decodes to the same announcement, and its signature holds.
+    payload = encode_message(announced)
+    assert len(payload) <= MAX_FRAME_BYTES
+    decoded = decode_message(payload)
+    assert decoded == announced
+    verifier = RequestVerifier(theirs, verify)
+    verifier.verify(small)
+    verifier.verify(decoded)  # type: ignore[arg-type]
+
+
+def test_an_announcement_with_another_size_or_digest_does_not_verify() -> None:
+    mine, theirs = sessions()
+    announced, following = RequestSigner(mine, INITIATOR_KEY).sign_fitting(
+        "inference.invoke", {"text": "c" * (2 << 20)}
+    )
+    assert following is not None
+    assert announced.following is not None
+    forged = replace(
+        announced,
+        content=b"",
+        following=BodyFollows(announced.following.size, "0" * 64),
+    )
+    with pytest.raises(ProtocolError):
+        RequestVerifier(theirs, verify).verify(forged)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"body_bytes": 10},
+        {"body_sha256": "0" * 64},
+        {"body_bytes": 0, "body_sha256": "0" * 64},
+        {"body_bytes": MAX_FOLLOWING_BODY_BYTES + 1, "body_sha256": "0" * 64},
+        {"body_bytes": True, "body_sha256": "0" * 64},
+        {"body_bytes": 10, "body_sha256": "G" * 64},
+    ],
+)
+def test_a_malformed_announcement_is_a_protocol_error(extra: dict[str, object]) -> None:
+    content = canonical_json({"body": {}, "operation": "x", **extra})
+    payload = bytes([Tag.REQUEST]) + bytes(8 + 64) + content
+    with pytest.raises(ProtocolError):
+        decode_message(payload)
+
+
+def test_an_announced_body_comes_with_an_empty_inline_body() -> None:
+    content = canonical_json(
+        {"body": {"a": 1}, "body_bytes": 10, "body_sha256": "0" * 64, "operation": "x"}
+    )
+    with pytest.raises(ProtocolError):
+        decode_message(bytes([Tag.REQUEST]) + bytes(8 + 64) + content)

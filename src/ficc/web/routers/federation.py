@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
-from ficc.services.remote_operations import is_streaming
+from ficc.services.remote.table import is_streaming, streams_octets
 from ficc.web.auth import Context, scoped
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas import (
@@ -41,7 +41,7 @@ async def overview(
     offers_limit: int = Query(DEFAULT_OFFERS_PAGE, ge=1, le=MAX_OFFERS_PAGE),
     ctx: Context = scoped("federation:read"),
 ) -> Any:
-    return await ctx.cluster.federation.overview(
+    return await ctx.cluster.federation.overview.overview(
         ctx.project, offers_after=offers_after, offers_limit=offers_limit
     )
 
@@ -51,12 +51,12 @@ async def configure(
     body: Configuration, ctx: Context = scoped("federation:manage", local_owner=True)
 ) -> Any:
     await ctx.cluster.companion.configure(ctx.principal, body.agent_directory, body.label)
-    return await ctx.cluster.federation.overview(ctx.project)
+    return await ctx.cluster.federation.overview.overview(ctx.project)
 
 
 @router.post(f"{PREFIX}/offers", status_code=201, responses=answer(Offer, 201))
 async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.create_offer(
+    return await ctx.cluster.federation.pairing.create_offer(
         ctx.principal, ctx.project, service=body.service, scopes=body.scopes, ticket=body.ticket
     )
 
@@ -65,7 +65,7 @@ async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:mana
 async def approve_offer(
     offer_id: str, body: OfferApprove, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.approve_offer(
+    return await ctx.cluster.federation.approval.approve_offer(
         ctx.principal, ctx.project, offer_id, revision=body.revision, grant=body.grant
     )
 
@@ -74,50 +74,50 @@ async def approve_offer(
 async def finish_offer(
     offer_id: str, body: OfferFinish, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.finish_offer(
+    return await ctx.cluster.federation.pairing.finish_offer(
         ctx.principal, ctx.project, offer_id, receipt=body.receipt
     )
 
 
 @router.delete(f"{PREFIX}/offers/{{offer_id}}", responses=answer(OpenObject))
 async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.discard_offer(ctx.principal, ctx.project, offer_id)
+    return await ctx.cluster.federation.pairing.discard_offer(ctx.principal, ctx.project, offer_id)
 
 
 @router.delete(f"{PREFIX}/peers/{{peer_id}}", responses=answer(OpenObject))
 async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.remove_peer(ctx.principal, ctx.project, peer_id)
+    return await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201, responses=answer(Grant, 201))
 async def create_grant(
     peer_id: str, grant: dict[str, Any] = Body(...), ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.create_grant(
+    return await ctx.cluster.federation.grants.create_grant(
         ctx.principal, ctx.project, peer_id, grant=grant
     )
 
 
 @router.delete(f"{PREFIX}/grants/{{grant_id}}", responses=answer(OpenObject))
 async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.revoke_grant(ctx.principal, ctx.project, grant_id)
+    return await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/refresh", responses=answer(OpenObject))
 async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.refresh(
+    return await ctx.cluster.federation.grants.refresh(
         ctx.principal, ctx.project, peer_id, grant=body.grant
     )
 
 
 @router.post(f"{PREFIX}/grants/{{grant_id}}/retire", responses=answer(Grant))
 async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.retire_grant(ctx.principal, ctx.project, grant_id)
+    return await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/forget", responses=answer(OpenObject))
 async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.forget_peer(ctx.principal, ctx.project, peer_id)
+    return await ctx.cluster.federation.peers.forget_peer(ctx.principal, ctx.project, peer_id)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/request", responses=OPENAI_ANSWER)
@@ -139,6 +139,7 @@ async def request(
                 body=body.body,
                 mutation_id=body.mutation_id,
             ),
+            octets=streams_octets(body.operation),
         )
         if opened is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -27,7 +27,7 @@ def _key(ctx: Context, header: str | None, operation: str, arguments: Any) -> Mu
     if header is None:
         return None
     mutation_id = parse_mutation_id(header, field=IDEMPOTENCY_HEADER)
-    return MutationKey.of(f"local:{ctx.project}", mutation_id, operation, arguments)
+    return MutationKey.local(ctx.project, mutation_id, operation, arguments)
 
 
 def _answer(response: Response, result: tuple[dict[str, Any], bool]) -> dict[str, Any]:

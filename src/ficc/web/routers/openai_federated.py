@@ -22,7 +22,7 @@ from ficc.domain.openai_requests import (
     check_request,
     parse_request_body,
 )
-from ficc.services.remote_operations import unpublished
+from ficc.services.remote.views import unpublished
 from ficc.web.auth import Context, scoped
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST

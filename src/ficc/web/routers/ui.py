@@ -165,7 +165,9 @@ async def overview(request: Request, ctx: ConsoleContext = console()) -> Respons
 async def _overview(request: Request, ctx: ConsoleContext) -> Response:
     scopes = ctx.principal.scopes
     federation = (
-        await ctx.cluster.federation.overview(ctx.project) if "federation:read" in scopes else None
+        await ctx.cluster.federation.overview.overview(ctx.project)
+        if "federation:read" in scopes
+        else None
     )
     return _page(
         request,
@@ -199,7 +201,7 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
 async def federation(
     request: Request, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
-    view = await ctx.cluster.federation.overview(ctx.project)
+    view = await ctx.cluster.federation.overview.overview(ctx.project)
     return _page(
         request, ctx, "federation", "Federation", projects=await _projects_of(ctx), view=view
     )
@@ -210,7 +212,7 @@ async def offer(
     request: Request, offer_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     """The review page of an incoming offer (or the finish page of an outgoing one)."""
-    found = await ctx.cluster.federation.get_offer(ctx.project, offer_id)
+    found = await ctx.cluster.federation.pairing.get_offer(ctx.project, offer_id)
     resources: dict[str, Any] = {}
     if found["direction"] == "incoming" and "federation:manage" in ctx.principal.scopes:
         resources = await _grantable(ctx)
@@ -259,7 +261,7 @@ async def approve_offer(
     request: Request, offer_id: str, ctx: ConsoleContext = console("federation:manage")
 ) -> Response:
     form = await read_form(request)
-    approved = await ctx.cluster.federation.approve_offer(
+    approved = await ctx.cluster.federation.approval.approve_offer(
         ctx.principal,
         ctx.project,
         offer_id,
@@ -273,7 +275,7 @@ async def approve_offer(
 async def discard_offer(
     offer_id: str, ctx: ConsoleContext = console("federation:manage")
 ) -> Response:
-    await ctx.cluster.federation.discard_offer(ctx.principal, ctx.project, offer_id)
+    await ctx.cluster.federation.pairing.discard_offer(ctx.principal, ctx.project, offer_id)
     return _done(f"Offer {offer_id} discarded.")
 
 
@@ -283,20 +285,22 @@ async def finish_offer(
 ) -> Response:
     form = await read_form(request)
     digest = "".join(form_text(form, "receipt").split())
-    await ctx.cluster.federation.finish_offer(ctx.principal, ctx.project, offer_id, receipt=digest)
+    await ctx.cluster.federation.pairing.finish_offer(
+        ctx.principal, ctx.project, offer_id, receipt=digest
+    )
     return _done("Pairing finished.")
 
 
 @router.post(f"{P}/peers/{{peer_id}}/remove")
 async def remove_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
-    removed = await ctx.cluster.federation.remove_peer(ctx.principal, ctx.project, peer_id)
+    removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
     told = "told" if removed["told"] else "not told (telling it is best effort)"
     return _done(f"Peer removed; its grants are revoked; the peer was {told}.")
 
 
 @router.post(f"{P}/peers/{{peer_id}}/forget")
 async def forget_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
-    await ctx.cluster.federation.forget_peer(ctx.principal, ctx.project, peer_id)
+    await ctx.cluster.federation.peers.forget_peer(ctx.principal, ctx.project, peer_id)
     return _done("Peer forgotten; the audit log keeps its history.")
 
 
@@ -307,7 +311,7 @@ async def select_grant(
     """Refresh what the peer granted us and select one grant (``refresh`` with a grant)."""
     form = await read_form(request)
     grant = form.get("grant", [None])[0] or None
-    await ctx.cluster.federation.refresh(ctx.principal, ctx.project, peer_id, grant=grant)
+    await ctx.cluster.federation.grants.refresh(ctx.principal, ctx.project, peer_id, grant=grant)
     return _done("Grant selected." if grant else "Grants refreshed.")
 
 
@@ -315,7 +319,7 @@ async def select_grant(
 async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
-    view = await ctx.cluster.federation.overview(ctx.project)
+    view = await ctx.cluster.federation.overview.overview(ctx.project)
     found = next((item for item in view["grants"] if item["id"] == grant_id), None)
     if found is None:
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
@@ -329,7 +333,7 @@ async def grant(
 async def revoke_grant(
     grant_id: str, ctx: ConsoleContext = console("federation:manage")
 ) -> Response:
-    await ctx.cluster.federation.revoke_grant(ctx.principal, ctx.project, grant_id)
+    await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
     return _done(f"Grant {grant_id} revoked.")
 
 
@@ -337,7 +341,7 @@ async def revoke_grant(
 async def retire_grant(
     grant_id: str, ctx: ConsoleContext = console("federation:manage")
 ) -> Response:
-    await ctx.cluster.federation.retire_grant(ctx.principal, ctx.project, grant_id)
+    await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
     return _done(f"Grant {grant_id} retired.")
 
 

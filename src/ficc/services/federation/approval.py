@@ -1,0 +1,270 @@
+"""Pairing, the service side: receive offers, approve one with a grant and a signed receipt,
+hand the receipt over, and complete the pairing when the requester finishes.
+
+A repeated finish with the same receipt is answered with the pairing already made, so a
+requester whose first answer was lost completes instead of being refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Final
+
+from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, RevisionMismatch
+from ficc.base.ids import new_id, parse_id
+from ficc.domain import grants as g
+from ficc.domain import offers as o
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal
+from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
+from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
+from ficc.services.federation.common import (
+    ClusterSigner,
+    FederationContext,
+    check_resources,
+    my_hypernet_id,
+    offer_json,
+    proven_offerer,
+    refuse_second_pairing,
+    tell,
+    visible_offer,
+)
+from ficc.services.federation.grants import Grants, new_grant
+from ficc.services.federation.pairing import drop_pending_peer, their_offer
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports import UnitOfWork
+
+MAX_GENERATION: Final = 2**53
+
+
+class Approval:
+    """Offers other clusters send to this one, from their arrival to a finished pairing."""
+
+    def __init__(self, context: FederationContext, grants: Grants, signer: ClusterSigner) -> None:
+        self._ctx = context
+        self._grants = grants
+        self._signer = signer
+
+    async def purge_offers(self) -> int:
+        """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
+        async with self._ctx.uow_factory() as uow:
+            purged = await uow.offers.purge(expired_before=o.purge_before(self._ctx.clock()))
+            if purged:
+                await uow.commit()
+        return purged
+
+    async def approve_offer(
+        self, principal: Principal, project: str, offer_id: str, *, revision: object, grant: object
+    ) -> dict[str, Any]:
+        principal.require_scope("federation:manage")
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidInput("revision must be an integer", field="revision")
+        now = self._ctx.clock()
+        me = self._ctx.link.hypernet_id
+        async with self._ctx.uow_factory() as uow:
+            # Two projects approving one offer at once: the second waits, then sees it approved.
+            await uow.offers.lock(offer_id)
+            offer = await visible_offer(uow, project, offer_id)
+            if offer.direction != o.INCOMING:
+                raise Conflict("only the service side approves an offer")
+            if offer.revision != revision:
+                raise RevisionMismatch(
+                    f"revision {revision} is stale; the offer is at revision {offer.revision}",
+                    details={"revision": offer.revision},
+                )
+            o.next_state(offer, "approve", now)
+            await refuse_second_pairing(uow, offer.service)
+            terms = g.parse_grant(grant, requested_scopes=offer.scopes)
+            principal.require_scope(*sorted(terms.scopes))
+            await check_resources(uow, project, terms)
+            assert offer.peer_cluster_key is not None
+            generation = secrets.randbelow(MAX_GENERATION - 1) + 1
+            peer = p.Peer(
+                id=new_id("peer", secrets.token_bytes(16)),
+                project=project,
+                label=offer.peer_label,
+                hypernet_id=offer.service,
+                cluster_key=offer.peer_cluster_key,
+                state=p.PENDING,
+                generation=generation,
+                role=p.SERVICE,
+                offer_id=offer_id,
+                selected_grant=None,
+                ticket=None,
+                created_at=now,
+                updated_at=now,
+            )
+            given = new_grant(project, peer.id, terms, now)
+            body = {
+                "kind": RECEIPT_KIND,
+                "offer": offer_id,
+                "requester": offer.service,
+                "requester_cluster_key": offer.peer_cluster_key,
+                "service": me,
+                "service_cluster_key": b64(self._signer.public_key),
+                "service_label": self._ctx.link.label,
+                "scopes": sorted(offer.scopes),
+                "grant": given.id,
+                "grant_terms": terms.to_json(),
+                "expires_at": given.expires_at.isoformat(),
+                "generation": generation,
+                "approved_at": now.isoformat(),
+            }
+            receipt = make_receipt(body, self._signer.sign)
+            approved = replace(
+                offer,
+                project=project,
+                state=o.APPROVED,
+                revision=offer.revision + 1,
+                receipt=receipt,
+                peer_id=peer.id,
+            )
+            await uow.peers.add(peer)
+            await uow.grants.add(given)
+            await uow.offers.update(approved)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "offer.approved",
+                offer_id,
+                proven_offerer(offer),
+                {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
+            )
+            await uow.commit()
+        self._grants.arm_expiry(given)
+        pushed = await tell(
+            self._ctx.link,
+            offer.service,
+            "pairing.receipt",
+            {"offer": offer_id, "receipt": receipt},
+            None,
+        )
+        return {
+            **offer_json(approved, now, my_hypernet_id(self._ctx.link)),
+            "receipt_delivered": pushed,
+        }
+
+    # --- what the requester asks of us ------------------------------------------------------
+
+    async def on_offer(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        """Record an offer from a cluster without a pairing: bounded per HyperNet ID and in
+        total, and never under an ID used before; a refusal writes nothing."""
+        offer_id = parse_id("offer", body.get("offer"), field="offer")
+        requested = parse_scopes(body.get("scopes"), allowed=REMOTE_SCOPES)
+        await self.purge_offers()
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            existing = await uow.offers.get(offer_id)
+            if existing is not None:
+                if existing.service != identity.hypernet_id:
+                    raise Conflict("an offer with this ID exists")
+                return {"offer": offer_id, "label": self._ctx.link.label}
+            if await uow.offers.ever_used(offer_id):
+                raise Conflict(
+                    "an offer ID is never reused; send a new offer", details={"offer": offer_id}
+                )
+            await _check_offer_room(uow, identity.hypernet_id, now)
+            offer = o.Offer(
+                id=offer_id,
+                direction=o.INCOMING,
+                project=None,
+                service=identity.hypernet_id,
+                peer_label=o.clean_label(body.get("label")),
+                peer_cluster_key=b64(identity.cluster_key),
+                scopes=requested,
+                state=o.RECEIVED,
+                revision=1,
+                receipt=None,
+                ticket=None,
+                created_at=now,
+                expires_at=o.expiry(now),
+            )
+            await uow.offers.add(offer)
+            await self._ctx.audit(uow, None, None, "offer.received", offer_id, identity)
+            await uow.commit()
+        return {"offer": offer_id, "label": self._ctx.link.label}
+
+    async def on_fetch(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        async with self._ctx.uow_factory() as uow:
+            offer = await their_offer(uow, identity, body, o.INCOMING)
+        if offer.receipt is None or offer.state_at(self._ctx.clock()) != o.APPROVED:
+            raise Conflict(
+                "the offer has no receipt to fetch",
+                details={"state": offer.state_at(self._ctx.clock())},
+            )
+        return {"receipt": offer.receipt}
+
+    async def on_finish(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        """Complete the pairing of an approved offer; a repeat with its receipt answers the
+        pairing already made (the first answer may have been lost)."""
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            offer = await their_offer(uow, identity, body, o.INCOMING)
+            if offer.receipt is None or body.get("receipt") != offer.receipt.get("digest"):
+                raise Conflict("that is not the receipt of this offer")
+            assert offer.peer_id is not None
+            peer = await uow.peers.get(offer.peer_id)
+            if offer.state == o.FINISHED and peer is not None and peer.state == p.PAIRED:
+                return {"peer": peer.id}
+            o.next_state(offer, "finish", now)
+            if peer is None or peer.state != p.PENDING:
+                raise Conflict("the pairing of this offer is gone")
+            await refuse_second_pairing(uow, identity.hypernet_id)
+            paired = replace(peer, state=p.PAIRED, updated_at=now)
+            await uow.peers.update(paired)
+            await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
+            await self._ctx.audit(
+                uow,
+                None,
+                offer.project,
+                "pairing.finished",
+                peer.id,
+                identity,
+                {"offer": offer.id},
+            )
+            await uow.commit()
+        self._ctx.known.remember(paired)
+        return {"peer": paired.id}
+
+    async def on_discard(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            offer_id = parse_id("offer", body.get("offer"), field="offer")
+            offer = await uow.offers.get(offer_id)
+            if (
+                offer is None
+                or offer.service != identity.hypernet_id
+                or offer.peer_cluster_key != b64(identity.cluster_key)
+            ):
+                raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
+            if (offer.direction, offer.state_at(now), "discard") in o.TRANSITIONS:
+                await uow.offers.update(
+                    replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
+                )
+                await drop_pending_peer(uow, offer, now)
+                await self._ctx.audit(
+                    uow, None, offer.project, "offer.discarded", offer_id, identity
+                )
+                await uow.commit()
+        return {}
+
+
+async def _check_offer_room(uow: UnitOfWork, hypernet_id: str, now: datetime) -> None:
+    """LimitExceeded when the sender, or everyone together, has too many offers waiting."""
+    waiting = await uow.offers.count_received(now=now, service=hypernet_id)
+    if waiting >= o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID:
+        raise LimitExceeded(
+            f"this cluster already has {waiting} offers of yours waiting for approval",
+            details={
+                "limit": "offers_per_hypernet_id",
+                "max": o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID,
+            },
+        )
+    if await uow.offers.count_received(now=now) >= o.MAX_RECEIVED_OFFERS:
+        raise LimitExceeded(
+            "this cluster has too many offers waiting for approval; try again later",
+            details={"limit": "offers_waiting", "max": o.MAX_RECEIVED_OFFERS},
+        )

@@ -1,0 +1,229 @@
+"""What the federation's services share: the cluster's signer, lookups scoped to a project,
+the proven identities the audit log records, and the checks pairing and grants both make."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.domain import grants as g
+from ficc.domain import offers as o
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal
+from ficc.domain.receipts import b64, unb64
+from ficc.services import audit
+from ficc.services.federation.known_peers import KnownPeers
+from ficc.services.peer_channel import PeerChannel, PeerIdentity
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+
+log = logging.getLogger("ficc.federation")
+
+PAIRING_TIMEOUT_SECONDS: Final = 10.0
+NOTICE_TIMEOUT_SECONDS: Final = 3.0
+HYPERNET_ID: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ClusterSigner:
+    public_key: bytes
+    sign: Callable[[bytes], bytes]
+
+
+Verify = Callable[[bytes, bytes, bytes], bool]
+
+
+class PeerLink(PeerChannel, Protocol):
+    """The peer channel as the federation uses it: its own ID, and closing a cluster's sessions."""
+
+    @property
+    def hypernet_id(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
+    def disconnect(self, hypernet_id: str, reason: FiccError) -> None: ...
+
+
+@dataclass(frozen=True)
+class FederationContext:
+    """What every federation service works with: the database, the clock, the channel to the
+    other clusters, and the paired peers the handshake knows."""
+
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    link: PeerLink
+    known: KnownPeers
+
+    async def audit(
+        self,
+        uow: UnitOfWork,
+        actor: Principal | None,
+        project: str | None,
+        action: str,
+        target: str,
+        identity: PeerIdentity | None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
+        await audit.record(
+            uow,
+            self.clock,
+            action=action,
+            actor="peer" if actor is None else audit.actor_of(actor),
+            project=project,
+            target=target,
+            details=details,
+            peer_hypernet_id=None if identity is None else identity.hypernet_id,
+            peer_cluster_key=None if identity is None else b64(identity.cluster_key),
+        )
+
+
+def parse_hypernet_id(value: object, *, field: str = "service") -> str:
+    if not isinstance(value, str) or not HYPERNET_ID.match(value):
+        raise InvalidInput(f"{field} must be a HyperNet ID (64 lowercase hex)", field=field)
+    return value
+
+
+async def tell(
+    link: PeerLink, hypernet_id: str, operation: str, body: Mapping[str, Any], ticket: str | None
+) -> bool:
+    """Best effort: True if the peer acknowledged."""
+    try:
+        await link.request(
+            hypernet_id, operation, body, ticket=ticket, timeout_seconds=NOTICE_TIMEOUT_SECONDS
+        )
+    except FiccError as exc:
+        log.info("could not tell %s (%s): %s", hypernet_id, operation, exc.message)
+        return False
+    return True
+
+
+async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> o.Offer:
+    offer = await uow.offers.get(offer_id)
+    if offer is None or offer.project not in (None, project):
+        raise NotFound(f"no offer {offer_id}", details={"offer": offer_id})
+    return offer
+
+
+async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> p.Peer:
+    peer = await uow.peers.get(peer_id)
+    if peer is None or peer.project != project:
+        raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+    return peer
+
+
+async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> g.Grant:
+    grant = await uow.grants.get(grant_id)
+    if grant is None or grant.project != project:
+        raise NotFound(f"no grant {grant_id} in project {project}", details={"grant": grant_id})
+    return grant
+
+
+async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[g.Grant]:
+    """Revoke every active grant given to a peer; the grants as they are now."""
+    ended = []
+    for grant in await uow.grants.of_peer(peer_id):
+        if grant.state == g.ACTIVE:
+            await uow.grants.set_state(grant.id, g.REVOKED, now)
+            ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+    return ended
+
+
+async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str) -> None:
+    """One pairing per other cluster: its generation binds every session with it, so a
+    second pairing would silently end the first. Further grants go on the paired peer."""
+    for peer in await uow.peers.by_hypernet_id(hypernet_id):
+        if peer.state == p.PAIRED:
+            raise Conflict(
+                f"this cluster is already paired with {hypernet_id} as peer {peer.id}"
+                f" (project {peer.project}); give further grants there, or remove that"
+                " peer first",
+                details={"peer": peer.id, "project": peer.project},
+            )
+
+
+class _Owned(Protocol):
+    @property
+    def project(self) -> str: ...
+
+
+async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) -> None:
+    """Exact IDs of this project's services and models, and of this cluster's nodes."""
+    owned: list[tuple[str, frozenset[str], Callable[[str], Awaitable[_Owned | None]]]] = [
+        ("service", terms.services, uow.services.get),
+        ("model", terms.models, uow.models.get),
+    ]
+    for kind, ids, get in owned:
+        for index, resource_id in enumerate(sorted(ids)):
+            record = await get(resource_id)
+            if record is None or record.project != project:
+                raise InvalidInput(
+                    f"grant.{kind}s[{index}] is not a {kind} of project {project}",
+                    field=f"grant.{kind}s[{index}]",
+                )
+    for index, node_id in enumerate(sorted(terms.nodes)):
+        if await uow.nodes.get(node_id) is None:
+            raise InvalidInput(
+                f"grant.nodes[{index}] is not a node of this cluster",
+                field=f"grant.nodes[{index}]",
+            )
+
+
+def proven_peer(peer: p.Peer) -> PeerIdentity:
+    """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
+    return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
+
+
+def proven_offerer(offer: o.Offer) -> PeerIdentity | None:
+    """The identity the other side of an offer proved in the session that carried it."""
+    if offer.peer_cluster_key is None:
+        return None
+    return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
+
+
+def peer_json(peer: p.Peer, remote_grants: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": peer.id,
+        "label": peer.label,
+        "hypernet_id": peer.hypernet_id,
+        "cluster_key": peer.cluster_key,
+        "state": peer.state,
+        "role": peer.role,
+        "generation": peer.generation,
+        "remote_grants": remote_grants,
+        "selected": peer.selected_grant,
+        "created_at": peer.created_at,
+        "updated_at": peer.updated_at,
+    }
+
+
+def offer_json(offer: o.Offer, now: datetime, me: str | None) -> dict[str, Any]:
+    """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
+    outgoing = offer.direction == o.OUTGOING
+    return {
+        "id": offer.id,
+        "direction": offer.direction,
+        "service": offer.service if outgoing else me,
+        "requester": me if outgoing else offer.service,
+        "label": offer.peer_label,
+        "cluster_key": offer.peer_cluster_key,
+        "scopes": sorted(offer.scopes),
+        "state": offer.state_at(now),
+        "revision": offer.revision,
+        "receipt": offer.receipt,
+        "expires_at": offer.expires_at,
+        "peer": offer.peer_id,
+        "project": offer.project,
+    }
+
+
+def my_hypernet_id(link: PeerLink) -> str | None:
+    """This cluster's HyperNet ID, or None while no companion runs."""
+    try:
+        return link.hypernet_id
+    except FiccError:
+        return None

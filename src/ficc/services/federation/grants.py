@@ -1,0 +1,326 @@
+"""Grants this cluster gives: create, revoke, retire, expire on time; and the remote grants it
+holds: refresh and select. A grant that ends cancels what runs under it, then tells the
+services that depend on it (``on_grant_ended``, given at construction)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ficc.base.errors import Conflict, FiccError, GrantExpired, GrantRevoked, NotFound
+from ficc.base.ids import new_id, parse_id
+from ficc.base.times import with_times_formatted
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal
+from ficc.services import audit
+from ficc.services.federation.common import (
+    FederationContext,
+    check_resources,
+    log,
+    peer_json,
+    project_grant,
+    project_peer,
+    proven_peer,
+    tell,
+)
+from ficc.services.federation.known_peers import paired_peer
+from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.grant_slots import GrantSlots
+from ficc.services.mutations import grant_scope
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+
+GrantEnded = Callable[[g.Grant], Awaitable[None]]
+"""Told after a grant ended (revoked, expired, its peer removed): stop what it started."""
+
+
+class Grants:
+    """The grants of this cluster, given and held, and the timers that end them on time."""
+
+    def __init__(
+        self,
+        context: FederationContext,
+        slots: GrantSlots,
+        copies: RemoteGrantCopies,
+        on_grant_ended: GrantEnded,
+    ) -> None:
+        self._ctx = context
+        self.slots = slots
+        self._copies = copies
+        self._on_grant_ended = on_grant_ended
+        self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
+        self._expiring: set[asyncio.Task[None]] = set()
+
+    async def load(self, peers: list[p.Peer]) -> None:
+        """Arm the expiry of every grant given to ``peers`` (at start)."""
+        async with self._ctx.uow_factory() as uow:
+            grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
+        for grant in grants:
+            self.arm_expiry(grant)
+
+    def grant_json(self, grant: g.Grant, now: datetime) -> dict[str, Any]:
+        return {
+            "id": grant.id,
+            "peer": grant.peer_id,
+            "state": grant.state_at(now),
+            **grant.terms.to_json(),
+            "created_at": grant.created_at,
+            "expires_at": grant.expires_at,
+            "revoked_at": grant.revoked_at,
+            "in_flight": self.slots.in_flight(grant.id),
+            "remaining": grant.remaining(),
+            "created_services": sorted(grant.created_services),
+            "created_models": sorted(grant.created_models),
+        }
+
+    async def create_grant(
+        self, principal: Principal, project: str, peer_id: str, *, grant: object
+    ) -> dict[str, Any]:
+        principal.require_scope("federation:manage")
+        terms = g.parse_grant(grant)
+        principal.require_scope(*sorted(terms.scopes))
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await project_peer(uow, project, peer_id)
+            if peer.state != p.PAIRED:
+                raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+            await check_resources(uow, project, terms)
+            given = new_grant(project, peer_id, terms, now)
+            await uow.grants.add(given)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "grant.created",
+                given.id,
+                proven_peer(peer),
+            )
+            await uow.commit()
+        self.arm_expiry(given)
+        return self.grant_json(given, now)
+
+    async def revoke_grant(
+        self, principal: Principal, project: str, grant_id: str
+    ) -> dict[str, Any]:
+        """An active (or expired, not yet marked) grant ends now; the peer is told."""
+        grant, peer, _, now = await self._end(principal, project, grant_id, g.REVOKED)
+        revoked = replace(grant, state=g.REVOKED, revoked_at=now)
+        await self.grant_ended(revoked)
+        told = False
+        if peer is not None and peer.state == p.PAIRED:
+            told = await tell(
+                self._ctx.link, peer.hypernet_id, "grant.revoked", {"grant": grant_id}, None
+            )
+        return {**self.grant_json(revoked, now), "told": told}
+
+    async def retire_grant(
+        self, principal: Principal, project: str, grant_id: str
+    ) -> dict[str, Any]:
+        """A revoked or expired grant: its operation receipts go, a tombstone stays."""
+        grant, _, was, now = await self._end(principal, project, grant_id, g.RETIRED)
+        if was == g.EXPIRED:
+            await self.grant_ended(grant)
+        return self.grant_json(replace(grant, state=g.RETIRED), now)
+
+    async def _end(
+        self, principal: Principal, project: str, grant_id: str, target: str
+    ) -> tuple[g.Grant, p.Peer | None, str, datetime]:
+        """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
+        grant as it was, its peer, its state then, and when."""
+        principal.require_scope("federation:manage")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            grant = await project_grant(uow, project, grant_id)
+            was = grant.state_at(now)
+            if target == g.REVOKED:
+                if was not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
+                    raise Conflict(
+                        f"grant {grant_id} is {grant.state}", details={"state": grant.state}
+                    )
+                await uow.grants.set_state(grant_id, g.REVOKED, now)
+            else:
+                if was not in (g.REVOKED, g.EXPIRED):
+                    raise Conflict(
+                        f"only a revoked or expired grant can be retired; {grant_id} is {was}",
+                        details={"state": was},
+                    )
+                await uow.receipts.delete_scope(grant_scope(grant_id))
+                await uow.grants.set_state(grant_id, g.RETIRED, None)
+            peer = await uow.peers.get(grant.peer_id)
+            identity = None if peer is None else proven_peer(peer)
+            await self._ctx.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
+            await uow.commit()
+        return grant, peer, was, now
+
+    async def refresh(
+        self, principal: Principal, project: str, peer_id: str, *, grant: object
+    ) -> dict[str, Any]:
+        """Ask the peer for the grants it gives us now; with ``{"grant": ID}``, then select
+        that one, which must be active in the peer's answer (not in a stale copy)."""
+        principal.require_scope("federation:manage")
+        selected = None if grant is None else parse_id("grant", grant, field="grant")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await project_peer(uow, project, peer_id)
+        if peer.state != p.PAIRED:
+            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        listed = await self._copies.fetch(peer)
+        if selected is not None:
+            _check_selectable(listed, selected)
+            async with self._ctx.uow_factory() as uow:
+                peer = replace(peer, selected_grant=selected, updated_at=now)
+                await uow.peers.update(peer)
+                await self._ctx.audit(
+                    uow,
+                    principal,
+                    project,
+                    "grant.selected",
+                    selected,
+                    proven_peer(peer),
+                )
+                await uow.commit()
+        return peer_json(peer, listed)
+
+    # --- the end of a grant -------------------------------------------------------------------
+
+    async def grant_ended(self, grant: g.Grant) -> None:
+        """Revocation, expiry, removal: cancel what runs under the grant, then tell."""
+        reason: FiccError = (
+            GrantExpired("the grant expired", details={"grant": grant.id})
+            if grant.state == g.EXPIRED
+            else GrantRevoked("the grant was revoked", details={"grant": grant.id})
+        )
+        self._disarm_expiry(grant.id)
+        self.slots.end_all(grant.id, reason)
+        try:
+            await self._on_grant_ended(grant)
+        except FiccError as exc:
+            log.warning("after grant %s ended: %s", grant.id, exc.message)
+
+    def arm_expiry(self, grant: g.Grant) -> None:
+        """At ``expires_at`` an active grant ends as if revoked: by a timer, not on next use.
+
+        So a grant that nobody uses again still stops its ``stop_on_revoke`` services on time.
+        """
+        self._disarm_expiry(grant.id)
+        if grant.state != g.ACTIVE:
+            return
+        delay = max((grant.expires_at - self._ctx.clock()).total_seconds(), 0.0)
+        loop = asyncio.get_running_loop()
+        self._expiry_timers[grant.id] = loop.call_later(delay, self._expiry_due, grant.id)
+
+    def close(self) -> None:
+        """Disarm the expiry timers (the process is stopping; they are armed again at load)."""
+        for timer in self._expiry_timers.values():
+            timer.cancel()
+        self._expiry_timers.clear()
+        for task in self._expiring:
+            task.cancel()
+
+    def _disarm_expiry(self, grant_id: str) -> None:
+        timer = self._expiry_timers.pop(grant_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expiry_due(self, grant_id: str) -> None:
+        self._expiry_timers.pop(grant_id, None)
+        task = asyncio.get_running_loop().create_task(self._expire(grant_id))
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _expire(self, grant_id: str) -> None:
+        """Mark the grant expired, then end it the way revocation does (slots, services)."""
+        now = self._ctx.clock()
+        try:
+            async with self._ctx.uow_factory() as uow:
+                grant = await uow.grants.get(grant_id)
+                if grant is None or grant.state != g.ACTIVE:
+                    return  # revoked, retired or forgotten meanwhile: ended by that path
+                if grant.state_at(now) != g.EXPIRED:
+                    self.arm_expiry(grant)  # the timer ran early by the clock: wait again
+                    return
+                await uow.grants.set_state(grant_id, g.EXPIRED, None)
+                await audit.record(
+                    uow,
+                    self._ctx.clock,
+                    action="grant.expired",
+                    actor="lifetime",
+                    project=grant.project,
+                    target=grant_id,
+                    details={"expires_at": grant.expires_at.isoformat()},
+                )
+                await uow.commit()
+        except FiccError as exc:
+            log.warning("grant %s could not be expired: %s", grant_id, exc.message)
+            return
+        await self.grant_ended(replace(grant, state=g.EXPIRED))
+
+    # --- what the other side tells us ---------------------------------------------------------
+
+    async def on_grant_revoked(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        grant_id = parse_id("grant", body.get("grant"), field="grant")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await paired_peer(uow, identity)
+            remote = await uow.remote_grants.of_peer(peer.id)
+            await uow.remote_grants.replace_for_peer(
+                peer.id,
+                [
+                    {**item, "state": g.REVOKED} if item["id"] == grant_id else item
+                    for item in remote
+                ],
+                now,
+            )
+            await self._ctx.audit(
+                uow, None, peer.project, "remote_grant.revoked", grant_id, identity
+            )
+            await uow.commit()
+        return {}
+
+    async def on_grants_list(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await paired_peer(uow, identity)
+            grants = await uow.grants.of_peer(peer.id)
+        return {
+            "grants": [
+                with_times_formatted(self.grant_json(grant, now))
+                for grant in grants
+                if grant.state != g.RETIRED
+            ]
+        }
+
+
+def _check_selectable(listed: list[dict[str, Any]], grant_id: str) -> None:
+    """Only a grant the peer gives us now, and active, can carry our requests."""
+    found = next((item for item in listed if item.get("id") == grant_id), None)
+    if found is None:
+        raise NotFound(
+            f"the peer gives this project no grant {grant_id}", details={"grant": grant_id}
+        )
+    state = found.get("state")
+    if state != g.ACTIVE:
+        raise Conflict(
+            f"grant {grant_id} is {state}; only an active grant can be selected",
+            details={"grant": grant_id, "state": state},
+        )
+
+
+def new_grant(project: str, peer_id: str, terms: g.GrantTerms, now: datetime) -> g.Grant:
+    """A fresh active grant of ``terms`` to a peer, nothing used yet."""
+    return g.Grant(
+        id=new_id("grant", secrets.token_bytes(16)),
+        project=project,
+        peer_id=peer_id,
+        terms=terms,
+        state=g.ACTIVE,
+        created_at=now,
+        expires_at=g.expiry_of(now, terms),
+        revoked_at=None,
+        requests_used=0,
+        transfer_bytes_used=0,
+    )

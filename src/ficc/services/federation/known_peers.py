@@ -1,0 +1,60 @@
+"""The paired peers the transport's handshake looks up, and the proof that a session is one."""
+
+from __future__ import annotations
+
+from ficc.base.errors import PermissionDenied
+from ficc.domain import peers as p
+from ficc.domain.receipts import unb64
+from ficc.protocol.handshake import KnownPeer
+from ficc.services.peer_channel import PeerIdentity
+from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
+
+
+class KnownPeers:
+    """A memory of every paired peer's cluster key and generation, kept with the database.
+
+    The handshake of every session reads it, so it must not cost a transaction.
+    """
+
+    def __init__(self, uow_factory: UnitOfWorkFactory) -> None:
+        self._uow_factory = uow_factory
+        self._known: dict[str, KnownPeer] = {}
+
+    async def load(self) -> list[p.Peer]:
+        """Fill the memory from the database; every peer of every project, for the caller."""
+        async with self._uow_factory() as uow:
+            projects = [name for name, _ in await uow.projects.list()]
+            peers = [peer for name in projects for peer in await uow.peers.in_project(name)]
+        self._known = {
+            peer.hypernet_id: KnownPeer(unb64(peer.cluster_key), peer.generation)
+            for peer in peers
+            if peer.state == p.PAIRED
+        }
+        return peers
+
+    async def lookup(self, hypernet_id: str) -> KnownPeer | None:
+        return self._known.get(hypernet_id)
+
+    def remember(self, peer: p.Peer) -> None:
+        """After a peer's state changed: a paired peer is known, an ended pairing is not."""
+        if peer.state == p.PAIRED:
+            self._known[peer.hypernet_id] = KnownPeer(unb64(peer.cluster_key), peer.generation)
+        elif (known := self._known.get(peer.hypernet_id)) is not None and (
+            known.generation == peer.generation
+        ):
+            del self._known[peer.hypernet_id]
+
+
+async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> p.Peer:
+    """The peer this session proves to be, paired at the session's generation."""
+    for peer in await uow.peers.by_hypernet_id(identity.hypernet_id):
+        if (
+            peer.state == p.PAIRED
+            and peer.generation == identity.generation
+            and unb64(peer.cluster_key) == identity.cluster_key
+        ):
+            return peer
+    raise PermissionDenied(
+        "this cluster has no pairing with the requesting peer at this generation",
+        details={"reason": "not_paired"},
+    )

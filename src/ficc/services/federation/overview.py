@@ -1,0 +1,76 @@
+"""A project's federation at a glance: companion, identity, peers, offers, grants, transfers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ficc.base.errors import InvalidInput
+from ficc.base.ids import parse_id
+from ficc.domain import offers as o
+from ficc.services.companion import Companion
+from ficc.services.federation.common import offer_json, peer_json
+from ficc.services.federation.grants import Grants
+from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.ports import Clock, UnitOfWorkFactory
+
+TransfersOf = Callable[[str], Awaitable[list[dict[str, Any]]]]
+"""The transfers of a project, as the overview lists them."""
+
+
+class Overview:
+    """Reads only: what ``GET /api/v1/federation`` shows."""
+
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        companion: Companion,
+        grants: Grants,
+        copies: RemoteGrantCopies,
+        transfers_of: TransfersOf,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._companion = companion
+        self._grants = grants
+        self._copies = copies
+        self._transfers_of = transfers_of
+
+    async def overview(
+        self,
+        project: str,
+        *,
+        offers_after: str | None = None,
+        offers_limit: int = o.DEFAULT_OFFERS_PAGE,
+    ) -> dict[str, Any]:
+        """The project's federation; offers a page at a time, oldest first: ``offers_next``
+        names the last one shown when more follow (pass it as ``offers_after``)."""
+        now = self._clock()
+        if offers_after is not None:
+            offers_after = parse_id("offer", offers_after, field="offers_after")
+        if isinstance(offers_limit, bool) or not 1 <= offers_limit <= o.MAX_OFFERS_PAGE:
+            raise InvalidInput(
+                f"offers_limit must be an integer from 1 to {o.MAX_OFFERS_PAGE}",
+                field="offers_limit",
+            )
+        async with self._uow_factory() as uow:
+            peers = await uow.peers.in_project(project)
+            offers = await uow.offers.visible_to(
+                project, after=offers_after, limit=offers_limit + 1
+            )
+            grants = await uow.grants.in_project(project)
+            kept = {peer.id: await uow.remote_grants.of_peer(peer.id) for peer in peers}
+        remote = {peer.id: await self._copies.current(peer, kept[peer.id]) for peer in peers}
+        identity = self._companion.identity_json()
+        me = identity["hypernet_id"]
+        return {
+            "companion": self._companion.companion_json(),
+            "identity": identity,
+            "project": project,
+            "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
+            "offers": [offer_json(offer, now, me) for offer in offers[:offers_limit]],
+            "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
+            "grants": [self._grants.grant_json(grant, now) for grant in grants],
+            "transfers": await self._transfers_of(project),
+        }

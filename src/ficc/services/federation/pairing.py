@@ -1,0 +1,325 @@
+"""Pairing, the requester's side: send an offer, take the receipt, finish; or discard.
+
+Finishing records its intent before it sends: the pending peer, its generation and the receipt
+are committed first, then ``pairing.finish`` goes, then the pairing is marked done. A retry of
+a finish whose answer was lost sends the same receipt again, and the service side answers it
+with the pairing it already made.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ficc.base.errors import Conflict, InvalidInput, NotFound
+from ficc.base.ids import new_id, parse_id
+from ficc.domain import grants as g
+from ficc.domain import offers as o
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal
+from ficc.domain.receipts import b64, check_receipt, unb64
+from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
+from ficc.services.federation.common import (
+    PAIRING_TIMEOUT_SECONDS,
+    ClusterSigner,
+    FederationContext,
+    Verify,
+    my_hypernet_id,
+    offer_json,
+    parse_hypernet_id,
+    peer_json,
+    proven_offerer,
+    proven_peer,
+    refuse_second_pairing,
+    revoke_active,
+    tell,
+    visible_offer,
+)
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports import UnitOfWork
+
+MAX_TICKET_CHARS = 4096
+
+
+class Pairing:
+    """Offers this cluster sends, and the end of any offer by discarding it."""
+
+    def __init__(self, context: FederationContext, signer: ClusterSigner, verify: Verify) -> None:
+        self._ctx = context
+        self._signer = signer
+        self._verify = verify
+
+    def offer_json(self, offer: o.Offer, now: datetime) -> dict[str, Any]:
+        return offer_json(offer, now, my_hypernet_id(self._ctx.link))
+
+    async def get_offer(self, project: str, offer_id: str) -> dict[str, Any]:
+        async with self._ctx.uow_factory() as uow:
+            offer = await visible_offer(uow, project, offer_id)
+        return self.offer_json(offer, self._ctx.clock())
+
+    async def create_offer(
+        self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
+    ) -> dict[str, Any]:
+        """Deliver an offer to the service's cluster now; nothing is kept if that fails."""
+        principal.require_scope("federation:manage")
+        service_id = parse_hypernet_id(service)
+        requested = parse_scopes(scopes, allowed=REMOTE_SCOPES)
+        if ticket is not None and (not isinstance(ticket, str) or len(ticket) > MAX_TICKET_CHARS):
+            raise InvalidInput("ticket must be a HyperNet ticket string", field="ticket")
+        if service_id == self._ctx.link.hypernet_id:
+            raise InvalidInput("a cluster cannot pair with itself", field="service")
+        now = self._ctx.clock()
+        offer_id = new_id("offer", secrets.token_bytes(16))
+        expires_at = o.expiry(now)
+        answer = await self._ctx.link.request(
+            service_id,
+            "pairing.offer",
+            {
+                "offer": offer_id,
+                "scopes": sorted(requested),
+                "label": self._ctx.link.label,
+                "expires_at": expires_at.isoformat(),
+            },
+            ticket=ticket if isinstance(ticket, str) else None,
+            timeout_seconds=PAIRING_TIMEOUT_SECONDS,
+        )
+        identity = self._ctx.link.identity_of(service_id)
+        if identity is None or identity.hypernet_id != service_id:
+            raise Conflict("the service's identity could not be proven; try again")
+        offer = o.Offer(
+            id=offer_id,
+            direction=o.OUTGOING,
+            project=project,
+            service=service_id,
+            peer_label=o.clean_label(answer.get("label")),
+            peer_cluster_key=b64(identity.cluster_key),
+            scopes=requested,
+            state=o.SENT,
+            revision=1,
+            receipt=None,
+            ticket=ticket if isinstance(ticket, str) else None,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        async with self._ctx.uow_factory() as uow:
+            await uow.offers.add(offer)
+            await self._ctx.audit(uow, principal, project, "offer.sent", offer_id, identity)
+            await uow.commit()
+        return self.offer_json(offer, now)
+
+    async def finish_offer(
+        self, principal: Principal, project: str, offer_id: str, *, receipt: object
+    ) -> dict[str, Any]:
+        """Check the receipt answers exactly this offer, then complete the pairing.
+
+        Idempotent: finishing a finished offer with its receipt answers the pairing it made.
+        """
+        principal.require_scope("federation:manage")
+        if not isinstance(receipt, str) or not re.fullmatch(r"[0-9a-f]{64}", receipt):
+            raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            offer = await visible_offer(uow, project, offer_id)
+            if offer.direction != o.OUTGOING:
+                raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
+            if offer.state == o.FINISHED and _digest(offer.receipt) == receipt:
+                return await self._finished(uow, offer, now)
+            o.next_state(offer, "finish", now)
+            await refuse_second_pairing(uow, offer.service)
+        stored = offer.receipt
+        if stored is None:
+            fetched = await self._ctx.link.request(
+                offer.service,
+                "pairing.fetch",
+                {"offer": offer_id},
+                ticket=offer.ticket,
+                timeout_seconds=PAIRING_TIMEOUT_SECONDS,
+            )
+            stored = fetched.get("receipt")
+        if not isinstance(stored, dict) or stored.get("digest") != receipt:
+            raise Conflict(
+                "that digest is not the receipt this offer received",
+                details={"receipt": receipt},
+            )
+        assert offer.peer_cluster_key is not None
+        body = check_receipt(
+            stored,
+            digest=receipt,
+            offer_id=offer_id,
+            requester_hypernet_id=self._ctx.link.hypernet_id,
+            requester_cluster_key=b64(self._signer.public_key),
+            service_hypernet_id=offer.service,
+            service_cluster_key=unb64(offer.peer_cluster_key),
+            requested_scopes=offer.scopes,
+            verify=self._verify,
+        )
+        pending = await self._intend(offer, stored, body, now)
+        await self._ctx.link.request(
+            offer.service,
+            "pairing.finish",
+            {"offer": offer_id, "receipt": receipt},
+            ticket=offer.ticket,
+            timeout_seconds=PAIRING_TIMEOUT_SECONDS,
+        )
+        remote_grant = _remote_grant(body)
+        async with self._ctx.uow_factory() as uow:
+            peer = replace(pending, state=p.PAIRED, updated_at=now)
+            await uow.peers.update(peer)
+            await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
+            current = await visible_offer(uow, project, offer_id)
+            finished = replace(current, state=o.FINISHED, revision=current.revision + 1)
+            await uow.offers.update(finished)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "pairing.finished",
+                peer.id,
+                proven_peer(peer),
+                {"offer": offer_id},
+            )
+            await uow.commit()
+        self._ctx.known.remember(peer)
+        return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
+
+    async def _intend(
+        self, offer: o.Offer, receipt: dict[str, Any], body: dict[str, Any], now: datetime
+    ) -> p.Peer:
+        """Commit the pairing about to be finished, still pending: the peer (the same one on a
+        retry), its generation and the receipt, before ``pairing.finish`` is sent."""
+        assert offer.project is not None
+        assert offer.peer_cluster_key is not None
+        async with self._ctx.uow_factory() as uow:
+            current = await visible_offer(uow, offer.project, offer.id)
+            existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
+            if existing is not None and existing.state == p.PENDING:
+                return existing
+            peer = p.Peer(
+                id=new_id("peer", secrets.token_bytes(16)),
+                project=offer.project,
+                label=offer.peer_label,
+                hypernet_id=offer.service,
+                cluster_key=offer.peer_cluster_key,
+                state=p.PENDING,
+                generation=int(body["generation"]),
+                role=p.REQUESTER,
+                offer_id=offer.id,
+                selected_grant=str(body["grant"]),
+                ticket=offer.ticket,
+                created_at=now,
+                updated_at=now,
+            )
+            await uow.peers.add(peer)
+            await uow.offers.update(
+                replace(current, revision=current.revision + 1, receipt=receipt, peer_id=peer.id)
+            )
+            await uow.commit()
+        return peer
+
+    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> dict[str, Any]:
+        """A finish repeated after it succeeded: the pairing it made."""
+        assert offer.peer_id is not None
+        peer = await uow.peers.get(offer.peer_id)
+        if peer is None:
+            raise Conflict("the pairing of this offer is gone", details={"offer": offer.id})
+        remote = await uow.remote_grants.of_peer(peer.id)
+        return {"offer": self.offer_json(offer, now), "peer": peer_json(peer, remote)}
+
+    async def on_receipt(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        """The service side pushes the receipt of its approval: checked, then kept."""
+        receipt = body.get("receipt")
+        async with self._ctx.uow_factory() as uow:
+            offer = await their_offer(uow, identity, body, o.OUTGOING)
+            digest = receipt.get("digest") if isinstance(receipt, dict) else None
+            check_receipt(
+                receipt,
+                digest=str(digest),
+                offer_id=offer.id,
+                requester_hypernet_id=self._ctx.link.hypernet_id,
+                requester_cluster_key=b64(self._signer.public_key),
+                service_hypernet_id=identity.hypernet_id,
+                service_cluster_key=identity.cluster_key,
+                requested_scopes=offer.scopes,
+                verify=self._verify,
+            )
+            state = o.next_state(offer, "receipt", self._ctx.clock())
+            assert isinstance(receipt, dict)
+            await uow.offers.update(
+                replace(offer, state=state, revision=offer.revision + 1, receipt=receipt)
+            )
+            await self._ctx.audit(uow, None, offer.project, "receipt.received", offer.id, identity)
+            await uow.commit()
+        return {}
+
+    async def discard_offer(
+        self, principal: Principal, project: str, offer_id: str
+    ) -> dict[str, Any]:
+        principal.require_scope("federation:manage")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            offer = await visible_offer(uow, project, offer_id)
+            o.next_state(offer, "discard", now)
+            discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
+            await uow.offers.update(discarded)
+            await drop_pending_peer(uow, offer, now)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "offer.discarded",
+                offer_id,
+                proven_offerer(offer),
+            )
+            await uow.commit()
+        told = await tell(
+            self._ctx.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
+        )
+        return {**self.offer_json(discarded, now), "told": told}
+
+
+async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> None:
+    """A discarded offer with an unfinished peer: the peer goes and its grant is revoked."""
+    if offer.peer_id is None:
+        return
+    peer = await uow.peers.get(offer.peer_id)
+    if peer is not None and peer.state == p.PENDING:
+        await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
+        await revoke_active(uow, peer.id, now)
+
+
+async def their_offer(
+    uow: UnitOfWork, identity: PeerIdentity, body: dict[str, Any], direction: str
+) -> o.Offer:
+    """The offer ``body`` names, if it is one with the proven peer in ``direction``."""
+    offer_id = parse_id("offer", body.get("offer"), field="offer")
+    offer = await uow.offers.get(offer_id)
+    if (
+        offer is None
+        or offer.direction != direction
+        or offer.service != identity.hypernet_id
+        or offer.peer_cluster_key != b64(identity.cluster_key)
+    ):
+        raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
+    return offer
+
+
+def _digest(receipt: dict[str, Any] | None) -> object:
+    return None if receipt is None else receipt.get("digest")
+
+
+def _remote_grant(body: dict[str, Any]) -> dict[str, Any]:
+    """The grant a receipt gives, as the requester keeps it until the next refresh."""
+    return {
+        "id": body["grant"],
+        "state": g.ACTIVE,
+        **body["grant_terms"],
+        "expires_at": body["expires_at"],
+        "in_flight": 0,
+        "remaining": {
+            "requests": body["grant_terms"]["requests"],
+            "transfer_bytes": body["grant_terms"]["transfer_bytes"],
+        },
+    }

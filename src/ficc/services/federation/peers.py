@@ -1,0 +1,126 @@
+"""Ending a pairing: remove a peer (revoking what it was given), forget a removed one, and
+hear that the other side removed us."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ficc.base.errors import Conflict, PermissionDenied
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.domain.principals import Principal
+from ficc.services.federation.common import (
+    FederationContext,
+    peer_json,
+    project_peer,
+    proven_peer,
+    revoke_active,
+    tell,
+)
+from ficc.services.federation.grants import Grants
+from ficc.services.federation.known_peers import paired_peer
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+
+
+class Peers:
+    """The end of pairings, on either side's initiative."""
+
+    def __init__(self, context: FederationContext, grants: Grants) -> None:
+        self._ctx = context
+        self._grants = grants
+
+    async def remove_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
+        """Revoke every grant given to the peer and remove the pairing, reachable or not."""
+        principal.require_scope("federation:manage")
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await project_peer(uow, project, peer_id)
+            if peer.state == p.REMOVED:
+                raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
+            ended = await revoke_active(uow, peer_id, now)
+            removed = replace(peer, state=p.REMOVED, updated_at=now)
+            await uow.peers.update(removed)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "peer.removed",
+                peer_id,
+                proven_peer(peer),
+                {"revoked": [grant.id for grant in ended]},
+            )
+            await uow.commit()
+        for grant in ended:
+            await self._grants.grant_ended(grant)
+        told = False
+        if peer.state == p.PAIRED:
+            # Told over a session at the pairing's generation, so the peer can prove it is
+            # this pairing that ends; only then is the generation forgotten. The peer is
+            # already removed in the database, so nothing is served meanwhile.
+            told = await tell(self._ctx.link, peer.hypernet_id, "peer.removed", {}, peer.ticket)
+        self._ctx.known.remember(removed)
+        self._disconnect(peer.hypernet_id)
+        async with self._ctx.uow_factory() as uow:
+            remote = await uow.remote_grants.of_peer(peer_id)
+        return {"peer": peer_json(removed, remote), "told": told}
+
+    async def forget_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
+        principal.require_scope("federation:manage")
+        async with self._ctx.uow_factory() as uow:
+            peer = await project_peer(uow, project, peer_id)
+            if peer.state != p.REMOVED:
+                raise Conflict(
+                    f"peer {peer_id} is {peer.state}; remove it first",
+                    details={"state": peer.state},
+                )
+            grants = await uow.grants.of_peer(peer_id)
+            unretired = [grant.id for grant in grants if grant.state != g.RETIRED]
+            if unretired:
+                raise Conflict(
+                    f"retire the grants of this peer first: {', '.join(unretired)}",
+                    details={"grants": unretired},
+                )
+            for offer in await uow.offers.of_peer(peer_id):
+                await uow.offers.delete(offer.id)
+            await uow.remote_grants.delete_for_peer(peer_id)
+            for grant in grants:
+                await uow.grants.delete(grant.id)
+            await uow.peers.delete(peer_id)
+            await self._ctx.audit(
+                uow,
+                principal,
+                project,
+                "peer.forgotten",
+                peer_id,
+                proven_peer(peer),
+            )
+            await uow.commit()
+        self._disconnect(peer.hypernet_id)
+        return {"peer": peer_id, "forgotten": True}
+
+    async def on_peer_removed(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+        now = self._ctx.clock()
+        async with self._ctx.uow_factory() as uow:
+            peer = await paired_peer(uow, identity)
+            removed = replace(peer, state=p.REMOVED, updated_at=now)
+            await uow.peers.update(removed)
+            remote = await uow.remote_grants.of_peer(peer.id)
+            await uow.remote_grants.replace_for_peer(
+                peer.id, [{**item, "state": g.REVOKED} for item in remote], now
+            )
+            ended = await revoke_active(uow, peer.id, now)
+            await self._ctx.audit(
+                uow, None, peer.project, "peer.removed_by_peer", peer.id, identity
+            )
+            await uow.commit()
+        self._ctx.known.remember(removed)
+        for grant in ended:
+            await self._grants.grant_ended(grant)
+        return {}
+
+    def _disconnect(self, hypernet_id: str) -> None:
+        """Close the sessions with a cluster whose pairing ended, and what runs on them."""
+        self._ctx.link.disconnect(
+            hypernet_id, PermissionDenied("the pairing with this cluster was removed")
+        )

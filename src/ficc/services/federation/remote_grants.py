@@ -1,0 +1,77 @@
+"""The requester's copies of the grants its peers give it.
+
+A copy goes stale whenever something may have changed it: a request through the grant uses
+its allowance, a mutation may create records it publishes. The next read of a stale copy asks
+the peer (``grants.list``) first; a peer that cannot be reached leaves the copy as it was,
+still marked stale. A copy read after its expiry shows ``expired`` whatever it last said.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ficc.base.errors import Conflict, FiccError
+from ficc.base.times import parse_time
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.services.federation.common import (
+    NOTICE_TIMEOUT_SECONDS,
+    PAIRING_TIMEOUT_SECONDS,
+    FederationContext,
+    log,
+)
+
+
+class RemoteGrantCopies:
+    """Reads and refreshes of the remote grants' copies, knowing which ones are stale."""
+
+    def __init__(self, context: FederationContext) -> None:
+        self._ctx = context
+        self._stale: set[str] = set()
+
+    def changed(self, peer_id: str) -> None:
+        """Something went through a grant of this peer: ask it before the next read."""
+        self._stale.add(peer_id)
+
+    async def fetch(
+        self, peer: p.Peer, *, timeout_seconds: float = PAIRING_TIMEOUT_SECONDS
+    ) -> list[dict[str, Any]]:
+        """Ask the peer for the grants it gives us now, and keep that copy."""
+        answer = await self._ctx.link.request(
+            peer.hypernet_id,
+            "grants.list",
+            {},
+            ticket=peer.ticket,
+            timeout_seconds=timeout_seconds,
+        )
+        listed = answer.get("grants")
+        if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):
+            raise Conflict("the peer answered grants.list with something else")
+        async with self._ctx.uow_factory() as uow:
+            await uow.remote_grants.replace_for_peer(peer.id, listed, self._ctx.clock())
+            await uow.commit()
+        self._stale.discard(peer.id)
+        return listed
+
+    async def current(self, peer: p.Peer, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The copy to show: asked for again when stale (best effort), expiry applied."""
+        if peer.id in self._stale and peer.state == p.PAIRED:
+            try:
+                kept = await self.fetch(peer, timeout_seconds=NOTICE_TIMEOUT_SECONDS)
+            except FiccError as exc:
+                log.info("kept the stale grants of peer %s: %s", peer.id, exc.message)
+        now = self._ctx.clock()
+        return [_as_of(item, now) for item in kept]
+
+
+def _as_of(item: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A copy of a grant as it stands at ``now``: an active one past its expiry is expired."""
+    expires_at = item.get("expires_at")
+    if item.get("state") != g.ACTIVE or not isinstance(expires_at, str):
+        return item
+    try:
+        expired = parse_time(expires_at) <= now
+    except ValueError:
+        return item
+    return {**item, "state": g.EXPIRED} if expired else item

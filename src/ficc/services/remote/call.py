@@ -1,0 +1,72 @@
+"""One admitted request under a grant, and the handler shapes the operation table holds."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ficc.base.errors import NotFound, PermissionDenied
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.domain.receipts import b64
+from ficc.services.grant_slots import Slot
+from ficc.services.inference import Actor
+from ficc.services.mutations import MutationKey
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+
+
+@dataclass(frozen=True)
+class Call:
+    """One admitted request: who, under which grant, what, and the slot it holds."""
+
+    identity: PeerIdentity
+    peer: p.Peer
+    grant: g.Grant
+    operation: str
+    body: dict[str, Any]
+    mutation_id: str | None
+    slot: Slot
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(
+            name=f"peer:{self.peer.id}",
+            grant_id=self.grant.id,
+            peer_hypernet_id=self.identity.hypernet_id,
+            peer_cluster_key=b64(self.identity.cluster_key),
+        )
+
+    @property
+    def peer_key(self) -> tuple[str, str]:
+        """The proven peer as the audit log records it: HyperNet ID and cluster key."""
+        return self.identity.hypernet_id, b64(self.identity.cluster_key)
+
+    def key(self) -> MutationKey:
+        assert self.mutation_id is not None
+        return MutationKey.grant(self.grant.id, self.mutation_id, self.operation, self.body)
+
+    def require(self, kind: str, resource_id: str, field: str) -> None:
+        """Every resource ID named in the body must be in the grant (or created by it)."""
+        if not self.grant.covers(kind, resource_id):
+            raise PermissionDenied(
+                f"{field} names {resource_id}, which the grant does not include",
+                details={"field": field, "reason": "resource_not_granted"},
+            )
+
+
+Effect = Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
+"""A checked mutation, ready to run exactly once: its result and whether it was a replay."""
+Answer = Callable[[Call], Awaitable[dict[str, Any]]]
+"""A read under a grant: its result."""
+Mutate = Callable[[Call], Awaitable[Effect]]
+"""A mutation under a grant: checks the body, then gives the effect to run once."""
+Stream = Callable[[Call], AsyncIterator[bytes]]
+"""A streamed answer under a grant."""
+PeerHandler = Callable[[PeerIdentity, dict[str, Any]], Awaitable[RequestResult]]
+"""An operation outside any grant (pairing, notices): the proven peer and the body."""
+
+
+def no_grant(grant_id: str) -> NotFound:
+    """The one answer for a grant that does not exist and for another peer's grant."""
+    return NotFound("this peer holds no such grant", details={"grant": grant_id})

@@ -1,0 +1,181 @@
+"""The requester's side: send one operation through a peer's selected grant; nothing is retried.
+
+A request whose answer is lost after it was sent is an unknown outcome: the caller is told the
+mutation_id to inspect (``operation.status``) or to retry with, and nothing else is assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Final
+
+from ficc.base.errors import (
+    Conflict,
+    GrantExpired,
+    GrantRevoked,
+    NotFound,
+    OutcomeUnknown,
+    TooLarge,
+)
+from ficc.domain import grants as g
+from ficc.domain import peers as p
+from ficc.domain.operations import check_mutation_id, parse_body
+from ficc.domain.principals import Principal
+from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.peer_channel import PeerChannel
+from ficc.services.ports import UnitOfWorkFactory
+from ficc.services.remote.table import grant_operation
+from ficc.services.remote.views import unpublished
+
+REQUEST_TIMEOUT_SECONDS: Final = 30.0
+INVOKE_TIMEOUT_SECONDS: Final = 300.0
+
+
+class RemoteClient:
+    """Requests to the peers of a project, each through the grant the project selected."""
+
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, channel: PeerChannel, copies: RemoteGrantCopies
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._channel = channel
+        self._copies = copies
+
+    async def published_services(
+        self, principal: Principal, project: str, peer_id: str
+    ) -> list[str]:
+        """The remote service IDs the peer's selected grant publishes (given and created)."""
+        principal.require_scope("federation:invoke")
+        async with self._uow_factory() as uow:
+            peer = await uow.peers.get(peer_id)
+            remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
+        if peer is None or peer.project != project:
+            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        return _published(peer.selected_grant, await self._copies.current(peer, remote))
+
+    async def request(
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
+        service: str | None = None,
+    ) -> dict[str, Any]:
+        """Send one operation through the selected grant; nothing is retried.
+
+        ``service``: a remote service the selected grant must publish (checked before sending).
+        """
+        peer, grant_id = await self._route(principal, project, peer_id, service)
+        name, wire = _wire(grant_id, operation, body, mutation_id)
+        timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
+        sent_id = wire.get("mutation_id")
+        try:
+            answer = await self._channel.request(
+                peer.hypernet_id, name, wire, ticket=peer.ticket, timeout_seconds=timeout
+            )
+        except OutcomeUnknown as exc:
+            # The transport knows only that an answer was lost; which mutation that leaves in
+            # doubt is this layer's to say.
+            raise OutcomeUnknown(exc.message, mutation_id=sent_id) from exc
+        finally:
+            self._copies.changed(peer.id)
+        return {
+            "operation": name,
+            "mutation_id": sent_id,
+            "replayed": bool(answer.get("replayed", False)),
+            "result": answer.get("result"),
+        }
+
+    @contextlib.asynccontextmanager
+    async def open_stream(
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
+        service: str | None = None,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A streamed operation; leaving the block cancels it on the peer.
+
+        ``mutation_id`` is checked like any other request's (no streamed operation takes one),
+        so a caller who sends one is told, not silently ignored.
+        """
+        peer, grant_id = await self._route(principal, project, peer_id, service)
+        name, wire = _wire(grant_id, operation, body, mutation_id)
+        self._copies.changed(peer.id)
+        async with self._channel.stream(
+            peer.hypernet_id,
+            name,
+            wire,
+            ticket=peer.ticket,
+            timeout_seconds=INVOKE_TIMEOUT_SECONDS,
+        ) as chunks:
+            named = _naming_grant(chunks, grant_id)
+            async with contextlib.aclosing(named):
+                yield named
+
+    async def _route(
+        self, principal: Principal, project: str, peer_id: str, service: str | None = None
+    ) -> tuple[p.Peer, str]:
+        """The peer and its selected grant; with ``service``, one that grant must publish."""
+        principal.require_scope("federation:invoke")
+        async with self._uow_factory() as uow:
+            peer = await uow.peers.get(peer_id)
+            checked = service is not None and peer is not None
+            remote = await uow.remote_grants.of_peer(peer_id) if checked else []
+        if peer is None or peer.project != project:
+            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        if service is not None and service not in _published(peer.selected_grant, remote):
+            raise unpublished(service)
+        if peer.state != p.PAIRED:
+            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        if peer.selected_grant is None:
+            raise Conflict(
+                "no grant of this peer is selected; refresh and select one",
+                details={"peer": peer_id},
+            )
+        return peer, peer.selected_grant
+
+
+def _wire(
+    grant_id: str, operation: object, body: object, mutation_id: object
+) -> tuple[str, dict[str, Any]]:
+    """The request body an operation under a grant carries, checked against its row."""
+    name, row = grant_operation(operation)
+    checked_id = check_mutation_id(name, row.mutation, mutation_id)
+    wire: dict[str, Any] = {"grant": grant_id, "body": parse_body(body)}
+    if checked_id is not None:
+        wire["mutation_id"] = checked_id
+    size = len(json.dumps(wire["body"], separators=(",", ":")).encode())
+    if size > g.MAX_REQUEST_BYTES:
+        raise TooLarge(
+            f"the request body is {size} bytes; no grant allows more than {g.MAX_REQUEST_BYTES}",
+            details={"limit": "request_bytes", "allowed": g.MAX_REQUEST_BYTES},
+        )
+    return name, wire
+
+
+async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGenerator[bytes, None]:
+    """The chunks; a grant ending says which grant (a stream reset cannot carry its ID)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (GrantRevoked, GrantExpired) as exc:
+        if "grant" in exc.details:
+            raise
+        raise type(exc)(exc.message, details={**exc.details, "grant": grant_id}) from exc
+
+
+def _published(selected: str | None, remote_grants: list[dict[str, Any]]) -> list[str]:
+    for grant in remote_grants:
+        if grant.get("id") == selected:
+            return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
+    return []

@@ -1,0 +1,113 @@
+"""The grantor's gate: every request under a grant is checked, in this order, before any
+effect.
+
+The session's proven identity is paired; the grant is the calling peer's (another peer's grant
+is answered like one that does not exist, before its scopes, sizes or slots are looked at); the
+operation's scope is in the grant; the mutation_id rule; ``request_bytes``; a ``concurrent``
+slot (held until the answer or stream ends, on every exit path); the grant is active; the
+``requests`` allowance (charged at admission). The handler then checks every resource ID named
+in the body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ficc.base.errors import GrantExpired, GrantRevoked, LimitExceeded, PermissionDenied, TooLarge
+from ficc.base.ids import parse_id
+from ficc.domain import grants as g
+from ficc.domain.operations import check_mutation_id, check_scope
+from ficc.services.federation.known_peers import KnownPeers, paired_peer
+from ficc.services.grant_slots import GrantSlots
+from ficc.services.peer_channel import PeerIdentity
+from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.remote.call import Call, no_grant
+
+
+class Gate:
+    """Admits a request under a grant, or refuses it with nothing charged or held."""
+
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, clock: Clock, peers: KnownPeers, slots: GrantSlots
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._peers = peers
+        self._slots = slots
+        self._fixed: dict[str, tuple[g.Grant, str]] = {}
+
+    @contextlib.asynccontextmanager
+    async def admitted(
+        self,
+        identity: PeerIdentity,
+        operation: str,
+        scopes: frozenset[str],
+        mutation: bool,
+        wire: dict[str, Any],
+        body: dict[str, Any],
+    ) -> AsyncIterator[Call]:
+        grant_id = parse_id("grant", wire.get("grant"), field="grant")
+        now = self._clock()
+        if await self._peers.lookup(identity.hypernet_id) is None:
+            # Not paired at all: refuse before saying anything about the grant.
+            raise PermissionDenied(
+                "this cluster has no pairing with the requesting peer at this generation",
+                details={"reason": "not_paired"},
+            )
+        fixed = await self._fixed_terms(grant_id, identity)
+        check_scope(operation, scopes, fixed.terms.scopes)
+        mutation_id = check_mutation_id(operation, mutation, wire.get("mutation_id"))
+        size = len(json.dumps(body, separators=(",", ":")).encode())
+        if size > fixed.terms.request_bytes:
+            raise TooLarge(
+                f"the request body is {size} bytes; the grant allows {fixed.terms.request_bytes}",
+                details={"limit": "request_bytes", "allowed": fixed.terms.request_bytes},
+            )
+        async with self._slots.slot(
+            grant_id, fixed.terms.concurrent, fixed.expires_at, now
+        ) as slot:
+            # One transaction proves the peer, charges the request and reads the grant's state.
+            # The charge is one conditional UPDATE (the check and the charge at once); made
+            # first, it holds the grant's row until commit, so concurrent admissions (at once
+            # on PostgreSQL) each see the others' charges; a refusal rolls it back.
+            async with self._uow_factory() as uow:
+                peer = await paired_peer(uow, identity)
+                charged = await uow.grants.charge_request(grant_id, requests=fixed.terms.requests)
+                current = await uow.grants.get(grant_id)
+                if current is None or current.peer_id != peer.id:
+                    raise no_grant(grant_id)
+                state = current.state_at(now)
+                if state in (g.REVOKED, g.RETIRED):
+                    raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
+                if state == g.EXPIRED:
+                    raise GrantExpired("the grant expired", details={"grant": grant_id})
+                if not charged:
+                    raise LimitExceeded(
+                        f"the grant's {current.terms.requests} requests are used up",
+                        details={"limit": "requests", "allowed": current.terms.requests},
+                    )
+                await uow.commit()
+            yield Call(identity, peer, current, operation, body, mutation_id, slot)
+
+    async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
+        """The grant's terms, if the grant is the calling peer's; else not found.
+
+        A grant's terms, peer and expiry never change: they are read once and kept, with the
+        HyperNet ID of the peer it was given to.
+        """
+        known = self._fixed.get(grant_id)
+        if known is None:
+            async with self._uow_factory() as uow:
+                grant = await uow.grants.get(grant_id)
+                holder = None if grant is None else await uow.peers.get(grant.peer_id)
+            if grant is None or holder is None:
+                raise no_grant(grant_id)
+            known = (grant, holder.hypernet_id)
+            self._fixed[grant_id] = known
+        grant, holder_hypernet_id = known
+        if holder_hypernet_id != identity.hypernet_id:
+            raise no_grant(grant_id)
+        return grant

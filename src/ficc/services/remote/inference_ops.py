@@ -1,0 +1,238 @@
+"""What a peer may do with the grantor's inference services under a grant.
+
+Each method is a row's handler in the operation table: reads answer a result, mutations check
+the body and give back the effect the table runs exactly once, streams yield bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
+from ficc.base.ids import parse_id
+from ficc.domain import grants as g
+from ficc.domain.inference import RuntimeName, ServiceSpec, parse_service_spec, uses_local_model
+from ficc.domain.openai_requests import check_capabilities, engine_body, shape_answer
+from ficc.domain.openai_requests import check_request as check_openai_request
+from ficc.domain.operations import invoke_path
+from ficc.services import mutations
+from ficc.services.inference import InferenceServices
+from ficc.services.mutations import MutationKey
+from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
+from ficc.services.remote.call import Call, Effect
+from ficc.services.remote.views import error_event, peer_view, upstream_in_spec
+
+
+class InferenceOperations:
+    """The grantor's inference services as a peer reaches them: its own view, granted IDs."""
+
+    def __init__(self, uow_factory: UnitOfWorkFactory, inference: InferenceServices) -> None:
+        self._uow_factory = uow_factory
+        self._inference = inference
+
+    async def discover(self, call: Call) -> dict[str, Any]:
+        project = call.grant.project
+        services = []
+        async with self._uow_factory() as uow:
+            for service_id in sorted(call.grant.terms.services | call.grant.created_services):
+                service = await uow.services.get(service_id)
+                if service is not None and service.project == project:
+                    services.append(
+                        {
+                            "id": service.id,
+                            "alias": service.spec.name,
+                            "state": service.state.value,
+                            "capabilities": (
+                                ["embeddings"]
+                                if service.spec.options.get("embeddings") is True
+                                else ["chat.completions", "completions"]
+                            ),
+                            "model": service.spec.model,
+                        }
+                    )
+        return {
+            "services": services,
+            "models": sorted(call.grant.terms.models | call.grant.created_models),
+            "nodes": sorted(call.grant.terms.nodes),
+        }
+
+    async def prepare(self, call: Call) -> dict[str, Any]:
+        return await self._inference.prepare(
+            call.grant.project,
+            model_ids=frozenset(call.grant.terms.models | call.grant.created_models),
+            node_ids=frozenset(call.grant.terms.nodes),
+        )
+
+    async def preview(self, call: Call) -> dict[str, Any]:
+        await self._check_spec(call, call.body["spec"])
+        return await self._inference.preview(call.grant.project, call.body["spec"])
+
+    async def get(self, call: Call) -> dict[str, Any]:
+        service_id = _service(call)
+        return peer_view(await self._inference.get_service(call.grant.project, service_id))
+
+    async def create(self, call: Call) -> Effect:
+        await self._check_spec(call, call.body["spec"])
+        grant = call.grant
+
+        async def within_cap(uow: UnitOfWork, _: object) -> None:
+            # Every record the grant ever created counts (removing one makes no room), and
+            # every creation still uncertain, this request's own among them.
+            held = await mutations.count_held(uow, grant.id, "inference.create")
+            if held - 1 >= g.MAX_CREATED_SERVICES:
+                raise LimitExceeded(
+                    f"a grant can create at most {g.MAX_CREATED_SERVICES} services",
+                    details={"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES},
+                )
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.create_service(
+                call.actor, grant.project, call.body["spec"], key=key, check=within_cap
+            )
+            return peer_view(view), replayed
+
+        return effect
+
+    async def replace(self, call: Call) -> Effect:
+        service_id = _service(call)
+        _require_created(call, service_id, "replace")
+        spec = await self._check_spec(call, call.body["spec"])
+        current = await self._inference.get_service(call.grant.project, service_id)
+        if current["spec"]["runtime"] != spec.runtime.value:
+            raise PermissionDenied(
+                "body.spec.runtime must stay the service's runtime "
+                f"{current['spec']['runtime']}: a peer cannot change it",
+                details={"field": "body.spec.runtime", "reason": "runtime_change_refused"},
+            )
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.replace_service(
+                call.actor,
+                call.grant.project,
+                service_id,
+                revision=call.body["revision"],
+                spec_data=call.body["spec"],
+                key=key,
+            )
+            return peer_view(view), replayed
+
+        return effect
+
+    async def control(self, call: Call) -> Effect:
+        service_id = _service(call)
+        if call.body["operation"] == "remove":
+            _require_created(call, service_id, "remove")
+
+        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+            view, replayed = await self._inference.control_service(
+                call.actor,
+                call.grant.project,
+                service_id,
+                revision=call.body["revision"],
+                operation=call.body["operation"],
+                acknowledge_unknown=call.body.get("acknowledge_unknown", False),
+                key=key,
+            )
+            return (peer_view(view) if "spec" in view else view), replayed
+
+        return effect
+
+    async def invoke(self, call: Call) -> dict[str, Any]:
+        service_id, path, inner, runtime = await self._invoke_args(call)
+        # The text is counted while it arrives: an answer whose text alone passes
+        # response_bytes stops the engine at once instead of being held whole, then refused.
+        answer = await self._inference.complete(
+            call.grant.project,
+            service_id,
+            path,
+            engine_body(runtime, path, inner),
+            max_bytes=call.grant.terms.response_bytes,
+        )
+        answer = shape_answer(runtime, path, inner, answer)
+        # Encoded as the caller's compatible URL will send it, so the limit counts those bytes.
+        size = len(json.dumps(answer, separators=(",", ":")).encode())
+        if size > call.grant.terms.response_bytes:
+            raise LimitExceeded(
+                f"the response is {size} bytes; the grant allows {call.grant.terms.response_bytes}",
+                details={"limit": "response_bytes", "allowed": call.grant.terms.response_bytes},
+            )
+        return answer
+
+    async def invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
+        service_id, path, inner, runtime = await self._invoke_args(call)
+        limit = call.grant.terms.response_bytes
+        sent = 0
+        inner = engine_body(runtime, path, inner)
+        async with self._inference.stream(call.grant.project, service_id, path, inner) as events:
+            async for event in events:
+                chunk = b"data: " + event.data.encode() + b"\n\n"
+                if sent + len(chunk) > limit:
+                    yield error_event(
+                        LimitExceeded(
+                            f"the response would pass the grant's {limit} response bytes",
+                            details={"limit": "response_bytes", "allowed": limit},
+                        )
+                    )
+                    return
+                sent += len(chunk)
+                yield chunk
+
+    async def _invoke_args(self, call: Call) -> tuple[str, str, dict[str, Any], RuntimeName]:
+        service_id = _service(call)
+        path = invoke_path(call.body["path"])
+        inner = call.body["body"]
+        if not isinstance(inner, dict):
+            raise InvalidInput("body.body must be a JSON object", field="body.body")
+        # A hostile peer's body is checked as the compatible URLs check their callers', and
+        # against what the service's runtime honours (never a silent drop).
+        check_openai_request(path, inner)
+        spec = (await self._inference.get_service(call.grant.project, service_id))["spec"]
+        runtime = RuntimeName(spec["runtime"])
+        check_capabilities(runtime, spec.get("options") or {}, path, inner)
+        return service_id, path, inner, runtime
+
+    async def _check_spec(self, call: Call, spec_data: object) -> ServiceSpec:
+        """The spec a peer sends: granted model and node, and never an upstream URL.
+
+        An ``openai`` service makes this cluster send requests, and its users' prompts, to a
+        URL: a peer choosing it would reach the grantor's network (SSRF) or capture prompts.
+        """
+        refused = upstream_in_spec(spec_data)
+        if refused is not None:
+            raise PermissionDenied(
+                f"{refused} is refused: a peer cannot point a service at a URL",
+                details={"field": refused, "reason": "upstream_refused"},
+            )
+        spec = parse_service_spec(spec_data)
+        if uses_local_model(spec.runtime):
+            call.require("models", spec.model, "body.spec.model")
+        node = spec.node
+        if node is None:
+            async with self._uow_factory() as uow:
+                local = [n.id for n in await uow.nodes.list() if n.is_local]
+            node = local[0] if local else None
+        if node is None or not call.grant.covers("nodes", node):
+            raise PermissionDenied(
+                "body.spec.node must be a node the grant includes",
+                details={"field": "body.spec.node", "reason": "resource_not_granted"},
+            )
+        return spec
+
+
+def _service(call: Call) -> str:
+    service_id = parse_id("service", call.body.get("service"), field="body.service")
+    call.require("services", service_id, "body.service")
+    return service_id
+
+
+def _require_created(call: Call, service_id: str, operation: str) -> None:
+    """Replace and remove only what the grant created: a granted service is the grantor's own,
+    used by its local users; a peer re-specifying it could take their requests."""
+    if service_id not in call.grant.created_services:
+        raise PermissionDenied(
+            f"{operation} is allowed only on services this grant created; "
+            f"{service_id} was granted, not created",
+            details={"field": "body.service", "reason": "service_not_created_by_grant"},
+        )

@@ -1,0 +1,263 @@
+"""The one table of operations a peer may ask of this cluster, and the dispatcher that serves it.
+
+A row says everything about an operation: the scopes a grant needs for it (none: it travels
+outside any grant, like pairing), whether it mutates (then it needs a mutation_id and runs
+exactly once), whether it answers with a stream, the body's fields, and its handler. Adding an
+operation is one row. The requester checks its requests against the same rows.
+
+The operation's real name travels on the wire; an operation under a grant carries
+``{"grant": ID, "body": {...}, "mutation_id": ...}`` as its request body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
+from ficc.domain.operations import ANY_SCOPE, Streaming, only_fields, parse_body
+from ficc.services import mutations
+from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
+from ficc.services.remote.gate import Gate
+from ficc.services.remote.views import peer_view
+
+if TYPE_CHECKING:
+    from ficc.services.federation.approval import Approval
+    from ficc.services.federation.grants import Grants
+    from ficc.services.federation.pairing import Pairing
+    from ficc.services.federation.peers import Peers
+    from ficc.services.remote.inference_ops import InferenceOperations
+    from ficc.services.remote.model_ops import ModelOperations
+    from ficc.services.transfers import Transfers
+
+DEFINITE_REFUSALS: Final = (InvalidInput, PermissionDenied, NotFound, Conflict, LimitExceeded)
+"""Errors an effect raises before it commits anything (never a lost peer or an unknown)."""
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """The services whose methods answer the table's operations (wired in ``bootstrap``)."""
+
+    pairing: Pairing
+    approval: Approval
+    peers: Peers
+    grants: Grants
+    inference: InferenceOperations
+    models: ModelOperations
+    transfers: Transfers
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One row: what a peer may ask, under which terms, and who answers."""
+
+    scopes: frozenset[str] | None
+    """At least one of these must be in the grant; None: no grant (pairing, notices)."""
+    fields: frozenset[str] = frozenset()
+    required: frozenset[str] | None = None
+    """The body's required fields; None: every field is required."""
+    streaming: Streaming = Streaming.NEVER
+    octets: bool = False
+    """Its stream is raw bytes (``application/octet-stream``), not server-sent events."""
+    answer: Callable[[Handlers], Answer] | None = None
+    mutate: Callable[[Handlers], Mutate] | None = None
+    stream: Callable[[Handlers], Stream] | None = None
+    peer: Callable[[Handlers], PeerHandler] | None = None
+
+    @property
+    def mutation(self) -> bool:
+        return self.mutate is not None
+
+    @property
+    def under_grant(self) -> bool:
+        return self.scopes is not None
+
+    def check_fields(self, body: dict[str, Any]) -> None:
+        required = self.fields if self.required is None else self.required
+        only_fields(body, set(self.fields), set(required))
+
+
+def _f(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+MANAGE: Final = _f("inference:manage")
+
+OPERATIONS: Final[Mapping[str, Operation]] = {
+    # Pairing and notices: outside any grant, the proven peer checked by each handler.
+    "pairing.offer": Operation(None, peer=lambda h: h.approval.on_offer),
+    "pairing.receipt": Operation(None, peer=lambda h: h.pairing.on_receipt),
+    "pairing.fetch": Operation(None, peer=lambda h: h.approval.on_fetch),
+    "pairing.finish": Operation(None, peer=lambda h: h.approval.on_finish),
+    "pairing.discard": Operation(None, peer=lambda h: h.approval.on_discard),
+    "peer.removed": Operation(None, peer=lambda h: h.peers.on_peer_removed),
+    "grant.revoked": Operation(None, peer=lambda h: h.grants.on_grant_revoked),
+    "grants.list": Operation(None, peer=lambda h: h.grants.on_grants_list),
+    # Under a grant.
+    "discover": Operation(_f("discover"), answer=lambda h: h.inference.discover),
+    "inference.prepare": Operation(MANAGE, answer=lambda h: h.inference.prepare),
+    "inference.preview": Operation(MANAGE, _f("spec"), answer=lambda h: h.inference.preview),
+    "inference.get": Operation(
+        _f("inference:invoke", "inference:manage"),
+        _f("service"),
+        answer=lambda h: h.inference.get,
+    ),
+    "inference.create": Operation(MANAGE, _f("spec"), mutate=lambda h: h.inference.create),
+    "inference.replace": Operation(
+        MANAGE, _f("service", "revision", "spec"), mutate=lambda h: h.inference.replace
+    ),
+    "inference.control": Operation(
+        MANAGE,
+        _f("service", "revision", "operation", "acknowledge_unknown"),
+        _f("service", "revision", "operation"),
+        mutate=lambda h: h.inference.control,
+    ),
+    "inference.invoke": Operation(
+        _f("inference:invoke"),
+        _f("service", "path", "body"),
+        streaming=Streaming.WHEN_ASKED,
+        answer=lambda h: h.inference.invoke,
+        stream=lambda h: h.inference.invoke_stream,
+    ),
+    "models.manifest": Operation(
+        _f("models:read", "models:transfer"), _f("model"), answer=lambda h: h.models.manifest
+    ),
+    "models.range": Operation(
+        _f("models:transfer"),
+        _f("model", "file", "offset", "length", "digest"),
+        streaming=Streaming.ALWAYS,
+        octets=True,
+        stream=lambda h: h.transfers.serve_range,
+    ),
+    "models.create": Operation(
+        _f("models:manage"), _f("manifest"), mutate=lambda h: h.models.create
+    ),
+    "models.remove": Operation(_f("models:manage"), _f("model"), mutate=lambda h: h.models.remove),
+    "resources": Operation(_f("resources:read"), answer=lambda h: h.models.resources),
+    "operation.status": Operation(ANY_SCOPE, _f("id"), answer=lambda h: h.models.status),
+}
+
+GRANT_OPERATIONS: Final = sorted(name for name, row in OPERATIONS.items() if row.under_grant)
+"""What a requester may send under a grant."""
+
+
+def grant_operation(value: object) -> tuple[str, Operation]:
+    """The row of an operation a requester may send under a grant."""
+    row = OPERATIONS.get(value) if isinstance(value, str) else None
+    if row is None or not row.under_grant:
+        raise InvalidInput(
+            f"operation must be one of: {', '.join(GRANT_OPERATIONS)}", field="operation"
+        )
+    assert isinstance(value, str)
+    return value, row
+
+
+def is_streaming(operation: object, body: object) -> bool:
+    """Whether the request ``operation`` with ``body`` is answered with a stream."""
+    row = OPERATIONS.get(operation) if isinstance(operation, str) else None
+    return row is not None and isinstance(body, dict) and row.streaming.streams(body)
+
+
+def streams_octets(operation: object) -> bool:
+    """Whether ``operation`` streams raw bytes rather than server-sent events."""
+    row = OPERATIONS.get(operation) if isinstance(operation, str) else None
+    return row is not None and row.octets
+
+
+class PeerOperations:
+    """Serves every operation a peer asks: the transport's one handler."""
+
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, clock: Clock, gate: Gate, handlers: Handlers
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._gate = gate
+        self._handlers = handlers
+
+    async def serve(
+        self, identity: PeerIdentity, operation: str, wire: dict[str, Any]
+    ) -> RequestResult:
+        row = OPERATIONS.get(operation)
+        if row is None:
+            raise InvalidInput(f"unknown operation {operation}", field="operation")
+        if row.peer is not None:
+            return await row.peer(self._handlers)(identity, wire)
+        assert row.scopes is not None
+        body = parse_body(wire.get("body", {}))
+        if row.stream is not None and row.streaming.streams(body):
+            return self._serve_stream(identity, operation, row, row.stream, wire, body)
+        async with self._gate.admitted(
+            identity, operation, row.scopes, row.mutation, wire, body
+        ) as call:
+            if row.mutate is not None:
+                # A retry is answered from its receipt before the body's IDs are checked: a
+                # service or model the first try removed is no longer in the grant.
+                async with self._uow_factory() as uow:
+                    earlier = await mutations.begin(uow, call.key())
+                _raise_refusal(earlier)
+                if earlier.result is not None:
+                    return {"replayed": True, "result": _as_answered(earlier.result)}
+                row.check_fields(body)
+                effect = await row.mutate(self._handlers)(call)
+                return await call.slot.race(self._once(call, effect))
+            assert row.answer is not None
+            row.check_fields(body)
+            result = await call.slot.race(row.answer(self._handlers)(call))
+            return {"replayed": False, "result": result}
+
+    async def _serve_stream(
+        self,
+        identity: PeerIdentity,
+        operation: str,
+        row: Operation,
+        stream: Callable[[Handlers], Stream],
+        wire: dict[str, Any],
+        body: dict[str, Any],
+    ) -> AsyncIterator[bytes]:
+        assert row.scopes is not None
+        async with self._gate.admitted(identity, operation, row.scopes, False, wire, body) as call:
+            row.check_fields(body)
+            chunks = call.slot.guard(stream(self._handlers)(call))
+            # Closed on every exit (``async for`` alone leaves an abandoned iterator open).
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    yield chunk
+
+    async def _once(self, call: Call, effect: Effect) -> dict[str, Any]:
+        """Record uncertainty, then run the effect (which completes the receipt with itself)."""
+        key = call.key()
+        async with self._uow_factory() as uow:
+            mutation = await mutations.begin(uow, key)
+            _raise_refusal(mutation)
+            if mutation.result is not None:
+                return {"replayed": True, "result": _as_answered(mutation.result)}
+            await mutation.mark_uncertain(self._clock())
+            await uow.commit()
+        try:
+            result, replayed = await effect(key)
+        except DEFINITE_REFUSALS as exc:
+            # The effect's transaction rolled back: nothing happened, and that is certain.
+            async with self._uow_factory() as uow:
+                mutation = await mutations.begin(uow, key)
+                if mutation.state == mutations.UNCERTAIN:
+                    await mutation.refuse(exc, self._clock())
+                    await uow.commit()
+            raise
+        return {"replayed": replayed, "result": result}
+
+
+def _as_answered(result: dict[str, Any]) -> dict[str, Any]:
+    """A replay as the first try answered: a service's receipt holds the owner's view, and
+    the peer was shown its own."""
+    return peer_view(result) if "spec" in result else result
+
+
+def _raise_refusal(mutation: mutations.MutationScope) -> None:
+    refusal = mutation.refusal
+    if refusal is not None:
+        raise refusal

@@ -1,0 +1,102 @@
+"""The idempotency scope against an in-memory unit of work: replay, refusal, conflict, and one
+receipt read per transaction."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from tests.support.fakes.receipts_unit_of_work import FakeUnitOfWorkFactory
+
+from ficc.base.errors import LimitExceeded, MutationConflict
+from ficc.domain.mutations import ReceiptState
+from ficc.services import mutations
+from ficc.services.mutations import MutationKey
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+MUTATION_ID = "0123456789abcdef0123456789abcdef"
+ARGUMENTS: dict[str, Any] = {"spec": {"name": "a"}}
+
+
+def key(arguments: dict[str, Any] = ARGUMENTS) -> MutationKey:
+    return MutationKey.grant("grt_x", MUTATION_ID, "inference.create", arguments)
+
+
+async def test_a_completed_mutation_replays_exactly_its_first_result() -> None:
+    factory = FakeUnitOfWorkFactory()
+    first = {"id": "svc_1", "revision": 1, "nested": {"a": [1, 2]}}
+    async with factory() as uow:
+        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        assert (scope.replayed, scope.result, scope.state) == (False, None, None)
+        await scope.mark_uncertain(NOW)
+        await scope.complete(first, NOW)
+        await uow.commit()
+    async with factory() as uow:
+        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+    assert again.replayed
+    assert again.result == first
+    assert again.state == ReceiptState.COMPLETED
+    # Each transaction read the receipt once, however often it was begun and written.
+    assert factory.database.receipt_reads == [1, 1]
+
+
+async def test_a_second_begin_in_one_transaction_reads_nothing() -> None:
+    factory = FakeUnitOfWorkFactory()
+    async with factory() as uow:
+        await mutations.begin(uow, key())  # type: ignore[arg-type]
+        await mutations.replay(uow, key())  # type: ignore[arg-type]
+        await mutations.record(uow, lambda: NOW, key(), state="completed", result={"ok": 1})  # type: ignore[arg-type]
+        await uow.commit()
+    assert factory.database.receipt_reads == [1]
+
+
+async def test_other_arguments_under_one_mutation_id_are_a_conflict_and_change_nothing() -> None:
+    factory = FakeUnitOfWorkFactory()
+    async with factory() as uow:
+        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        await scope.complete({"id": "svc_1"}, NOW)
+        await uow.commit()
+    before = dict(factory.database.receipts)
+    async with factory() as uow:
+        with pytest.raises(MutationConflict) as caught:
+            await mutations.begin(uow, key({"spec": {"name": "b"}}))  # type: ignore[arg-type]
+    assert caught.value.details["mutation_id"] == MUTATION_ID
+    assert factory.database.receipts == before
+
+
+async def test_a_refused_mutation_is_refused_again_with_the_same_error() -> None:
+    factory = FakeUnitOfWorkFactory()
+    refused = LimitExceeded("too many", details={"limit": "created_services", "allowed": 64})
+    async with factory() as uow:
+        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        await scope.mark_uncertain(NOW)
+        await uow.commit()
+    async with factory() as uow:
+        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        assert scope.state == ReceiptState.UNCERTAIN
+        assert not scope.replayed
+        await scope.refuse(refused, NOW)
+        await uow.commit()
+    async with factory() as uow:
+        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+    refusal = again.refusal
+    assert isinstance(refusal, LimitExceeded)
+    assert (refusal.message, refusal.details) == (refused.message, refused.details)
+    assert not again.replayed
+    assert again.result is None
+
+
+async def test_nothing_is_kept_when_the_transaction_does_not_commit() -> None:
+    factory = FakeUnitOfWorkFactory()
+    async with factory() as uow:
+        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        await scope.complete({"id": "svc_1"}, NOW)
+    assert factory.database.receipts == {}
+    assert factory.database.commits == 0
+
+
+def test_local_and_grant_keys_live_in_their_own_scopes() -> None:
+    assert MutationKey.local("default", MUTATION_ID, "op", {}).scope == "local:default"
+    assert key().scope == mutations.grant_scope("grt_x") == "grant:grt_x"
+    assert key().arguments_sha256 != key({"other": 1}).arguments_sha256
