@@ -52,7 +52,13 @@ class RequestIdFilter(logging.Filter):
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {key: value for key, value in vars(record).items() if key not in _STANDARD_ATTRIBUTES}
+    """What the caller passed in ``extra``: not the record's own attributes, nor the private
+    ones a library's record factory adds (Ray stamps ``_ray_timestamp_ns`` on every record)."""
+    return {
+        key: value
+        for key, value in vars(record).items()
+        if key not in _STANDARD_ATTRIBUTES and not key.startswith("_")
+    }
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,21 @@ def test_text_records_are_one_line_and_debug_lets_libraries_speak() -> None:
     assert " WARNING ficc.test careful limit=3" in lines[1]
     with pytest.raises(ValueError, match="log format"):
         configure_logging("xml", "info", stream)
+
+
+def test_private_attributes_a_library_stamps_on_records_are_not_logged() -> None:
+    stream = io.StringIO()
+    configure_logging("text", "info", stream)
+    previous = logging.getLogRecordFactory()
+
+    def stamped(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        record._library_timestamp_ns = 1  # as Ray's factory does once it is imported
+        return record
+
+    logging.setLogRecordFactory(stamped)
+    try:
+        logging.getLogger("ficc.test").warning("careful", extra={"limit": 3})
+    finally:
+        logging.setLogRecordFactory(previous)
+    assert stream.getvalue().rstrip().endswith(" WARNING ficc.test careful limit=3")
