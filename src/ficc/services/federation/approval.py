@@ -7,6 +7,7 @@ requester whose first answer was lost completes instead of being refused.
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import replace
 from datetime import datetime
@@ -37,6 +38,8 @@ from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
 MAX_GENERATION: Final = 2**53
+MAX_TIME_CHARS: Final = 64
+RECEIPT_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class Approval:
@@ -154,6 +157,12 @@ class Approval:
         total, and never under an ID used before; a refusal writes nothing."""
         offer_id = parse_id("offer", body.get("offer"), field="offer")
         requested = parse_scopes(body.get("scopes"), allowed=REMOTE_SCOPES)
+        label = _wire_label(body.get("label"))
+        if "expires_at" in body and not _short_text(body["expires_at"], MAX_TIME_CHARS):
+            raise InvalidInput(
+                f"expires_at must be an RFC 3339 time of at most {MAX_TIME_CHARS} characters",
+                field="expires_at",
+            )
         await self.purge_offers()
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
@@ -161,6 +170,12 @@ class Approval:
             if existing is not None:
                 if existing.service != identity.hypernet_id:
                     raise Conflict("an offer with this ID exists")
+                if existing.scopes != requested or existing.peer_label != o.clean_label(label):
+                    raise Conflict(
+                        "an offer with this ID exists with other scopes or label; a repeat "
+                        "must be the same offer",
+                        details={"offer": offer_id},
+                    )
                 return {"offer": offer_id, "label": self._ctx.link.label}
             if await uow.offers.ever_used(offer_id):
                 raise Conflict(
@@ -172,7 +187,7 @@ class Approval:
                 direction=o.INCOMING,
                 project=None,
                 service=identity.hypernet_id,
-                peer_label=o.clean_label(body.get("label")),
+                peer_label=o.clean_label(label),
                 peer_cluster_key=b64(identity.cluster_key),
                 scopes=requested,
                 state=o.RECEIVED,
@@ -203,6 +218,10 @@ class Approval:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
+            if not _short_text(body.get("receipt"), 64) or not RECEIPT_DIGEST.fullmatch(
+                body["receipt"]
+            ):
+                raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
             if offer.receipt is None or body.get("receipt") != offer.receipt.get("digest"):
                 raise Conflict("that is not the receipt of this offer")
             assert offer.peer_id is not None
@@ -268,3 +287,20 @@ async def _check_offer_room(uow: UnitOfWork, hypernet_id: str, now: datetime) ->
             "this cluster has too many offers waiting for approval; try again later",
             details={"limit": "offers_waiting", "max": o.MAX_RECEIVED_OFFERS},
         )
+
+
+def _short_text(value: object, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit
+
+
+def _wire_label(value: object) -> str | None:
+    """The requester's label as sent: absent, null, or text within the label limit (a longer
+    one is refused, not cut, so the owner approves what the requester named)."""
+    if value is None:
+        return None
+    if not _short_text(value, o.MAX_LABEL_CHARS):
+        raise InvalidInput(
+            f"label must be a string of at most {o.MAX_LABEL_CHARS} characters", field="label"
+        )
+    assert isinstance(value, str)
+    return value

@@ -15,6 +15,7 @@ from ficc.base.errors import (
     Conflict,
     GrantExpired,
     GrantRevoked,
+    InvalidInput,
     NotFound,
     OutcomeUnknown,
     TooLarge,
@@ -23,6 +24,7 @@ from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
+from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import UnitOfWorkFactory
@@ -154,6 +156,14 @@ def _wire(
     wire: dict[str, Any] = {"grant": grant_id, "body": parse_body(body)}
     if checked_id is not None:
         wire["mutation_id"] = checked_id
+    try:
+        canonical_json(wire["body"])
+    except ValueError as exc:
+        raise InvalidInput(
+            "body must be JSON the wire can carry (RFC 8785): finite numbers, integers within "
+            "±(2**53 - 1)",
+            field="body",
+        ) from exc
     size = len(json.dumps(wire["body"], separators=(",", ":")).encode())
     if size > g.MAX_REQUEST_BYTES:
         raise TooLarge(

@@ -80,6 +80,12 @@ class Operation:
         required = self.fields if self.required is None else self.required
         only_fields(body, set(self.fields), set(required))
 
+    def check_own_fields(self, operation: str, body: dict[str, Any]) -> None:
+        """A body outside any grant is the operation's own: its fields are named bare, as
+        its handler names them."""
+        required = self.fields if self.required is None else self.required
+        _exact_fields(body, self.fields, required, f"of {operation}")
+
 
 def _f(*names: str) -> frozenset[str]:
     return frozenset(names)
@@ -89,13 +95,18 @@ MANAGE: Final = _f("inference:manage")
 
 OPERATIONS: Final[Mapping[str, Operation]] = {
     # Pairing and notices: outside any grant, the proven peer checked by each handler.
-    "pairing.offer": Operation(None, peer=lambda h: h.approval.on_offer),
-    "pairing.receipt": Operation(None, peer=lambda h: h.pairing.on_receipt),
-    "pairing.fetch": Operation(None, peer=lambda h: h.approval.on_fetch),
-    "pairing.finish": Operation(None, peer=lambda h: h.approval.on_finish),
-    "pairing.discard": Operation(None, peer=lambda h: h.approval.on_discard),
+    "pairing.offer": Operation(
+        None,
+        _f("offer", "scopes", "label", "expires_at"),
+        _f("offer", "scopes"),
+        peer=lambda h: h.approval.on_offer,
+    ),
+    "pairing.receipt": Operation(None, _f("offer", "receipt"), peer=lambda h: h.pairing.on_receipt),
+    "pairing.fetch": Operation(None, _f("offer"), peer=lambda h: h.approval.on_fetch),
+    "pairing.finish": Operation(None, _f("offer", "receipt"), peer=lambda h: h.approval.on_finish),
+    "pairing.discard": Operation(None, _f("offer"), peer=lambda h: h.approval.on_discard),
     "peer.removed": Operation(None, peer=lambda h: h.peers.on_peer_removed),
-    "grant.revoked": Operation(None, peer=lambda h: h.grants.on_grant_revoked),
+    "grant.revoked": Operation(None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked),
     "grants.list": Operation(None, peer=lambda h: h.grants.on_grants_list),
     # Under a grant.
     "discover": Operation(_f("discover"), answer=lambda h: h.inference.discover),
@@ -140,6 +151,23 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "resources": Operation(_f("resources:read"), answer=lambda h: h.models.resources),
     "operation.status": Operation(ANY_SCOPE, _f("id"), answer=lambda h: h.models.status),
 }
+
+ENVELOPE_FIELDS: Final = _f("grant", "body", "mutation_id")
+"""The body of a request under a grant: the grant, the operation's own body, a mutation_id."""
+ENVELOPE_REQUIRED: Final = _f("grant", "body")
+
+
+def _exact_fields(
+    body: Mapping[str, Any], allowed: frozenset[str], required: frozenset[str], where: str
+) -> None:
+    """Unknown fields are refused, not ignored, as the HTTP API refuses them."""
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidInput(f"{unknown[0]} is not a field {where}", field=unknown[0])
+    missing = sorted(required - set(body))
+    if missing:
+        raise InvalidInput(f"{missing[0]} is required {where}", field=missing[0])
+
 
 GRANT_OPERATIONS: Final = sorted(name for name, row in OPERATIONS.items() if row.under_grant)
 """What a requester may send under a grant."""
@@ -186,8 +214,10 @@ class PeerOperations:
         if row is None:
             raise InvalidInput(f"unknown operation {operation}", field="operation")
         if row.peer is not None:
+            row.check_own_fields(operation, wire)
             return await row.peer(self._handlers)(identity, wire)
         assert row.scopes is not None
+        _exact_fields(wire, ENVELOPE_FIELDS, ENVELOPE_REQUIRED, "of a request under a grant")
         body = parse_body(wire.get("body", {}))
         if row.stream is not None and row.streaming.streams(body):
             return self._serve_stream(identity, operation, row, row.stream, wire, body)
