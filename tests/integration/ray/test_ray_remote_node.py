@@ -148,6 +148,8 @@ def test_a_service_on_a_remote_node_fetches_its_blob_and_listens_on_the_node(
     headers = {"Authorization": f"Bearer {api_key}"}
     assert httpx.get(engine, headers=headers, timeout=10).status_code == 200
     assert chat(setting) == setting.service
+    # Its log is in the node's store: the node has no FICC state directory of its own.
+    assert (setting.node_store / "logs" / service["id"] / f"{replica['attempt']}.log").is_file()
 
 
 def test_a_tampered_fetch_is_refused_and_nothing_is_launched(setting: Setting) -> None:

@@ -193,11 +193,13 @@ class RayRuntime(SupervisedRuntime):
             default_store = str(self._store) if host == LOOPBACK else None
             model_path = await self._place_model(actor, request.model_path, default_store)
             log_path = self.log_path(request.attempt_id, request.model_name)
+            # Another machine has no FICC state directory: its log goes to the node's store.
+            node_log = log_path if host == LOOPBACK else log_path.relative_to(self._log_dir)
             api_key = secrets.token_urlsafe(32)
             variables = {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
             argv = bound_to(self.command(replace(request, model_path=model_path), port), host)
             pid, ticks = await self._call(
-                actor.start.remote(argv, variables, str(log_path), str(model_path)),
+                actor.start.remote(argv, variables, str(node_log), str(model_path)),
                 CALL_TIMEOUT_SECONDS,
             )
         except BaseException:

@@ -14,6 +14,7 @@ write-verify-rename, so a corrupted copy is refused and never seen by an engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -25,6 +26,7 @@ from typing import Final
 
 from ficc.adapters.blobstore import BlobStore, BlobWriter
 from ficc.adapters.runtimes.processes import EngineProcess, engine_environment
+from ficc.adapters.runtimes.supervised import KEPT_LOGS_PER_SERVICE
 from ficc.base.errors import FiccError
 from ficc.services.runtimes import ReplicaExit
 
@@ -77,6 +79,14 @@ def node_store_root(default_root: str | None) -> Path:
             "environment of `ray start`"
         )
     return Path(configured)
+
+
+def prune_node_logs(folder: Path) -> None:
+    """Keep a service's newest logs on the node (one fewer: the new attempt's comes next)."""
+    with contextlib.suppress(FileNotFoundError):
+        logs = sorted(folder.glob("*.log"), key=lambda path: path.stat().st_mtime)
+        for path in logs[: max(0, len(logs) - KEPT_LOGS_PER_SERVICE + 1)]:
+            path.unlink(missing_ok=True)
 
 
 class EngineHost:
@@ -149,6 +159,8 @@ class EngineHost:
     ) -> tuple[int, int]:
         """Verify the model, start the engine; its pid and start ticks.
 
+        ``log_path`` is absolute on FICC's machine, else relative to the node store's ``logs``.
+
         ``variables`` (the attempt and its API key) reach the engine through its environment,
         never its command line.
         """
@@ -157,9 +169,15 @@ class EngineHost:
         if model_path is not None and model_path not in self._fetched:
             # A blob this actor just received was hashed as it arrived; any other is rehashed.
             await asyncio.to_thread(verify_model_file, Path(model_path))
+        log = Path(log_path)
+        if not log.is_absolute():
+            # A node on another machine keeps the log in its own store; its tail comes back
+            # with the engine's end (``wait``).
+            log = node_store_root(None) / "logs" / log
+            await asyncio.to_thread(prune_node_logs, log.parent)
         guarded = [sys.executable, str(GUARD_SCRIPT), str(os.getpid()), *argv]
         self._process = await EngineProcess.spawn(
-            guarded, log_path=Path(log_path), env=engine_environment(variables)
+            guarded, log_path=log, env=engine_environment(variables)
         )
         return self._process.identity.pid, self._process.identity.start_ticks
 
