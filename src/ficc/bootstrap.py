@@ -194,7 +194,11 @@ class Cluster:
         attempt_fence: Callable[[str, float], Awaitable[int]] = fence_attempt
         if self.settings.ray_address is not None:
             self.ray = RayPlacement.wrap(
-                self.settings.ray_address, self.cluster_key.public_text, runtimes, engines
+                self.settings.ray_address,
+                self.cluster_key.public_text,
+                runtimes,
+                engines,
+                self.state.store,
             )
             attempt_fence = self.ray.fence_attempt
         self.inference = InferenceServices(
@@ -419,6 +423,7 @@ class RayPlacement:
         cluster_key_text: str,
         runtimes: dict[RuntimeName, Runtime],
         engines: EngineClients,
+        store: Path,
     ) -> RayPlacement:
         """Replace the engine runtimes in ``runtimes`` with their Ray-placed forms."""
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -431,7 +436,9 @@ class RayPlacement:
         for name, runtime in list(runtimes.items()):
             if isinstance(runtime, SupervisedRuntime):
                 log_dir = runtime.log_path("x").parent
-                wrapped = RayRuntime(runtime, ray_nodes, log_dir=log_dir, engines=engines)
+                wrapped = RayRuntime(
+                    runtime, ray_nodes, log_dir=log_dir, store=store, engines=engines
+                )
                 runtimes[name] = wrapped
                 placed.append(wrapped)
         return cls(ray_nodes, placed, RAY_NODE_REFRESH_SECONDS)

@@ -2,14 +2,16 @@
 
 Started with ``ray.cluster_utils.Cluster`` from the test process (which does not join it as a
 driver); FICC joins it with ``ficc serve --ray ADDRESS``. Every node is on this machine and
-binds loopback, as the loopback-only network namespace of the tests requires.
+binds loopback, as the loopback-only network namespace of the tests requires. A "remote" node
+binds another loopback address (127.0.0.2: in the namespace all of 127.0.0.0/8 reaches lo), so
+FICC sees it at an address not its own, and has a blob store of its own (``FICC_NODE_STORE``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,15 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from ray.cluster_utils import Cluster
 
 WORKER_LABEL = "ficc-test-role"
+NODE_STORE_VARIABLE = "FICC_NODE_STORE"
+
+
+@dataclass(frozen=True)
+class RemoteNode:
+    """A worker node at ``address`` whose blob store is ``store``."""
+
+    address: str
+    store: Path
 
 
 @dataclass
@@ -38,8 +49,11 @@ class RayCluster:
 
 
 @contextlib.contextmanager
-def ray_cluster(*roles: str) -> Iterator[RayCluster]:
-    """A one-CPU head node and one one-CPU worker node per role; shut down when done."""
+def ray_cluster(
+    *roles: str, remote: Mapping[str, RemoteNode] | None = None
+) -> Iterator[RayCluster]:
+    """A one-CPU head node and one one-CPU worker node per role (and per ``remote`` role, at its
+    address with its own blob store); shut down when done."""
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
     )
@@ -47,6 +61,13 @@ def ray_cluster(*roles: str) -> Iterator[RayCluster]:
         workers = {
             role: cluster.add_node(num_cpus=1, labels={WORKER_LABEL: role}) for role in roles
         }
+        for role, node in (remote or {}).items():
+            workers[role] = cluster.add_node(
+                num_cpus=1,
+                labels={WORKER_LABEL: role},
+                node_ip_address=node.address,
+                env_vars={NODE_STORE_VARIABLE: str(node.store)},
+            )
         cluster.wait_for_nodes()
         yield RayCluster(cluster, str(cluster.address), workers)
     finally:

@@ -6,6 +6,12 @@ file by its digest, starts the engine as its child and reports its port and pid;
 reaches the engine over HTTP with the attempt's API key exactly as it does a local one. The key
 travels as an actor call's argument into the engine's environment, never on a command line.
 
+An engine on a node of FICC's own machine listens on 127.0.0.1; on a node at another address it
+listens on that node's address (Ray's node IP), where FICC reaches it. A node whose blob store
+lacks the model receives it from FICC before launch, in chunks through Ray's object store (the
+channel FICC already has to every node: no listener or credential of its own), and keeps it only
+once its SHA-256 matches.
+
 An actor that dies (``kill -9``, its node removed) ends the replica as a crash naming the cause;
 the engine dies with it (parent-death signal). Actors are named after their attempt in FICC's
 fixed namespace, so a restarted FICC finds and fences them by the engine's pid and start time.
@@ -16,20 +22,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.ray_nodes import RayNode, RayNodes
 from ficc.adapters.runtimes.processes import fence as fence_local_process
-from ficc.adapters.runtimes.ray_replica import EngineHost
+from ficc.adapters.runtimes.ray_replica import EngineHost, ModelFileRefused
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
 from ficc.base.errors import Conflict, FiccError, InvalidInput, Unavailable
 from ficc.base.ids import parse_id
@@ -58,6 +65,10 @@ PLACEMENT_TIMEOUT_SECONDS: Final = 60.0
 CALL_TIMEOUT_SECONDS: Final = 30.0
 """An actor call that should answer at once (start after the model check, identity)."""
 KILL_WAIT_SECONDS: Final = 5.0
+LOOPBACK: Final = "127.0.0.1"
+FETCH_CHUNK_BYTES: Final = 8 * 1024 * 1024
+"""One piece of a blob sent to a node; one is in flight at a time, so memory stays bounded."""
+HOST_FLAG: Final = "--host"
 
 
 def actor_name(attempt_id: str) -> str:
@@ -69,6 +80,17 @@ def actor_name(attempt_id: str) -> str:
 class _Replica:
     actor: Any
     exit: asyncio.Task[ReplicaExit]
+
+
+def bound_to(argv: list[str], host: str) -> list[str]:
+    """``argv`` with the engine's listen address (the value after ``--host``) set to ``host``.
+
+    The engines' commands name loopback; a node on another machine needs its own address.
+    """
+    if HOST_FLAG not in argv[:-1]:
+        raise InvalidInput(f"the engine's command has no {HOST_FLAG} to bind", field="runtime")
+    index = argv.index(HOST_FLAG) + 1
+    return [*argv[:index], host, *argv[index + 1 :]]
 
 
 def _first_line(error: BaseException) -> str:
@@ -86,12 +108,14 @@ class RayRuntime(SupervisedRuntime):
         nodes: RayNodes,
         *,
         log_dir: Path,
+        store: Path,
         engines: EngineClients | None = None,
         placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(log_dir=log_dir, engines=engines)
         self._inner = inner
         self._nodes = nodes
+        self._store = store
         self._placement_timeout = placement_timeout_seconds
         self._replicas: dict[str, _Replica] = {}
         self._actor_class = ray.remote(EngineHost)
@@ -116,17 +140,14 @@ class RayRuntime(SupervisedRuntime):
         reasons = []
         if not ray_node.alive:
             reasons.append(f"node {node.node_id} left the Ray cluster")
-        local = self._nodes.driver_address()
-        if ray_node.address != local:
-            # Engines listen on loopback: FICC reaches only those on its own machine.
-            reasons.append(
-                f"node {node.node_id} is on another machine ({ray_node.address}); engines "
-                "listen on loopback, so FICC reaches nodes on its own machine only"
-            )
         return ray_node, reasons
 
+    def _listen_host(self, ray_node: RayNode) -> str:
+        """Loopback on FICC's own machine; the node's address on another one."""
+        return LOOPBACK if ray_node.address == self._nodes.driver_address() else ray_node.address
+
     async def availability(self, node: NodeInfo) -> Availability:
-        """A live Ray node on FICC's machine, where the wrapped engine is installed."""
+        """A live Ray node where the wrapped engine is installed (on every node: one image)."""
         ray_node, reasons = self._ray_node(node)
         on_node = NodeInfo(
             node_id=node.node_id,
@@ -158,6 +179,7 @@ class RayRuntime(SupervisedRuntime):
         parse_id("attempt", request.attempt_id, field="attempt_id")
         if request.attempt_id in self._replicas:
             raise Conflict(f"attempt {request.attempt_id} was launched already")
+        host = self._listen_host(ray_node)
         actor: Any = self._actor_class.options(
             name=actor_name(request.attempt_id),
             lifetime="detached",
@@ -166,20 +188,25 @@ class RayRuntime(SupervisedRuntime):
             **self._resources(request),
         ).remote()
         try:
-            port = await self._call(actor.reserve_port.remote(), self._placement_timeout)
+            port = await self._call(actor.reserve_port.remote(host), self._placement_timeout)
+            # FICC's own store is the default only for a node on FICC's machine.
+            default_store = str(self._store) if host == LOOPBACK else None
+            model_path = await self._place_model(actor, request.model_path, default_store)
             log_path = self.log_path(request.attempt_id, request.model_name)
+            # Another machine has no FICC state directory: its log goes to the node's store.
+            node_log = log_path if host == LOOPBACK else log_path.relative_to(self._log_dir)
             api_key = secrets.token_urlsafe(32)
             variables = {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
+            argv = bound_to(self.command(replace(request, model_path=model_path), port), host)
             pid, ticks = await self._call(
-                actor.start.remote(
-                    self.command(request, port), variables, str(log_path), str(request.model_path)
-                ),
+                actor.start.remote(argv, variables, str(node_log), str(model_path)),
                 CALL_TIMEOUT_SECONDS,
             )
-        except FiccError:
+        except BaseException:
+            # Refused, failed or cancelled before the engine is FICC's: nothing may stay.
             self._kill(actor)
             raise
-        base_url = f"http://127.0.0.1:{port}"
+        base_url = f"http://{host}:{port}"
         exit_task = asyncio.create_task(self._await_exit(actor, request.node.node_id))
         self._replicas[request.attempt_id] = _Replica(actor, exit_task)
         self._api_keys[request.attempt_id] = api_key
@@ -195,11 +222,40 @@ class RayRuntime(SupervisedRuntime):
             log_path=log_path,
         )
 
+    async def _place_model(self, actor: Any, source: Path, default_store: str | None) -> Path:
+        """The model's path in the node's blob store, sent there first when it is missing."""
+        digest = source.name
+        found: str | None = await self._call(
+            actor.locate_blob.remote(digest, default_store), CALL_TIMEOUT_SECONDS
+        )
+        if found is not None:
+            return Path(found)
+        try:
+            blob = await asyncio.to_thread(source.open, "rb")
+        except FileNotFoundError:
+            raise InvalidInput(
+                f"blob {digest} of the model is not in FICC's blob store", field="model"
+            ) from None
+        with blob:
+            size = os.fstat(blob.fileno()).st_size
+            await self._call(
+                actor.begin_fetch.remote(digest, size, default_store), CALL_TIMEOUT_SECONDS
+            )
+            while chunk := await asyncio.to_thread(blob.read, FETCH_CHUNK_BYTES):
+                await self._call(actor.write_chunk.remote(chunk), CALL_TIMEOUT_SECONDS)
+        received: str = await self._call(actor.finish_fetch.remote(), CALL_TIMEOUT_SECONDS)
+        return Path(received)
+
     async def _call(self, ref: Any, timeout_seconds: float) -> Any:
         """Await an actor call; Ray's failures become FICC's errors."""
         try:
             async with asyncio.timeout(timeout_seconds):
                 return await ref
+        except RayTaskError as exc:
+            if isinstance(exc.cause, ModelFileRefused):
+                # The node refused the model's file (missing, or bytes not matching its digest).
+                raise InvalidInput(str(exc.cause), field="model") from None
+            raise Unavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
         except TimeoutError:
             raise Unavailable(
                 f"Ray did not place and start the replica's actor within {timeout_seconds:g} s "
