@@ -10,8 +10,8 @@ import pytest
 from iroh import iroh_ffi
 
 from ficc.adapters.hypernet import bind_addresses, relay_mode
-from ficc.adapters.hypernet_keys import AgentDirectoryError, load_or_create_secret_key
-from ficc.adapters.hypernet_writefix import WriteFixError, apply_write_fix
+from ficc.adapters.hypernet.keys import AgentDirectoryError, load_or_create_secret_key
+from ficc.adapters.hypernet.writefix import WriteFixError, apply_write_fix
 from ficc.base.errors import FiccError, InvalidInput
 
 

@@ -42,3 +42,10 @@ class SessionLimits:
     def idle_stream_reuse_seconds(self) -> float:
         """An idle stream is reused only this long, well before the peer would reset it."""
         return self.read_deadline_seconds / 2
+
+
+WRITE_STALL_SECONDS: Final = 30.0
+"""A write that makes no progress for this long resets the stream (the peer stopped reading:
+QUIC flow control would block the write for ever while heartbeats keep the connection up)."""
+WRITE_PIECE_BYTES: Final = 256 * KiB
+"""Write progress is counted per piece: a frame larger than this is written in pieces."""

@@ -129,3 +129,18 @@ def after_sending(side: Side, state: StreamState, kind: str) -> StreamState:
     if following is None:
         raise LocalProtocolError(f"cannot send {kind} on a {side.value} stream in {state.value}")
     return following
+
+
+CANCELLED_CODE: Final = 1
+PROTOCOL_ERROR_CODE: Final = 2
+FAILED_CODE: Final = 3
+GRANT_REVOKED_CODE: Final = 4
+GRANT_EXPIRED_CODE: Final = 5
+RESET_CODES: Final = {"grant_revoked": GRANT_REVOKED_CODE, "grant_expired": GRANT_EXPIRED_CODE}
+"""Reset codes that name why the serving side ended a request (no frame could say it)."""
+
+
+def reset_code(reason_code: str) -> int:
+    """The reset code that tells the peer an error of code ``reason_code`` when no error frame
+    can (a write cut off mid-frame, a requester that stopped reading)."""
+    return RESET_CODES.get(reason_code, FAILED_CODE)

@@ -15,30 +15,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import iroh
-from iroh import iroh_ffi
 
 from ficc.adapters import metrics
-from ficc.adapters.hypernet_errors import describe, translate
-from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
-from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
-from ficc.adapters.hypernet_session import PeerSession, SessionLimits
-from ficc.adapters.hypernet_writefix import apply_write_fix
+from ficc.adapters.hypernet.binding import (
+    ExplicitBind,
+    bind_addresses,
+    claim_event_loop,
+    relay_mode,
+)
+from ficc.adapters.hypernet.errors import describe, translate
+from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
+from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
+from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
+from ficc.protocol.limits import SessionLimits
 from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import PeerIdentity, PeerLookup, RequestHandler
-
-apply_write_fix()
 
 log = logging.getLogger(__name__)
 
@@ -55,91 +57,6 @@ closes the older one, so two exist only while a reconnection completes."""
 MAX_UNPAIRED_SESSIONS: Final = 32
 """Incoming sessions (and handshakes) of HyperNet IDs without a pairing; further ones are
 refused until one ends (each idles out after ``UNPAIRED_IDLE_SECONDS``)."""
-READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
-UNPAIRED_IDLE_VARIABLE: Final = "FICC_HYPERNET_UNPAIRED_IDLE_SECONDS"
-
-_loop_owner: asyncio.AbstractEventLoop | None = None
-
-
-def _claim_event_loop() -> None:
-    """Make the running loop the one that owns iroh, refusing a second live owner."""
-    global _loop_owner
-    loop = asyncio.get_running_loop()
-    if _loop_owner is not None and _loop_owner is not loop and not _loop_owner.is_closed():
-        raise RuntimeError("another running asyncio loop already owns iroh in this process")
-    _loop_owner = loop
-    iroh_ffi.uniffi_set_event_loop(cast(asyncio.BaseEventLoop, loop))
-
-
-def limits_from_environment(environ: Mapping[str, str] | None = None) -> SessionLimits:
-    """The session deadlines; ``FICC_HYPERNET_*`` variables shorten them (tests only)."""
-    env = os.environ if environ is None else environ
-    defaults = SessionLimits()
-    return SessionLimits(
-        read_deadline_seconds=_seconds(env, READ_DEADLINE_VARIABLE, defaults.read_deadline_seconds),
-        unpaired_idle_seconds=_seconds(env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds),
-    )
-
-
-def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
-    raw = env.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0.1 <= value <= 3600:
-        raise InvalidInput(
-            f"{variable} must be a number of seconds from 0.1 to 3600", field=variable
-        )
-    return value
-
-
-def bind_addresses(address: str) -> list[str]:
-    """``address`` plus an explicit socket of the other IP family in the same scope.
-
-    Without an explicit second address iroh also binds ``[::]`` on every interface.
-    """
-    host, separator, port = address.rpartition(":")
-    try:
-        ip = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
-        if not separator or not 0 <= int(port) <= 65535:
-            raise ValueError(address)
-    except ValueError as exc:
-        raise InvalidInput(
-            f"the HyperNet bind address {address!r} must be HOST:PORT", field="hypernet_bind"
-        ) from exc
-    if ip.version == 4:
-        partner = "[::]:0" if ip.is_unspecified else "[::1]:0"
-    else:
-        partner = "0.0.0.0:0" if ip.is_unspecified else "127.0.0.1:0"
-    return [address, partner]
-
-
-def relay_mode(relay: str) -> iroh.RelayMode:
-    """``disabled``, ``default`` (n0's relays) or the URL of one relay."""
-    if relay == "disabled":
-        return iroh.RelayMode.disabled()
-    if relay == "default":
-        return iroh.RelayMode.default_mode()
-    if relay.startswith(("https://", "http://")):
-        return iroh.RelayMode.custom_from_urls([relay])
-    raise InvalidInput(
-        "the HyperNet relay must be disabled, default or a relay URL", field="hypernet_relay"
-    )
-
-
-class _ExplicitBind(iroh.Preset):
-    """The minimal preset (no relays, no DNS discovery) bound to explicit addresses only."""
-
-    def __init__(self, addresses: list[str]) -> None:
-        self._addresses = addresses
-
-    def apply(self, builder: iroh.EndpointBuilder) -> None:
-        builder.apply_minimal()
-        for address in self._addresses:
-            builder.bind_addr(address)
 
 
 class HyperNetEndpoint:
@@ -191,9 +108,10 @@ class HyperNetEndpoint:
         if self._endpoint is not None:
             raise RuntimeError("the HyperNet endpoint is already started")
         seed = load_or_create_secret_key(self._agent_directory)
-        _claim_event_loop()
+        apply_write_fix()
+        claim_event_loop()
         options = iroh.EndpointOptions(
-            preset=_ExplicitBind(self._bind),
+            preset=ExplicitBind(self._bind),
             secret_key=seed,
             alpns=[ALPN],
             relay_mode=self._relay,
