@@ -177,14 +177,14 @@ class PeerConnection:
             return []
         try:
             events = stream.feed(data, now)
+            self._budget.hold(stream_id, stream.decoder.buffered_bytes)
         except ProtocolError as exc:
             self._failed = exc
             raise
-        except FiccError:
+        except FiccError:  # past the budget: this stream is refused, and lets go of its bytes
             stream.state = StreamState.FAILED
             self._budget.release(stream_id)
             raise
-        self._budget.hold(stream_id, stream.decoder.buffered_bytes)
         return events
 
     def receive_control(self, data: bytes, now: float) -> list[Event]:

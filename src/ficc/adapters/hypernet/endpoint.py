@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import iroh
 
 from ficc.adapters import metrics
+from ficc.adapters.hypernet.admission import Admission
 from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
@@ -35,7 +36,7 @@ from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.session import PeerSession
 from ficc.adapters.hypernet.writefix import apply_write_fix
-from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.limits import SessionLimits
@@ -49,14 +50,6 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """A dead address otherwise hangs ~30 s in iroh."""
 DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
-MAX_HANDSHAKES_IN_PROGRESS: Final = 16
-"""Incoming handshakes at once; the next connection is refused before its TLS handshake."""
-MAX_CONNECTIONS_PER_HYPERNET_ID: Final = 2
-"""Incoming connections from one HyperNet ID, established or handshaking; a newer session
-closes the older one, so two exist only while a reconnection completes."""
-MAX_UNPAIRED_SESSIONS: Final = 32
-"""Incoming sessions (and handshakes) of HyperNet IDs without a pairing; further ones are
-refused until one ends (each idles out after ``UNPAIRED_IDLE_SECONDS``)."""
 
 
 class HyperNetEndpoint:
@@ -94,10 +87,7 @@ class HyperNetEndpoint:
         """The session requests to a peer go on: the newest of either direction."""
         self._incoming: dict[str, PeerSession] = {}
         self._outgoing: dict[str, PeerSession] = {}
-        self._handshakes = 0
-        self._handshakes_of: dict[str, int] = {}
-        self._unpaired_handshakes = 0
-        self.refused_connections = 0
+        self._admission = Admission(self._incoming)
         self._connecting: dict[str, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -239,55 +229,16 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
-            if self._handshakes >= MAX_HANDSHAKES_IN_PROGRESS:
-                self.refused_connections += 1
+            if not self._admission.begin_handshake():
                 self._spawn(_refuse_incoming(incoming))
                 continue
-            self._handshakes += 1
             self._spawn(self._accept(incoming))
 
     async def _accept(self, incoming: iroh.Incoming) -> None:
         try:
             await self._accept_one(incoming)
         finally:
-            self._handshakes -= 1
-
-    @contextmanager
-    def _admitted(self, hypernet_id: str, *, paired: bool) -> Iterator[None]:
-        """Reserve a place for an incoming handshake of ``hypernet_id``, or LimitExceeded."""
-        older = self._incoming.get(hypernet_id)
-        connections = self._handshakes_of.get(hypernet_id, 0)
-        connections += older is not None and not older.closed.is_set()
-        if connections >= MAX_CONNECTIONS_PER_HYPERNET_ID:
-            raise LimitExceeded(
-                "too many connections from this HyperNet ID",
-                details={"limit": "connections_per_hypernet_id"},
-            )
-        if not paired and self._unpaired_count(hypernet_id) >= MAX_UNPAIRED_SESSIONS:
-            raise LimitExceeded(
-                "too many sessions without a pairing; try again later",
-                details={"limit": "unpaired_sessions"},
-            )
-        self._handshakes_of[hypernet_id] = self._handshakes_of.get(hypernet_id, 0) + 1
-        self._unpaired_handshakes += not paired
-        try:
-            yield
-        finally:
-            self._unpaired_handshakes -= not paired
-            left = self._handshakes_of.pop(hypernet_id) - 1
-            if left:
-                self._handshakes_of[hypernet_id] = left
-
-    def _unpaired_count(self, replacing: str) -> int:
-        """Incoming unpaired sessions and handshakes, but the one ``replacing`` would end."""
-        sessions = sum(
-            1
-            for hypernet_id, session in self._incoming.items()
-            if session.identity.generation == 0
-            and hypernet_id != replacing
-            and not session.closed.is_set()
-        )
-        return sessions + self._unpaired_handshakes
+            self._admission.end_handshake()
 
     async def _accept_one(self, incoming: iroh.Incoming) -> None:
         connection: iroh.Connection | None = None
@@ -296,7 +247,7 @@ class HyperNetEndpoint:
                 connection = await (await incoming.accept()).connect()
                 remote = bytes(connection.remote_id().to_bytes()).hex()
                 paired = await self._lookup(remote) is not None
-                with self._admitted(remote, paired=paired):
+                with self._admission.admitted(remote, paired=paired):
                     handshake = await self._handshake(connection, Role.RESPONDER)
                     self._register(self._new_session(connection, handshake))
                     return
