@@ -15,6 +15,7 @@ from typing import Final, cast
 import iroh
 from iroh import iroh_ffi
 
+from ficc.adapters.hypernet.errors import describe
 from ficc.base.errors import InvalidInput
 from ficc.protocol.limits import SessionLimits
 
@@ -103,3 +104,17 @@ class ExplicitBind(iroh.Preset):
         builder.apply_minimal()
         for address in self._addresses:
             builder.bind_addr(address)
+
+
+def peer_address(peer: str, ticket: str | None) -> iroh.EndpointAddr:
+    """Where to reach ``peer``: its ticket's addresses (which must be its own), else its ID."""
+    try:
+        remote = iroh.EndpointId.from_string(peer)
+        if ticket is not None:
+            address = iroh.EndpointTicket.from_string(ticket).endpoint_addr()
+            if bytes(address.id().to_bytes()) != bytes(remote.to_bytes()):
+                raise InvalidInput("the ticket is for another HyperNet ID", field="ticket")
+            return address
+    except iroh.IrohError as exc:
+        raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc
+    return iroh.EndpointAddr(remote, None, [])

@@ -29,6 +29,7 @@ from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
     claim_event_loop,
+    peer_address,
     relay_mode,
 )
 from ficc.adapters.hypernet.errors import describe, translate
@@ -36,7 +37,7 @@ from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.session import PeerSession
 from ficc.adapters.hypernet.writefix import apply_write_fix
-from ficc.base.errors import FiccError, InvalidInput, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.limits import SessionLimits
@@ -266,21 +267,18 @@ class HyperNetEndpoint:
 
     async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
         try:
-            return await self._run_handshake(connection, role)
+            return await run_handshake(
+                connection,
+                role,
+                local_hypernet_id=bytes(self._bound.id().to_bytes()),
+                signer=self._signer,
+                verify=self._verify,
+                lookup=self._lookup,
+                nonces=self._nonces,
+            )
         except BaseException:
             metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
             raise
-
-    async def _run_handshake(self, connection: iroh.Connection, role: Role) -> Any:
-        return await run_handshake(
-            connection,
-            role,
-            local_hypernet_id=bytes(self._bound.id().to_bytes()),
-            signer=self._signer,
-            verify=self._verify,
-            lookup=self._lookup,
-            nonces=self._nonces,
-        )
 
     async def connect(self, peer: str, *, ticket: str | None = None) -> PeerSession:
         """The open session with ``peer``, connecting and handshaking if there is none."""
@@ -299,20 +297,8 @@ class HyperNetEndpoint:
             pending.add_done_callback(lambda _: self._connecting.pop(peer, None))
         return await asyncio.shield(pending)
 
-    def _address(self, peer: str, ticket: str | None) -> iroh.EndpointAddr:
-        try:
-            remote = iroh.EndpointId.from_string(peer)
-            if ticket is not None:
-                address = iroh.EndpointTicket.from_string(ticket).endpoint_addr()
-                if bytes(address.id().to_bytes()) != bytes(remote.to_bytes()):
-                    raise InvalidInput("the ticket is for another HyperNet ID", field="ticket")
-                return address
-        except iroh.IrohError as exc:
-            raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc
-        return iroh.EndpointAddr(remote, None, [])
-
     async def _connect(self, peer: str, ticket: str | None) -> PeerSession:
-        address = self._address(peer, ticket)
+        address = peer_address(peer, ticket)
         if not ticket:
             with contextlib.suppress(iroh.IrohError):
                 address = await self._bound.remote_addr(address.id()) or address
