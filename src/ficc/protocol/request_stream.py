@@ -120,8 +120,9 @@ class RequestStream:
         return [RequestReceived(self.stream_id, request)]
 
     def _requesting(self, before: StreamState, message: Message) -> list[Event]:
-        if isinstance(message, Error):
+        if isinstance(message, Error):  # the answer ends here: the next one counts afresh
             self.parts.clear()
+            self.total_bytes = 0
             return [ErrorReceived(self.stream_id, message)]
         if isinstance(message, Response):
             return [AnswerReceived(self.stream_id, message.body)]

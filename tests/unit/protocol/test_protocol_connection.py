@@ -38,7 +38,7 @@ from ficc.protocol.events import (
     RequestReceived,
     StreamEnded,
 )
-from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
+from ficc.protocol.frames import MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import (
     MAX_UNPAIRED_STREAMS,
@@ -464,5 +464,17 @@ class TwoEnds(RuleBasedStateMachine):
             assert self.requester._budget.held_bytes == 0
 
 
-TwoEnds.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TwoEnds.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_two_ends_agree_through_any_sequence = TwoEnds.TestCase
+
+
+@given(cut=st.integers(min_value=0, max_value=12))
+def test_bytes_a_decoder_took_past_the_handshake_go_on_to_the_connection(cut: int) -> None:
+    _, server = connected()
+    beats = encode_frame(encode_message(Heartbeat(1))) + encode_frame(encode_message(Heartbeat(2)))
+    earlier = FrameDecoder()  # the handshake's, which read into the first heartbeat
+    assert earlier.feed(beats[:cut]) == []
+    assert server.receive_control(earlier.unconsumed() + beats[cut:], START + 1) == []
+    late = encode_frame(encode_message(Heartbeat(2)))
+    with pytest.raises(ProtocolError, match="out of order"):  # both were heard, in order
+        server.receive_control(late, START + 1)
