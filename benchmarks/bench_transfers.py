@@ -41,7 +41,7 @@ import httpx
 import iroh
 
 from benchmarks import row, series
-from ficc.adapters.hypernet_writefix import apply_write_fix
+from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.units import GiB, KiB, MiB
 
 LARGE_BYTES = int(os.environ.get("FICC_BENCH_TRANSFER_BYTES", GiB))
@@ -59,7 +59,7 @@ _SENDER = textwrap.dedent(
     """
     import asyncio, sys
     import iroh
-    from ficc.adapters.hypernet_writefix import apply_write_fix
+    from ficc.adapters.hypernet.writefix import apply_write_fix
 
     apply_write_fix()
     ALPN, TOTAL, BLOCK = b"ficc.bench.raw/1", int(sys.argv[1]), 512 * 1024

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
-from ficc.adapters.hypernet import HyperNetEndpoint, limits_from_environment
-from ficc.adapters.hypernet_session import SessionLimits
+from ficc.adapters.hypernet import HyperNetEndpoint, SessionLimits, limits_from_environment
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher

@@ -15,9 +15,9 @@ import iroh
 import pytest
 
 from ficc.adapters.hypernet import HyperNetEndpoint
-from ficc.adapters.hypernet_handshake import NonceMemory, run_handshake
-from ficc.adapters.hypernet_keys import ed25519_verify
-from ficc.adapters.hypernet_streams import FrameStream
+from ficc.adapters.hypernet.handshake import NonceMemory, run_handshake
+from ficc.adapters.hypernet.keys import ed25519_verify
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import NotFound, OutcomeUnknown, ProtocolError, Unavailable
 from ficc.protocol import ALPN

@@ -42,12 +42,12 @@ from ficc.adapters.hypernet import (
     READ_DEADLINE_VARIABLE,
     UNPAIRED_IDLE_VARIABLE,
 )
-from ficc.adapters.hypernet_session import MAX_UNPAIRED_STREAMS
-from ficc.adapters.hypernet_streams import FrameStream
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.base.errors import ProtocolError
 from ficc.base.units import KiB, MiB
 from ficc.domain.offers import MAX_RECEIVED_OFFERS, MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
 from ficc.protocol import ALPN
+from ficc.protocol.limits import MAX_UNPAIRED_STREAMS
 from ficc.protocol.messages import Error, Response
 
 READ_DEADLINE_SECONDS = 1.0

@@ -31,7 +31,7 @@ from tests.support.remote import (
 from tests.support.revocation import MOCK_MODEL, MockEngine, StalledCaller, mock_engine
 from tests.support.tiny_gguf import write_tiny_gguf
 
-from ficc.adapters.hypernet_streams import WRITE_STALL_VARIABLE
+from ficc.adapters.hypernet.streams import WRITE_STALL_VARIABLE
 
 END_SECONDS = 1.0
 """The promise: work in flight under an ended grant stops within a second."""

@@ -17,9 +17,9 @@ from iroh import iroh_ffi
 from tests.support.cluster import RunningCluster
 from tests.support.federation import identity
 
-from ficc.adapters.hypernet_handshake import NonceMemory, run_handshake
-from ficc.adapters.hypernet_keys import ed25519_verify
-from ficc.adapters.hypernet_streams import FrameStream
+from ficc.adapters.hypernet.handshake import NonceMemory, run_handshake
+from ficc.adapters.hypernet.keys import ed25519_verify
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import FiccError
 from ficc.base.ids import new_id

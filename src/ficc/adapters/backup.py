@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ficc.adapters.blobstore import BlobStore
-from ficc.adapters.hypernet_keys import KEY_FILE_NAME, load_or_create_secret_key
+from ficc.adapters.hypernet.keys import KEY_FILE_NAME, load_or_create_secret_key
 from ficc.adapters.keys import ClusterKey, read_secret_file, write_secret_file
 from ficc.adapters.sql.schema import copy_sqlite
 from ficc.adapters.state_dir import STATE_DIR_MODE, StateDir

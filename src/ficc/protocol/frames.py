@@ -74,6 +74,14 @@ class FrameDecoder:
             return LENGTH_BYTES - len(self._header)
         return self._expected - self._have
 
+    def unconsumed(self) -> bytes:
+        """The bytes fed but not yet handed out as a payload, as they arrived (so another
+        decoder can go on where this one stopped)."""
+        if self._expected is None:
+            return bytes(self._header)
+        header = self._expected.to_bytes(LENGTH_BYTES, "big")
+        return header + b"".join(self._parts) + bytes(self._small)
+
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every payload they complete, in order."""
         return [join_parts(parts) for parts in self.feed_parts(data)]

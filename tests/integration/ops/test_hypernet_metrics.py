@@ -11,7 +11,7 @@ import iroh
 import pytest
 
 from ficc.adapters.hypernet import HyperNetEndpoint
-from ficc.adapters.hypernet_streams import FrameStream
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.adapters.metrics import REGISTRY
 from ficc.protocol import ALPN

@@ -1,14 +1,17 @@
 """The write-path fix for iroh 1.2.0's generated bindings (iroh-ffi issue 229).
 
 The generated ``_UniffiRustBufferBuilder.write`` copies bytes one at a time in Python
-(3–5 MB/s). We replace it with one ``ctypes.memmove`` into the reserved buffer, and refuse to
-patch — loudly — if the generated code no longer has the shape this fix was written for.
+(3–5 MB/s). We replace it with one ``ctypes.memmove`` into the reserved buffer. The endpoint
+applies it when it starts; if the generated code no longer has the shape this fix was written
+for, it is left alone and a warning says so: bulk transfers are slow, but FICC runs (an iroh
+upgrade must not stop it at import).
 """
 
 from __future__ import annotations
 
 import ctypes
 import inspect
+import logging
 import textwrap
 from typing import Any, Final
 
@@ -29,9 +32,11 @@ _EXPECTED_FIELDS: Final = [
 ]
 _MARK: Final = "_ficc_write_fix"
 
+log = logging.getLogger(__name__)
+
 
 class WriteFixError(RuntimeError):
-    """iroh's generated code changed: the fix must be reviewed before FICC runs on it."""
+    """The patched write met a buffer it cannot copy into."""
 
 
 def _memmove_write(self: Any, value: Any) -> None:
@@ -46,20 +51,31 @@ def _memmove_write(self: Any, value: Any) -> None:
             ctypes.memmove(base + self.rbuf.len, data, size)
 
 
-def apply_write_fix() -> None:
-    """Patch the builder once per process; a second call is a no-op."""
+def apply_write_fix() -> bool:
+    """Patch the builder once per process (a second call is a no-op); False, with a warning,
+    when the generated code changed shape and was left as it is."""
     builder = getattr(iroh_ffi, "_UniffiRustBufferBuilder", None)
     buffer = getattr(iroh_ffi, "_UniffiRustBuffer", None)
     if builder is None or buffer is None:
-        raise WriteFixError("iroh's generated RustBuffer classes are missing")
+        return _left_alone("iroh's generated RustBuffer classes are missing")
     if getattr(builder.write, _MARK, False):
-        return
-    source = textwrap.dedent(inspect.getsource(builder.write))
-    fields = [(name, kind) for name, kind in buffer._fields_]
+        return True
+    try:
+        source = textwrap.dedent(inspect.getsource(builder.write))
+        fields = [(name, kind) for name, kind in buffer._fields_]
+    except (OSError, TypeError, AttributeError, ValueError):
+        return _left_alone("iroh's generated _UniffiRustBufferBuilder.write cannot be read")
     if source != _EXPECTED_WRITE or fields != _EXPECTED_FIELDS or not hasattr(builder, "_reserve"):
-        raise WriteFixError(
-            "iroh's generated _UniffiRustBufferBuilder.write changed shape; "
-            "review ficc.adapters.hypernet_writefix before upgrading iroh"
-        )
+        return _left_alone("iroh's generated _UniffiRustBufferBuilder.write changed shape")
     setattr(_memmove_write, _MARK, True)
     builder.write = _memmove_write
+    return True
+
+
+def _left_alone(why: str) -> bool:
+    log.warning(
+        "%s; the HyperNet write fix is not applied and bulk writes will be slow "
+        "(review ficc.adapters.hypernet.writefix for this iroh version)",
+        why,
+    )
+    return False

@@ -11,12 +11,13 @@ from typing import Final
 
 from iroh import Connection, IrohError
 
-from ficc.adapters.hypernet_errors import translate
-from ficc.adapters.hypernet_streams import PROTOCOL_ERROR_CODE, FrameStream
+from ficc.adapters.hypernet.errors import translate
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.handshake import Handshake, Role, Session, State
 from ficc.protocol.messages import NONCE_BYTES, Error
 from ficc.protocol.signing import Signer, Verify
+from ficc.protocol.stream_states import PROTOCOL_ERROR_CODE
 from ficc.services.peer_channel import PeerLookup
 
 log = logging.getLogger(__name__)

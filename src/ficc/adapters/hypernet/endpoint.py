@@ -15,30 +15,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import iroh
-from iroh import iroh_ffi
 
 from ficc.adapters import metrics
-from ficc.adapters.hypernet_errors import describe, translate
-from ficc.adapters.hypernet_handshake import NonceMemory, refuse, run_handshake
-from ficc.adapters.hypernet_keys import ed25519_verify, load_or_create_secret_key
-from ficc.adapters.hypernet_session import PeerSession, SessionLimits
-from ficc.adapters.hypernet_writefix import apply_write_fix
-from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, ProtocolError, Unavailable
+from ficc.adapters.hypernet.admission import Admission
+from ficc.adapters.hypernet.binding import (
+    ExplicitBind,
+    bind_addresses,
+    claim_event_loop,
+    peer_address,
+    relay_mode,
+)
+from ficc.adapters.hypernet.errors import describe, translate
+from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
+from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
+from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.writefix import apply_write_fix
+from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
+from ficc.protocol.limits import SessionLimits
 from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import PeerIdentity, PeerLookup, RequestHandler
-
-apply_write_fix()
 
 log = logging.getLogger(__name__)
 
@@ -47,99 +51,6 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """A dead address otherwise hangs ~30 s in iroh."""
 DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
-MAX_HANDSHAKES_IN_PROGRESS: Final = 16
-"""Incoming handshakes at once; the next connection is refused before its TLS handshake."""
-MAX_CONNECTIONS_PER_HYPERNET_ID: Final = 2
-"""Incoming connections from one HyperNet ID, established or handshaking; a newer session
-closes the older one, so two exist only while a reconnection completes."""
-MAX_UNPAIRED_SESSIONS: Final = 32
-"""Incoming sessions (and handshakes) of HyperNet IDs without a pairing; further ones are
-refused until one ends (each idles out after ``UNPAIRED_IDLE_SECONDS``)."""
-READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
-UNPAIRED_IDLE_VARIABLE: Final = "FICC_HYPERNET_UNPAIRED_IDLE_SECONDS"
-
-_loop_owner: asyncio.AbstractEventLoop | None = None
-
-
-def _claim_event_loop() -> None:
-    """Make the running loop the one that owns iroh, refusing a second live owner."""
-    global _loop_owner
-    loop = asyncio.get_running_loop()
-    if _loop_owner is not None and _loop_owner is not loop and not _loop_owner.is_closed():
-        raise RuntimeError("another running asyncio loop already owns iroh in this process")
-    _loop_owner = loop
-    iroh_ffi.uniffi_set_event_loop(cast(asyncio.BaseEventLoop, loop))
-
-
-def limits_from_environment(environ: Mapping[str, str] | None = None) -> SessionLimits:
-    """The session deadlines; ``FICC_HYPERNET_*`` variables shorten them (tests only)."""
-    env = os.environ if environ is None else environ
-    defaults = SessionLimits()
-    return SessionLimits(
-        read_deadline_seconds=_seconds(env, READ_DEADLINE_VARIABLE, defaults.read_deadline_seconds),
-        unpaired_idle_seconds=_seconds(env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds),
-    )
-
-
-def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
-    raw = env.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0.1 <= value <= 3600:
-        raise InvalidInput(
-            f"{variable} must be a number of seconds from 0.1 to 3600", field=variable
-        )
-    return value
-
-
-def bind_addresses(address: str) -> list[str]:
-    """``address`` plus an explicit socket of the other IP family in the same scope.
-
-    Without an explicit second address iroh also binds ``[::]`` on every interface.
-    """
-    host, separator, port = address.rpartition(":")
-    try:
-        ip = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
-        if not separator or not 0 <= int(port) <= 65535:
-            raise ValueError(address)
-    except ValueError as exc:
-        raise InvalidInput(
-            f"the HyperNet bind address {address!r} must be HOST:PORT", field="hypernet_bind"
-        ) from exc
-    if ip.version == 4:
-        partner = "[::]:0" if ip.is_unspecified else "[::1]:0"
-    else:
-        partner = "0.0.0.0:0" if ip.is_unspecified else "127.0.0.1:0"
-    return [address, partner]
-
-
-def relay_mode(relay: str) -> iroh.RelayMode:
-    """``disabled``, ``default`` (n0's relays) or the URL of one relay."""
-    if relay == "disabled":
-        return iroh.RelayMode.disabled()
-    if relay == "default":
-        return iroh.RelayMode.default_mode()
-    if relay.startswith(("https://", "http://")):
-        return iroh.RelayMode.custom_from_urls([relay])
-    raise InvalidInput(
-        "the HyperNet relay must be disabled, default or a relay URL", field="hypernet_relay"
-    )
-
-
-class _ExplicitBind(iroh.Preset):
-    """The minimal preset (no relays, no DNS discovery) bound to explicit addresses only."""
-
-    def __init__(self, addresses: list[str]) -> None:
-        self._addresses = addresses
-
-    def apply(self, builder: iroh.EndpointBuilder) -> None:
-        builder.apply_minimal()
-        for address in self._addresses:
-            builder.bind_addr(address)
 
 
 class HyperNetEndpoint:
@@ -177,10 +88,7 @@ class HyperNetEndpoint:
         """The session requests to a peer go on: the newest of either direction."""
         self._incoming: dict[str, PeerSession] = {}
         self._outgoing: dict[str, PeerSession] = {}
-        self._handshakes = 0
-        self._handshakes_of: dict[str, int] = {}
-        self._unpaired_handshakes = 0
-        self.refused_connections = 0
+        self._admission = Admission(self._incoming)
         self._connecting: dict[str, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -191,9 +99,10 @@ class HyperNetEndpoint:
         if self._endpoint is not None:
             raise RuntimeError("the HyperNet endpoint is already started")
         seed = load_or_create_secret_key(self._agent_directory)
-        _claim_event_loop()
+        apply_write_fix()
+        claim_event_loop()
         options = iroh.EndpointOptions(
-            preset=_ExplicitBind(self._bind),
+            preset=ExplicitBind(self._bind),
             secret_key=seed,
             alpns=[ALPN],
             relay_mode=self._relay,
@@ -321,55 +230,16 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
-            if self._handshakes >= MAX_HANDSHAKES_IN_PROGRESS:
-                self.refused_connections += 1
+            if not self._admission.begin_handshake():
                 self._spawn(_refuse_incoming(incoming))
                 continue
-            self._handshakes += 1
             self._spawn(self._accept(incoming))
 
     async def _accept(self, incoming: iroh.Incoming) -> None:
         try:
             await self._accept_one(incoming)
         finally:
-            self._handshakes -= 1
-
-    @contextmanager
-    def _admitted(self, hypernet_id: str, *, paired: bool) -> Iterator[None]:
-        """Reserve a place for an incoming handshake of ``hypernet_id``, or LimitExceeded."""
-        older = self._incoming.get(hypernet_id)
-        connections = self._handshakes_of.get(hypernet_id, 0)
-        connections += older is not None and not older.closed.is_set()
-        if connections >= MAX_CONNECTIONS_PER_HYPERNET_ID:
-            raise LimitExceeded(
-                "too many connections from this HyperNet ID",
-                details={"limit": "connections_per_hypernet_id"},
-            )
-        if not paired and self._unpaired_count(hypernet_id) >= MAX_UNPAIRED_SESSIONS:
-            raise LimitExceeded(
-                "too many sessions without a pairing; try again later",
-                details={"limit": "unpaired_sessions"},
-            )
-        self._handshakes_of[hypernet_id] = self._handshakes_of.get(hypernet_id, 0) + 1
-        self._unpaired_handshakes += not paired
-        try:
-            yield
-        finally:
-            self._unpaired_handshakes -= not paired
-            left = self._handshakes_of.pop(hypernet_id) - 1
-            if left:
-                self._handshakes_of[hypernet_id] = left
-
-    def _unpaired_count(self, replacing: str) -> int:
-        """Incoming unpaired sessions and handshakes, but the one ``replacing`` would end."""
-        sessions = sum(
-            1
-            for hypernet_id, session in self._incoming.items()
-            if session.identity.generation == 0
-            and hypernet_id != replacing
-            and not session.closed.is_set()
-        )
-        return sessions + self._unpaired_handshakes
+            self._admission.end_handshake()
 
     async def _accept_one(self, incoming: iroh.Incoming) -> None:
         connection: iroh.Connection | None = None
@@ -378,7 +248,7 @@ class HyperNetEndpoint:
                 connection = await (await incoming.accept()).connect()
                 remote = bytes(connection.remote_id().to_bytes()).hex()
                 paired = await self._lookup(remote) is not None
-                with self._admitted(remote, paired=paired):
+                with self._admission.admitted(remote, paired=paired):
                     handshake = await self._handshake(connection, Role.RESPONDER)
                     self._register(self._new_session(connection, handshake))
                     return
@@ -397,21 +267,18 @@ class HyperNetEndpoint:
 
     async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
         try:
-            return await self._run_handshake(connection, role)
+            return await run_handshake(
+                connection,
+                role,
+                local_hypernet_id=bytes(self._bound.id().to_bytes()),
+                signer=self._signer,
+                verify=self._verify,
+                lookup=self._lookup,
+                nonces=self._nonces,
+            )
         except BaseException:
             metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
             raise
-
-    async def _run_handshake(self, connection: iroh.Connection, role: Role) -> Any:
-        return await run_handshake(
-            connection,
-            role,
-            local_hypernet_id=bytes(self._bound.id().to_bytes()),
-            signer=self._signer,
-            verify=self._verify,
-            lookup=self._lookup,
-            nonces=self._nonces,
-        )
 
     async def connect(self, peer: str, *, ticket: str | None = None) -> PeerSession:
         """The open session with ``peer``, connecting and handshaking if there is none."""
@@ -430,20 +297,8 @@ class HyperNetEndpoint:
             pending.add_done_callback(lambda _: self._connecting.pop(peer, None))
         return await asyncio.shield(pending)
 
-    def _address(self, peer: str, ticket: str | None) -> iroh.EndpointAddr:
-        try:
-            remote = iroh.EndpointId.from_string(peer)
-            if ticket is not None:
-                address = iroh.EndpointTicket.from_string(ticket).endpoint_addr()
-                if bytes(address.id().to_bytes()) != bytes(remote.to_bytes()):
-                    raise InvalidInput("the ticket is for another HyperNet ID", field="ticket")
-                return address
-        except iroh.IrohError as exc:
-            raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc
-        return iroh.EndpointAddr(remote, None, [])
-
     async def _connect(self, peer: str, ticket: str | None) -> PeerSession:
-        address = self._address(peer, ticket)
+        address = peer_address(peer, ticket)
         if not ticket:
             with contextlib.suppress(iroh.IrohError):
                 address = await self._bound.remote_addr(address.id()) or address

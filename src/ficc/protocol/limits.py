@@ -1,0 +1,51 @@
+"""The caps and deadlines of one connection: what a peer may hold, and for how long.
+
+Before a pairing (generation 0) a peer may hold little; afterwards what its grants need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ficc.base.units import KiB, MiB
+
+MAX_PEER_STREAMS: Final = 128
+"""Incoming bi-streams a paired peer may hold open at once (QUIC's default is 100)."""
+MAX_UNPAIRED_STREAMS: Final = 4
+"""Incoming request streams at once before a pairing: its operations go one at a time."""
+MAX_IDLE_STREAMS: Final = 8
+"""Answered outgoing streams kept for the next request."""
+MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1
+MAX_BUFFERED_BYTES: Final = 32 * MiB
+"""Bytes of unfinished frames a paired connection may hold over all its streams."""
+MAX_UNPAIRED_BUFFERED_BYTES: Final = 2 * MiB
+"""The same before a pairing: two frames of the largest size."""
+READ_DEADLINE_SECONDS: Final = 10.0
+"""A frame must complete this long after its first bytes, and a request stream must carry its
+next request this long after it was opened or last answered; else the stream is reset."""
+UNPAIRED_IDLE_SECONDS: Final = 30.0
+"""A session without a pairing that carries no request this long is closed."""
+MIN_READ_BYTES: Final = 64 * KiB
+FRAME_OVERHEAD: Final = 64
+"""Read a little past a frame, so a read that completes one also takes the next header."""
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """The deadlines of a session (the caps are constants; tests shorten only the clocks)."""
+
+    read_deadline_seconds: float = READ_DEADLINE_SECONDS
+    unpaired_idle_seconds: float = UNPAIRED_IDLE_SECONDS
+
+    @property
+    def idle_stream_reuse_seconds(self) -> float:
+        """An idle stream is reused only this long, well before the peer would reset it."""
+        return self.read_deadline_seconds / 2
+
+
+WRITE_STALL_SECONDS: Final = 30.0
+"""A write that makes no progress for this long resets the stream (the peer stopped reading:
+QUIC flow control would block the write for ever while heartbeats keep the connection up)."""
+WRITE_PIECE_BYTES: Final = 256 * KiB
+"""Write progress is counted per piece: a frame larger than this is written in pieces."""
