@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ficc.adapters.hypernet_keys import ed25519_verify
+from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.base.errors import Conflict, ProtocolError
 from ficc.domain.receipts import check_receipt, unb64
 from ficc.protocol.handshake import Handshake, KnownPeer, Role, State
