@@ -434,7 +434,7 @@ class EngineClient:
         return connections
 
     async def _release(self, connections: _Connections, suspect: bool) -> None:
-        """One exchange on ``client`` ended; ``suspect``: it failed after the engine finished
+        """One exchange on ``connections`` ended; ``suspect``: it failed after the engine finished
         (or may have finished) its answer.
 
         An answer cut off closes its connection by itself. A failed one that the engine did

@@ -77,7 +77,8 @@ class FastRoute:
         match = self.route.path_regex.match(scope["path"])
         if match is None:
             return False
-        params = match.groupdict()
+        convertors = self.route.param_convertors
+        params = {name: convertors[name].convert(text) for name, text in match.groupdict().items()}
         scope["route"] = self.route  # the metrics and the access log label it by its template
         scope["path_params"] = params
         request = Request(scope, receive, send)
