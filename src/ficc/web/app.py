@@ -18,6 +18,7 @@ from ficc.bootstrap import Cluster
 from ficc.web import api_docs, health, metrics
 from ficc.web.auth import LOCAL_OWNER_SCOPE_KEY
 from ficc.web.errors import envelope, install_error_handlers
+from ficc.web.fast_routes import FastRoutes
 from ficc.web.limits import BodyLimit
 from ficc.web.observability import RequestObservability
 from ficc.web.responses import FiccJSONResponse
@@ -68,6 +69,9 @@ def create_app(cluster: Cluster) -> FastAPI:
     for router in OPERATIONS_ROUTERS:
         app.include_router(router)
     install_error_handlers(app)
+    # Innermost: the inference routes, served inside every boundary below, without FastAPI's
+    # routing (see ficc.web.fast_routes).
+    app.add_middleware(FastRoutes, routes=[route for router in ROUTERS for route in router.routes])
     app.add_middleware(BodyLimit)
     app.add_middleware(HostCheck, cluster=cluster)
     # Last, so outermost: refusals of the Host check also get a request ID, a log line, a count.

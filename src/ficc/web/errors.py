@@ -107,6 +107,19 @@ def validation_error(exc: RequestValidationError) -> e.InvalidInput:
     return e.InvalidInput(f"{field}: {message}", field=field)
 
 
+def unexpected_error_response(request: Request, exc: Exception) -> JSONResponse:
+    """A 500 naming only the request ID; the exception is logged under that ID."""
+    # Outside the request middleware: the ID is read from the scope it left.
+    request_id = request_id_of(request.scope) or new_request_id()
+    current_request_id.set(request_id)
+    log.error("unhandled error in request %s", request_id, exc_info=exc)
+    error = e.FiccError(
+        f"internal error; the server log has the details under request id {request_id}",
+        details={"request_id": request_id},
+    )
+    return JSONResponse(envelope(error), status_code=500, headers={REQUEST_ID_HEADER: request_id})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_ficc_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, e.FiccError)
@@ -131,17 +144,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Outside the request middleware: the ID is read from the scope it left.
-        request_id = request_id_of(request.scope) or new_request_id()
-        current_request_id.set(request_id)
-        log.error("unhandled error in request %s", request_id, exc_info=exc)
-        error = e.FiccError(
-            f"internal error; the server log has the details under request id {request_id}",
-            details={"request_id": request_id},
-        )
-        return JSONResponse(
-            envelope(error), status_code=500, headers={REQUEST_ID_HEADER: request_id}
-        )
+        return unexpected_error_response(request, exc)
 
     app.add_exception_handler(e.FiccError, on_ficc_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

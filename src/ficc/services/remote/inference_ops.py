@@ -19,6 +19,7 @@ from ficc.domain.openai_requests import check_request as check_openai_request
 from ficc.domain.operations import invoke_path
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
+from ficc.services.inference.records import load_service
 from ficc.services.mutations import MutationKey
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
@@ -188,10 +189,11 @@ class InferenceOperations:
         # A hostile peer's body is checked as the compatible URLs check their callers', and
         # against what the service's runtime honours (never a silent drop).
         check_openai_request(path, inner)
-        spec = (await self._inference.get_service(call.grant.project, service_id))["spec"]
-        runtime = RuntimeName(spec["runtime"])
-        check_capabilities(runtime, spec.get("options") or {}, path, inner)
-        return service_id, path, inner, runtime
+        # The service's record alone (not the owner's view, which reads every attempt too).
+        async with self._uow_factory() as uow:
+            spec = (await load_service(uow, call.grant.project, service_id)).spec
+        check_capabilities(spec.runtime, spec.options, path, inner)
+        return service_id, path, inner, spec.runtime
 
     async def _check_spec(self, call: Call, spec_data: object) -> ServiceSpec:
         """The spec a peer sends: granted model and node, and never an upstream URL.

@@ -24,6 +24,7 @@ from ficc.domain.openai_requests import (
 )
 from ficc.services.remote.views import unpublished
 from ficc.web.auth import Context, scoped
+from ficc.web.fast_routes import fast_path
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas_responses import OPENAI_ANSWER
@@ -130,6 +131,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
 
 
 @router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
+@fast_path
 async def chat_completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
@@ -137,6 +139,7 @@ async def chat_completions(
 
 
 @router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
+@fast_path
 async def completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
@@ -144,6 +147,7 @@ async def completions(
 
 
 @router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+@fast_path
 async def embeddings(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:

@@ -19,7 +19,9 @@ from ficc.domain.openai_requests import (
     shape_answer,
 )
 from ficc.domain.service_records import ServiceRecord
+from ficc.services.inference.records import load_service
 from ficc.web.auth import Context, scoped
+from ficc.web.fast_routes import fast_path
 from ficc.web.responses import FiccJSONResponse
 from ficc.web.schemas_responses import OPENAI_ANSWER
 from ficc.web.sse import EventStreamResponse, sse_bytes, unless_disconnected
@@ -81,12 +83,14 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     try:
         # Resolved once and handed on: each resolution takes the next replica in turn.
         endpoint = await inference.endpoint(ctx.project, service_id)
-        spec = (await inference.get_service(ctx.project, service_id))["spec"]
+        # The record alone: the owner's view would read every attempt of the service too.
+        async with ctx.cluster.uow_factory() as uow:
+            spec = (await load_service(uow, ctx.project, service_id)).spec
     except NotFound as exc:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
         usable = [service.id for service in await inference.running_services(ctx.project)]
         raise unknown_model(service_id, usable) from exc
-    check_capabilities(endpoint.runtime, spec.get("options") or {}, engine_path, body)
+    check_capabilities(endpoint.runtime, spec.options, engine_path, body)
     sent = engine_body(endpoint.runtime, engine_path, body)
     if body.get("stream") is True:
         stack = contextlib.AsyncExitStack()
@@ -104,15 +108,18 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
 
 
 @router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
+@fast_path
 async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, CHAT_COMPLETIONS_PATH)
 
 
 @router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
+@fast_path
 async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, COMPLETIONS_PATH)
 
 
 @router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+@fast_path
 async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, EMBEDDINGS_PATH)

@@ -1,0 +1,98 @@
+"""CPU per streamed federated chat on the mock engine, for comparing two trees of FICC.
+
+``python -m benchmarks.cpu_federation`` (inside ``scripts/in-loopback-netns``; ``PYTHONPATH``
+chooses the tree) starts the mock engine, alpha and beta as ``bench_federation`` does, without
+llama.cpp or LiteLLM, and prints one JSON object: CPU ms per streamed chat through both
+clusters (each server's loop thread and its other threads apart), through beta's local URL,
+and 8-client throughput through both clusters beside the engine called directly. Alternate
+two trees in the same conditions and compare the ratios: the machine's load moves the
+absolute figures.
+
+The split by part in docs/benchmarks.md came from running each server under cProfile with
+``time.thread_time`` as its clock, a diagnostic kept out of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+from benchmarks import bench_federation as federation
+from benchmarks.bench_inference import MOCK_MODEL
+from benchmarks.processes import mock_engine_running
+
+REQUESTS: Final = int(os.environ.get("FICC_BENCH_FEDERATION_REQUESTS", "300"))
+
+
+def _thread_cpu_ms(pid: int) -> tuple[float, float]:
+    """CPU ms the process used so far: its main (event loop) thread, and all its others."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = others = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        used = (int(fields[11]) + int(fields[12])) * 1000 / tick
+        if task.name == str(pid):
+            main += used
+        else:
+            others += used
+    return main, others
+
+
+def measure() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ficc-cpu-") as temporary, ExitStack() as stack:
+        work = Path(temporary)
+        engine = mock_engine_running(stack, work)
+        alpha = federation._cluster(stack, work, "alpha")
+        beta = federation._cluster(stack, work, "beta", "--upstream-allow", engine.url)
+        spec = {"name": "mock", "model": MOCK_MODEL, "runtime": "openai"}
+        service = federation._running_service(
+            beta.client, {**spec, "options": {"base_url": engine.url}}
+        )
+        peer = federation._pair(alpha, beta, [service["id"]])
+        alpha_auth = {"Authorization": dict(alpha.client.headers)["authorization"]}
+        beta_auth = {"Authorization": dict(beta.client.headers)["authorization"]}
+        federated = federation.Target(
+            "federated", f"{alpha.url}{federation.API}/peers/{peer}/v1", alpha_auth, service["id"]
+        )
+        local = federation.Target("local", beta.url + federation.LOCAL_V1, beta_auth, service["id"])
+        direct = federation.Target("direct", f"{engine.url}/v1", {}, MOCK_MODEL)
+        found: dict[str, Any] = {}
+        servers = {"alpha": alpha.pid, "beta": beta.pid}
+        with httpx.Client(base_url=federated.base_url, headers=alpha_auth, timeout=60) as http:
+            before = {name: _thread_cpu_ms(pid) for name, pid in servers.items()}
+            found["federated_cpu_ms"] = federation._cpu_ms(
+                {**servers, "engine": engine.pid},
+                lambda: federation._streamed_chat(http, federated),
+                REQUESTS,
+            )
+            count = REQUESTS + federation.WARM_UP
+            found["federated_thread_cpu_ms"] = {
+                name: {
+                    "loop": (_thread_cpu_ms(pid)[0] - before[name][0]) / count,
+                    "others": (_thread_cpu_ms(pid)[1] - before[name][1]) / count,
+                }
+                for name, pid in servers.items()
+            }
+        with httpx.Client(base_url=local.base_url, headers=beta_auth, timeout=60) as http:
+            found["local_cpu_ms"] = federation._cpu_ms(
+                {"beta": beta.pid}, lambda: federation._streamed_chat(http, local), REQUESTS
+            )
+        each = max(REQUESTS // federation.CLIENTS, 3)
+        rates = {
+            target.label: federation._concurrent(target, federation.CLIENTS, each).per_second
+            for target in (direct, federated)
+        }
+        found["c8_per_second"] = rates
+        found["c8_ratio"] = rates["federated"] / rates["direct"]
+        return found
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(), indent=1))

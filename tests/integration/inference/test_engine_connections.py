@@ -1,0 +1,104 @@
+"""The engine client keeps a connection only while every answer on it ends cleanly.
+
+A new connection per request cost the grantor more CPU than relaying a short answer; but
+llama.cpp's server can leave a connection dead after a failed stream, so a failed answer the
+engine finished never leaves its connection for the next request, and a cancelled stream still
+closes its connection (the engine stops generating).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.support.engine_connections import scripted_engine
+
+from ficc.adapters.engine_client import COMPLETIONS, EngineClient
+from ficc.adapters.runtimes import LlamaCppRuntime
+from ficc.base.errors import FiccError, Unavailable
+from ficc.services.runtimes import LaunchRequest, NodeInfo
+
+CHAT = "/v1/chat/completions"
+
+
+def _body(model: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+
+async def _chat(client: EngineClient, model: str) -> list[str]:
+    async with await client.open_stream(CHAT, _body(model)) as stream:
+        return [event.data async for event in stream]
+
+
+async def test_clean_streams_share_one_connection() -> None:
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        for _ in range(5):
+            events = await _chat(client, "clean")
+            assert events[-1] == "[DONE]"
+        assert engine.requests == 5
+        assert engine.opened == 1
+    assert engine.closed_by_client == 1
+
+
+@pytest.mark.parametrize(("answer", "error"), [("unfinished", Unavailable), ("refused", FiccError)])
+async def test_a_failed_answer_the_engine_finished_never_carries_the_next_request(
+    answer: str, error: type[FiccError]
+) -> None:
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        await _chat(client, "clean")
+        with pytest.raises(error):
+            await _chat(client, answer)
+        # The connection the failure left open is closed, not kept for the next request.
+        await engine.wait_closed_by_client(1)
+        assert (await _chat(client, "clean"))[-1] == "[DONE]"
+        assert await _chat(client, "clean")
+        assert engine.opened == 2
+        assert engine.requests == 4
+
+
+async def test_a_stream_closed_mid_way_closes_its_connection() -> None:
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        await _chat(client, "clean")
+        stream = await client.open_stream(CHAT, _body("endless"))
+        events = aiter(stream)
+        assert (await anext(events)).data.startswith("{")
+        await stream.aclose()
+        # The engine sees its client leave (so it stops generating) while the client lives.
+        await engine.wait_closed_by_client(1)
+        assert (await _chat(client, "clean"))[-1] == "[DONE]"
+        assert engine.opened == 2
+
+
+@pytest.mark.engine
+async def test_llama_cpp_answers_on_kept_connections_after_failed_streams(
+    tmp_path: Path, tiny_model_file: Path
+) -> None:
+    """llama.cpp's server itself, with streams that fail (a prompt past the context, a stream
+    closed mid-way) between clean ones: every clean one is answered."""
+    runtime = LlamaCppRuntime(log_dir=tmp_path / "logs")
+    request = LaunchRequest(
+        attempt_id="att_" + "k" * 26,
+        node=NodeInfo(node_id="nod_" + "k" * 26, local=True, gpu_count=0),
+        model_name="svc-keep",
+        options={"n_threads": 1},
+        model_path=tiny_model_file,
+    )
+    try:
+        handle = await runtime.launch(request)
+        assert (await runtime.wait_ready(handle, 60.0)).healthy
+        async with EngineClient(
+            handle.base_url, model=handle.model_name, api_key=runtime.api_key(handle)
+        ) as client:
+            failures = 0
+            for _ in range(3):
+                assert (await _chat(client, "any"))[-1] == "[DONE]"
+                with pytest.raises(Unavailable):
+                    await client.complete(COMPLETIONS, {"prompt": "x " * 3000, "max_tokens": 4})
+                failures += 1
+                stream = await client.open_stream(CHAT, {**_body("any"), "max_tokens": 64})
+                await anext(aiter(stream))
+                await stream.aclose()
+                assert (await _chat(client, "any"))[-1] == "[DONE]"
+        assert failures == 3
+    finally:
+        await runtime.stop_all(5.0)
