@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
 import struct
 from collections.abc import Awaitable, Callable
@@ -55,6 +56,7 @@ class Session:
         self.seq = 0
         self.served: list[tuple[str, dict[str, Any]]] = []
         self.serve: Served | None = None
+        self.control: Stream | None = None  # held: a dropped control stream ends the session
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, control: Stream, server_key: bytes) -> None:
@@ -111,8 +113,10 @@ async def handshake(
     *,
     generation: int = 0,
     nonce: bytes | None = None,
+    heartbeats: bool = True,
 ) -> Session:
-    """Connect and prove ``key`` at ``generation`` (document §4)."""
+    """Connect and prove ``key`` at ``generation`` (document §4); without ``heartbeats`` the
+    session stays silent on its control stream (a lost peer, §6)."""
     connection = await local.connect(address, w.ALPN)
     control = Stream(await connection.open_bi())
     me, them = bytes(local.id().to_bytes()), bytes(connection.remote_id().to_bytes())
@@ -135,5 +139,14 @@ async def handshake(
     session = Session(
         connection, key, w.session_id(1, me, them, n_i, n_r, generation, key.public, k_r)
     )
-    session.start(control, k_r)
+    session.control = control
+    if heartbeats:
+        session.start(control, k_r)
     return session
+
+
+def close_code(reason: str) -> int:
+    """The application close code in iroh's close reason ("closed by peer: WHY (code N)")."""
+    found = re.search(r"\(code (\d+)\)$|error (\d+)$", reason)
+    assert found is not None, reason
+    return int(found.group(1) or found.group(2))

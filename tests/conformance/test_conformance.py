@@ -7,6 +7,7 @@ import ast
 import asyncio
 import base64
 import secrets
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from tests.conformance.server import Server, start
 KIT = Path(__file__).resolve().parent
 ALLOWED = {"iroh", "cryptography", "rfc8785", "pytest", "tests"}
 OFFER_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+HANDSHAKE_SECONDS = 5.0  # §4: a handshake must finish within 5 s of the connection's accept
+SILENCE_SECONDS = 3.5  # §6: a side that hears nothing for 3.5 s declares the peer dead
+NOTICED_WITHIN_SECONDS = 5.0  # §6: a killed peer is noticed within 5 s
 
 
 def offer_id() -> str:
@@ -207,3 +211,40 @@ async def test_a_non_canonical_request_is_refused(server: Server, local: iroh.En
     refused(answer, "protocol_error")
     assert "not canonical" in answer.fields["message"]
     session.close()
+
+
+async def test_a_handshake_not_finished_within_5_s_is_closed_with_code_2(
+    server: Server, local: iroh.Endpoint
+) -> None:
+    connection = await local.connect(address(server), w.ALPN)
+    started = time.monotonic()
+    control = peer.Stream(await connection.open_bi())
+    await control.send(w.hello(bytes(local.id().to_bytes()), [1]))
+    await control.send(w.challenge(secrets.token_bytes(32)))
+    assert (await control.receive()).tag == w.HELLO
+    assert (await control.receive()).tag == w.CHALLENGE
+    # No PROOF: the handshake stays unfinished.
+    async with asyncio.timeout(HANDSHAKE_SECONDS + 3):
+        reason = await connection.closed()
+    waited = time.monotonic() - started
+    assert peer.close_code(reason) == 2, reason
+    assert waited >= HANDSHAKE_SECONDS - 0.5, (waited, reason)
+
+
+async def test_a_peer_silent_for_3_5_s_is_closed_with_code_0(
+    server: Server, local: iroh.Endpoint
+) -> None:
+    key = w.Key(secrets.token_bytes(32))
+    session = await peer.handshake(local, address(server), key, heartbeats=False)
+    silent_since = time.monotonic()
+    async with asyncio.timeout(NOTICED_WITHIN_SECONDS + 2):
+        reason = await session.connection.closed()
+    waited = time.monotonic() - silent_since
+    assert peer.close_code(reason) == 0, reason
+    assert SILENCE_SECONDS - 0.5 <= waited <= NOTICED_WITHIN_SECONDS, (waited, reason)
+    beating = await peer.handshake(local, address(server), key)
+    with pytest.raises(TimeoutError):  # heartbeats alone keep a session open
+        async with asyncio.timeout(NOTICED_WITHIN_SECONDS):
+            await beating.connection.closed()
+    refused(await beating.ask("pairing.discard", {"offer": offer_id()}), "not_found")
+    beating.close()
