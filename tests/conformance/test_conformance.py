@@ -24,6 +24,7 @@ OFFER_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
 HANDSHAKE_SECONDS = 5.0  # §4: a handshake must finish within 5 s of the connection's accept
 SILENCE_SECONDS = 3.5  # §6: a side that hears nothing for 3.5 s declares the peer dead
 NOTICED_WITHIN_SECONDS = 5.0  # §6: a killed peer is noticed within 5 s
+UNPAIRED_REQUEST_STREAMS = 4  # §1: request streams served at once before a pairing
 
 
 def offer_id() -> str:
@@ -248,3 +249,25 @@ async def test_a_peer_silent_for_3_5_s_is_closed_with_code_0(
             await beating.connection.closed()
     refused(await beating.ask("pairing.discard", {"offer": offer_id()}), "not_found")
     beating.close()
+
+
+async def test_an_unpaired_peer_is_served_on_4_request_streams_and_the_next_is_reset(
+    server: Server, local: iroh.Endpoint
+) -> None:
+    session = await peer.handshake(local, address(server), w.Key(secrets.token_bytes(32)))
+    held: list[peer.Stream] = []
+    for _ in range(UNPAIRED_REQUEST_STREAMS):  # §1: the control stream is not counted
+        stream = peer.Stream(await session.connection.open_bi())
+        await stream.send(session.signed("pairing.discard", {"offer": offer_id()}))
+        refused(await stream.receive(), "not_found")
+        held.append(stream)
+    past = peer.Stream(await session.connection.open_bi())
+    await past.send(session.signed("pairing.discard", {"offer": offer_id()}))
+    with pytest.raises(Exception) as reset:  # noqa: PT011 - iroh's read error names the reset
+        async with asyncio.timeout(5):
+            await past.receive()
+    assert "Reset(1)" in repr(reset.value) or "reset" in str(reset.value).lower(), reset.value
+    # The connection stays open: a held stream is still served.
+    await held[0].send(session.signed("pairing.discard", {"offer": offer_id()}))
+    refused(await held[0].receive(), "not_found")
+    session.close()
