@@ -13,16 +13,15 @@ from typing import Any
 
 import iroh
 import pytest
+from tests.support.hostile_peer import raw_handshake
 
 from ficc.adapters.hypernet import HyperNetEndpoint
-from ficc.adapters.hypernet.handshake import NonceMemory, run_handshake
-from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import NotFound, OutcomeUnknown, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
-from ficc.protocol.handshake import KnownPeer, Role, Session
+from ficc.protocol.handshake import KnownPeer, Session
 from ficc.protocol.messages import Error, Request, Response
 from ficc.protocol.requests import RequestSigner
 from ficc.services.peer_channel import PeerIdentity, RequestResult
@@ -152,21 +151,7 @@ async def raw_session(
 ) -> tuple[iroh.Connection, Session, ClusterKey]:
     """A hand-driven client connection that completes a real handshake."""
     key = key or ClusterKey.generate()
-    connection = await raw.connect(address_of(server), ALPN)
-
-    async def unknown(_: str) -> KnownPeer | None:
-        return None
-
-    session, control = await run_handshake(
-        connection,
-        Role.INITIATOR,
-        local_hypernet_id=bytes(raw.id().to_bytes()),
-        signer=key,
-        verify=ed25519_verify,
-        lookup=unknown,
-        nonces=NonceMemory(),
-        nonce=nonce,
-    )
+    connection, session, control = await raw_handshake(raw, address_of(server), key, nonce)
     KEEP_ALIVE.append(control)  # a dropped control stream would end the session
     return connection, session, key
 

@@ -124,8 +124,17 @@ async def handshake(
     key: ClusterKey | None = None,
     nonce: bytes | None = None,
 ) -> HostileSession:
-    """Connect and complete the handshake as an unknown cluster."""
+    """Connect and complete the handshake as an unknown cluster, heartbeats going."""
     key = key or ClusterKey.generate()
+    connection, session, control = await raw_handshake(raw, address, key, nonce)
+    return HostileSession(connection, session, key, control)
+
+
+async def raw_handshake(
+    raw: iroh.Endpoint, address: iroh.EndpointAddr, key: ClusterKey, nonce: bytes | None = None
+) -> tuple[iroh.Connection, Session, FrameStream]:
+    """A connection that completed the real handshake as an unknown cluster (generation 0);
+    nothing more is sent on it."""
     connection = await raw.connect(address, ALPN)
 
     async def unknown(_: str) -> KnownPeer | None:
@@ -141,7 +150,7 @@ async def handshake(
         nonces=NonceMemory(),
         nonce=nonce,
     )
-    return HostileSession(connection, session, key, control)
+    return connection, session, control
 
 
 def offer_body(label: str = "hostile", offer_id: str | None = None) -> dict[str, Any]:
