@@ -155,9 +155,6 @@ class FakeServices(_Repository):
     async def delete(self, service_id: str) -> None:
         self._s.services.pop(service_id, None)
 
-    async def count_created_by(self, grant_id: str) -> int:
-        return sum(1 for s in self._s.services.values() if s.created_by_grant == grant_id)
-
 
 class FakeAttempts(_Repository):
     async def add(self, attempt: AttemptRecord) -> None:

@@ -553,14 +553,6 @@ class SqlServices(_Repository):
     async def delete(self, service_id: str) -> None:
         await self._c.execute(delete(t.services).where(t.services.c.id == service_id))
 
-    async def count_created_by(self, grant_id: str) -> int:
-        query = (
-            select(func.count())
-            .select_from(t.services)
-            .where(t.services.c.created_by_grant == grant_id)
-        )
-        return int((await self._c.execute(query)).scalar_one())
-
 
 class SqlAttempts(_Repository):
     @staticmethod
