@@ -161,8 +161,15 @@ async def test_a_full_pairing_then_a_granted_request(server: Server, local: iroh
     again = await session.ask("pairing.finish", {"offer": sent, "receipt": digest})
     assert again.fields == finished.fields  # idempotent
     session.close()
+    # A generation the server did not record is refused; generation 0 is still a session of
+    # no pairing (for further pairings, of other projects), which serves no grant.
     with pytest.raises(ConnectionRefusedError, match="generation mismatch"):
-        await peer.handshake(local, address(server), key)
+        await peer.handshake(local, address(server), key, generation=body["generation"] + 2**60)
+    unpaired = await peer.handshake(local, address(server), key)
+    answer = await unpaired.ask("discover", {"grant": body["grant"], "body": {}})
+    refused(answer, "forbidden")
+    assert answer.fields["details"]["reason"] == "not_paired"
+    unpaired.close()
     paired = await peer.handshake(local, address(server), key, generation=body["generation"])
     answer = await paired.ask("discover", {"grant": body["grant"], "body": {}})
     assert answer.tag == w.RESPONSE, answer

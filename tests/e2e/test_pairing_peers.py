@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from tests.support.cluster import RunningCluster, start_cluster
 from tests.support.federation import (
@@ -154,6 +155,51 @@ def test_a_second_pairing_with_a_paired_cluster_is_refused_and_the_first_keeps_w
     ok(b.post(f"{API}/grants/{first.grant}/retire"))
     ok(b.post(f"{API}/peers/{first.service_peer}/forget"))
     ok(a.post(f"{API}/peers/{first.requester_peer}/forget"))
+
+
+def _discover(client: httpx.Client, peer: str) -> httpx.Response:
+    return client.post(f"{API}/peers/{peer}/request", json={"operation": "discover", "body": {}})
+
+
+def test_two_projects_pair_with_one_cluster_over_sessions_of_their_own(
+    clusters: tuple[RunningCluster, RunningCluster],
+) -> None:
+    """alpha's default and red projects each pair with beta (default and blue): each pairing
+    has its own generation and HyperNet sessions; ending one leaves the other serving."""
+    alpha, beta = clusters
+    a, b = alpha.owner(), beta.owner()
+    ok(a.post("/api/v1/projects", json={"name": "red"}), 201)
+    ok(b.post("/api/v1/projects", json={"name": "blue"}), 201)
+    red = alpha.client(alpha.owner_token, **{"X-FICC-Project": "red"})
+    blue = beta.client(beta.owner_token, **{"X-FICC-Project": "blue"})
+    first = pair(alpha, beta)
+    offer = send_offer(red, beta, ["discover"])
+    approved = ok(approve(blue, offer["id"], DISCOVER_GRANT))
+    second = ok(finish(red, offer["id"], approved["receipt"]["digest"]))["peer"]
+    assert second["generation"] != first.generation
+    assert (
+        ok(_discover(a, first.requester_peer))["result"]
+        == ok(_discover(red, second["id"]))["result"]
+    )
+    [blue_peer] = overview(blue)["peers"]
+    assert (blue_peer["state"], blue_peer["generation"]) == ("paired", second["generation"])
+
+    assert ok(blue.delete(f"{API}/peers/{blue_peer['id']}"))["told"] is True
+    wait_for(
+        lambda: (peer_in(overview(red), second["id"]) or {}).get("state") == "removed",
+        what="alpha's red project sees its pairing removed",
+    )
+    assert error_of(_discover(red, second["id"]), 409)["code"] == "conflict"
+    assert ok(_discover(a, first.requester_peer))["replayed"] is False
+    assert (peer_in(overview(a), first.requester_peer) or {})["state"] == "paired"
+
+    remove_on_both_sides(alpha, beta, first)
+    ok(b.post(f"{API}/grants/{first.grant}/retire"))
+    ok(blue.post(f"{API}/grants/{approved['receipt']['grant']}/retire"))
+    ok(b.post(f"{API}/peers/{first.service_peer}/forget"))
+    ok(blue.post(f"{API}/peers/{blue_peer['id']}/forget"))
+    ok(a.post(f"{API}/peers/{first.requester_peer}/forget"))
+    ok(red.post(f"{API}/peers/{second['id']}/forget"))
 
 
 def test_of_two_approved_offers_from_one_cluster_only_the_first_finished_pairs(

@@ -63,8 +63,8 @@ class ThirdCluster:
             bind_address="127.0.0.1:0",
         )
 
-    async def lookup(self, hypernet_id: str) -> KnownPeer | None:
-        return None
+    async def lookup(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        return ()
 
     async def handle(
         self, peer: PeerIdentity, operation: str, body: dict[str, Any]

@@ -21,8 +21,8 @@ async def echo(peer: PeerIdentity, operation: str, body: dict[str, Any]) -> dict
     return {"operation": operation, "body": body}
 
 
-async def unknown(hypernet_id: str) -> KnownPeer | None:
-    return None
+async def unknown(hypernet_id: str) -> tuple[KnownPeer, ...]:
+    return ()
 
 
 async def main(directory: Path) -> None:

@@ -18,7 +18,13 @@ from tests.support.hostile_peer import raw_handshake
 from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import NotFound, OutcomeUnknown, ProtocolError, Unavailable
+from ficc.base.errors import (
+    NotFound,
+    OutcomeUnknown,
+    PermissionDenied,
+    ProtocolError,
+    Unavailable,
+)
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import KnownPeer, Session
@@ -38,6 +44,8 @@ class Cluster:
         self.directory = directory
         self.key = ClusterKey.generate()
         self.known: dict[str, KnownPeer] = {}
+        self.more_known: dict[str, list[KnownPeer]] = {}
+        """Further pairings with a HyperNet ID (another project paired with the same cluster)."""
         self.seen: list[PeerIdentity] = []
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -56,8 +64,9 @@ class Cluster:
             on_peer_lost=lambda peer, _: self.lost.append((peer.hypernet_id, loop.time())),
         )
 
-    async def lookup(self, hypernet_id: str) -> KnownPeer | None:
-        return self.known.get(hypernet_id)
+    async def lookup(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        known = self.known.get(hypernet_id)
+        return (*(() if known is None else (known,)), *self.more_known.get(hypernet_id, []))
 
     async def handle(
         self, peer: PeerIdentity, operation: str, body: dict[str, Any]
@@ -139,9 +148,13 @@ def address_of(cluster: Cluster) -> iroh.EndpointAddr:
     return iroh.EndpointTicket.from_string(cluster.endpoint.ticket).endpoint_addr()
 
 
-async def still_serves(server: Cluster, client: Cluster) -> None:
+async def still_serves(server: Cluster, client: Cluster, generation: int = 0) -> None:
     result = await client.endpoint.request(
-        server.endpoint.hypernet_id, "echo", {"n": 1}, ticket=server.endpoint.ticket
+        server.endpoint.hypernet_id,
+        "echo",
+        {"n": 1},
+        generation=generation,
+        ticket=server.endpoint.ticket,
     )
     assert result == {"echo": {"n": 1}}
 
@@ -182,8 +195,40 @@ async def test_a_known_peer_is_bound_to_its_recorded_generation(
     server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
     client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
     async with asyncio.timeout(DEADLINE_SECONDS):
-        await still_serves(server, client)
+        await still_serves(server, client, generation=4)
     assert server.seen[0].generation == 4
+
+
+async def test_two_pairings_with_one_cluster_hold_a_session_each_and_end_separately(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """Two projects paired with the same cluster: a request goes on the session of its own
+    pairing's generation, the two sessions live side by side, and ending one pairing closes
+    only its own session."""
+    server, client = await make_cluster(), await make_cluster()
+    for generation in (4, 6):
+        server.more_known.setdefault(client.endpoint.hypernet_id, []).append(
+            KnownPeer(client.key.public_key, generation)
+        )
+        client.more_known.setdefault(server.endpoint.hypernet_id, []).append(
+            KnownPeer(server.key.public_key, generation)
+        )
+    peer = server.endpoint.hypernet_id
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        for generation in (4, 6, 4, 0):
+            await still_serves(server, client, generation=generation)
+        assert [seen.generation for seen in server.seen] == [4, 6, 4, 0]
+        sessions = {g: client.endpoint.session(peer, g) for g in (0, 4, 6)}
+        assert all(session is not None for session in sessions.values())
+        assert len({id(session) for session in sessions.values()}) == 3
+        client.more_known[peer] = [KnownPeer(server.key.public_key, 6)]
+        client.endpoint.disconnect(peer, 4, Unavailable("the pairing was removed"))
+        assert client.endpoint.session(peer, 4) is None
+        assert client.endpoint.session(peer, 6) is sessions[6]
+        await still_serves(server, client, generation=6)
+        assert server.seen[-1].generation == 6
+        with pytest.raises(PermissionDenied, match="no pairing"):
+            await still_serves(server, client, generation=4)
 
 
 async def test_a_connection_with_another_alpn_is_refused_and_others_are_still_served(
@@ -378,10 +423,11 @@ async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_sess
                 server.endpoint.hypernet_id,
                 "measure",
                 {"text": text},
+                generation=4,
                 ticket=server.endpoint.ticket,
             )
             assert answer == {"chars": size, "sha256": hashlib.sha256(text.encode()).hexdigest()}
-        await still_serves(server, client)
+        await still_serves(server, client, generation=4)
 
 
 async def test_a_request_body_in_chunks_is_refused_before_a_pairing(

@@ -137,8 +137,8 @@ async def raw_handshake(
     nothing more is sent on it."""
     connection = await raw.connect(address, ALPN)
 
-    async def unknown(_: str) -> KnownPeer | None:
-        return None
+    async def unknown(_: str) -> tuple[KnownPeer, ...]:
+        return ()
 
     session, control = await run_handshake(
         connection,

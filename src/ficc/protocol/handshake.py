@@ -2,9 +2,12 @@
 
 Both sides send a fresh challenge nonce; each answers with an Ed25519 signature by its FICC
 cluster key over both HyperNet IDs (initiator first), the ALPN, both nonces and the pairing
-generation. The machine knows the SDK-verified remote HyperNet ID and, when the peer is
-known, the cluster key and generation recorded for it. Any error is terminal: the machine moves
-to ``FAILED`` and raises :class:`ProtocolError`, which the caller sends as an error frame.
+generation. The machine knows the SDK-verified remote HyperNet ID and the pairings recorded
+for it (a cluster key and a generation each: one cluster may pair with several projects of
+another). The initiator proves the generation of the pairing its session is for (0: none);
+the responder accepts 0 or a generation it recorded, and answers with the same. Any error is
+terminal: the machine moves to ``FAILED`` and raises :class:`ProtocolError`, which the caller
+sends as an error frame.
 
 Flight order (see ``docs/protocol.md``)::
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -90,7 +93,7 @@ def event_of(message: Message) -> Event:
 
 @dataclass(frozen=True)
 class KnownPeer:
-    """What this side recorded for the remote HyperNet ID when they paired."""
+    """What this side recorded for the remote HyperNet ID when they paired (one per pairing)."""
 
     cluster_key: bytes
     generation: int
@@ -175,8 +178,11 @@ class Handshake:
     """One side of one handshake. Feed it received messages; send what it returns.
 
     ``nonce`` must be fresh randomness (32 bytes); ``nonce_is_fresh`` may refuse a remote
-    nonce seen before. ``known_peer`` is ``None`` for a HyperNet ID never paired: then any
-    cluster key is accepted at generation 0 and the caller decides what the peer may do.
+    nonce seen before. ``known_peers`` are the pairings recorded for the remote HyperNet ID
+    (none: any cluster key is accepted at generation 0 and the caller decides what the peer
+    may do; some: the peer must prove their cluster key). ``generation`` is the pairing the
+    initiator binds the session to, one of ``known_peers`` or 0; the responder takes it from
+    the initiator's proof.
     """
 
     def __init__(
@@ -188,7 +194,8 @@ class Handshake:
         signer: Signer,
         verify: Verify,
         nonce: bytes,
-        known_peer: KnownPeer | None,
+        known_peers: Sequence[KnownPeer] = (),
+        generation: int = 0,
         nonce_is_fresh: Callable[[bytes], bool] | None = None,
         alpn: bytes = ALPN,
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
@@ -207,11 +214,13 @@ class Handshake:
         self._signer = signer
         self._verify = verify
         self._nonce = nonce
-        self._known = known_peer
+        self._known = tuple(known_peers)
         self._nonce_is_fresh = nonce_is_fresh
         self._alpn = alpn
         self._versions = versions
-        self._generation = known_peer.generation if known_peer else 0
+        if role is Role.INITIATOR and generation and self._recorded_key(generation) is None:
+            raise ValueError(f"no pairing is recorded at generation {generation}")
+        self._generation = generation if role is Role.INITIATOR else 0
         self._version: int | None = None
         self._remote_nonce: bytes | None = None
         self._session: Session | None = None
@@ -330,18 +339,42 @@ class Handshake:
         self._take_nonce(message)
         return [self._prove()]
 
-    def _check_proof(self, message: Message | None) -> None:
-        assert isinstance(message, Proof)
-        if self._known is not None and message.cluster_key != self._known.cluster_key:
+    def _recorded_key(self, generation: int) -> bytes | None:
+        """The cluster key recorded with the pairing at ``generation``."""
+        for known in self._known:
+            if known.generation == generation:
+                return known.cluster_key
+        return None
+
+    def _check_generation_and_key(self, proof: Proof) -> None:
+        """The proven generation is this session's (a responder adopts the initiator's if it
+        recorded that pairing), and the key is the one recorded for the HyperNet ID."""
+        if self.role is Role.RESPONDER:
+            if proof.generation and self._recorded_key(proof.generation) is None:
+                raise ProtocolError(
+                    f"pairing generation mismatch: the peer is at {proof.generation}, "
+                    "this side has no pairing with it at that generation"
+                )
+            self._generation = proof.generation
+        elif proof.generation != self._generation:
+            raise ProtocolError(
+                f"pairing generation mismatch: the peer is at {proof.generation}, "
+                f"this side at {self._generation}"
+            )
+        recorded = (
+            {key}
+            if (key := self._recorded_key(self._generation)) is not None
+            else {known.cluster_key for known in self._known}
+        )
+        if recorded and proof.cluster_key not in recorded:
             raise ProtocolError(
                 "the peer proved another cluster key than the one recorded for its HyperNet ID",
                 details={"hypernet_id": self._remote_id.hex()},
             )
-        if message.generation != self._generation:
-            raise ProtocolError(
-                f"pairing generation mismatch: the peer is at {message.generation}, "
-                f"this side at {self._generation}"
-            )
+
+    def _check_proof(self, message: Message | None) -> None:
+        assert isinstance(message, Proof)
+        self._check_generation_and_key(message)
         initiator_id, responder_id = self._ids()
         initiator_nonce, responder_nonce = self._nonces()
         signed = proof_message(

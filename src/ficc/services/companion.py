@@ -41,8 +41,8 @@ class Transport(PeerChannel, Protocol):
     def ticket(self) -> str: ...
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
-    def disconnect(self, hypernet_id: str, reason: FiccError) -> None: ...
+    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None: ...
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
 
 
 TransportFactory = Callable[[Path, str], Transport]
@@ -246,13 +246,13 @@ class CompanionChannel:
         """The running endpoint's :meth:`PeerChannel.stream` (``ticket``, ``timeout_seconds``)."""
         return self._companion.transport.stream(peer, operation, body, **options)
 
-    def identity_of(self, hypernet_id: str) -> PeerIdentity | None:
-        return self._companion.transport.identity_of(hypernet_id)
+    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
+        return self._companion.transport.identity_of(hypernet_id, generation)
 
-    def disconnect(self, hypernet_id: str, reason: FiccError) -> None:
-        """Close the sessions with a cluster; without a companion there is none to close."""
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
+        """Close a pairing's sessions; without a companion there is none to close."""
         try:
             transport = self._companion.transport
         except Unavailable:
             return
-        transport.disconnect(hypernet_id, reason)
+        transport.disconnect(hypernet_id, generation, reason)

@@ -1,7 +1,8 @@
 """The port through which services talk to peer clusters; only adapters know the transport.
 
-A service sends a request to a peer (named by its HyperNet ID) and gets either a JSON result
-or an async stream of byte chunks. The serving side is a :data:`RequestHandler` the adapter
+A service sends a request to a peer (named by its HyperNet ID, and by the generation of the
+pairing it goes under: 0 before any) and gets either a JSON result or an async stream of byte
+chunks. The serving side is a :data:`RequestHandler` the adapter
 calls with the peer's proven identity. Errors the caller sees are :mod:`ficc.base.errors`:
 ``Unavailable`` (nothing was sent or the peer is unreachable), ``OutcomeUnknown`` (sent, but
 no answer in time), ``ProtocolError``, or the error the peer's handler raised.
@@ -10,7 +11,7 @@ no answer in time), ``ProtocolError``, or the error the peer's handler raised.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -63,8 +64,9 @@ def ending_reason(cancelled: asyncio.CancelledError) -> FiccError | None:
     return reason if isinstance(reason, FiccError) else None
 
 
-PeerLookup = Callable[[str], Awaitable[KnownPeer | None]]
-"""The cluster key and generation recorded for a HyperNet ID, or ``None`` if never paired."""
+PeerLookup = Callable[[str], Awaitable[Sequence[KnownPeer]]]
+"""The pairings recorded with a HyperNet ID (a cluster key and a generation each; one per
+project paired with it), empty if none."""
 
 
 class PeerChannel(Protocol):
@@ -76,12 +78,15 @@ class PeerChannel(Protocol):
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result.
 
-        ``ticket`` is an address hint only; the peer's identity is its HyperNet ID.
+        It goes on a session bound to the pairing at ``generation`` (0: a session of no
+        pairing, for the pairing operations). ``ticket`` is an address hint only; the peer's
+        identity is its HyperNet ID.
         """
         ...
 
@@ -91,10 +96,12 @@ class PeerChannel(Protocol):
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """Send ``operation`` and iterate the chunks it streams back.
+        """Send ``operation`` (under the pairing at ``generation``) and iterate the chunks it
+        streams back.
 
         Leaving the context before the end cancels the request on the peer;
         ``timeout_seconds`` bounds the wait for each chunk.

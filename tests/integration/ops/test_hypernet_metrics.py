@@ -22,8 +22,8 @@ FAILURES = "ficc_hypernet_handshake_failures_total"
 DEADLINE_SECONDS = 10.0
 
 
-async def _nobody(_: str) -> KnownPeer | None:
-    return None
+async def _nobody(_: str) -> tuple[KnownPeer, ...]:
+    return ()
 
 
 async def _refuse(*_: Any) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Two in-process clusters joined by an in-memory channel in place of HyperNet.
 
 Each request is served by the other cluster's operation table with the identity a session
-would prove (its cluster key, and the generation the server has recorded, else 0); answers
-cross as JSON. A test can lose the answer of an operation once, after the other side served
-it: the requester then sees ``OutcomeUnknown`` as it would after a timeout.
+would prove (its cluster key, and the generation of the pairing the request goes under, which
+the server must have recorded, as a handshake checks); answers cross as JSON. A test can lose
+the answer of an operation once, after the other side served it: the requester then sees
+``OutcomeUnknown`` as it would after a timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from tests.support.fakes.clock import FakeClock
 
-from ficc.base.errors import FiccError, OutcomeUnknown, Unavailable
+from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
 from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
@@ -46,13 +47,13 @@ class FakeTransport:
     async def stop(self) -> None:
         return None
 
-    def identity_of(self, hypernet_id: str) -> PeerIdentity | None:
+    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
         other = self.others.get(hypernet_id)
         if other is None:
             return None
-        return PeerIdentity(hypernet_id, other.cluster.cluster_key.public_key, 0)
+        return PeerIdentity(hypernet_id, other.cluster.cluster_key.public_key, generation)
 
-    def disconnect(self, hypernet_id: str, reason: FiccError) -> None:
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         return None
 
     async def request(
@@ -61,10 +62,11 @@ class FakeTransport:
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
-        answer = await self._served(peer, operation, body)
+        answer = await self._served(peer, generation, operation, body)
         if not isinstance(answer, dict):
             raise AssertionError(f"{operation} answered a stream")
         crossed: dict[str, Any] = json.loads(json.dumps(answer))
@@ -81,26 +83,27 @@ class FakeTransport:
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        answer = await self._served(peer, operation, body)
+        answer = await self._served(peer, generation, operation, body)
         if isinstance(answer, dict):
             raise AssertionError(f"{operation} answered JSON")
         async with contextlib.aclosing(answer):  # type: ignore[type-var]
             yield answer
 
-    async def _served(self, peer: str, operation: str, body: Mapping[str, Any]) -> Any:
+    async def _served(
+        self, peer: str, generation: int, operation: str, body: Mapping[str, Any]
+    ) -> Any:
         server = self.others.get(peer)
         if server is None:
             raise Unavailable(f"no cluster {peer} on this channel")
         self.sent.append(operation)
         known = await server.cluster.federation.known.lookup(self.hypernet_id)
-        identity = PeerIdentity(
-            self.hypernet_id,
-            self.cluster.cluster_key.public_key,
-            0 if known is None else known.generation,
-        )
+        if generation and generation not in {pairing.generation for pairing in known}:
+            raise ProtocolError(f"pairing generation mismatch: the peer is at {generation}")
+        identity = PeerIdentity(self.hypernet_id, self.cluster.cluster_key.public_key, generation)
         return await server.cluster.federation.operations.serve(
             identity, operation, json.loads(json.dumps(dict(body)))
         )
@@ -145,27 +148,43 @@ async def open_pair(root: Path) -> AsyncIterator[Pair]:
         await grantor.close()
 
 
-async def peers_of(cluster: Cluster) -> list[p.Peer]:
+async def peers_of(cluster: Cluster, project: str = "default") -> list[p.Peer]:
     async with cluster.uow_factory() as uow:
-        return list(await uow.peers.in_project("default"))
+        return list(await uow.peers.in_project(project))
 
 
-async def approved_offer(pair: Pair, grant: dict[str, Any]) -> tuple[str, str]:
-    """An offer from the requester, approved by the grantor: its ID and receipt digest."""
+async def approved_offer(
+    pair: Pair,
+    grant: dict[str, Any],
+    *,
+    requester_project: str = "default",
+    project: str = "default",
+) -> tuple[str, str]:
+    """An offer from the requester's ``requester_project``, approved by the grantor into its
+    ``project``: the offer's ID and receipt digest."""
     grantor_id = pair.grantor.companion.transport.hypernet_id
     offer = await pair.requester.federation.pairing.create_offer(
-        OWNER, "default", service=grantor_id, scopes=sorted(REMOTE_SCOPES), ticket=None
+        OWNER, requester_project, service=grantor_id, scopes=sorted(REMOTE_SCOPES), ticket=None
     )
     approved = await pair.grantor.federation.approval.approve_offer(
-        OWNER, "default", offer["id"], revision=1, grant=grant
+        OWNER, project, offer["id"], revision=1, grant=grant
     )
     assert approved["receipt_delivered"] is True
     return str(offer["id"]), str(approved["receipt"]["digest"])
 
 
-async def paired(pair: Pair, grant: dict[str, Any]) -> dict[str, Any]:
-    """Pair the two under ``grant``: the finish answer (offer and requester's peer)."""
-    offer_id, digest = await approved_offer(pair, grant)
+async def paired(
+    pair: Pair,
+    grant: dict[str, Any],
+    *,
+    requester_project: str = "default",
+    project: str = "default",
+) -> dict[str, Any]:
+    """Pair the requester's ``requester_project`` with the grantor's ``project`` under
+    ``grant``: the finish answer (offer and requester's peer)."""
+    offer_id, digest = await approved_offer(
+        pair, grant, requester_project=requester_project, project=project
+    )
     return await pair.requester.federation.pairing.finish_offer(
-        OWNER, "default", offer_id, receipt=digest
+        OWNER, requester_project, offer_id, receipt=digest
     )

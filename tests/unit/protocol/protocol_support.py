@@ -51,7 +51,8 @@ def initiator(known: KnownPeer | None = None, **overrides: object) -> Handshake:
         "signer": INITIATOR_KEY,
         "verify": verify,
         "nonce": INITIATOR_NONCE,
-        "known_peer": known,
+        "known_peers": () if known is None else (known,),
+        "generation": 0 if known is None else known.generation,
     }
     options.update(overrides)
     return Handshake(**options)  # type: ignore[arg-type]
@@ -65,7 +66,7 @@ def responder(known: KnownPeer | None = None, **overrides: object) -> Handshake:
         "signer": RESPONDER_KEY,
         "verify": verify,
         "nonce": RESPONDER_NONCE,
-        "known_peer": known,
+        "known_peers": () if known is None else (known,),
     }
     options.update(overrides)
     return Handshake(**options)  # type: ignore[arg-type]

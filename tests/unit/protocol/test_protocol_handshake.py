@@ -120,6 +120,65 @@ def test_a_generation_mismatch_is_refused() -> None:
         run_handshake(left, right)
 
 
+def _sessions_of_two_pairings(generation: int) -> tuple[Handshake, Handshake]:
+    """Both sides recorded two pairings (two projects of one cluster with another); the
+    initiator binds its session to ``generation``."""
+    mine = (KnownPeer(RESPONDER_KEY.public_key, 5), KnownPeer(RESPONDER_KEY.public_key, 9))
+    theirs = (KnownPeer(INITIATOR_KEY.public_key, 5), KnownPeer(INITIATOR_KEY.public_key, 9))
+    left = initiator(known_peers=mine, generation=generation)
+    right = responder(known_peers=theirs)
+    pending = [(right, m) for m in left.begin()]
+    while pending:
+        target, message = pending.pop(0)
+        other = left if target is right else right
+        pending.extend((other, m) for m in target.receive(message))
+    return left, right
+
+
+@pytest.mark.parametrize("generation", [5, 9, 0])
+def test_with_several_pairings_the_initiator_chooses_which_one_its_session_is_for(
+    generation: int,
+) -> None:
+    left, right = _sessions_of_two_pairings(generation)
+    assert left.session.generation == right.session.generation == generation
+    assert left.session.session_id == right.session.session_id
+
+
+def test_the_generation_an_initiator_names_must_be_one_it_recorded() -> None:
+    with pytest.raises(ValueError, match="generation 7"):
+        initiator(known_peers=(KnownPeer(RESPONDER_KEY.public_key, 5),), generation=7)
+
+
+def test_a_responder_refuses_a_generation_it_did_not_record_among_several() -> None:
+    left = initiator(KnownPeer(RESPONDER_KEY.public_key, 7))
+    right = responder(
+        known_peers=(KnownPeer(INITIATOR_KEY.public_key, 5), KnownPeer(INITIATOR_KEY.public_key, 9))
+    )
+    with pytest.raises(ProtocolError, match="generation mismatch"):
+        run_handshake(left, right)
+    assert right.state is State.FAILED
+
+
+def test_generation_zero_from_a_paired_hypernet_id_must_prove_the_recorded_key() -> None:
+    right = responder(known_peers=(KnownPeer(STRANGER_KEY.public_key, 5),))
+    with pytest.raises(ProtocolError, match="another cluster key"):
+        run_handshake(initiator(), right)
+    left = initiator(known_peers=(KnownPeer(STRANGER_KEY.public_key, 5),))
+    with pytest.raises(ProtocolError, match="another cluster key"):
+        run_handshake(left, responder())
+
+
+def test_a_proof_of_one_pairings_generation_with_another_key_is_refused() -> None:
+    """Two pairings recorded under one HyperNet ID with different keys: each generation
+    admits only its own key."""
+    left = initiator(KnownPeer(RESPONDER_KEY.public_key, 5))
+    right = responder(
+        known_peers=(KnownPeer(STRANGER_KEY.public_key, 5), KnownPeer(INITIATOR_KEY.public_key, 9))
+    )
+    with pytest.raises(ProtocolError, match="another cluster key"):
+        run_handshake(left, right)
+
+
 def test_an_unknown_protocol_version_is_refused_with_a_clear_message() -> None:
     right = responder()
     with pytest.raises(ProtocolError, match="unsupported protocol version") as caught:

@@ -52,7 +52,7 @@ def _responder(vector: dict[str, Any], nonce: bytes) -> Handshake:
         signer=script.key(0x44),
         verify=ed25519_verify,
         nonce=nonce,
-        known_peer=KnownPeer(bytes.fromhex(vector["initiator"]["cluster_key"]), 7),
+        known_peers=(KnownPeer(bytes.fromhex(vector["initiator"]["cluster_key"]), 7),),
     )
 
 

@@ -6,9 +6,12 @@ runs the handshake, keeps one registry of peer sessions, and implements the
 :class:`~ficc.services.peer_channel.PeerChannel` port. One asyncio loop per process owns
 iroh: the bindings' event loop is process-global.
 
-Anyone who can reach the UDP port may try a handshake, so what a stranger can hold is capped:
-handshakes in progress, connections per HyperNet ID (a newer session closes the older one of
-the same direction: one connection per pair), and sessions without a pairing in total.
+Sessions are kept per HyperNet ID and pairing generation: two clusters may hold several
+pairings (one per project), each on its own sessions, and generation 0 carries the pairing
+operations. Anyone who can reach the UDP port may try a handshake, so what a stranger can hold
+is capped: handshakes in progress, connections per HyperNet ID and pairing (a newer session
+closes the older one of the same direction and generation), and sessions without a pairing in
+total.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.session import PeerSession
 from ficc.adapters.hypernet.writefix import apply_write_fix
-from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, PermissionDenied, ProtocolError, Unavailable
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.limits import SessionLimits
@@ -45,6 +48,9 @@ from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import PeerIdentity, PeerLookup, RequestHandler
 
 log = logging.getLogger(__name__)
+
+SessionKey = tuple[str, int]
+"""A session's place in the registry: the peer's HyperNet ID and the pairing generation."""
 
 DEFAULT_BIND_ADDRESS: Final = "0.0.0.0:0"
 DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
@@ -84,12 +90,12 @@ class HyperNetEndpoint:
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
         self._limits = limits or SessionLimits()
-        self._sessions: dict[str, PeerSession] = {}
-        """The session requests to a peer go on: the newest of either direction."""
-        self._incoming: dict[str, PeerSession] = {}
-        self._outgoing: dict[str, PeerSession] = {}
+        self._sessions: dict[SessionKey, PeerSession] = {}
+        """The session requests to a peer's pairing go on: the newest of either direction."""
+        self._incoming: dict[SessionKey, PeerSession] = {}
+        self._outgoing: dict[SessionKey, PeerSession] = {}
         self._admission = Admission(self._incoming)
-        self._connecting: dict[str, asyncio.Future[PeerSession]] = {}
+        self._connecting: dict[SessionKey, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -157,21 +163,24 @@ class HyperNetEndpoint:
         """The HyperNet ID plus current addresses, as one string for a peer."""
         return str(iroh.EndpointTicket.from_addr(self._bound.addr()))
 
-    def identity_of(self, hypernet_id: str) -> PeerIdentity | None:
-        """The proven identity of the open session with a peer, if any."""
-        session = self.session(hypernet_id)
+    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
+        """The proven identity of the open session with a peer's pairing, if any."""
+        session = self.session(hypernet_id, generation)
         return None if session is None else session.identity
 
-    def session(self, hypernet_id: str) -> PeerSession | None:
-        """The open session with a peer, if any."""
-        session = self._sessions.get(hypernet_id)
+    def session(self, hypernet_id: str, generation: int = 0) -> PeerSession | None:
+        """The open session with a peer's pairing at ``generation`` (0: none), if any."""
+        session = self._sessions.get((hypernet_id, generation))
         return session if session is not None and not session.closed.is_set() else None
 
-    def disconnect(self, hypernet_id: str, reason: FiccError) -> None:
-        """Close the session with a peer whose pairing ended; every request on it stops."""
-        session = self._sessions.get(hypernet_id)
-        if session is not None:
-            session.close(reason)
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
+        """Close the sessions of a pairing that ended (both directions); every request on
+        them stops. The peer's other pairings keep theirs."""
+        key = (hypernet_id, generation)
+        for sessions in (self._sessions, self._incoming, self._outgoing):
+            session = sessions.get(key)
+            if session is not None:
+                session.close(reason)
 
     def _spawn(self, coroutine: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
@@ -181,27 +190,27 @@ class HyperNetEndpoint:
     # -- sessions -------------------------------------------------------------------------
 
     def _register(self, session: PeerSession) -> None:
-        """Make ``session`` the peer's; the older one of the same direction is closed."""
-        hypernet_id = session.identity.hypernet_id
+        """Make ``session`` its pairing's; the older one of the same direction is closed."""
+        key = _key_of(session)
         same_direction = self._incoming if session.incoming else self._outgoing
-        older = same_direction.get(hypernet_id)
-        same_direction[hypernet_id] = session
-        self._sessions[hypernet_id] = session
+        older = same_direction.get(key)
+        same_direction[key] = session
+        self._sessions[key] = session
         metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
         session.start()
         if older is not None and older is not session:
             older.close(Unavailable("a newer connection with the peer replaced this one"))
 
     def _forget(self, session: PeerSession, reason: FiccError) -> None:
-        hypernet_id = session.identity.hypernet_id
+        key = _key_of(session)
         for sessions in (self._incoming, self._outgoing):
-            if sessions.get(hypernet_id) is session:
-                del sessions[hypernet_id]
-        if self._sessions.get(hypernet_id) is session:
-            del self._sessions[hypernet_id]
-            other = self._incoming.get(hypernet_id) or self._outgoing.get(hypernet_id)
+            if sessions.get(key) is session:
+                del sessions[key]
+        if self._sessions.get(key) is session:
+            del self._sessions[key]
+            other = self._incoming.get(key) or self._outgoing.get(key)
             if other is not None and not other.closed.is_set():
-                self._sessions[hypernet_id] = other
+                self._sessions[key] = other
         metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
@@ -247,8 +256,8 @@ class HyperNetEndpoint:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
                 connection = await (await incoming.accept()).connect()
                 remote = bytes(connection.remote_id().to_bytes()).hex()
-                paired = await self._lookup(remote) is not None
-                with self._admission.admitted(remote, paired=paired):
+                pairings = len(await self._lookup(remote))
+                with self._admission.admitted(remote, pairings=pairings):
                     handshake = await self._handshake(connection, Role.RESPONDER)
                     self._register(self._new_session(connection, handshake))
                     return
@@ -265,7 +274,7 @@ class HyperNetEndpoint:
             if connection is not None:
                 await refuse(connection, None, exc)
 
-    async def _handshake(self, connection: iroh.Connection, role: Role) -> Any:
+    async def _handshake(self, connection: iroh.Connection, role: Role, generation: int = 0) -> Any:
         try:
             return await run_handshake(
                 connection,
@@ -275,29 +284,37 @@ class HyperNetEndpoint:
                 verify=self._verify,
                 lookup=self._lookup,
                 nonces=self._nonces,
+                generation=generation,
             )
         except BaseException:
             metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
             raise
 
-    async def connect(self, peer: str, *, ticket: str | None = None) -> PeerSession:
-        """The open session with ``peer``, connecting and handshaking if there is none."""
-        existing = self.session(peer)
+    async def connect(
+        self, peer: str, *, generation: int = 0, ticket: str | None = None
+    ) -> PeerSession:
+        """The open session with ``peer``'s pairing at ``generation`` (0: none), connecting
+        and handshaking if there is none."""
+        key = (peer, generation)
+        if generation and not any(k.generation == generation for k in await self._lookup(peer)):
+            # The pairing ended (or never was): its sessions serve nothing more.
+            ended = PermissionDenied(
+                "this cluster has no pairing with the peer at this generation",
+                details={"reason": "not_paired"},
+            )
+            self.disconnect(peer, generation, ended)
+            raise ended
+        existing = self.session(peer, generation)
         if existing is not None:
-            known = await self._lookup(peer)
-            if existing.identity.generation == (known.generation if known else 0):
-                return existing
-            # The pairing changed since this session's handshake: a new one binds the new
-            # generation (the old session can serve nothing of the new pairing).
-            existing.close(Unavailable("the pairing generation changed"))
-        pending = self._connecting.get(peer)
+            return existing
+        pending = self._connecting.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self._connect(peer, ticket))
-            self._connecting[peer] = pending
-            pending.add_done_callback(lambda _: self._connecting.pop(peer, None))
+            pending = asyncio.ensure_future(self._connect(peer, generation, ticket))
+            self._connecting[key] = pending
+            pending.add_done_callback(lambda _: self._connecting.pop(key, None))
         return await asyncio.shield(pending)
 
-    async def _connect(self, peer: str, ticket: str | None) -> PeerSession:
+    async def _connect(self, peer: str, generation: int, ticket: str | None) -> PeerSession:
         address = peer_address(peer, ticket)
         if not ticket:
             with contextlib.suppress(iroh.IrohError):
@@ -306,7 +323,7 @@ class HyperNetEndpoint:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 connection = await self._bound.connect(address, ALPN)
-                handshake = await self._handshake(connection, Role.INITIATOR)
+                handshake = await self._handshake(connection, Role.INITIATOR, generation)
         except TimeoutError as exc:
             if connection is not None:
                 await refuse(connection, None, Unavailable("the handshake timed out"))
@@ -327,11 +344,12 @@ class HyperNetEndpoint:
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
-        """Send ``operation`` to ``peer`` and return its JSON result."""
-        session = await self.connect(peer, ticket=ticket)
+        """Send ``operation`` to ``peer``'s pairing at ``generation``; return its JSON result."""
+        session = await self.connect(peer, generation=generation, ticket=ticket)
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
         return await session.request(operation, body, timeout)
 
@@ -341,12 +359,13 @@ class HyperNetEndpoint:
         operation: str,
         body: Mapping[str, Any],
         *,
+        generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
         """Send ``operation`` and iterate the chunks it streams back."""
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return self._stream(peer, operation, body, ticket, timeout)
+        return self._stream(peer, operation, body, generation, ticket, timeout)
 
     @asynccontextmanager
     async def _stream(
@@ -354,12 +373,17 @@ class HyperNetEndpoint:
         peer: str,
         operation: str,
         body: Mapping[str, Any],
+        generation: int,
         ticket: str | None,
         timeout_seconds: float,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        session = await self.connect(peer, ticket=ticket)
+        session = await self.connect(peer, generation=generation, ticket=ticket)
         async with session.stream(operation, body, timeout_seconds) as chunks:
             yield chunks
+
+
+def _key_of(session: PeerSession) -> SessionKey:
+    return session.identity.hypernet_id, session.identity.generation
 
 
 async def _refuse_incoming(incoming: iroh.Incoming) -> None:

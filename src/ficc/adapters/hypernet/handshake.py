@@ -64,12 +64,14 @@ async def run_handshake(
     verify: Verify,
     lookup: PeerLookup,
     nonces: NonceMemory,
+    generation: int = 0,
     nonce: bytes | None = None,
 ) -> tuple[Session, FrameStream]:
     """Run the handshake; on success return the session and its control stream.
 
-    On a protocol error the peer receives an error frame and the connection is closed.
-    ``nonce`` is fresh randomness unless a test fixes it.
+    ``generation`` is the pairing an initiator binds the session to (0: none). On a protocol
+    error the peer receives an error frame and the connection is closed. ``nonce`` is fresh
+    randomness unless a test fixes it.
     """
     remote_id = connection.remote_id().to_bytes()
     known = await lookup(remote_id.hex())
@@ -80,7 +82,8 @@ async def run_handshake(
         signer=signer,
         verify=verify,
         nonce=nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES),
-        known_peer=known,
+        known_peers=known,
+        generation=generation,
         nonce_is_fresh=nonces.fresh,
     )
     stream: FrameStream | None = None

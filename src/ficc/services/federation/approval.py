@@ -78,7 +78,7 @@ class Approval:
                     details={"revision": offer.revision},
                 )
             o.next_state(offer, "approve", now)
-            await refuse_second_pairing(uow, offer.service)
+            await refuse_second_pairing(uow, offer.service, project)
             terms = g.parse_grant(grant, requested_scopes=offer.scopes)
             principal.require_scope(*sorted(terms.scopes))
             await check_resources(uow, project, terms)
@@ -231,7 +231,8 @@ class Approval:
             o.next_state(offer, "finish", now)
             if peer is None or peer.state != p.PENDING:
                 raise Conflict("the pairing of this offer is gone")
-            await refuse_second_pairing(uow, identity.hypernet_id)
+            assert offer.project is not None
+            await refuse_second_pairing(uow, identity.hypernet_id, offer.project)
             paired = replace(peer, state=p.PAIRED, updated_at=now)
             await uow.peers.update(paired)
             await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))

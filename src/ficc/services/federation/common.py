@@ -38,14 +38,15 @@ Verify = Callable[[bytes, bytes, bytes], bool]
 
 
 class PeerLink(PeerChannel, Protocol):
-    """The peer channel as the federation uses it: its own ID, and closing a cluster's sessions."""
+    """The peer channel as the federation uses it: its own ID, and closing a pairing's
+    sessions."""
 
     @property
     def hypernet_id(self) -> str: ...
     @property
     def label(self) -> str: ...
-    def identity_of(self, hypernet_id: str) -> PeerIdentity | None: ...
-    def disconnect(self, hypernet_id: str, reason: FiccError) -> None: ...
+    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None: ...
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,24 @@ def parse_hypernet_id(value: object, *, field: str = "service") -> str:
 
 
 async def tell(
-    link: PeerLink, hypernet_id: str, operation: str, body: Mapping[str, Any], ticket: str | None
+    link: PeerLink,
+    hypernet_id: str,
+    operation: str,
+    body: Mapping[str, Any],
+    ticket: str | None,
+    *,
+    generation: int = 0,
 ) -> bool:
-    """Best effort: True if the peer acknowledged."""
+    """Best effort: True if the peer acknowledged. ``generation``: the pairing it concerns
+    (0: a pairing operation)."""
     try:
         await link.request(
-            hypernet_id, operation, body, ticket=ticket, timeout_seconds=NOTICE_TIMEOUT_SECONDS
+            hypernet_id,
+            operation,
+            body,
+            generation=generation,
+            ticket=ticket,
+            timeout_seconds=NOTICE_TIMEOUT_SECONDS,
         )
     except FiccError as exc:
         log.info("could not tell %s (%s): %s", hypernet_id, operation, exc.message)
@@ -133,15 +146,14 @@ async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[g.
     return ended
 
 
-async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str) -> None:
-    """One pairing per other cluster: its generation binds every session with it, so a
-    second pairing would silently end the first. Further grants go on the paired peer."""
+async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str, project: str) -> None:
+    """One pairing per project and other cluster (each project of either cluster pairs on its
+    own, at its own generation). Further grants go on the paired peer."""
     for peer in await uow.peers.by_hypernet_id(hypernet_id):
-        if peer.state == p.PAIRED:
+        if peer.state == p.PAIRED and peer.project == project:
             raise Conflict(
-                f"this cluster is already paired with {hypernet_id} as peer {peer.id}"
-                f" (project {peer.project}); give further grants there, or remove that"
-                " peer first",
+                f"project {project} is already paired with {hypernet_id} as peer {peer.id};"
+                " give further grants there, or remove that peer first",
                 details={"peer": peer.id, "project": peer.project},
             )
 

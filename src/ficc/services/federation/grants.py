@@ -113,7 +113,12 @@ class Grants:
         told = False
         if peer is not None and peer.state == p.PAIRED:
             told = await tell(
-                self._ctx.link, peer.hypernet_id, "grant.revoked", {"grant": grant_id}, None
+                self._ctx.link,
+                peer.hypernet_id,
+                "grant.revoked",
+                {"grant": grant_id},
+                None,
+                generation=peer.generation,
             )
         return {**self.grant_json(revoked, now), "told": told}
 

@@ -11,37 +11,43 @@ from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
 
 class KnownPeers:
-    """A memory of every paired peer's cluster key and generation, kept with the database.
+    """A memory of every pairing's cluster key and generation by HyperNet ID, kept with the
+    database (one cluster may be paired with several projects, each at its own generation).
 
     The handshake of every session reads it, so it must not cost a transaction.
     """
 
     def __init__(self, uow_factory: UnitOfWorkFactory) -> None:
         self._uow_factory = uow_factory
-        self._known: dict[str, KnownPeer] = {}
+        self._known: dict[str, dict[int, KnownPeer]] = {}
 
     async def load(self) -> list[p.Peer]:
         """Fill the memory from the database; every peer of every project, for the caller."""
         async with self._uow_factory() as uow:
             projects = [name for name, _ in await uow.projects.list()]
             peers = [peer for name in projects for peer in await uow.peers.in_project(name)]
-        self._known = {
-            peer.hypernet_id: KnownPeer(unb64(peer.cluster_key), peer.generation)
-            for peer in peers
-            if peer.state == p.PAIRED
-        }
+        self._known = {}
+        for peer in peers:
+            self.remember(peer)
         return peers
 
-    async def lookup(self, hypernet_id: str) -> KnownPeer | None:
-        return self._known.get(hypernet_id)
+    async def lookup(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        """The pairings recorded with ``hypernet_id``; empty if none."""
+        return tuple(self._known.get(hypernet_id, {}).values())
+
+    def knows(self, identity: PeerIdentity) -> bool:
+        """Whether a session's identity is one of a pairing (generation and key recorded)."""
+        known = self._known.get(identity.hypernet_id, {}).get(identity.generation)
+        return known is not None and known.cluster_key == identity.cluster_key
 
     def remember(self, peer: p.Peer) -> None:
         """After a peer's state changed: a paired peer is known, an ended pairing is not."""
+        pairings = self._known.setdefault(peer.hypernet_id, {})
         if peer.state == p.PAIRED:
-            self._known[peer.hypernet_id] = KnownPeer(unb64(peer.cluster_key), peer.generation)
-        elif (known := self._known.get(peer.hypernet_id)) is not None and (
-            known.generation == peer.generation
-        ):
+            pairings[peer.generation] = KnownPeer(unb64(peer.cluster_key), peer.generation)
+        else:
+            pairings.pop(peer.generation, None)
+        if not pairings:
             del self._known[peer.hypernet_id]
 
 

@@ -128,7 +128,7 @@ class Pairing:
             if offer.state == o.FINISHED and _digest(offer.receipt) == receipt:
                 return await self._finished(uow, offer, now)
             o.next_state(offer, "finish", now)
-            await refuse_second_pairing(uow, offer.service)
+            await refuse_second_pairing(uow, offer.service, project)
         stored = offer.receipt
         if stored is None:
             fetched = await self._ctx.link.request(

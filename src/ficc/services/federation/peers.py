@@ -58,9 +58,16 @@ class Peers:
             # Told over a session at the pairing's generation, so the peer can prove it is
             # this pairing that ends; only then is the generation forgotten. The peer is
             # already removed in the database, so nothing is served meanwhile.
-            told = await tell(self._ctx.link, peer.hypernet_id, "peer.removed", {}, peer.ticket)
+            told = await tell(
+                self._ctx.link,
+                peer.hypernet_id,
+                "peer.removed",
+                {},
+                peer.ticket,
+                generation=peer.generation,
+            )
         self._ctx.known.remember(removed)
-        self._disconnect(peer.hypernet_id)
+        self._disconnect(peer)
         async with self._ctx.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
@@ -96,7 +103,7 @@ class Peers:
                 proven_peer(peer),
             )
             await uow.commit()
-        self._disconnect(peer.hypernet_id)
+        self._disconnect(peer)
         return {"peer": peer_id, "forgotten": True}
 
     async def on_peer_removed(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
@@ -119,8 +126,11 @@ class Peers:
             await self._grants.grant_ended(grant)
         return {}
 
-    def _disconnect(self, hypernet_id: str) -> None:
-        """Close the sessions with a cluster whose pairing ended, and what runs on them."""
+    def _disconnect(self, peer: p.Peer) -> None:
+        """Close the sessions of a pairing that ended, and what runs on them (the cluster's
+        other pairings, with other projects, keep theirs)."""
         self._ctx.link.disconnect(
-            hypernet_id, PermissionDenied("the pairing with this cluster was removed")
+            peer.hypernet_id,
+            peer.generation,
+            PermissionDenied("the pairing with this cluster was removed"),
         )

@@ -42,6 +42,7 @@ class RemoteGrantCopies:
             peer.hypernet_id,
             "grants.list",
             {},
+            generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=timeout_seconds,
         )

@@ -78,7 +78,12 @@ class RemoteClient:
         sent_id = wire.get("mutation_id")
         try:
             answer = await self._channel.request(
-                peer.hypernet_id, name, wire, ticket=peer.ticket, timeout_seconds=timeout
+                peer.hypernet_id,
+                name,
+                wire,
+                generation=peer.generation,
+                ticket=peer.ticket,
+                timeout_seconds=timeout,
             )
         except OutcomeUnknown as exc:
             # The transport knows only that an answer was lost; which mutation that leaves in
@@ -117,6 +122,7 @@ class RemoteClient:
             peer.hypernet_id,
             name,
             wire,
+            generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         ) as chunks:

@@ -37,7 +37,7 @@ class Gate:
         self._clock = clock
         self._peers = peers
         self._slots = slots
-        self._fixed: dict[str, tuple[g.Grant, str]] = {}
+        self._fixed: dict[str, tuple[g.Grant, str, int]] = {}
 
     @contextlib.asynccontextmanager
     async def admitted(
@@ -51,8 +51,8 @@ class Gate:
     ) -> AsyncIterator[Call]:
         grant_id = parse_id("grant", wire.get("grant"), field="grant")
         now = self._clock()
-        if await self._peers.lookup(identity.hypernet_id) is None:
-            # Not paired at all: refuse before saying anything about the grant.
+        if not self._peers.knows(identity):
+            # Not paired at this generation: refuse before saying anything about the grant.
             raise PermissionDenied(
                 "this cluster has no pairing with the requesting peer at this generation",
                 details={"reason": "not_paired"},
@@ -96,7 +96,8 @@ class Gate:
         """The grant's terms, if the grant is the calling peer's; else not found.
 
         A grant's terms, peer and expiry never change: they are read once and kept, with the
-        HyperNet ID of the peer it was given to.
+        HyperNet ID and pairing generation of the peer it was given to (another pairing of the
+        same cluster is another peer).
         """
         known = self._fixed.get(grant_id)
         if known is None:
@@ -105,9 +106,9 @@ class Gate:
                 holder = None if grant is None else await uow.peers.get(grant.peer_id)
             if grant is None or holder is None:
                 raise no_grant(grant_id)
-            known = (grant, holder.hypernet_id)
+            known = (grant, holder.hypernet_id, holder.generation)
             self._fixed[grant_id] = known
-        grant, holder_hypernet_id = known
-        if holder_hypernet_id != identity.hypernet_id:
+        grant, holder_hypernet_id, holder_generation = known
+        if (holder_hypernet_id, holder_generation) != (identity.hypernet_id, identity.generation):
             raise no_grant(grant_id)
         return grant
