@@ -55,7 +55,12 @@ def grant_scope(grant_id: str) -> str:
 
 async def count_held(uow: UnitOfWork, grant_id: str, operation: str) -> int:
     """The creations of ``operation`` that count against a grant's cap: every one completed
-    (whatever became of its record since) and every one still uncertain."""
+    (whatever became of its record since) and every one still uncertain.
+
+    The grant's row is held first, so concurrent creations under one grant count one after
+    another, each seeing the others' receipts (else each could take the last place).
+    """
+    await uow.grants.lock(grant_id)
     scope = grant_scope(grant_id)
     completed = await uow.receipts.count(scope, operation, ReceiptState.COMPLETED)
     return completed + await uow.receipts.count(scope, operation, ReceiptState.UNCERTAIN)

@@ -1,5 +1,6 @@
 """Units of work and repositories on both backends: what commits stays, what does not is gone,
-the audit log cannot be changed, and concurrent charges of one grant all count."""
+the audit log cannot be changed, concurrent charges of one grant all count, and concurrent
+creations under one grant count one after another."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
+from tests.support.postgres import PostgresServer
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import Database
 from ficc.adapters.sql.schema import head_revision, schema_state, upgrade
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain.audit import AuditEntry
+from ficc.services import mutations
+from ficc.services.mutations import MutationKey
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -142,3 +146,46 @@ async def test_concurrent_charges_of_one_grant_each_see_the_others_and_all_count
     release_first.set()
     await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
     assert seen == {"requests": 2, "bytes": 150}
+
+
+async def test_creations_under_one_grant_count_one_after_another_on_postgresql(
+    postgres: PostgresServer,
+) -> None:
+    """The 64-record caps: a creation counts what its grant holds, then records its own. Two
+    at once under one grant must not both count before either records (each would take the
+    last place); the second count waits for the first transaction, then sees its receipt."""
+    database = Database(postgres.database("creation_caps"))
+    await upgrade(database)
+    try:
+        uow_factory = SqlUnitOfWorkFactory(database)
+        await _add_grant(uow_factory, "grant_1")
+        first_counted = asyncio.Event()
+        release_first = asyncio.Event()
+        seen: dict[str, int] = {}
+
+        async def first() -> None:
+            async with uow_factory() as uow:
+                seen["first"] = await mutations.count_held(uow, "grant_1", "models.create")
+                key = MutationKey.grant("grant_1", "a" * 32, "models.create", {"n": 1})
+                await (await mutations.begin(uow, key)).complete({"id": "model_1"}, NOW)
+                first_counted.set()
+                await release_first.wait()
+                await uow.commit()
+
+        async def second() -> None:
+            await first_counted.wait()
+            async with uow_factory() as uow:
+                seen["second"] = await mutations.count_held(uow, "grant_1", "models.create")
+                await uow.commit()
+
+        first_task = asyncio.create_task(first())
+        second_task = asyncio.create_task(second())
+        await first_counted.wait()
+        # Time enough for an unserialised count to run ahead and finish.
+        await asyncio.sleep(0.5)
+        assert not second_task.done()
+        release_first.set()
+        await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
+        assert seen == {"first": 0, "second": 1}
+    finally:
+        await database.dispose()

@@ -948,6 +948,12 @@ class SqlGrants(_Repository):
             {"grant": grant_id, "requests": requests, "transfer_bytes": transfer_bytes},
         )
 
+    async def lock(self, grant_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.grants.c.id).where(t.grants.c.id == grant_id).with_for_update()
+        )
+
     async def delete(self, grant_id: str) -> None:
         await self._c.execute(delete(t.grants).where(t.grants.c.id == grant_id))
 
