@@ -74,6 +74,10 @@ class AuditRepository(Protocol):
 class SettingsRepository(Protocol):
     async def get(self, key: str) -> Any | None: ...
     async def put(self, key: str, value: Any) -> None: ...
+    async def lock(self, key: str) -> None:
+        """Hold the setting's row (if it exists) until the transaction ends: work that counts
+        then inserts runs one at a time under it (PostgreSQL; SQLite has one writer)."""
+        ...
 
 
 class NodesRepository(Protocol):

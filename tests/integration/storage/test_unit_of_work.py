@@ -18,6 +18,7 @@ from ficc.adapters.sql.schema import head_revision, schema_state, upgrade
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain.audit import AuditEntry
 from ficc.services import mutations
+from ficc.services.companion import COMPANION_SETTING
 from ficc.services.mutations import MutationKey
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -187,5 +188,44 @@ async def test_creations_under_one_grant_count_one_after_another_on_postgresql(
         release_first.set()
         await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
         assert seen == {"first": 0, "second": 1}
+    finally:
+        await database.dispose()
+
+
+async def test_offers_are_admitted_one_at_a_time_under_the_companions_row_on_postgresql(
+    postgres: PostgresServer,
+) -> None:
+    """The offer caps count, then insert: a second admission waits at the companion's row
+    until the first commits, then counts its offer."""
+    database = Database(postgres.database("offer_caps"))
+    await upgrade(database)
+    try:
+        uow_factory = SqlUnitOfWorkFactory(database)
+        async with uow_factory() as uow:
+            await uow.settings.put(COMPANION_SETTING, {"agent_directory": "/nowhere"})
+            await uow.commit()
+        first_locked = asyncio.Event()
+        release_first = asyncio.Event()
+
+        async def first() -> None:
+            async with uow_factory() as uow:
+                await uow.settings.lock(COMPANION_SETTING)
+                first_locked.set()
+                await release_first.wait()
+                await uow.commit()
+
+        async def second() -> None:
+            await first_locked.wait()
+            async with uow_factory() as uow:
+                await uow.settings.lock(COMPANION_SETTING)
+                await uow.commit()
+
+        first_task = asyncio.create_task(first())
+        second_task = asyncio.create_task(second())
+        await first_locked.wait()
+        await asyncio.sleep(0.5)  # time enough for an unheld lock to be taken
+        assert not second_task.done()
+        release_first.set()
+        await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
     finally:
         await database.dispose()

@@ -85,6 +85,9 @@ class FakeSettings(_Repository):
     async def put(self, key: str, value: Any) -> None:
         self._s.settings[key] = value
 
+    async def lock(self, key: str) -> None:
+        return None  # one transaction at a time
+
 
 class FakeNodes(_Repository):
     async def upsert(self, node: Node) -> None:

@@ -355,6 +355,14 @@ class SqlSettings(_Repository):
         if changed.rowcount == 0:
             await self._c.execute(insert(t.cluster_settings).values(key=key, value=value))
 
+    async def lock(self, key: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.cluster_settings.c.key)
+            .where(t.cluster_settings.c.key == key)
+            .with_for_update()
+        )
+
 
 class SqlNodes(_Repository):
     @staticmethod

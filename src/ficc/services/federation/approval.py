@@ -34,6 +34,7 @@ from ficc.services.federation.common import (
 )
 from ficc.services.federation.grants import Grants, new_grant
 from ficc.services.federation.pairing import drop_pending_peer, their_offer
+from ficc.services.companion import COMPANION_SETTING
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
@@ -273,7 +274,13 @@ class Approval:
 
 
 async def _check_offer_room(uow: UnitOfWork, hypernet_id: str, now: datetime) -> None:
-    """LimitExceeded when the sender, or everyone together, has too many offers waiting."""
+    """LimitExceeded when the sender, or everyone together, has too many offers waiting.
+
+    The caps are a count, then an insert: offers are admitted one at a time under the row of
+    the companion's configuration (which exists while offers can arrive), so offers arriving
+    at the same moment cannot pass them together.
+    """
+    await uow.settings.lock(COMPANION_SETTING)
     waiting = await uow.offers.count_received(now=now, service=hypernet_id)
     if waiting >= o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID:
         raise LimitExceeded(
