@@ -21,6 +21,7 @@ from ficc.domain import peers as p
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
+from ficc.services.companion import COMPANION_SETTING
 from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
@@ -34,7 +35,6 @@ from ficc.services.federation.common import (
 )
 from ficc.services.federation.grants import Grants, new_grant
 from ficc.services.federation.pairing import drop_pending_peer, their_offer
-from ficc.services.companion import COMPANION_SETTING
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
