@@ -7,9 +7,11 @@ fence an engine launch their own on a tiny random-weight model, which loads in a
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -481,6 +483,30 @@ async def test_a_killed_engine_is_noticed_at_once_and_reported_as_crashed_with_i
 
 @pytest.mark.engine
 @module_loop
+async def test_no_other_process_can_take_an_engines_port_between_launch_and_listen(
+    runtime: LlamaCppRuntime,
+) -> None:
+    """FICC binds the port and hands the socket to the engine: from the moment of launch, long
+    before the engine listens, a local process binding that port is refused (it would receive
+    the engine's prompts), and the engine then serves on the very socket."""
+    handle = await runtime.launch(launch_request("handed", example_model_path(), "svc-handed"))
+    assert handle.port is not None
+    thief = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        with pytest.raises(OSError, match="in use") as taken:
+            thief.bind(("127.0.0.1", handle.port))
+        assert taken.value.errno == errno.EADDRINUSE
+    finally:
+        thief.close()
+    health = await runtime.wait_ready(handle, READY_SECONDS)
+    assert health.healthy, health
+    async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
+        listing = await client.list_models()
+    assert [model["id"] for model in listing["data"]] == ["svc-handed"]
+
+
+@pytest.mark.engine
+@module_loop
 async def test_an_engine_that_cannot_load_its_model_is_reported_with_the_reason_from_its_log(
     runtime: LlamaCppRuntime, tmp_path: Path
 ) -> None:
@@ -532,10 +558,12 @@ class SigtermIgnoringFakeEngine(LlamaCppRuntime):
     It answers /v1/models only after it ignores SIGTERM, so being healthy proves it is ready.
     """
 
+    takes_bound_socket = False
+
     async def availability(self, node: NodeInfo) -> Availability:
         return Availability()
 
-    def command(self, request: LaunchRequest, port: int) -> list[str]:
+    def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
         return [sys.executable, "-c", STUBBORN_ENGINE, str(port)]
 
 

@@ -2,7 +2,8 @@
 
 Flags fixed by what was measured (docs: engine.md): ``--interrupt_requests false`` because the
 default cuts a running stream short when another request arrives; one thread unless the spec
-asks for more; loopback only, on a free port.
+asks for more; loopback only, on a socket FICC binds to a free port and hands over
+(:mod:`ficc.adapters.runtimes.llama_cpp_server`), so no other process can take the port first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from ficc.domain.inference import DEFAULT_LLAMA_CPP_THREADS, RuntimeName
 from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
 
 SERVER_MODULE: Final = "llama_cpp.server"
+HANDED_SOCKET_SERVER_MODULE: Final = "ficc.adapters.runtimes.llama_cpp_server"
+"""The same server, serving on a socket it inherits."""
 _PASSED_OPTIONS: Final = ("n_ctx", "n_batch", "n_gpu_layers", "seed")
 
 
@@ -24,7 +27,9 @@ def llama_cpp_installed() -> bool:
 
 
 class LlamaCppRuntime(SupervisedRuntime):
-    """Runs GGUF models through ``python -m llama_cpp.server`` on this node."""
+    """Runs GGUF models through llama-cpp-python's server on this node."""
+
+    takes_bound_socket = True
 
     @property
     def name(self) -> RuntimeName:
@@ -46,8 +51,10 @@ class LlamaCppRuntime(SupervisedRuntime):
         """llama-cpp-python's server reads ``API_KEY`` (pydantic settings) like ``--api_key``."""
         return {"API_KEY": api_key}
 
-    def command(self, request: LaunchRequest, port: int) -> list[str]:
-        """The server's flags; the model's file and the name it answers to come from the request."""
+    def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
+        """The server's flags; the model's file and the name it answers to come from the request.
+
+        With ``listen_fd`` the server serves on that inherited socket (bound to ``port``)."""
         assert request.model_path is not None
         threads = int(request.options.get("n_threads", DEFAULT_LLAMA_CPP_THREADS))
         arguments = [
@@ -71,4 +78,7 @@ class LlamaCppRuntime(SupervisedRuntime):
                 arguments += [f"--{option}", str(request.options[option])]
         if request.options.get("embeddings") is True:
             arguments += ["--embedding", "true"]
+        if listen_fd is not None:
+            arguments = ["--listen_fd", str(listen_fd), *arguments]
+            return python_module_command(self._python, HANDED_SOCKET_SERVER_MODULE, arguments)
         return python_module_command(self._python, SERVER_MODULE, arguments)

@@ -58,6 +58,19 @@ def process_identity(pid: int) -> ProcessIdentity:
     return ProcessIdentity(pid=pid, start_ticks=ticks)
 
 
+def bound_loopback_socket() -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1, not yet listening, for an engine to
+    inherit: the port is held from now on, and connections are refused until the engine
+    listens (so a health check fails fast rather than waiting in a backlog)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 now (another program may take it before the engine does)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -162,9 +175,15 @@ class EngineProcess:
 
     @classmethod
     async def spawn(
-        cls, argv: Sequence[str], *, log_path: Path, env: Mapping[str, str]
+        cls,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: Mapping[str, str],
+        pass_fds: Sequence[int] = (),
     ) -> EngineProcess:
-        """Start ``argv`` in a new session (its own process group), output appended to the log."""
+        """Start ``argv`` in a new session (its own process group), output appended to the log;
+        ``pass_fds`` stay open in the child under the same numbers."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             process = await asyncio.create_subprocess_exec(
@@ -174,6 +193,7 @@ class EngineProcess:
                 stderr=asyncio.subprocess.STDOUT,
                 env=dict(env),
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         # Opened before the child can have been reaped: it names this very process from now on.
         try:

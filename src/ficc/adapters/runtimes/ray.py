@@ -125,9 +125,9 @@ class RayRuntime(SupervisedRuntime):
         """The wrapped engine's runtime name: a service does not say where it runs."""
         return self._inner.name
 
-    def command(self, request: LaunchRequest, port: int) -> list[str]:
-        """The wrapped engine's command line."""
-        return self._inner.command(request, port)
+    def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
+        """The wrapped engine's command line (on a Ray node the engine binds its own port)."""
+        return self._inner.command(request, port, listen_fd)
 
     def api_key_environment(self, api_key: str) -> dict[str, str]:
         """The wrapped engine's API key variable."""

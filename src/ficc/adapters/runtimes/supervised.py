@@ -21,6 +21,7 @@ from ficc.adapters.engine_client import EngineClient
 from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.runtimes.processes import (
     EngineProcess,
+    bound_loopback_socket,
     engine_environment,
     fence,
     free_loopback_port,
@@ -75,9 +76,14 @@ class SupervisedRuntime(ABC):
     async def availability(self, node: NodeInfo) -> Availability:
         """Why this runtime cannot run on ``node`` now."""
 
+    takes_bound_socket: bool = False
+    """Whether the engine serves on a socket FICC binds and hands over (no port race); else it
+    binds the port FICC chose itself, and another local process could take it first."""
+
     @abstractmethod
-    def command(self, request: LaunchRequest, port: int) -> list[str]:
-        """The engine's command line for ``request`` listening on 127.0.0.1:``port``."""
+    def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
+        """The engine's command line for ``request`` listening on 127.0.0.1:``port``; with
+        ``listen_fd`` (runtimes that take a bound socket), on that socket, bound to the port."""
 
     @abstractmethod
     def api_key_environment(self, api_key: str) -> dict[str, str]:
@@ -120,19 +126,27 @@ class SupervisedRuntime(ABC):
         parse_id("attempt", request.attempt_id, field="attempt_id")  # it names the log file
         if request.attempt_id in self._processes:
             raise Conflict(f"attempt {request.attempt_id} was launched already")
-        port = free_loopback_port()
+        listener = bound_loopback_socket() if self.takes_bound_socket else None
+        port = free_loopback_port() if listener is None else listener.getsockname()[1]
         base_url = f"http://127.0.0.1:{port}"
         log_path = self.log_path(request.attempt_id, request.model_name)
         # A fresh key per attempt: no other local process can call the engine, and a key seen
-        # by whoever took the port before the engine did opens no later attempt.
+        # by whoever took the port before an engine binding its own port did opens no later
+        # attempt.
         api_key = secrets.token_urlsafe(32)
-        process = await EngineProcess.spawn(
-            self.command(request, port),
-            log_path=log_path,
-            env=engine_environment(
-                {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
-            ),
-        )
+        handed = () if listener is None else (listener.fileno(),)
+        try:
+            process = await EngineProcess.spawn(
+                self.command(request, port, *handed),
+                log_path=log_path,
+                env=engine_environment(
+                    {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
+                ),
+                pass_fds=handed,
+            )
+        finally:
+            if listener is not None:
+                listener.close()  # the engine holds its own copy
         self._processes[request.attempt_id] = process
         self._api_keys[request.attempt_id] = api_key
         if self._engines is not None:

@@ -64,8 +64,9 @@ class VllmRuntime(SupervisedRuntime):
         """``vllm serve`` takes ``VLLM_API_KEY`` in place of ``--api-key``."""
         return {"VLLM_API_KEY": api_key}
 
-    def command(self, request: LaunchRequest, port: int) -> list[str]:
-        """``vllm serve MODEL`` answering to the service's name on 127.0.0.1:``port``."""
+    def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
+        """``vllm serve MODEL`` answering to the service's name on 127.0.0.1:``port`` (vLLM
+        binds the port itself: it takes no socket, so ``listen_fd`` is never given)."""
         assert request.model_path is not None
         arguments = [
             *self._vllm,
