@@ -483,12 +483,12 @@ async def test_a_killed_engine_is_noticed_at_once_and_reported_as_crashed_with_i
 
 @pytest.mark.engine
 @module_loop
-async def test_no_other_process_can_take_an_engines_port_between_launch_and_listen(
+async def test_an_engine_holds_its_port_from_launch_and_serves_confined(
     runtime: LlamaCppRuntime,
 ) -> None:
     """FICC binds the port and hands the socket to the engine: from the moment of launch, long
     before the engine listens, a local process binding that port is refused (it would receive
-    the engine's prompts), and the engine then serves on the very socket."""
+    the engine's prompts), and the engine then serves on the very socket, confined."""
     handle = await runtime.launch(launch_request("handed", example_model_path(), "svc-handed"))
     assert handle.port is not None
     thief = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -503,6 +503,13 @@ async def test_no_other_process_can_take_an_engines_port_between_launch_and_list
     async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
         listing = await client.list_models()
     assert [model["id"] for model in listing["data"]] == ["svc-handed"]
+    # It serves confined (tests/integration/test_engine_sandbox.py shows what that shuts).
+    assert handle.pid is not None
+    status = await asyncio.to_thread(Path(f"/proc/{handle.pid}/status").read_text)
+    assert "NoNewPrivs:\t1" in status
+    assert handle.log_path is not None
+    log = await asyncio.to_thread(handle.log_path.read_text)
+    assert log.startswith("INFO:     Confined by Landlock")
 
 
 @pytest.mark.engine
