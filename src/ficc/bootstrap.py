@@ -223,7 +223,9 @@ class Cluster:
         context = FederationContext(self.uow_factory, self.clock, link, known)
         slots = GrantSlots()
         copies = RemoteGrantCopies(context)
-        grants = Grants(context, slots, copies, on_grant_ended=self.inference.stop_for_grant)
+        grants = Grants(
+            context, slots, copies, on_grant_ended=self.inference.commands.stop_for_grant
+        )
         pairing = Pairing(context, signer, verify_signature)
         approval = Approval(context, grants, signer)
         peers = Peers(context, grants)

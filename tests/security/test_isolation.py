@@ -216,7 +216,7 @@ async def test_a_start_beyond_the_nodes_memory_is_refused_with_nothing_started_o
         runtime = RefusingRuntime()
         inference = admission_services(cluster, runtime)
         model = await record_model(cluster, "default", [512 * MiB], owned=True)
-        running, _ = await inference.create_service(
+        running, _ = await inference.commands.create_service(
             OWNER,
             "default",
             {"name": "big", "model": model.id, "runtime": "llama.cpp", "replicas": 3},
@@ -224,27 +224,27 @@ async def test_a_start_beyond_the_nodes_memory_is_refused_with_nothing_started_o
         await set_state(cluster, running["id"], ServiceState.RUNNING)
         # 3 x (512 MiB + 256 MiB) = 2.25 GiB committed; 2 more replicas need 1.5 GiB of 1.75.
         fits = {"name": "fits", "model": model.id, "runtime": "llama.cpp", "replicas": 2}
-        assert (await inference.preview("default", fits))["fits"] is True
+        assert (await inference.admission.preview("default", fits))["fits"] is True
         too_many = {"name": "more", "model": model.id, "runtime": "llama.cpp", "replicas": 3}
-        assert (await inference.preview("default", too_many))["fits"] is False
-        service, _ = await inference.create_service(OWNER, "default", too_many)
+        assert (await inference.admission.preview("default", too_many))["fits"] is False
+        service, _ = await inference.commands.create_service(OWNER, "default", too_many)
         tries = 5
         for _ in range(tries):
             error = await refusal(
-                inference.control_service(
+                inference.commands.control_service(
                     OWNER, "default", service["id"], revision=1, operation="start"
                 )
             )
             assert isinstance(error, Conflict)
             assert [r["resource"] for r in error.details["resources"]] == ["memory_bytes"]
-        unchanged = await inference.get_service("default", service["id"])
+        unchanged = await inference.commands.get_service("default", service["id"])
         assert (unchanged["state"], unchanged["revision"], unchanged["replicas"]) == (
             "stopped",
             1,
             [],
         )
         # Nothing was held by the refusals: what fitted before still fits.
-        assert (await inference.preview("default", fits))["fits"] is True
+        assert (await inference.admission.preview("default", fits))["fits"] is True
         assert runtime.launches == []
         figures.record(tries=tries, refused=tries, engines_launched=0, slots_leaked=0)
     finally:
@@ -263,9 +263,9 @@ async def test_a_start_needing_more_cpus_than_the_node_has_is_refused(tmp_path: 
             "runtime": "llama.cpp",
             "options": {"n_threads": 4},
         }
-        service, _ = await inference.create_service(OWNER, "default", spec)
+        service, _ = await inference.commands.create_service(OWNER, "default", spec)
         error = await refusal(
-            inference.control_service(
+            inference.commands.control_service(
                 OWNER, "default", service["id"], revision=1, operation="start"
             )
         )
@@ -286,23 +286,25 @@ async def test_a_grants_services_run_at_most_the_caps_at_once(tmp_path: Path, fi
 
         async def created(name: str, replicas: int) -> str:
             spec = {"name": name, "model": model.id, "runtime": "llama.cpp", "replicas": replicas}
-            view, _ = await inference.create_service(peer_actor, "default", spec)
+            view, _ = await inference.commands.create_service(peer_actor, "default", spec)
             return str(view["id"])
 
         for index in range(MAX_GRANT_RUNNING_SERVICES):
             await set_state(cluster, await created(f"s{index}", 1), ServiceState.RUNNING)
         fifth = await created("fifth", 1)
         error = await refusal(
-            inference.control_service(peer_actor, "default", fifth, revision=1, operation="start")
+            inference.commands.control_service(
+                peer_actor, "default", fifth, revision=1, operation="start"
+            )
         )
         assert isinstance(error, LimitExceeded)
         assert error.details["limit"] == "running_services"
         # Another grant's services are not counted against this one's caps: its start passes.
         other = Actor("peer:other", grant_id=new_id("grant", b"b" * 16))
-        view, _ = await inference.create_service(
+        view, _ = await inference.commands.create_service(
             other, "default", {"name": "other", "model": model.id, "runtime": "llama.cpp"}
         )
-        started, _ = await inference.control_service(
+        started, _ = await inference.commands.control_service(
             other, "default", view["id"], revision=1, operation="start"
         )
         assert started["state"] == "starting"
@@ -320,7 +322,7 @@ async def test_a_grants_replicas_run_at_most_the_cap_at_once(tmp_path: Path) -> 
         inference = admission_services(cluster, RefusingRuntime())
         model = await record_model(cluster, "default", [MiB], owned=True)
         actor = Actor("peer:test", grant_id=new_id("grant", b"c" * 16))
-        first, _ = await inference.create_service(
+        first, _ = await inference.commands.create_service(
             actor,
             "default",
             {
@@ -331,13 +333,15 @@ async def test_a_grants_replicas_run_at_most_the_cap_at_once(tmp_path: Path) -> 
             },
         )
         await set_state(cluster, first["id"], ServiceState.RUNNING)
-        second, _ = await inference.create_service(
+        second, _ = await inference.commands.create_service(
             actor,
             "default",
             {"name": "two", "model": model.id, "runtime": "llama.cpp", "replicas": 2},
         )
         error = await refusal(
-            inference.control_service(actor, "default", second["id"], revision=1, operation="start")
+            inference.commands.control_service(
+                actor, "default", second["id"], revision=1, operation="start"
+            )
         )
         assert isinstance(error, LimitExceeded)
         assert error.details["limit"] == "running_replicas"
@@ -359,10 +363,10 @@ async def test_n_ctx_beyond_the_models_trained_context_is_refused(tmp_path: Path
             "runtime": "llama.cpp",
             "options": {"n_ctx": 1_048_576},
         }
-        error = await refusal(inference.create_service(OWNER, "default", spec))
+        error = await refusal(inference.commands.create_service(OWNER, "default", spec))
         assert isinstance(error, InvalidInput)
         assert error.details["field"] == "options.n_ctx"
-        assert await inference.list_services("default") == []
+        assert await inference.commands.list_services("default") == []
     finally:
         await cluster.close()
 
@@ -681,7 +685,7 @@ async def test_service_locks_are_made_only_for_services_and_dropped_on_remove(
         tries = 500
         for _ in range(tries):
             error = await refusal(
-                inference.control_service(
+                inference.commands.control_service(
                     OWNER,
                     "default",
                     "service_" + secrets.token_hex(16),
@@ -692,10 +696,10 @@ async def test_service_locks_are_made_only_for_services_and_dropped_on_remove(
             assert isinstance(error, NotFound)
         assert inference.tracked_services() == frozenset()
         model = await record_model(cluster, "default", [MiB], owned=True)
-        view, _ = await inference.create_service(
+        view, _ = await inference.commands.create_service(
             OWNER, "default", {"name": "short", "model": model.id, "runtime": "llama.cpp"}
         )
-        await inference.control_service(
+        await inference.commands.control_service(
             OWNER, "default", view["id"], revision=1, operation="remove"
         )
         assert inference.tracked_services() == frozenset()

@@ -138,26 +138,51 @@ async def delete_model(
 ) -> None:
     """Refused while a service uses the model; blobs no other model uses are removed."""
     async with uow_factory() as uow:
-        model = await uow.models.get(model_id)
-        if model is None or model.project != project:
-            raise NotFound(f"no model {model_id} in project {project}", details={"model": model_id})
-        users = await uow.model_usage.users_of_model(model_id)
-        if users:
-            raise Conflict(
-                f"model {model_id} is used by the service {users[0]}; remove the service first",
-                details={"services": list(users)},
-            )
-        orphans = await _release(uow, model)
-        await audit.record(
-            uow,
-            clock,
-            action="model.deleted",
-            actor=audit.actor_of(principal),
-            project=project,
-            target=model_id,
+        orphans = await _delete_unused_model(
+            uow, clock, project, model_id, actor=audit.actor_of(principal), peer=None
         )
         await uow.commit()
     await _remove_blobs(blobs, orphans)
+
+
+async def _delete_unused_model(
+    uow: UnitOfWork,
+    clock: Clock,
+    project: str,
+    model_id: str,
+    *,
+    actor: str,
+    peer: tuple[str, str] | None,
+) -> list[str]:
+    """A local delete's or a peer's removal, audited: refused while a service uses the model.
+
+    ``peer``: the remover's HyperNet ID and cluster key, or None for a local delete. A peer's
+    refusals name neither the project nor a remedy; the owner's name both.
+    Gives the blobs no model uses now, to remove after the commit.
+    """
+    model = await uow.models.get(model_id)
+    if model is None or model.project != project:
+        where = f" in project {project}" if peer is None else ""
+        raise NotFound(f"no model {model_id}{where}", details={"model": model_id})
+    users = await uow.model_usage.users_of_model(model_id)
+    if users:
+        remedy = "; remove the service first" if peer is None else ""
+        raise Conflict(
+            f"model {model_id} is used by the service {users[0]}{remedy}",
+            details={"services": list(users)},
+        )
+    orphans = await _release(uow, model)
+    await audit.record(
+        uow,
+        clock,
+        action="model.deleted",
+        actor=actor,
+        project=project,
+        target=model_id,
+        peer_hypernet_id=None if peer is None else peer[0],
+        peer_cluster_key=None if peer is None else peer[1],
+    )
+    return orphans
 
 
 async def _release(uow: UnitOfWork, model: CatalogueModel) -> list[str]:
@@ -266,26 +291,7 @@ async def remove_model_record(
         mutation = await mutations.begin(uow, key)
         if mutation.result is not None:
             return mutation.result, True
-        model = await uow.models.get(model_id)
-        if model is None or model.project != project:
-            raise NotFound(f"no model {model_id}", details={"model": model_id})
-        users = await uow.model_usage.users_of_model(model_id)
-        if users:
-            raise Conflict(
-                f"model {model_id} is used by the service {users[0]}",
-                details={"services": list(users)},
-            )
-        orphans = await _release(uow, model)
-        await audit.record(
-            uow,
-            clock,
-            action="model.deleted",
-            actor=actor,
-            project=project,
-            target=model_id,
-            peer_hypernet_id=peer[0],
-            peer_cluster_key=peer[1],
-        )
+        orphans = await _delete_unused_model(uow, clock, project, model_id, actor=actor, peer=peer)
         result = {"id": model_id, "removed": True}
         await mutation.complete(result, clock())
         await uow.commit()

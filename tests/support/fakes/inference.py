@@ -261,12 +261,12 @@ class Bench:
 
     async def create(self, model: CatalogueModel, **spec: Any) -> dict[str, Any]:
         data = {"name": "svc", "model": model.id, "runtime": "llama.cpp", **spec}
-        view, _ = await self.services.create_service(OWNER, PROJECT, data)
+        view, _ = await self.services.commands.create_service(OWNER, PROJECT, data)
         return view
 
     async def control(self, service_id: str, operation: str, **extra: Any) -> dict[str, Any]:
         revision = self.store.services[service_id].revision
-        view, _ = await self.services.control_service(
+        view, _ = await self.services.commands.control_service(
             OWNER, PROJECT, service_id, revision=revision, operation=operation, **extra
         )
         return view

@@ -34,7 +34,7 @@ async def test_a_start_that_does_not_fit_in_memory_is_refused_as_its_preview_say
     b = bench(tmp_path)
     await b.add_node(memory_bytes=GiB)
     model = await b.add_model(GiB)  # the model alone takes the node's memory
-    preview = await b.services.preview(
+    preview = await b.services.admission.preview(
         PROJECT, {"name": "big", "model": model.id, "runtime": "llama.cpp"}
     )
     assert not preview["fits"]
@@ -61,7 +61,7 @@ async def test_memory_committed_to_a_starting_service_is_not_counted_twice(
     first = await b.create(model)
     second = await b.create(model)
     await b.control(first["id"], "start")
-    preview = await b.services.preview(
+    preview = await b.services.admission.preview(
         PROJECT, {"name": "x", "model": model.id, "runtime": "llama.cpp"}
     )
     assert not preview["fits"]
@@ -110,7 +110,7 @@ async def test_a_runtime_that_cannot_run_on_the_node_refuses_the_start_before_an
     b = bench(tmp_path, runtime=FakeRuntime(unavailable=("no llama-server binary",)))
     await b.add_node()
     model = await b.add_model(MiB)
-    preview = await b.services.preview(
+    preview = await b.services.admission.preview(
         PROJECT, {"name": "x", "model": model.id, "runtime": "llama.cpp"}
     )
     assert preview["reasons"] == ["no llama-server binary"]

@@ -53,7 +53,7 @@ async def test_a_started_service_runs_and_requests_go_round_robin_over_its_repli
     b = bench(tmp_path)
     service_id = await running(b, replicas=2)
     for _ in range(4):
-        await b.services.complete(PROJECT, service_id, "/v1/completions", {"prompt": "x"})
+        await b.services.router.complete(PROJECT, service_id, "/v1/completions", {"prompt": "x"})
     urls = [r.handle.base_url for r in b.runtime.replicas]
     assert sorted(b.engine.calls) == sorted(urls * 2)
     assert attempt_states(b, service_id) == [AttemptState.HEALTHY] * 2
@@ -68,7 +68,7 @@ async def test_a_crashed_replica_fails_the_service_and_ends_its_siblings(tmp_pat
     await b.until(lambda: b.service(service_id).state is ServiceState.FAILED)
     assert "exit code 139" in (b.service(service_id).error or "")
     with pytest.raises(Conflict):
-        await b.services.endpoint(PROJECT, service_id)
+        await b.services.router.endpoint(PROJECT, service_id)
     assert sorted(attempt_states(b, service_id)) == [AttemptState.CRASHED, AttemptState.STOPPED]
     assert_changes_follow_the_tables(b)
 
@@ -76,12 +76,12 @@ async def test_a_crashed_replica_fails_the_service_and_ends_its_siblings(tmp_pat
 async def test_a_drain_waits_for_the_request_in_flight_then_stops(tmp_path: Path) -> None:
     b = bench(tmp_path)
     service_id = await running(b)
-    endpoint = await b.services.endpoint(PROJECT, service_id)
-    async with b.services.in_flight(service_id):
+    endpoint = await b.services.router.endpoint(PROJECT, service_id)
+    async with b.services.router.in_flight(service_id):
         await b.control(service_id, "drain")
         assert b.service(service_id).state is ServiceState.DRAINING
         with pytest.raises(Conflict):
-            await b.services.endpoint(PROJECT, service_id)  # no new request while draining
+            await b.services.router.endpoint(PROJECT, service_id)  # no new request while draining
         for _ in range(20):
             await b.until(lambda: True)
         assert b.runtime.running(), "the replica was stopped under a request in flight"
@@ -108,7 +108,7 @@ async def test_a_stop_during_the_launch_ends_the_engine_and_leaves_no_handle(
     assert AttemptState.HEALTHY not in attempt_states(b, service["id"])
     assert not b.runtime.running()
     with pytest.raises(Conflict):
-        await b.services.endpoint(PROJECT, service["id"])
+        await b.services.router.endpoint(PROJECT, service["id"])
     assert_changes_follow_the_tables(b)
 
 
@@ -164,7 +164,7 @@ async def test_a_clean_shutdown_stops_every_engine_and_records_stopped(tmp_path:
 async def test_a_removed_service_leaves_nothing_in_memory(tmp_path: Path) -> None:
     b = bench(tmp_path)
     service_id = await running(b, replicas=2)
-    async with b.services.stream(PROJECT, service_id, "/v1/completions", {}) as events:
+    async with b.services.router.stream(PROJECT, service_id, "/v1/completions", {}) as events:
         assert [event.data async for event in events] == ["hello", "[DONE]"]
     await b.control(service_id, "stop")
     assert b.services.tracked_services() == {service_id}  # the lock of a service that exists

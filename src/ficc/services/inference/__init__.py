@@ -1,25 +1,26 @@
 """Managed inference services: commands, supervision, routing and admission.
 
-:class:`InferenceServices` is the one interface the web layer and the federation call; it
-composes four collaborators, each owning its own state:
+:class:`InferenceServices` wires four collaborators, each owning its own state and use cases;
+callers reach the one that owns theirs (``inference.commands.create_service``,
+``inference.router.complete``, ``inference.admission.preview``), so that no method here
+repeats a collaborator's signature:
 
-- :class:`~.commands.ServiceCommands`: create, replace, control, a grant's ending (DB only);
+- :class:`~.commands.ServiceCommands`: list, get, create, replace, control, a grant's ending;
 - :class:`~.supervisor.ReplicaSupervisor`: engine replicas, background tasks, per-service locks;
-- :class:`~.router.InvocationRouter`: admitted requests, round robin, in-flight counts;
+- :class:`~.router.InvocationRouter`: endpoints, streamed and plain invocation, in-flight
+  counts, the running services;
 - :class:`~.admission.Admission`: spec checks, preview, prepare and the start's fit.
+
+Only FICC's own lifecycle (recover, close) and what spans the collaborators stay here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import Mapping
 
-from ficc.domain.grants import Grant
-from ficc.domain.inference import RuntimeName, ServiceSpec, UpstreamAllowList
-from ficc.domain.service_records import ServiceRecord
+from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.services.inference.admission import Admission
-from ficc.services.inference.commands import Outcome, ServiceCommands
+from ficc.services.inference.commands import ServiceCommands
 from ficc.services.inference.records import (
     ACTIVE_STATES,
     START_TIMEOUT_SECONDS,
@@ -32,8 +33,7 @@ from ficc.services.inference.records import (
 )
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.inference.supervisor import ReplicaSupervisor
-from ficc.services.mutations import MutationKey
-from ficc.services.ports import Clock, EngineConnector, EngineEvent, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
 from ficc.services.runtimes import Runtime
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
 
 
 class InferenceServices:
-    """The use cases of managed inference, composed of its four collaborators."""
+    """Managed inference composed of its four collaborators, each a public attribute."""
 
     def __init__(
         self,
@@ -99,110 +99,3 @@ class InferenceServices:
     def tracked_services(self) -> frozenset[str]:
         """Service IDs held in memory by any collaborator; bounded by the services that exist."""
         return self.supervisor.tracked_services()
-
-    # --- commands ----------------------------------------------------------------------------
-
-    async def list_services(self, project: str) -> list[dict[str, Any]]:
-        return await self.commands.list_services(project)
-
-    async def get_service(self, project: str, service_id: str) -> dict[str, Any]:
-        return await self.commands.get_service(project, service_id)
-
-    async def create_service(
-        self,
-        actor: Actor,
-        project: str,
-        spec_data: object,
-        *,
-        key: MutationKey | None = None,
-        check: Callable[[UnitOfWork, ServiceSpec], Awaitable[None]] | None = None,
-    ) -> Outcome:
-        return await self.commands.create_service(actor, project, spec_data, key=key, check=check)
-
-    async def replace_service(
-        self,
-        actor: Actor,
-        project: str,
-        service_id: str,
-        *,
-        revision: object,
-        spec_data: object,
-        key: MutationKey | None = None,
-    ) -> Outcome:
-        return await self.commands.replace_service(
-            actor, project, service_id, revision=revision, spec_data=spec_data, key=key
-        )
-
-    async def control_service(
-        self,
-        actor: Actor,
-        project: str,
-        service_id: str,
-        *,
-        revision: object,
-        operation: object,
-        acknowledge_unknown: object = False,
-        key: MutationKey | None = None,
-    ) -> Outcome:
-        return await self.commands.control_service(
-            actor,
-            project,
-            service_id,
-            revision=revision,
-            operation=operation,
-            acknowledge_unknown=acknowledge_unknown,
-            key=key,
-        )
-
-    async def stop_for_grant(self, grant: Grant) -> None:
-        await self.commands.stop_for_grant(grant)
-
-    # --- admission ---------------------------------------------------------------------------
-
-    async def preview(self, project: str, spec_data: object) -> dict[str, Any]:
-        return await self.admission.preview(project, spec_data)
-
-    async def prepare(
-        self,
-        project: str,
-        *,
-        model_ids: frozenset[str] | None = None,
-        node_ids: frozenset[str] | None = None,
-    ) -> dict[str, Any]:
-        return await self.admission.prepare(project, model_ids=model_ids, node_ids=node_ids)
-
-    # --- invocation --------------------------------------------------------------------------
-
-    async def endpoint(self, project: str, service_id: str) -> Endpoint:
-        return await self.router.endpoint(project, service_id)
-
-    def in_flight(self, service_id: str) -> AbstractAsyncContextManager[None]:
-        return self.router.in_flight(service_id)
-
-    def stream(
-        self,
-        project: str,
-        service_id: str,
-        path: str,
-        body: Mapping[str, Any],
-        *,
-        endpoint: Endpoint | None = None,
-    ) -> AbstractAsyncContextManager[AsyncIterator[EngineEvent]]:
-        return self.router.stream(project, service_id, path, body, endpoint=endpoint)
-
-    async def complete(
-        self,
-        project: str,
-        service_id: str,
-        path: str,
-        body: Mapping[str, Any],
-        *,
-        endpoint: Endpoint | None = None,
-        max_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        return await self.router.complete(
-            project, service_id, path, body, endpoint=endpoint, max_bytes=max_bytes
-        )
-
-    async def running_services(self, project: str) -> list[ServiceRecord]:
-        return await self.router.running_services(project)

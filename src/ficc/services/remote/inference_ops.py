@@ -60,7 +60,7 @@ class InferenceOperations:
         }
 
     async def prepare(self, call: Call) -> dict[str, Any]:
-        return await self._inference.prepare(
+        return await self._inference.admission.prepare(
             call.grant.project,
             model_ids=frozenset(call.grant.terms.models | call.grant.created_models),
             node_ids=frozenset(call.grant.terms.nodes),
@@ -68,11 +68,11 @@ class InferenceOperations:
 
     async def preview(self, call: Call) -> dict[str, Any]:
         await self._check_spec(call, call.body["spec"])
-        return await self._inference.preview(call.grant.project, call.body["spec"])
+        return await self._inference.admission.preview(call.grant.project, call.body["spec"])
 
     async def get(self, call: Call) -> dict[str, Any]:
         service_id = _service(call)
-        return peer_view(await self._inference.get_service(call.grant.project, service_id))
+        return peer_view(await self._inference.commands.get_service(call.grant.project, service_id))
 
     async def create(self, call: Call) -> Effect:
         await self._check_spec(call, call.body["spec"])
@@ -89,7 +89,7 @@ class InferenceOperations:
                 )
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.create_service(
+            view, replayed = await self._inference.commands.create_service(
                 call.actor, grant.project, call.body["spec"], key=key, check=within_cap
             )
             return peer_view(view), replayed
@@ -100,7 +100,7 @@ class InferenceOperations:
         service_id = _service(call)
         _require_created(call, service_id, "replace")
         spec = await self._check_spec(call, call.body["spec"])
-        current = await self._inference.get_service(call.grant.project, service_id)
+        current = await self._inference.commands.get_service(call.grant.project, service_id)
         if current["spec"]["runtime"] != spec.runtime.value:
             raise PermissionDenied(
                 "body.spec.runtime must stay the service's runtime "
@@ -109,7 +109,7 @@ class InferenceOperations:
             )
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.replace_service(
+            view, replayed = await self._inference.commands.replace_service(
                 call.actor,
                 call.grant.project,
                 service_id,
@@ -127,7 +127,7 @@ class InferenceOperations:
             _require_created(call, service_id, "remove")
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.control_service(
+            view, replayed = await self._inference.commands.control_service(
                 call.actor,
                 call.grant.project,
                 service_id,
@@ -144,7 +144,7 @@ class InferenceOperations:
         service_id, path, inner, runtime = await self._invoke_args(call)
         # The text is counted while it arrives: an answer whose text alone passes
         # response_bytes stops the engine at once instead of being held whole, then refused.
-        answer = await self._inference.complete(
+        answer = await self._inference.router.complete(
             call.grant.project,
             service_id,
             path,
@@ -166,7 +166,9 @@ class InferenceOperations:
         limit = call.grant.terms.response_bytes
         sent = 0
         inner = engine_body(runtime, path, inner)
-        async with self._inference.stream(call.grant.project, service_id, path, inner) as events:
+        async with self._inference.router.stream(
+            call.grant.project, service_id, path, inner
+        ) as events:
             async for event in events:
                 chunk = b"data: " + event.data.encode() + b"\n\n"
                 if sent + len(chunk) > limit:

@@ -39,7 +39,7 @@ def _answer(response: Response, result: tuple[dict[str, Any], bool]) -> dict[str
 
 @router.get("/api/v1/inference/services", responses=answer(ServiceList))
 async def list_services(ctx: Context = scoped("inference:read")) -> Any:
-    return {"services": await ctx.cluster.inference.list_services(ctx.project)}
+    return {"services": await ctx.cluster.inference.commands.list_services(ctx.project)}
 
 
 @router.post("/api/v1/inference/services", status_code=201, responses=answer(Service, 201))
@@ -50,13 +50,15 @@ async def create_service(
     ctx: Context = scoped("inference:manage"),
 ) -> Any:
     key = _key(ctx, idempotency_key, "inference.create", {"spec": spec})
-    result = await ctx.cluster.inference.create_service(_actor(ctx), ctx.project, spec, key=key)
+    result = await ctx.cluster.inference.commands.create_service(
+        _actor(ctx), ctx.project, spec, key=key
+    )
     return _answer(response, result)
 
 
 @router.get("/api/v1/inference/services/{service_id}", responses=answer(Service))
 async def get_service(service_id: str, ctx: Context = scoped("inference:read")) -> Any:
-    return await ctx.cluster.inference.get_service(ctx.project, service_id)
+    return await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
 
 
 @router.put("/api/v1/inference/services/{service_id}", responses=answer(Service))
@@ -69,7 +71,7 @@ async def replace_service(
 ) -> Any:
     arguments = {"service": service_id, **body.model_dump()}
     key = _key(ctx, idempotency_key, "inference.replace", arguments)
-    result = await ctx.cluster.inference.replace_service(
+    result = await ctx.cluster.inference.commands.replace_service(
         _actor(ctx), ctx.project, service_id, revision=body.revision, spec_data=body.spec, key=key
     )
     return _answer(response, result)
@@ -85,7 +87,7 @@ async def control_service(
 ) -> Any:
     arguments = {"service": service_id, **body.model_dump()}
     key = _key(ctx, idempotency_key, "inference.control", arguments)
-    result = await ctx.cluster.inference.control_service(
+    result = await ctx.cluster.inference.commands.control_service(
         _actor(ctx),
         ctx.project,
         service_id,
@@ -99,4 +101,4 @@ async def control_service(
 
 @router.post("/api/v1/inference/preview", responses=answer(OpenObject))
 async def preview(body: PreviewRequest, ctx: Context = scoped("inference:manage")) -> Any:
-    return await ctx.cluster.inference.preview(ctx.project, body.spec)
+    return await ctx.cluster.inference.admission.preview(ctx.project, body.spec)

@@ -54,13 +54,13 @@ def unknown_model(model: str, usable: list[str]) -> NotFound:
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
-    services = await ctx.cluster.inference.running_services(ctx.project)
+    services = await ctx.cluster.inference.router.running_services(ctx.project)
     return {"object": "list", "data": [model_object(s, ctx.project) for s in services]}
 
 
 @router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_ANSWER)
 async def get_model(model_id: str, ctx: Context = scoped("inference:invoke")) -> Any:
-    services = await ctx.cluster.inference.running_services(ctx.project)
+    services = await ctx.cluster.inference.router.running_services(ctx.project)
     for service in services:
         if service.id == model_id:
             return model_object(service, ctx.project)
@@ -79,28 +79,28 @@ async def _read_body(request: Request, engine_path: str) -> dict[str, Any]:
 async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     body = await _read_body(request, engine_path)
     service_id = body["model"]
-    inference = ctx.cluster.inference
+    invocations = ctx.cluster.inference.router
     try:
         # Resolved once and handed on: each resolution takes the next replica in turn.
-        endpoint = await inference.endpoint(ctx.project, service_id)
+        endpoint = await invocations.endpoint(ctx.project, service_id)
         # The record alone: the owner's view would read every attempt of the service too.
         async with ctx.cluster.uow_factory() as uow:
             spec = (await load_service(uow, ctx.project, service_id)).spec
     except NotFound as exc:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
-        usable = [service.id for service in await inference.running_services(ctx.project)]
+        usable = [service.id for service in await invocations.running_services(ctx.project)]
         raise unknown_model(service_id, usable) from exc
     check_capabilities(endpoint.runtime, spec.options, engine_path, body)
     sent = engine_body(endpoint.runtime, engine_path, body)
     if body.get("stream") is True:
         stack = contextlib.AsyncExitStack()
         events = await stack.enter_async_context(
-            inference.stream(ctx.project, service_id, engine_path, sent, endpoint=endpoint)
+            invocations.stream(ctx.project, service_id, engine_path, sent, endpoint=endpoint)
         )
         return EventStreamResponse(sse_bytes(events), stack.aclose)
     answer = await unless_disconnected(
         request,
-        inference.complete(ctx.project, service_id, engine_path, sent, endpoint=endpoint),
+        invocations.complete(ctx.project, service_id, engine_path, sent, endpoint=endpoint),
     )
     if answer is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -178,7 +178,7 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
         cluster_key=ctx.cluster.cluster_key.public_text,
         federation=federation,
         services=(
-            await ctx.cluster.inference.list_services(ctx.project)
+            await ctx.cluster.inference.commands.list_services(ctx.project)
             if "inference:read" in scopes
             else None
         ),
@@ -231,7 +231,7 @@ async def offer(
 async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
     """This project's services, models and nodes, for the approval form's pickers."""
     return {
-        "services": await ctx.cluster.inference.list_services(ctx.project),
+        "services": await ctx.cluster.inference.commands.list_services(ctx.project),
         "models": await catalogue.list_models(ctx.cluster.uow_factory, ctx.project),
         "nodes": await nodes.list_nodes(ctx.cluster.uow_factory),
     }
@@ -388,7 +388,7 @@ async def resume_transfer(
 
 @router.get(f"{P}/services", response_class=HTMLResponse)
 async def services(request: Request, ctx: ConsoleContext = console("inference:read")) -> Response:
-    found = await ctx.cluster.inference.list_services(ctx.project)
+    found = await ctx.cluster.inference.commands.list_services(ctx.project)
     live = any(item["state"] in LIVE_SERVICE_STATES for item in found)
     return _page(
         request,
