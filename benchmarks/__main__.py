@@ -10,6 +10,7 @@ the samples behind them go to ``series.json`` and the plots (PNG) beside it
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import math
@@ -78,7 +79,8 @@ def check_rows(rows: object) -> list[dict[str, Any]]:
 
 
 def machine() -> dict[str, Any]:
-    node = probe_node()
+    """What the results were measured on (the probe is the one FICC's nodes use)."""
+    node = asyncio.run(probe_node())
     return {
         "cpu_count": node.cpu_count,
         "memory_bytes": node.memory_bytes,
