@@ -11,7 +11,7 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +122,8 @@ async def _blocks() -> AsyncIterator[bytes]:
         yield block
 
 
-async def _unknown(_: str) -> KnownPeer | None:
-    return None
+async def _unknown(_: str) -> tuple[KnownPeer, ...]:
+    return ()
 
 
 async def _ficc_pair(directory: Path) -> tuple[HyperNetEndpoint, HyperNetEndpoint]:
@@ -208,8 +208,7 @@ async def _measure() -> list[dict[str, Any]]:
 
 def run() -> list[dict[str, Any]]:
     """Measure FICC beside raw iroh; both ends in this process, on loopback."""
-    runner: Callable[[], Awaitable[list[dict[str, Any]]]] = _measure
-    return asyncio.run(runner())
+    return asyncio.run(_measure())
 
 
 if __name__ == "__main__":
