@@ -5,6 +5,8 @@ creations under one grant count one after another."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +17,7 @@ from tests.support.postgres import PostgresServer
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import Database
 from ficc.adapters.sql.schema import head_revision, schema_state, upgrade
-from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+from ficc.adapters.sql.unit_of_work import SqlUnitOfWork, SqlUnitOfWorkFactory
 from ficc.domain.audit import AuditEntry
 from ficc.services import mutations
 from ficc.services.companion import COMPANION_SETTING
@@ -149,83 +151,86 @@ async def test_concurrent_charges_of_one_grant_each_see_the_others_and_all_count
     assert seen == {"requests": 2, "bytes": 150}
 
 
+Work = Callable[[SqlUnitOfWork], Awaitable[None]]
+
+
+async def _second_waits_for_first(
+    uow_factory: SqlUnitOfWorkFactory, first: Work, second: Work
+) -> None:
+    """``first`` runs in a transaction held open; ``second``, in another, must still be waiting
+    half a second later (time enough to run ahead), and ends once ``first`` commits."""
+    first_done = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def run_first() -> None:
+        async with uow_factory() as uow:
+            await first(uow)
+            first_done.set()
+            await release_first.wait()
+            await uow.commit()
+
+    async def run_second() -> None:
+        await first_done.wait()
+        async with uow_factory() as uow:
+            await second(uow)
+            await uow.commit()
+
+    first_task = asyncio.create_task(run_first())
+    second_task = asyncio.create_task(run_second())
+    try:
+        await first_done.wait()
+        await asyncio.sleep(0.5)
+        assert not second_task.done()
+    finally:
+        release_first.set()
+        await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def _postgresql_database(postgres: PostgresServer, name: str) -> AsyncIterator[Database]:
+    database = Database(postgres.database(name))
+    await upgrade(database)
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
 async def test_creations_under_one_grant_count_one_after_another_on_postgresql(
     postgres: PostgresServer,
 ) -> None:
     """The 64-record caps: a creation counts what its grant holds, then records its own. Two
     at once under one grant must not both count before either records (each would take the
     last place); the second count waits for the first transaction, then sees its receipt."""
-    database = Database(postgres.database("creation_caps"))
-    await upgrade(database)
-    try:
+    async with _postgresql_database(postgres, "creation_caps") as database:
         uow_factory = SqlUnitOfWorkFactory(database)
         await _add_grant(uow_factory, "grant_1")
-        first_counted = asyncio.Event()
-        release_first = asyncio.Event()
         seen: dict[str, int] = {}
 
-        async def first() -> None:
-            async with uow_factory() as uow:
-                seen["first"] = await mutations.count_held(uow, "grant_1", "models.create")
-                key = MutationKey.grant("grant_1", "a" * 32, "models.create", {"n": 1})
-                await (await mutations.begin(uow, key)).complete({"id": "model_1"}, NOW)
-                first_counted.set()
-                await release_first.wait()
-                await uow.commit()
+        async def first(uow: SqlUnitOfWork) -> None:
+            seen["first"] = await mutations.count_held(uow, "grant_1", "models.create")
+            key = MutationKey.grant("grant_1", "a" * 32, "models.create", {"n": 1})
+            await (await mutations.begin(uow, key)).complete({"id": "model_1"}, NOW)
 
-        async def second() -> None:
-            await first_counted.wait()
-            async with uow_factory() as uow:
-                seen["second"] = await mutations.count_held(uow, "grant_1", "models.create")
-                await uow.commit()
+        async def second(uow: SqlUnitOfWork) -> None:
+            seen["second"] = await mutations.count_held(uow, "grant_1", "models.create")
 
-        first_task = asyncio.create_task(first())
-        second_task = asyncio.create_task(second())
-        await first_counted.wait()
-        # Time enough for an unserialised count to run ahead and finish.
-        await asyncio.sleep(0.5)
-        assert not second_task.done()
-        release_first.set()
-        await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
+        await _second_waits_for_first(uow_factory, first, second)
         assert seen == {"first": 0, "second": 1}
-    finally:
-        await database.dispose()
 
 
 async def test_offers_are_admitted_one_at_a_time_under_the_companions_row_on_postgresql(
     postgres: PostgresServer,
 ) -> None:
     """The offer caps count, then insert: a second admission waits at the companion's row
-    until the first commits, then counts its offer."""
-    database = Database(postgres.database("offer_caps"))
-    await upgrade(database)
-    try:
+    until the first commits."""
+    async with _postgresql_database(postgres, "offer_caps") as database:
         uow_factory = SqlUnitOfWorkFactory(database)
         async with uow_factory() as uow:
             await uow.settings.put(COMPANION_SETTING, {"agent_directory": "/nowhere"})
             await uow.commit()
-        first_locked = asyncio.Event()
-        release_first = asyncio.Event()
 
-        async def first() -> None:
-            async with uow_factory() as uow:
-                await uow.settings.lock(COMPANION_SETTING)
-                first_locked.set()
-                await release_first.wait()
-                await uow.commit()
+        async def admit(uow: SqlUnitOfWork) -> None:
+            await uow.settings.lock(COMPANION_SETTING)
 
-        async def second() -> None:
-            await first_locked.wait()
-            async with uow_factory() as uow:
-                await uow.settings.lock(COMPANION_SETTING)
-                await uow.commit()
-
-        first_task = asyncio.create_task(first())
-        second_task = asyncio.create_task(second())
-        await first_locked.wait()
-        await asyncio.sleep(0.5)  # time enough for an unheld lock to be taken
-        assert not second_task.done()
-        release_first.set()
-        await asyncio.wait_for(asyncio.gather(first_task, second_task), timeout=10)
-    finally:
-        await database.dispose()
+        await _second_waits_for_first(uow_factory, admit, admit)
