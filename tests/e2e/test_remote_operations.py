@@ -32,6 +32,7 @@ from tests.support.remote import (
 from tests.support.tiny_gguf import write_tiny_gguf
 
 from ficc.base.units import MiB
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
 from ficc.services.remote.table import OPERATIONS
 
 PLAIN_TEXT = {str(token): -100 for token in range(2, 259)}
@@ -40,14 +41,19 @@ streams flow (byte tokens make invalid UTF-8, which the engine holds back until 
 LONG = {"max_tokens": 3500, "logit_bias": PLAIN_TEXT}
 """About ten seconds of generation on the tiny model: long enough to see the engine busy."""
 QUICK_SECONDS = 2.0
+CONNECT_SECONDS = 2.0
+"""alpha's deadline for reaching beta (5 s by default): loopback connects take milliseconds, and
+the stopped grantor of the crash test is reported unreachable after it."""
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
     root = tmp_path_factory.mktemp("remote")
     tiny = write_tiny_gguf(root / "tiny.gguf")
-    with federation(root, "tiny", tiny, n_ctx=4096) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CONNECT_SECONDS_VARIABLE, str(CONNECT_SECONDS))
+        with federation(root, "tiny", tiny, n_ctx=4096) as running:
+            yield running
 
 
 def full_grant(fed: Federated, **terms: Any) -> str:
