@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import httpx
 import openai
 import pytest
 from tests.support.cluster import ficc
+from tests.support.example_model import end_token_ids
 from tests.support.federation import API, ok, wait_for
 from tests.support.remote import Federated, federation
 
@@ -54,8 +54,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory, example_model: Path) -> Iterat
 @pytest.fixture(scope="module")
 def endless(example_model: Path) -> dict[str, Any]:
     """Chat arguments that run to max_tokens: the model's end tokens are banned."""
-    tokens = gguf.GGUFReader(example_model).fields["tokenizer.ggml.tokens"].contents()
-    banned = {str(tokens.index(name)): -100 for name in ("<|endoftext|>", "<|im_end|>")}
+    banned = {str(token): -100 for token in end_token_ids(example_model)}
     return {
         "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
         "temperature": 0,
