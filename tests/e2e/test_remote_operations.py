@@ -473,31 +473,6 @@ def test_acknowledge_unknown_is_a_strict_boolean_accepted_only_for_start(
     assert fed.grantor_view(grant)["in_flight"] == 0
 
 
-def test_the_sixty_fifth_service_creation_under_one_grant_is_refused(fed: Federated) -> None:
-    grant = full_grant(fed)
-    created = []
-    for index in range(64):
-        body = {"spec": service_spec(fed, f"s{index}")}
-        created.append(fed.result("inference.create", body, new_mutation_id())["id"])
-    assert len(set(created)) == 64
-    refused_id = new_mutation_id()
-    body = {"spec": service_spec(fed, "s64")}
-    error = error_of(fed.request("inference.create", body, refused_id), 429)
-    assert error["code"] == "limit_exceeded"
-    assert error["details"]["limit"] == "created_services"
-    assert sorted(fed.grantor_view(grant)["created_services"]) == sorted(created)
-    # The refusal is certain, so it keeps no capacity; but the cap counts every record the
-    # grant ever created, so removing one makes no room.
-    assert fed.result("operation.status", {"id": refused_id})["state"] == "refused"
-    remove = {"service": created[0], "revision": 1, "operation": "remove"}
-    fed.result("inference.control", remove, new_mutation_id())
-    error = error_of(
-        fed.request("inference.create", {"spec": service_spec(fed, "s65")}, new_mutation_id()),
-        429,
-    )
-    assert error["details"]["limit"] == "created_services"
-
-
 def test_a_refused_mutation_is_retained_as_refused_and_its_retry_is_refused_again(
     fed: Federated,
 ) -> None:
