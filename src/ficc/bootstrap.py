@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint, SessionLimits, limits_from_environment
+from ficc.adapters.hypernet.endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
@@ -68,6 +69,27 @@ RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 benchmarks set it to keep model files small; an interruption re-fetches at most this much."""
 STALL_SECONDS_VARIABLE = "FICC_TRANSFER_STALL_SECONDS"
 """Seconds without a byte before a range is abandoned and its transfer paused (default 30)."""
+CONNECT_SECONDS_VARIABLE = "FICC_HYPERNET_CONNECT_SECONDS"
+"""Seconds a connection to a peer may take before the peer is unreachable (default 5, 0.1 to
+3600). Tests set it to see a stopped peer reported without the full wait."""
+
+
+def connect_seconds_from_environment(environ: Mapping[str, str] | None = None) -> float:
+    """The peer connect deadline: :data:`CONNECT_SECONDS_VARIABLE`, unset or empty the default."""
+    env = os.environ if environ is None else environ
+    raw = env.get(CONNECT_SECONDS_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0.1 <= seconds <= 3600:
+        raise InvalidInput(
+            f"{CONNECT_SECONDS_VARIABLE} must be a number of seconds from 0.1 to 3600",
+            field=CONNECT_SECONDS_VARIABLE,
+        )
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,7 @@ class Settings:
     """URL prefixes ``openai`` services may reach (``--upstream-allow``); none by default."""
     transfers: TransferTuning = field(default_factory=TransferTuning.from_environment)
     hypernet: SessionLimits = field(default_factory=limits_from_environment)
+    hypernet_connect_seconds: float = field(default_factory=connect_seconds_from_environment)
     ray_address: str | None = None
     """The Ray cluster whose nodes FICC schedules replicas on (``--ray``); None: this machine."""
 
@@ -277,6 +300,7 @@ class Cluster:
             handler=self.federation.operations.serve,
             bind_address=bind_address,
             relay=self.settings.hypernet_relay,
+            connect_timeout_seconds=self.settings.hypernet_connect_seconds,
             limits=self.settings.hypernet,
         )
 

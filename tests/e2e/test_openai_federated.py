@@ -14,19 +14,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import httpx
 import openai
 import pytest
 from tests.support.cluster import ficc
+from tests.support.example_model import end_token_ids
 from tests.support.federation import API, ok, wait_for
 from tests.support.remote import Federated, federation
+
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 QUICK_SECONDS = 2.0
 """A four-token chat takes well under a second when the engine is free."""
 IMPATIENT = httpx.Timeout(30, read=1)
 """A caller who gives up after one second without a byte."""
+CONNECT_SECONDS = 2.0
+"""alpha's deadline for reaching beta (5 s by default): loopback connects take milliseconds, and
+the stopped grantor is reported unreachable after it, once per request."""
 ENDLESS_MAX_TOKENS = 400
 """About nine seconds of SmolLM2 on one thread: long enough to see the engine busy."""
 
@@ -40,15 +45,16 @@ def example_model() -> Path:
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory, example_model: Path) -> Iterator[Federated]:
-    with federation(tmp_path_factory.mktemp("openai"), "smol", example_model) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CONNECT_SECONDS_VARIABLE, str(CONNECT_SECONDS))
+        with federation(tmp_path_factory.mktemp("openai"), "smol", example_model) as running:
+            yield running
 
 
 @pytest.fixture(scope="module")
 def endless(example_model: Path) -> dict[str, Any]:
     """Chat arguments that run to max_tokens: the model's end tokens are banned."""
-    tokens = gguf.GGUFReader(example_model).fields["tokenizer.ggml.tokens"].contents()
-    banned = {str(tokens.index(name)): -100 for name in ("<|endoftext|>", "<|im_end|>")}
+    banned = {str(token): -100 for token in end_token_ids(example_model)}
     return {
         "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
         "temperature": 0,

@@ -28,7 +28,12 @@ from tests.support.federation import (
     wait_for,
 )
 
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
+
 REMOVAL_DEADLINE_SECONDS = 15.0
+CONNECT_SECONDS = 2.0
+"""The clusters' deadline for reaching a peer (5 s by default): loopback connects take
+milliseconds, and a peer that is down is given up on after it."""
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +42,17 @@ def clusters(
 ) -> Iterator[tuple[RunningCluster, RunningCluster]]:
     """alpha asks for access; beta is the service's cluster."""
     root = tmp_path_factory.mktemp("peers")
-    alpha = start_cluster(root / "alpha")
-    beta = start_cluster(root / "beta")
-    try:
-        configure(alpha, "alpha")
-        configure(beta, "beta")
-        yield alpha, beta
-    finally:
-        alpha.stop()
-        beta.stop()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CONNECT_SECONDS_VARIABLE, str(CONNECT_SECONDS))
+        alpha = start_cluster(root / "alpha")
+        beta = start_cluster(root / "beta")
+        try:
+            configure(alpha, "alpha")
+            configure(beta, "beta")
+            yield alpha, beta
+        finally:
+            alpha.stop()
+            beta.stop()
 
 
 def remove_on_both_sides(alpha: RunningCluster, beta: RunningCluster, pairing: Pairing) -> None:

@@ -32,6 +32,7 @@ from tests.support.remote import (
 from tests.support.tiny_gguf import write_tiny_gguf
 
 from ficc.base.units import MiB
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
 from ficc.services.remote.table import OPERATIONS
 
 PLAIN_TEXT = {str(token): -100 for token in range(2, 259)}
@@ -40,14 +41,19 @@ streams flow (byte tokens make invalid UTF-8, which the engine holds back until 
 LONG = {"max_tokens": 3500, "logit_bias": PLAIN_TEXT}
 """About ten seconds of generation on the tiny model: long enough to see the engine busy."""
 QUICK_SECONDS = 2.0
+CONNECT_SECONDS = 2.0
+"""alpha's deadline for reaching beta (5 s by default): loopback connects take milliseconds, and
+the stopped grantor of the crash test is reported unreachable after it."""
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
     root = tmp_path_factory.mktemp("remote")
     tiny = write_tiny_gguf(root / "tiny.gguf")
-    with federation(root, "tiny", tiny, n_ctx=4096) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CONNECT_SECONDS_VARIABLE, str(CONNECT_SECONDS))
+        with federation(root, "tiny", tiny, n_ctx=4096) as running:
+            yield running
 
 
 def full_grant(fed: Federated, **terms: Any) -> str:
@@ -465,31 +471,6 @@ def test_acknowledge_unknown_is_a_strict_boolean_accepted_only_for_start(
     assert status["state"] == "refused"
     assert status["result"]["error"]["code"] == "invalid_request"
     assert fed.grantor_view(grant)["in_flight"] == 0
-
-
-def test_the_sixty_fifth_service_creation_under_one_grant_is_refused(fed: Federated) -> None:
-    grant = full_grant(fed)
-    created = []
-    for index in range(64):
-        body = {"spec": service_spec(fed, f"s{index}")}
-        created.append(fed.result("inference.create", body, new_mutation_id())["id"])
-    assert len(set(created)) == 64
-    refused_id = new_mutation_id()
-    body = {"spec": service_spec(fed, "s64")}
-    error = error_of(fed.request("inference.create", body, refused_id), 429)
-    assert error["code"] == "limit_exceeded"
-    assert error["details"]["limit"] == "created_services"
-    assert sorted(fed.grantor_view(grant)["created_services"]) == sorted(created)
-    # The refusal is certain, so it keeps no capacity; but the cap counts every record the
-    # grant ever created, so removing one makes no room.
-    assert fed.result("operation.status", {"id": refused_id})["state"] == "refused"
-    remove = {"service": created[0], "revision": 1, "operation": "remove"}
-    fed.result("inference.control", remove, new_mutation_id())
-    error = error_of(
-        fed.request("inference.create", {"spec": service_spec(fed, "s65")}, new_mutation_id()),
-        429,
-    )
-    assert error["details"]["limit"] == "created_services"
 
 
 def test_a_refused_mutation_is_retained_as_refused_and_its_retry_is_refused_again(

@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pytest
 import pytest_asyncio
+from tests.support.example_model import end_token_ids
 from tests.support.tiny_gguf import write_tiny_gguf
 
 from ficc.adapters.engine_client import (
@@ -56,12 +56,6 @@ LONG_STORY = "Write a very long story about a dragon.\n"
 DISCONNECTED = "Disconnected from client"
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
-
-
-def end_token_ids(model: Path) -> list[int]:
-    """SmolLM2's end-of-text tokens, read from its GGUF."""
-    tokens = gguf.GGUFReader(model).fields["tokenizer.ggml.tokens"].contents()
-    return [tokens.index("<|endoftext|>"), tokens.index("<|im_end|>")]
 
 
 def long_generation(max_tokens: int = 1500) -> dict[str, Any]:

@@ -35,9 +35,17 @@ from ficc.adapters.hypernet.streams import WRITE_STALL_VARIABLE
 
 END_SECONDS = 1.0
 """The promise: work in flight under an ended grant stops within a second."""
-WRITE_STALL_SECONDS = 8.0
+WRITE_STALL_SECONDS = 5.0
 """beta's write deadline in these tests (30 s by default): long enough not to end a stalled
-stream before the test revokes it, short enough to watch it end one by itself."""
+stream before the test revokes it or its grant expires (a stream stalls within about a second,
+see ``STREAM_GRANT_LIFETIME``), short enough to watch it end one by itself."""
+STREAM_GRANT_LIFETIME = 3
+"""Seconds a grant lasts when its expiry must end a stalled stream: a flood stalls in about half a
+second, so the stream is stalled well before expiry, and expiry comes well before the write
+deadline."""
+SERVICE_GRANT_LIFETIME = 5
+"""Seconds a grant lasts when its expiry must stop a service: the tiny model's engine runs in
+about a second, so it is running well before expiry."""
 RANGE_FILE_BYTES = 48 * 1024 * 1024
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
@@ -263,7 +271,7 @@ def test_expiry_ends_a_stalled_invoke_stream_within_a_second(
     setup: Setup, figures: Figures
 ) -> None:
     fed = setup.fed
-    grant = roomy_grant(setup, lifetime=6)
+    grant = roomy_grant(setup, lifetime=STREAM_GRANT_LIFETIME)
     expires_at = datetime.fromisoformat(fed.grantor_view(grant)["expires_at"]).timestamp()
     gone_before = setup.engine.stats()["gone"]
     caller = stalled_caller(fed, flood_request(fed))
@@ -297,7 +305,7 @@ def test_expiry_stops_the_services_of_a_stop_on_revoke_grant_by_itself(
         models=[setup.tiny],
         nodes=[fed.node],
         stop_on_revoke=True,
-        lifetime=20,
+        lifetime=SERVICE_GRANT_LIFETIME,
     )
     spec = {"name": "grantee-made", "model": setup.tiny, "runtime": "llama.cpp"}
     created = fed.result("inference.create", {"spec": spec}, new_mutation_id())

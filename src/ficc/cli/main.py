@@ -232,6 +232,7 @@ def serve(
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
     import asyncio
+    import gc
 
     import uvloop
 
@@ -272,6 +273,9 @@ def serve(
         fail(exc)
     except OSError as exc:
         fail_with("os_error", str(exc), None, EXIT_REFUSED)
+    # Everything is closed and flushed: the exit need not collect the whole heap for cycles
+    # (FastAPI's and pydantic's objects made that 0.4 s of every stop).
+    gc.freeze()
 
 
 @cli.command("token-create")

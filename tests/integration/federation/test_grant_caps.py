@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from tests.support.isolation import (
     PeerOf,
+    add_node,
     give_grant,
     grantor,
     paired_peer,
     record_model,
     refusal,
     serve,
+    stored_grant,
 )
 
 from ficc.base.errors import LimitExceeded
@@ -70,6 +72,39 @@ async def test_a_removed_record_still_counts_against_the_grants_cap(cluster: Clu
     assert isinstance(error, LimitExceeded)
     assert error.details == {"limit": "created_models", "allowed": g.MAX_CREATED_MODELS}
     assert await model_ids(cluster) == before == sorted(created[1:])
+
+
+async def test_the_sixty_fifth_service_creation_is_refused_and_removing_one_makes_no_room(
+    cluster: Cluster,
+) -> None:
+    node = await add_node(cluster)
+    model = await record_model(cluster, "default", [64], owned=True)
+    peer = await paired_peer(cluster)
+    grant = await give_grant(cluster, peer, models=[model.id], nodes=[node.id])
+
+    async def create_service(name: str, mutation_id: str) -> dict[str, Any]:
+        spec = {"name": name, "model": model.id, "runtime": "llama.cpp"}
+        return await serve(cluster, peer, grant.id, "inference.create", {"spec": spec}, mutation_id)
+
+    created = [
+        (await create_service(f"s{index}", secrets.token_hex(16)))["result"]["id"]
+        for index in range(g.MAX_CREATED_SERVICES)
+    ]
+    assert len(set(created)) == g.MAX_CREATED_SERVICES == 64
+    refused_id = secrets.token_hex(16)
+    error = await refusal(create_service("s64", refused_id))
+    assert isinstance(error, LimitExceeded)
+    assert error.details == {"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES}
+    assert sorted((await stored_grant(cluster, grant.id)).created_services) == sorted(created)
+    # The refusal is certain, so it keeps no capacity; but the cap counts every record the
+    # grant ever created, so removing one makes no room.
+    status = await serve(cluster, peer, grant.id, "operation.status", {"id": refused_id})
+    assert status["result"]["state"] == "refused"
+    remove = {"service": created[0], "revision": 1, "operation": "remove"}
+    await serve(cluster, peer, grant.id, "inference.control", remove, secrets.token_hex(16))
+    again = await refusal(create_service("s65", secrets.token_hex(16)))
+    assert isinstance(again, LimitExceeded)
+    assert again.details["limit"] == "created_services"
 
 
 async def test_inspecting_an_uncertain_creation_releases_the_capacity_it_held(

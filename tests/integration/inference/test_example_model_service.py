@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import httpx
 import openai
 import pytest
 from tests.support.cluster import RunningCluster, ficc
+from tests.support.example_model import end_token_ids
 from tests.support.inference import (
     LOCAL_V1,
     add_model,
@@ -54,8 +54,7 @@ def service(cluster: RunningCluster, example_model: tuple[str, Path]) -> Iterato
 @pytest.fixture(scope="module")
 def endless(example_model: tuple[str, Path]) -> dict[str, Any]:
     """A completion that runs to max_tokens: the model's end tokens are banned."""
-    tokens = gguf.GGUFReader(example_model[1]).fields["tokenizer.ggml.tokens"].contents()
-    banned = {str(tokens.index(name)): -100 for name in ("<|endoftext|>", "<|im_end|>")}
+    banned = {str(token): -100 for token in end_token_ids(example_model[1])}
     return {
         "prompt": "Write a very long story about a dragon.\n",
         "temperature": 0,

@@ -10,6 +10,10 @@ from tests.support.cluster import ficc, start_cluster
 from tests.support.federation import wait_for
 from tests.support.ops import json_lines
 
+from ficc.adapters.hypernet.endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS
+from ficc.base.errors import InvalidInput
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE, connect_seconds_from_environment
+
 
 def _login_link(state_dir: Path) -> str:
     done = ficc("login-link", state_dir=state_dir)
@@ -83,3 +87,18 @@ def test_every_serve_flag_has_a_variable() -> None:
         if param.name in ("help", "project"):
             continue
         assert getattr(param, "envvar", None) == f"FICC_{param.name.upper()}", param.name
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("", 5.0), (" ", 5.0), ("2", 2.0), ("0.1", 0.1)])
+def test_the_connect_variable_sets_the_peer_connect_deadline(raw: str, seconds: float) -> None:
+    assert DEFAULT_CONNECT_TIMEOUT_SECONDS == 5.0
+    assert connect_seconds_from_environment({CONNECT_SECONDS_VARIABLE: raw}) == seconds
+    assert connect_seconds_from_environment({}) == DEFAULT_CONNECT_TIMEOUT_SECONDS
+
+
+@pytest.mark.parametrize("raw", ["0", "0.05", "3601", "soon", "nan"])
+def test_a_connect_deadline_outside_its_range_is_refused_naming_the_variable(raw: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        connect_seconds_from_environment({CONNECT_SECONDS_VARIABLE: raw})
+    assert refused.value.details["field"] == CONNECT_SECONDS_VARIABLE
+    assert "0.1 to 3600" in refused.value.message
