@@ -393,9 +393,11 @@ def test_ctrl_c_pauses_the_acquire_command_which_exits_130(
         assert cli.stderr is not None
         stderr = Collected(cli.stderr)
         transfer_id = wait_for_transfer_of(clusters, model["id"])
+        wait_for(lambda: transfer_id.encode() in stderr.text(), what="the progress bar")
         wait_for_partial(clusters.alpha, transfer_id, 1)
+        # Ctrl-C at once: a frozen grantor stalls the transfer, which FICC pauses by itself
+        # after the stall setting (the command then exits 1, not 130).
         with frozen(clusters.beta):
-            wait_for(lambda: transfer_id.encode() in stderr.text(), what="the progress bar")
             cli.send_signal(signal.SIGINT)
             assert cli.wait(timeout=30) == 130, stderr.text()
             assert show(clusters.alpha.owner(), transfer_id)["state"] == "paused"
