@@ -391,7 +391,8 @@ def test_ctrl_c_pauses_the_acquire_command_which_exits_130(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
     ) as cli:
         assert cli.stderr is not None
-        stderr = Collected(cli.stderr)
+        assert cli.stdout is not None
+        stderr, stdout = Collected(cli.stderr), Collected(cli.stdout)
         transfer_id = wait_for_transfer_of(clusters, model["id"])
         wait_for(lambda: transfer_id.encode() in stderr.text(), what="the progress bar")
         wait_for_partial(clusters.alpha, transfer_id, 1)
@@ -399,7 +400,7 @@ def test_ctrl_c_pauses_the_acquire_command_which_exits_130(
         # after the stall setting (the command then exits 1, not 130).
         with frozen(clusters.beta):
             cli.send_signal(signal.SIGINT)
-            assert cli.wait(timeout=30) == 130, stderr.text()
+            assert cli.wait(timeout=30) == 130, (stderr.text(), stdout.text())
             assert show(clusters.alpha.owner(), transfer_id)["state"] == "paused"
         assert b'"reason": "interrupted"' in stderr.text()
 

@@ -20,12 +20,12 @@ from tests.support.tiny_gguf import write_tiny_gguf
 
 pytestmark = pytest.mark.engine
 
-LONG_QUESTION = "Count from 1 to 1000, one number per line."
+LONG_QUESTION = "Write the numbers from 1 to 500 separated by commas."
 STORY_MAX_TOKENS = 1000
-"""At temperature 0 the example model counts on until the cap, some thirty seconds on one
-thread: Ctrl-C after its first words always lands while it is still answering (a story ended
-on its own in a few seconds, and under load before the Ctrl-C). The next answer is bounded
-too."""
+"""At temperature 0 the example model writes numbers until the cap, some seventeen seconds on
+one thread: Ctrl-C after its first words always lands while it is still answering (a story, or
+counting one number per line, ended on its own within a second or a few, under load before the
+Ctrl-C). The next answer is bounded too."""
 
 
 @pytest.fixture(scope="module")
