@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.cli import with_default_ctrl_c
 from tests.support.cluster import RunningCluster, ficc
 from tests.support.federation import (
     API,
@@ -388,7 +389,11 @@ def test_ctrl_c_pauses_the_acquire_command_which_exits_130(
     # is following the transfer when the interrupt arrives.
     environment = {**os.environ, "TTY_COMPATIBLE": "1"}
     with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+        preexec_fn=with_default_ctrl_c,
     ) as cli:
         assert cli.stderr is not None
         assert cli.stdout is not None

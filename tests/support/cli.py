@@ -35,6 +35,13 @@ def refused(state_dir: Path, *args: str, status: int, stdin: str | None = None) 
     return dict(envelope["error"])
 
 
+def with_default_ctrl_c() -> None:
+    """Run in a child before it starts: Ctrl-C (SIGINT) does what it does for a person at a
+    terminal. A test run started in the background (``make test &``) has SIGINT ignored, and
+    children inherit that, so a command under test would never see its Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     """`ficc` on a pseudo-terminal: stdin, stdout and stderr are the terminal, as for a person."""
 
@@ -48,6 +55,7 @@ class Terminal:
             stderr=follower,
             env=env,
             start_new_session=True,
+            preexec_fn=with_default_ctrl_c,
         )
         os.close(follower)
         self.output = b""
