@@ -29,6 +29,7 @@ from ficc.adapters.state_dir import StateDir
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
+from ficc.base.units import seconds_setting
 from ficc.domain import transfers as tr
 from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
@@ -77,19 +78,7 @@ CONNECT_SECONDS_VARIABLE = "FICC_HYPERNET_CONNECT_SECONDS"
 def connect_seconds_from_environment(environ: Mapping[str, str] | None = None) -> float:
     """The peer connect deadline: :data:`CONNECT_SECONDS_VARIABLE`, unset or empty the default."""
     env = os.environ if environ is None else environ
-    raw = env.get(CONNECT_SECONDS_VARIABLE, "").strip()
-    if not raw:
-        return DEFAULT_CONNECT_TIMEOUT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not 0.1 <= seconds <= 3600:
-        raise InvalidInput(
-            f"{CONNECT_SECONDS_VARIABLE} must be a number of seconds from 0.1 to 3600",
-            field=CONNECT_SECONDS_VARIABLE,
-        )
-    return seconds
+    return seconds_setting(env, CONNECT_SECONDS_VARIABLE, DEFAULT_CONNECT_TIMEOUT_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -104,7 +93,6 @@ class TransferTuning:
         """Read the two ``FICC_TRANSFER_*`` variables; an unset or empty one keeps its default."""
         env = os.environ if environ is None else environ
         range_bytes = tr.RANGE_BYTES
-        stall_seconds = tr.STALL_SECONDS
         raw_range = env.get(RANGE_BYTES_VARIABLE, "").strip()
         if raw_range:
             try:
@@ -116,17 +104,7 @@ class TransferTuning:
                     f"{RANGE_BYTES_VARIABLE} must be an integer from 1 to {tr.MAX_RANGE_BYTES}",
                     field=RANGE_BYTES_VARIABLE,
                 )
-        raw_stall = env.get(STALL_SECONDS_VARIABLE, "").strip()
-        if raw_stall:
-            try:
-                stall_seconds = float(raw_stall)
-            except ValueError:
-                stall_seconds = 0.0
-            if not 0.1 <= stall_seconds <= 3600:
-                raise InvalidInput(
-                    f"{STALL_SECONDS_VARIABLE} must be a number of seconds from 0.1 to 3600",
-                    field=STALL_SECONDS_VARIABLE,
-                )
+        stall_seconds = seconds_setting(env, STALL_SECONDS_VARIABLE, tr.STALL_SECONDS)
         return cls(range_bytes=range_bytes, stall_seconds=stall_seconds)
 
 

@@ -17,6 +17,7 @@ from iroh import iroh_ffi
 
 from ficc.adapters.hypernet.errors import describe
 from ficc.base.errors import InvalidInput
+from ficc.base.units import seconds_setting
 from ficc.protocol.limits import SessionLimits
 
 READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
@@ -40,24 +41,13 @@ def limits_from_environment(environ: Mapping[str, str] | None = None) -> Session
     env = os.environ if environ is None else environ
     defaults = SessionLimits()
     return SessionLimits(
-        read_deadline_seconds=_seconds(env, READ_DEADLINE_VARIABLE, defaults.read_deadline_seconds),
-        unpaired_idle_seconds=_seconds(env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds),
+        read_deadline_seconds=seconds_setting(
+            env, READ_DEADLINE_VARIABLE, defaults.read_deadline_seconds
+        ),
+        unpaired_idle_seconds=seconds_setting(
+            env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds
+        ),
     )
-
-
-def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
-    raw = env.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0.1 <= value <= 3600:
-        raise InvalidInput(
-            f"{variable} must be a number of seconds from 0.1 to 3600", field=variable
-        )
-    return value
 
 
 def bind_addresses(address: str) -> list[str]:

@@ -23,10 +23,10 @@ from ficc.base.errors import (
     FiccError,
     GrantExpired,
     GrantRevoked,
-    InvalidInput,
     ProtocolError,
     Unavailable,
 )
+from ficc.base.units import seconds_setting
 from ficc.protocol.frames import FrameDecoder, encode_frame, join_parts
 from ficc.protocol.limits import MIN_READ_BYTES, WRITE_PIECE_BYTES, WRITE_STALL_SECONDS
 from ficc.protocol.messages import Message, decode_message_parts, encode_message
@@ -43,19 +43,7 @@ RESET_LOOKUP_SECONDS: Final = 0.5
 @functools.cache
 def write_stall_seconds() -> float:
     """:data:`WRITE_STALL_SECONDS`, or the value of :data:`WRITE_STALL_VARIABLE` when set."""
-    raw = os.environ.get(WRITE_STALL_VARIABLE, "").strip()
-    if not raw:
-        return WRITE_STALL_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not 0.1 <= seconds <= 3600:
-        raise InvalidInput(
-            f"{WRITE_STALL_VARIABLE} must be a number of seconds from 0.1 to 3600",
-            field=WRITE_STALL_VARIABLE,
-        )
-    return seconds
+    return seconds_setting(os.environ, WRITE_STALL_VARIABLE, WRITE_STALL_SECONDS)
 
 
 class FrameStream:
