@@ -57,13 +57,13 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
 
 @pytest.fixture(scope="module")
 def engine(fed: Federated) -> OpenAI:
-    client = client_on(f"{fed.engine_url}/v1", fed.engine_key or "unused")
+    client = client_on(f"{fed.engine_url}/v1", fed.engine_key or "unused", fed.beta.client())
     warm(client, fed.service)
     return client
 
 
 def the_three(fed: Federated, engine: OpenAI) -> list[OpenAI]:
-    local = client_on(fed.beta.url + LOCAL_V1, fed.beta.owner_token)
+    local = client_on(fed.beta.url + LOCAL_V1, fed.beta.owner_token, fed.beta.client())
     return [engine, local, fed.federated_openai()]
 
 

@@ -38,9 +38,13 @@ BAD_PARAMETERS: list[tuple[dict[str, Any], str]] = [
 DEEP_BODIES = [b'{"a":' * 5000 + b"1" + b"}" * 5000, b"[" * 100_000]
 
 
-def client_on(base_url: str, api_key: str = "unused") -> OpenAI:
+def client_on(
+    base_url: str, api_key: str = "unused", http_client: httpx.Client | None = None
+) -> OpenAI:
     """The official client on ``base_url``; it never retries on its own."""
-    return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+    return OpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, timeout=120, http_client=http_client
+    )
 
 
 def stable(answer: Any) -> dict[str, Any]:

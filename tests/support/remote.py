@@ -148,6 +148,7 @@ class Federated:
             api_key=token or self.alpha.owner_token,
             max_retries=0,
             timeout=options.pop("timeout", 60),
+            http_client=options.pop("http_client", None) or self.alpha.client(),
             **options,
         )
 

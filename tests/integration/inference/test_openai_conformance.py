@@ -73,10 +73,12 @@ def running(cluster: RunningCluster) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def engine(running: dict[str, Any]) -> OpenAI:
+def engine(cluster: RunningCluster, running: dict[str, Any]) -> OpenAI:
     """The official client on the service's engine itself, its cache warmed."""
     (replica,) = running["replicas"]
-    client = client_on(f"http://127.0.0.1:{replica['port']}/v1", engine_api_key(replica))
+    client = client_on(
+        f"http://127.0.0.1:{replica['port']}/v1", engine_api_key(replica), cluster.client()
+    )
     warm(client, running["id"])
     return client
 

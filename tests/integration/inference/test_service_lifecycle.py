@@ -266,6 +266,7 @@ def test_a_running_service_cannot_be_invoked_from_another_project(
         api_key=cluster.owner_token,
         max_retries=0,
         default_headers={"X-FICC-Project": "elsewhere"},
+        http_client=cluster.client(),
     )
     with pytest.raises(openai.NotFoundError):
         other.completions.create(model=service["id"], prompt="the", max_tokens=1)
