@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cluster import RunningCluster, start_cluster
+from tests.support.cluster import RunningCluster
 from tests.support.federation import (
     API,
     DISCOVER_GRANT,
     add_service,
     approve,
     audit_entries,
-    configure,
+    configured_pair,
     error_of,
     finish,
     grant_in,
@@ -38,16 +38,8 @@ def clusters(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[RunningCluster, RunningCluster]]:
     """alpha asks for access; beta is the service's cluster. Both companions configured."""
-    root = tmp_path_factory.mktemp("life")
-    alpha = start_cluster(root / "alpha")
-    beta = start_cluster(root / "beta")
-    try:
-        configure(alpha, "alpha")
-        configure(beta, "beta")
-        yield alpha, beta
-    finally:
-        alpha.stop()
-        beta.stop()
+    with configured_pair(tmp_path_factory.mktemp("life")) as pair_:
+        yield pair_
 
 
 def remote_grant(view: dict[str, Any], peer_id: str, grant_id: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from tests.support.federation import (
     Pairing,
     approve,
     configure,
+    configured_pair,
     error_of,
     finish,
     grant_in,
@@ -42,17 +43,8 @@ def clusters(
 ) -> Iterator[tuple[RunningCluster, RunningCluster]]:
     """alpha asks for access; beta is the service's cluster."""
     root = tmp_path_factory.mktemp("peers")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(CONNECT_SECONDS_VARIABLE, str(CONNECT_SECONDS))
-        alpha = start_cluster(root / "alpha")
-        beta = start_cluster(root / "beta")
-        try:
-            configure(alpha, "alpha")
-            configure(beta, "beta")
-            yield alpha, beta
-        finally:
-            alpha.stop()
-            beta.stop()
+    with configured_pair(root, **{CONNECT_SECONDS_VARIABLE: str(CONNECT_SECONDS)}) as pair_:
+        yield pair_
 
 
 def remove_on_both_sides(alpha: RunningCluster, beta: RunningCluster, pairing: Pairing) -> None:

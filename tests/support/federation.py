@@ -6,15 +6,17 @@ the clusters talk to each other over real HyperNet (iroh) on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from tests.support.cluster import RunningCluster, ficc
+from tests.support.cluster import RunningCluster, ficc, start_cluster
 
 T = TypeVar("T")
 
@@ -60,6 +62,32 @@ def configure(cluster: RunningCluster, label: str) -> dict[str, Any]:
     agent = cluster.state_dir.parent / f"{cluster.state_dir.name}-agent"
     body = {"agent_directory": str(agent), "label": label}
     return ok(cluster.owner().put(f"{API}/configuration", json=body))
+
+
+@contextlib.contextmanager
+def configured_pair(
+    root: Path, **environment: str
+) -> Iterator[tuple[RunningCluster, RunningCluster]]:
+    """alpha and beta serving under ``root``, each with its companion configured, started with
+    ``environment`` added to theirs; both stopped on the way out."""
+    saved = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
+    try:
+        alpha = start_cluster(root / "alpha")
+        beta = start_cluster(root / "beta")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        configure(alpha, "alpha")
+        configure(beta, "beta")
+        yield alpha, beta
+    finally:
+        alpha.stop()
+        beta.stop()
 
 
 def identity(cluster: RunningCluster) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from tests.support.cli import Terminal, ok, refused
-from tests.support.cluster import RunningCluster, ficc, start_cluster
-from tests.support.federation import configure, offer_in, overview, send_offer
+from tests.support.cluster import RunningCluster, ficc
+from tests.support.federation import configured_pair, offer_in, overview, send_offer
 
 
 @pytest.fixture(scope="module")
@@ -18,15 +18,8 @@ def clusters(
     root = tmp_path_factory.mktemp("cli-approve")
     for name in ("alpha", "beta"):
         assert ficc("init", state_dir=root / name).returncode == 0
-    alpha = start_cluster(root / "alpha")
-    beta = start_cluster(root / "beta")
-    try:
-        configure(alpha, "alpha")
-        configure(beta, "beta")
-        yield alpha, beta
-    finally:
-        alpha.stop()
-        beta.stop()
+    with configured_pair(root) as pair_:
+        yield pair_
 
 
 def test_a_grant_from_flags_is_shown_then_approved_on_confirmation(
