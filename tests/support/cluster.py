@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,22 @@ class RunningCluster:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+@contextlib.contextmanager
+def added_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment for the block (for the servers it starts),
+    the earlier values back afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def start_cluster(state_dir: Path, *extra_args: str) -> RunningCluster:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from tests.support.cluster import RunningCluster, ficc, start_cluster
+from tests.support.cluster import RunningCluster, added_environment, ficc, start_cluster
 
 T = TypeVar("T")
 
@@ -70,17 +69,9 @@ def configured_pair(
 ) -> Iterator[tuple[RunningCluster, RunningCluster]]:
     """alpha and beta serving under ``root``, each with its companion configured, started with
     ``environment`` added to theirs; both stopped on the way out."""
-    saved = {key: os.environ.get(key) for key in environment}
-    os.environ.update(environment)
-    try:
+    with added_environment(environment):
         alpha = start_cluster(root / "alpha")
         beta = start_cluster(root / "beta")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     try:
         configure(alpha, "alpha")
         configure(beta, "beta")

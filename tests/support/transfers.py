@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.support.cluster import RunningCluster, ficc, start_cluster
+from tests.support.cluster import RunningCluster, added_environment, ficc, start_cluster
 from tests.support.federation import API, Pairing, ok, overview, pair, refresh, wait_for
 
 MiB = 1024 * 1024
@@ -206,16 +206,8 @@ def start_tuned(
         "FICC_TRANSFER_RANGE_BYTES": str(range_bytes),
         "FICC_TRANSFER_STALL_SECONDS": str(stall_seconds),
     }
-    saved = {key: os.environ.get(key) for key in tuning}
-    os.environ.update(tuning)
-    try:
+    with added_environment(tuning):
         return start_cluster(state_dir, *extra_args)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def hypernet_address(cluster: RunningCluster) -> str:
