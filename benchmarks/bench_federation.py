@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,6 +51,7 @@ from benchmarks.processes import (
     GatewayModel,
     cpu_seconds,
     engine_api_key,
+    ficc_cli,
     gateway_running,
     mock_engine_running,
     running_process,
@@ -118,18 +118,6 @@ def _ok(response: httpx.Response, status: int = 200) -> Any:
             f"{response.request.url} answered {response.status_code}: {response.text}"
         )
     return response.json()
-
-
-def _cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "ficc", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    return done.stdout.strip()
 
 
 def _running_service(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
@@ -524,9 +512,9 @@ def run() -> list[dict[str, Any]]:
         mock_url = mock_engine.url
         alpha = _cluster(stack, work, "alpha")
         beta = _cluster(stack, work, "beta", "--upstream-allow", mock_url)
-        example = _cli("example-model")
+        example = ficc_cli("example-model")
         model = json.loads(
-            _cli("model-add", "--state-dir", str(beta.state), "--name", "smol", example)
+            ficc_cli("model-add", "--state-dir", str(beta.state), "--name", "smol", example)
         )
         llama = _running_service(
             beta.client, {"name": "bench-llama", "model": model["id"], "runtime": "llama.cpp"}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ import httpx
 from benchmarks import row
 from benchmarks.processes import (
     engine_api_key,
+    ficc_cli,
     mock_engine_running,
     running_process,
     wait_until,
@@ -145,18 +145,6 @@ def _ficc_running(stack: ExitStack, work: Path, upstream: str) -> tuple[str, str
     wait_until(serving, "ficc serve", process)
     url = str(json.loads(server_json.read_text())["url"])
     return url, (state / "owner.token").read_text().strip(), state
-
-
-def _ficc_cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "ficc", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    return done.stdout.strip()
 
 
 def _running_service(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
@@ -277,9 +265,9 @@ def run() -> list[dict[str, Any]]:
         work = Path(temporary)
         mock_url = mock_engine_running(stack, work).url
         url, token, state = _ficc_running(stack, work, mock_url)
-        example = _ficc_cli("example-model")
+        example = ficc_cli("example-model")
         model = json.loads(
-            _ficc_cli("model-add", "--state-dir", str(state), "--name", "smollm2", example)
+            ficc_cli("model-add", "--state-dir", str(state), "--name", "smollm2", example)
         )
         headers = {"Authorization": f"Bearer {token}"}
         client = stack.enter_context(

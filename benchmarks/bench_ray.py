@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,24 +26,12 @@ from typing import Any, Final
 import httpx
 
 from benchmarks import row
-from benchmarks.processes import ROOT, running_process, wait_until
+from benchmarks.processes import ficc_cli, running_process, wait_until
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_RAY_REQUESTS", "60"))
 WARM_UP: Final = 5
 START_SECONDS: Final = 120.0
 LOCAL_V1: Final = "/api/v1/inference/v1"
-
-
-def _ficc(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "ficc", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    return done.stdout.strip()
 
 
 def _serving(stack: ExitStack, state: Path, *extra: str) -> tuple[str, str]:
@@ -95,7 +82,7 @@ def run() -> list[dict[str, Any]]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from ray.cluster_utils import Cluster
 
-    example = _ficc("example-model")
+    example = ficc_cli("example-model")
     with ExitStack() as stack, tempfile.TemporaryDirectory() as work_dir:
         work = Path(work_dir)
         cluster = Cluster(
@@ -110,7 +97,7 @@ def run() -> list[dict[str, Any]]:
             state = work / name
             url, token = _serving(stack, state, *extra)
             model = json.loads(
-                _ficc("model-add", "--name", "smol", "--state-dir", str(state), example)
+                ficc_cli("model-add", "--name", "smol", "--state-dir", str(state), example)
             )["id"]
             client = stack.enter_context(
                 httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)

@@ -195,3 +195,16 @@ def gateway_running(stack: ExitStack, work: Path, models: Sequence[GatewayModel]
 
     wait_until(answers, "the LiteLLM gateway", process, GATEWAY_START_SECONDS)
     return Engine(url, process.pid)
+
+
+def ficc_cli(*args: str) -> str:
+    """Run ``ficc ARGS`` from the repository root; its standard output (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ficc", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    return done.stdout.strip()
