@@ -63,6 +63,13 @@ from ficc.protocol.stream_states import (
 )
 
 START = 1000.0
+ASKED_STATES = (
+    StreamState.AWAITING,
+    StreamState.GATHERING,
+    StreamState.AWAITING_STREAM,
+    StreamState.STREAMING,
+)
+"""Where a requester's stream stands while its answer may still come."""
 
 
 def connected(*, paired: bool = True) -> tuple[PeerConnection, PeerConnection]:
@@ -361,26 +368,10 @@ class TwoEnds(RuleBasedStateMachine):
         frames = self.server.send_chunk(self.pairs[asked], piece)
         self._to_requester(asked, frames, data.draw(st.lists(st.integers(0, len(frames)))))
 
-    @precondition(
-        lambda self: self._in(
-            StreamState.AWAITING,
-            StreamState.GATHERING,
-            StreamState.AWAITING_STREAM,
-            StreamState.STREAMING,
-        )
-    )
+    @precondition(lambda self: self._in(*ASKED_STATES))
     @rule(data=st.data(), refuse=st.booleans())
     def finish_an_answer(self, data: st.DataObject, refuse: bool) -> None:
-        asked = data.draw(
-            st.sampled_from(
-                self._in(
-                    StreamState.AWAITING,
-                    StreamState.GATHERING,
-                    StreamState.AWAITING_STREAM,
-                    StreamState.STREAMING,
-                )
-            )
-        )
+        asked = data.draw(st.sampled_from(self._in(*ASKED_STATES)))
         served = self.pairs[asked]
         if refuse:
             frames = self.server.send_error(served, LimitExceeded("no", details={"limit": "x"}))
@@ -400,26 +391,10 @@ class TwoEnds(RuleBasedStateMachine):
         else:
             assert last == AnswerReceived(asked, {"answer": asked})
 
-    @precondition(
-        lambda self: self._in(
-            StreamState.AWAITING,
-            StreamState.GATHERING,
-            StreamState.AWAITING_STREAM,
-            StreamState.STREAMING,
-        )
-    )
+    @precondition(lambda self: self._in(*ASKED_STATES))
     @rule(data=st.data(), by_end=st.booleans())
     def abandon_a_request(self, data: st.DataObject, by_end: bool) -> None:
-        asked = data.draw(
-            st.sampled_from(
-                self._in(
-                    StreamState.AWAITING,
-                    StreamState.GATHERING,
-                    StreamState.AWAITING_STREAM,
-                    StreamState.STREAMING,
-                )
-            )
-        )
+        asked = data.draw(st.sampled_from(self._in(*ASKED_STATES)))
         frames = b"" if by_end else self.requester.send_cancel(asked)
         served = self.pairs.pop(asked)
         assert self.server.receive(served, frames, self.now) == [RequestCancelled(served)]
