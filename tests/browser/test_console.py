@@ -120,6 +120,9 @@ def test_an_offer_is_reviewed_approved_finished_revoked_and_retired(
     expect(page.locator("#offer-state")).to_have_text("approved")
     digest = "".join(page.locator("#receipt-digest").inner_text().split())
     assert re.fullmatch(r"[0-9a-f]{64}", digest), digest
+    signed = _terms(page)  # the approver sees the grant it signed, not only its ID
+    assert (signed["Total requests"], signed["Models"]) == ("50", model["id"])
+    assert signed["Model transfer allowance"] == "4.0 MiB"
 
     given = grant_in(
         overview(beta.owner()), offer_in(overview(beta.owner()), offer["id"])["receipt"]["grant"]
@@ -134,6 +137,15 @@ def test_an_offer_is_reviewed_approved_finished_revoked_and_retired(
     other = _page(new_context)
     sign_in(other, alpha, f"/ui/p/default/offers/{offer['id']}")
     expect(other.get_by_role("heading", level=1)).to_have_text("Finish offer")
+    # The requester reads the terms it accepts, the same as the approver signed; the digest
+    # it must type is nowhere on its page, so the read-aloud check cannot become a copy.
+    accepting = _terms(other)
+    assert _without_lifetime(accepting) == _without_lifetime(signed)
+    assert "".join(other.locator("body").inner_text().split()).find(digest) == -1
+    assert digest[:8] not in other.content()
+    expect(other.locator("#receipt-digest")).to_have_count(0)
+    assert accessibility_problems(other) == [], describe(accessibility_problems(other))
+    screenshot(other, "offer-finish")
     other.get_by_label("Receipt digest the other cluster's approver read to you").fill(
         grouped(digest)
     )
@@ -153,18 +165,41 @@ def test_an_offer_is_reviewed_approved_finished_revoked_and_retired(
     row.get_by_role("button", name="Revoke", exact=True).click()
     expect(row.locator(".state")).to_have_text("revoked")
     assert seen
+    # Ended reads as ended: a grey bar, when it was revoked, and no "expires in".
+    expect(row.locator("meter").first).to_have_class("ended")
+    expect(row).to_contain_text("revoked at")
+    expect(row).not_to_contain_text("expires")
     revoked = grant_in(overview(beta.owner()), given["id"])
     assert revoked is not None
     assert (revoked["state"], revoked["in_flight"]) == ("revoked", 0)
 
     page.goto(f"{beta.url}/ui/p/default/grants/{given['id']}")
     expect(page.locator("#grant-state")).to_have_text("revoked")
+    expect(page.locator("#grant-expires")).to_contain_text("revoked at")
+    expect(page.locator("main")).not_to_contain_text("expires")
+    expect(page.locator("meter.ended")).to_have_count(2)
     assert accessibility_problems(page) == [], describe(accessibility_problems(page))
     screenshot(page, "grant")
     _accept(page, "Retire this grant?")
     page.get_by_role("button", name="Retire", exact=True).click()
     expect(page.locator("#grant-state")).to_have_text("retired")
+    expect(page.locator("#grant-expires")).to_contain_text("revoked at")
     assert grant_in(overview(beta.owner()), given["id"])["state"] == "retired"  # type: ignore[index]
+
+
+def _terms(page: Page) -> dict[str, str]:
+    """The grant terms the page shows (``#grant-terms``), each term with its words."""
+    found = page.locator("#grant-terms").evaluate(
+        """dl => Object.fromEntries([...dl.querySelectorAll("dt")].map(
+            dt => [dt.textContent.trim(), dt.nextElementSibling.textContent.trim()]))"""
+    )
+    assert isinstance(found, dict)
+    return {str(term): " ".join(str(words).split()) for term, words in found.items()}
+
+
+def _without_lifetime(terms: dict[str, str]) -> dict[str, str]:
+    """The terms without the lifetime line, whose "expires in …" counts down between pages."""
+    return {term: words for term, words in terms.items() if term != "Lifetime"}
 
 
 def test_a_transfer_bar_moves_live_and_pauses_and_resumes(

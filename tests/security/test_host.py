@@ -21,6 +21,7 @@ from tests.support.authority import (
     without_request_id,
 )
 from tests.support.cluster import RunningCluster, ficc, start_cluster
+from tests.support.federation import configured_pair, send_offer
 
 from ficc.base.errors import LimitExceeded
 from ficc.domain.accounts import (
@@ -184,6 +185,29 @@ def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
     allowed = cluster.client(cluster.token("resources:read")).get("/ui")
     assert allowed.status_code == 200
     assert row in allowed.text
+    figures.record(tries=1, refused=1)
+
+
+def test_the_offer_review_page_lists_nodes_only_to_a_credential_with_resources_read(
+    tmp_path: Path, figures: Figures
+) -> None:
+    """G14, F13's sibling: the approval form's node picker names the hosts, so a
+    federation:manage holder without resources:read gets the form without it."""
+    with configured_pair(tmp_path) as (alpha, beta):
+        offer = send_offer(alpha.owner(), beta, ["discover"])
+        node = beta.owner().get("/api/v1/nodes").json()["nodes"][0]
+        picker = f'<input type="checkbox" name="nodes" value="{node["id"]}"> {node["name"]}'
+        path = f"/ui/p/default/offers/{offer['id']}"
+        manage = ("federation:read", "federation:manage")
+        without = beta.client(beta.token(*manage)).get(path)
+        assert without.status_code == 200
+        assert 'id="approve-form"' in without.text
+        assert 'name="nodes"' not in without.text
+        assert node["id"] not in without.text
+        assert "needs the <code>resources:read</code> scope" in without.text
+        allowed = beta.client(beta.token(*manage, "resources:read")).get(path)
+        assert allowed.status_code == 200
+        assert picker in allowed.text
     figures.record(tries=1, refused=1)
 
 

@@ -21,7 +21,8 @@ from fastapi.templating import Jinja2Templates
 
 from ficc.base.errors import InvalidInput, NotFound, TooLarge
 from ficc.base.ids import parse_project_name
-from ficc.base.times import format_time
+from ficc.base.times import format_time, parse_time
+from ficc.domain import grants as g
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import unb64
 from ficc.services import accounts
@@ -200,15 +201,57 @@ def duration(seconds: float | int | None) -> str:
     return " ".join(parts)
 
 
-def relative(at: datetime | None, now: datetime) -> str:
-    if at is None:
+def moment(at: object) -> datetime | None:
+    """A time as the services give it: a datetime, or RFC 3339 text (a peer's copy of a grant
+    keeps its times as text); anything else is no time at all."""
+    if isinstance(at, datetime):
+        return at
+    if isinstance(at, str):
+        try:
+            return parse_time(at)
+        except ValueError:
+            return None
+    return None
+
+
+def relative(at: object, now: datetime) -> str:
+    when = moment(at)
+    if when is None:
         return "never"
-    delta = (at - now).total_seconds()
+    delta = (when - now).total_seconds()
     return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
 
 
-def absolute(at: datetime | None) -> str:
-    return "—" if at is None else format_time(at)
+def absolute(at: object) -> str:
+    when = moment(at)
+    return "—" if when is None else format_time(when)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How a grant stands, the one reading every page shows: live or ended, and the moment
+    that says so (when it expires, or when it was revoked or expired)."""
+
+    state: str
+    ended: bool
+    event: str
+    """``expires`` while live; ``revoked`` or ``expired`` once ended (a retired grant too)."""
+    at: datetime | None
+
+
+def standing(grant: Mapping[str, Any], now: datetime) -> Standing:
+    """A grant given or received, as it stands at ``now``: anything but ``active`` has ended,
+    and an active one past its expiry is expired, whatever a stale copy still says."""
+    state = str(grant.get("state") or "unknown")
+    expires_at = moment(grant.get("expires_at"))
+    revoked_at = moment(grant.get("revoked_at"))
+    if state == g.ACTIVE and expires_at is not None and expires_at <= now:
+        state = g.EXPIRED
+    if state == g.ACTIVE:
+        return Standing(state, False, "expires", expires_at)
+    if state == g.EXPIRED or (state == g.RETIRED and revoked_at is None):
+        return Standing(state, True, "expired", expires_at)
+    return Standing(state, True, "revoked", revoked_at)
 
 
 def percent(done: int | None, total: int | None) -> int:
@@ -228,4 +271,6 @@ def eta(transfer: Mapping[str, Any]) -> str:
 TEMPLATES.env.filters.update(
     fingerprint=fingerprint, grouped=grouped, size=size, duration=duration, absolute=absolute
 )
-TEMPLATES.env.globals.update(SCOPE_WORDS=SCOPE_WORDS, relative=relative, percent=percent, eta=eta)
+TEMPLATES.env.globals.update(
+    SCOPE_WORDS=SCOPE_WORDS, relative=relative, percent=percent, eta=eta, standing=standing
+)

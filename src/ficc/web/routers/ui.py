@@ -229,11 +229,19 @@ async def offer(
 
 
 async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
-    """This project's services, models and nodes, for the approval form's pickers."""
+    """This project's services, models and nodes, for the approval form's pickers.
+
+    Nodes (their host names) are the cluster's resources: listed only with resources:read,
+    as on the overview and GET /nodes (G14); None tells the page why the picker is empty.
+    """
     return {
         "services": await ctx.cluster.inference.commands.list_services(ctx.project),
         "models": await catalogue.list_models(ctx.cluster.uow_factory, ctx.project),
-        "nodes": await nodes.list_nodes(ctx.cluster.uow_factory),
+        "nodes": (
+            await nodes.list_nodes(ctx.cluster.uow_factory)
+            if "resources:read" in ctx.principal.scopes
+            else None
+        ),
     }
 
 
