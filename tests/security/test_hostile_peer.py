@@ -8,8 +8,10 @@ server process holds (its RSS from /proc).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import iroh
 import pytest
@@ -26,29 +28,38 @@ from tests.support.federation import (
 )
 from tests.support.hostile_peer import (
     HostileSession,
+    Tally,
     bind,
     closed_within,
     handshake,
+    ipv4_only,
     memory_kib,
     offer_body,
     raw_endpoints,
     rows,
     server_address,
+    silent_connections,
 )
+from tests.support.loop_watchdog import loop_watchdog
 
 from ficc.adapters.hypernet import (
     MAX_CONNECTIONS_PER_HYPERNET_ID,
     MAX_HANDSHAKES_IN_PROGRESS,
     READ_DEADLINE_VARIABLE,
     UNPAIRED_IDLE_VARIABLE,
+    HyperNetEndpoint,
 )
+from ficc.adapters.hypernet.admission import MAX_HANDSHAKES_PER_SOURCE
 from ficc.adapters.hypernet.streams import FrameStream
-from ficc.base.errors import ProtocolError
+from ficc.adapters.keys import ClusterKey
+from ficc.base.errors import ProtocolError, Unavailable
 from ficc.base.units import KiB, MiB
 from ficc.domain.offers import MAX_RECEIVED_OFFERS, MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
 from ficc.protocol import ALPN
-from ficc.protocol.limits import MAX_UNPAIRED_STREAMS
+from ficc.protocol.handshake import KnownPeer
+from ficc.protocol.limits import MAX_UNPAIRED_STREAMS, SILENT_CONNECTION_SECONDS
 from ficc.protocol.messages import Error, Response
+from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 READ_DEADLINE_SECONDS = 1.0
 """The server's read deadline in these tests (10 s by default)."""
@@ -371,3 +382,147 @@ async def test_a_label_with_bidi_and_control_characters_is_cleaned(
     assert shown == "Acmemoc.evil Corp" + "x" * 60
     assert all(ch.isprintable() for ch in shown)
     figures.record(tries=2, refused=1, label_chars=len(shown))
+
+
+# -- G3: strangers cannot lock out friends (in-process endpoints over real iroh) -------------
+
+GENERATION = 7
+FRIEND_RECONNECTS = 10
+
+
+class _InProcess:
+    """A server endpoint and a client endpoint in this process, over real iroh on loopback;
+    the client is paired with the server when ``paired``. In-process so that the loop
+    watchdog measures the server's own event loop."""
+
+    def __init__(self, directory: Path, *, paired: bool) -> None:
+        self.server_key, self.client_key = ClusterKey.generate(), ClusterKey.generate()
+        self.paired = paired
+        self.server = self._endpoint(directory / "server", self.server_key, self._server_knows)
+        self.client = self._endpoint(directory / "client", self.client_key, self._client_knows)
+
+    def _endpoint(self, directory: Path, key: ClusterKey, lookup: Any) -> HyperNetEndpoint:
+        async def echo(_: PeerIdentity, operation: str, body: dict[str, Any]) -> RequestResult:
+            return {"echo": body}
+
+        return HyperNetEndpoint(
+            agent_directory=directory,
+            cluster_key=key,
+            lookup=lookup,
+            handler=echo,
+            bind_address="127.0.0.1:0",
+        )
+
+    async def _server_knows(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        if self.paired and hypernet_id == self.client.hypernet_id:
+            return (KnownPeer(self.client_key.public_key, GENERATION),)
+        return ()
+
+    async def _client_knows(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        if self.paired and hypernet_id == self.server.hypernet_id:
+            return (KnownPeer(self.server_key.public_key, GENERATION),)
+        return ()
+
+    @property
+    def address(self) -> iroh.EndpointAddr:
+        return ipv4_only(iroh.EndpointTicket.from_string(self.server.ticket).endpoint_addr())
+
+    async def ask(self) -> dict[str, Any]:
+        """One request from the client, on a new connection (as after a restart)."""
+        generation = GENERATION if self.paired else 0
+        self.client.disconnect(self.server.hypernet_id, generation, Unavailable("reconnect"))
+        ticket = str(iroh.EndpointTicket.from_addr(self.address))
+        return await self.client.request(
+            self.server.hypernet_id, "echo", {"n": 1}, generation=generation, ticket=ticket
+        )
+
+
+@pytest.fixture
+async def in_process(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[_InProcess]:
+    pair = _InProcess(tmp_path, paired=request.param)
+    await pair.server.start()
+    await pair.client.start()
+    yield pair
+    await pair.client.stop()
+    await pair.server.stop()
+
+
+@pytest.mark.parametrize("in_process", [True], indirect=True)
+async def test_a_paired_peer_reconnects_during_a_silent_connection_flood(
+    in_process: _InProcess, figures: Figures
+) -> None:
+    # G3: 24 throw-away IDs reconnecting as soon as they are dropped held all 16 places and a
+    # paired peer got peer_unreachable 39 times of 39. Paired IDs now never wait behind them.
+    before = memory_kib(os.getpid())
+    tally = Tally()
+    served = 0
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        flood = asyncio.ensure_future(
+            silent_connections(endpoints, in_process.address, ids=24, sources=6, tally=tally)
+        )
+        try:
+            # Every place taken, and the flood refused or dropped again and again.
+            await tally.reaches(MAX_HANDSHAKES_IN_PROGRESS, "refused", "closed")
+            async with loop_watchdog() as lag:
+                for _ in range(FRIEND_RECONNECTS):
+                    assert await in_process.ask() == {"echo": {"n": 1}}
+                    served += 1
+        finally:
+            flood.cancel()
+            await asyncio.gather(flood, return_exceptions=True)
+    peak = memory_kib(os.getpid())
+    counts = tally.counts
+    assert served == FRIEND_RECONNECTS
+    figures.record(
+        flood="silent connections: 24 IDs on 6 addresses",
+        tries=counts["held"] + counts["refused"],
+        refused=counts["refused"],
+        dropped=counts["closed"],
+        friends_served=f"{served}/{FRIEND_RECONNECTS}",
+        worst_loop_stall_ms=round(lag.worst_seconds * 1000, 1),
+        peak_rss_mib=round(peak["VmHWM"] / 1024, 1),
+        rss_growth_mib=round((peak["VmHWM"] - before["VmHWM"]) / 1024, 1),
+    )
+
+
+@pytest.mark.parametrize("in_process", [False], indirect=True)
+async def test_a_refused_connect_is_tried_again_within_the_connect_deadline(
+    in_process: _InProcess, figures: Figures
+) -> None:
+    # G3: the requester tried once. Every stranger place is held by silent connections that
+    # do not come back; the stranger's connect is refused, tried again with backoff, and gets
+    # in once the silent deadline drops them, well within the 5 s connect deadline.
+    tally = Tally()
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        holders = asyncio.ensure_future(
+            silent_connections(
+                endpoints,
+                in_process.address,
+                ids=MAX_HANDSHAKES_IN_PROGRESS,
+                sources=MAX_HANDSHAKES_IN_PROGRESS // MAX_HANDSHAKES_PER_SOURCE,
+                tally=tally,
+                reconnect=False,
+            )
+        )
+        await tally.reaches(MAX_HANDSHAKES_IN_PROGRESS, "held")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await in_process.ask() == {"echo": {"n": 1}}
+        took = loop.time() - started
+        await holders
+    assert tally.counts["closed"] == MAX_HANDSHAKES_IN_PROGRESS
+    figures.record(tries=1, refused=0, served_after_s=round(took, 2))
+
+
+async def test_a_silent_connection_is_dropped_within_the_silent_deadline(
+    server: RunningCluster, figures: Figures
+) -> None:
+    # G3: a connection that sent no byte held its place for the 5 s handshake deadline.
+    address = server_address(server)
+    async with raw_endpoints() as endpoints, asyncio.timeout(DEADLINE_SECONDS):
+        loop = asyncio.get_running_loop()
+        connection = await (await bind(endpoints)).connect(address, ALPN)
+        started = loop.time()
+        await closed_within(connection, SILENT_CONNECTION_SECONDS + 1.5)
+        dropped_after = loop.time() - started
+    figures.record(tries=1, refused=1, dropped_after_s=round(dropped_after, 2))
