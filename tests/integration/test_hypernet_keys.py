@@ -7,10 +7,12 @@ import logging
 import stat
 from pathlib import Path
 
+import iroh
 import pytest
 from iroh import iroh_ffi
 
 from ficc.adapters.hypernet import bind_addresses, relay_mode
+from ficc.adapters.hypernet.binding import MAX_TICKET_ADDRESSES, peer_address
 from ficc.adapters.hypernet.keys import AgentDirectoryError, load_or_create_secret_key
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import FiccError, InvalidInput
@@ -99,3 +101,21 @@ def test_a_malformed_bind_address_is_refused(address: str) -> None:
 def test_an_unknown_relay_setting_is_refused() -> None:
     with pytest.raises(InvalidInput):
         relay_mode("sometimes")
+
+
+def _ticket(addresses: int) -> tuple[str, str]:
+    """A hand-made ticket naming ``addresses`` direct addresses, and its HyperNet ID."""
+    key = iroh.SecretKey.generate()
+    direct = [f"127.0.1.{index + 1}:4433" for index in range(addresses)]
+    ticket = iroh.EndpointTicket.from_addr(iroh.EndpointAddr(key.public(), None, direct))
+    return str(ticket), bytes(key.public().to_bytes()).hex()
+
+
+def test_a_ticket_naming_more_than_eight_addresses_is_refused_naming_the_field() -> None:
+    # F20: each address is dialled; a ticket naming 100 made the server spray UDP at 100 hosts.
+    allowed, allowed_id = _ticket(MAX_TICKET_ADDRESSES)
+    assert len(peer_address(allowed_id, allowed).direct_addresses()) == MAX_TICKET_ADDRESSES
+    ticket, hypernet_id = _ticket(MAX_TICKET_ADDRESSES + 1)
+    with pytest.raises(InvalidInput, match="at most 8 direct addresses") as caught:
+        peer_address(hypernet_id, ticket)
+    assert caught.value.details == {"field": "ticket", "max": 8}

@@ -65,11 +65,12 @@ async def raw_endpoints() -> AsyncIterator[list[iroh.Endpoint]]:
             await endpoint.close()
 
 
-async def bind(endpoints: list[iroh.Endpoint]) -> iroh.Endpoint:
-    """A fresh endpoint: a fresh HyperNet ID."""
+async def bind(endpoints: list[iroh.Endpoint], address: str = LOOPBACK) -> iroh.Endpoint:
+    """A fresh endpoint: a fresh HyperNet ID (bound to ``address``: another loopback address
+    is another source)."""
     options = iroh.EndpointOptions(
         preset=iroh.preset_minimal(),
-        bind_addr=LOOPBACK,
+        bind_addr=address,
         alpns=[ALPN],
         relay_mode=iroh.RelayMode.disabled(),
     )
@@ -166,3 +167,58 @@ async def closed_within(connection: iroh.Connection, seconds: float) -> str:
     """The close reason, once the server closed the connection."""
     async with asyncio.timeout(seconds):
         return await connection.closed()
+
+
+def ipv4_only(address: iroh.EndpointAddr) -> iroh.EndpointAddr:
+    """``address`` with its IPv4 direct addresses only: the source the server sees is then the
+    IPv4 address the client bound (not ``::1`` for everyone)."""
+    direct = [a for a in address.direct_addresses() if not a.startswith("[")]
+    return iroh.EndpointAddr(address.id(), None, direct)
+
+
+class Tally:
+    """Counts of what a flood's connections met (``held``, ``refused``, ``closed``), and a
+    wait for a count to reach a number."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {"held": 0, "refused": 0, "closed": 0}
+        self._changed = asyncio.Condition()
+
+    async def add(self, what: str) -> None:
+        async with self._changed:
+            self.counts[what] += 1
+            self._changed.notify_all()
+
+    async def reaches(self, number: int, *what: str) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: sum(self.counts[w] for w in what) >= number)
+
+
+async def silent_connections(
+    endpoints: list[iroh.Endpoint],
+    address: iroh.EndpointAddr,
+    *,
+    ids: int,
+    sources: int,
+    tally: Tally,
+    reconnect: bool = True,
+) -> None:
+    """``ids`` fresh HyperNet IDs on ``sources`` loopback addresses (127.0.0.2 …) that
+    complete TLS and never send a byte; with ``reconnect`` each connects again as soon as the
+    server closes or refuses it."""
+    raws = [await bind(endpoints, f"127.0.0.{2 + index % sources}:0") for index in range(ids)]
+
+    async def hold(raw: iroh.Endpoint) -> None:
+        while True:
+            try:
+                connection = await raw.connect(address, ALPN)
+            except iroh.IrohError:
+                await tally.add("refused")
+            else:
+                await tally.add("held")
+                await connection.closed()
+                await tally.add("closed")
+            if not reconnect:
+                return
+
+    await asyncio.gather(*(hold(raw) for raw in raws))

@@ -21,9 +21,13 @@ CLOCK_SKEW_SECONDS: Final = 300
 PURGE_GRACE_SECONDS: Final = 1 * DAY_SECONDS
 """An offer never approved is deleted this long after it expired (its ID stays tombstoned)."""
 MAX_RECEIVED_OFFERS_PER_HYPERNET_ID: Final = 4
-"""Unapproved incoming offers one HyperNet ID may have waiting; one more is limit_exceeded."""
+"""Unapproved incoming offers one HyperNet ID may have waiting; one more evicts its oldest."""
+MAX_RECEIVED_OFFERS_PER_SOURCE: Final = 16
+"""The same for one source address (an IPv4 address, an IPv6 /64): fresh HyperNet IDs cost
+nothing, addresses do. One more evicts the source's oldest waiting offer."""
 MAX_RECEIVED_OFFERS: Final = 256
-"""Unapproved incoming offers from everyone together."""
+"""Unapproved incoming offers from everyone together; one more evicts the oldest waiting offer
+of the source holding the most, so a flood evicts its own offers, never a newcomer's (G5)."""
 MAX_LABEL_CHARS: Final = 100
 DEFAULT_OFFERS_PAGE: Final = 100
 MAX_OFFERS_PAGE: Final = 500
@@ -79,6 +83,8 @@ class Offer:
     created_at: datetime
     expires_at: datetime
     peer_id: str | None = None
+    source: str | None = None
+    """Where an incoming offer came from (see :func:`offer_source`)."""
 
     def state_at(self, now: datetime) -> str:
         if self.state in (SENT, RECEIVED) and now >= self.expires_at:
@@ -116,6 +122,12 @@ def expiry(created_at: datetime) -> datetime:
 def purge_before(now: datetime) -> datetime:
     """Offers in a purgeable state that expired before this moment are deleted."""
     return now - timedelta(seconds=PURGE_GRACE_SECONDS)
+
+
+def offer_source(hypernet_id: str, source: str | None) -> str:
+    """The source an incoming offer is counted under: its sender's source address, else (the
+    transport did not know it) the sender's HyperNet ID."""
+    return source or hypernet_id
 
 
 def clean_label(value: object) -> str | None:

@@ -26,6 +26,9 @@ READ_DEADLINE_SECONDS: Final = 10.0
 next request this long after it was opened or last answered; else the stream is reset."""
 UNPAIRED_IDLE_SECONDS: Final = 30.0
 """A session without a pairing that carries no request this long is closed."""
+SILENT_CONNECTION_SECONDS: Final = 1.0
+"""An incoming connection must finish its TLS handshake, and then send the whole first
+handshake message, each within this long; else it is dropped and its place freed (G3)."""
 MIN_READ_BYTES: Final = 64 * KiB
 FRAME_OVERHEAD: Final = 64
 """Read a little past a frame, so a read that completes one also takes the next header."""
@@ -37,6 +40,7 @@ class SessionLimits:
 
     read_deadline_seconds: float = READ_DEADLINE_SECONDS
     unpaired_idle_seconds: float = UNPAIRED_IDLE_SECONDS
+    silent_seconds: float = SILENT_CONNECTION_SECONDS
 
     @property
     def idle_stream_reuse_seconds(self) -> float:

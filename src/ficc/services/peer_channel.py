@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ficc.base.errors import FiccError
@@ -39,6 +39,9 @@ class PeerIdentity:
     hypernet_id: str
     cluster_key: bytes
     generation: int
+    source: str | None = field(default=None, compare=False)
+    """The source address the session came from (an IPv4 address, an IPv6 /64), when the
+    transport knows it: where per-source limits count a stranger. Not part of who it is."""
 
 
 RequestResult = dict[str, Any] | AsyncIterator[bytes]

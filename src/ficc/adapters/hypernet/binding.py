@@ -22,6 +22,10 @@ from ficc.protocol.limits import SessionLimits
 
 READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
 UNPAIRED_IDLE_VARIABLE: Final = "FICC_HYPERNET_UNPAIRED_IDLE_SECONDS"
+SILENT_VARIABLE: Final = "FICC_HYPERNET_SILENT_SECONDS"
+MAX_TICKET_ADDRESSES: Final = 8
+"""Direct addresses a ticket may name: each is dialled, so a ticket naming hundreds would make
+this cluster send UDP to hundreds of hosts for one request (F20)."""
 
 _loop_owner: asyncio.AbstractEventLoop | None = None
 
@@ -47,6 +51,7 @@ def limits_from_environment(environ: Mapping[str, str] | None = None) -> Session
         unpaired_idle_seconds=seconds_setting(
             env, UNPAIRED_IDLE_VARIABLE, defaults.unpaired_idle_seconds
         ),
+        silent_seconds=seconds_setting(env, SILENT_VARIABLE, defaults.silent_seconds),
     )
 
 
@@ -104,6 +109,12 @@ def peer_address(peer: str, ticket: str | None) -> iroh.EndpointAddr:
             address = iroh.EndpointTicket.from_string(ticket).endpoint_addr()
             if bytes(address.id().to_bytes()) != bytes(remote.to_bytes()):
                 raise InvalidInput("the ticket is for another HyperNet ID", field="ticket")
+            if len(address.direct_addresses()) > MAX_TICKET_ADDRESSES:
+                raise InvalidInput(
+                    f"ticket must name at most {MAX_TICKET_ADDRESSES} direct addresses",
+                    field="ticket",
+                    details={"max": MAX_TICKET_ADDRESSES},
+                )
             return address
     except iroh.IrohError as exc:
         raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc

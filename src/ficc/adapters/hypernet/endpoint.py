@@ -27,7 +27,12 @@ from typing import Any, Final
 import iroh
 
 from ficc.adapters import metrics
-from ficc.adapters.hypernet.admission import Admission
+from ficc.adapters.hypernet.admission import (
+    Admission,
+    HandshakePlace,
+    UnpairedSession,
+    source_of,
+)
 from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
@@ -40,7 +45,13 @@ from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.session import PeerSession
 from ficc.adapters.hypernet.writefix import apply_write_fix
-from ficc.base.errors import FiccError, PermissionDenied, ProtocolError, Unavailable
+from ficc.base.errors import (
+    FiccError,
+    LimitExceeded,
+    PermissionDenied,
+    ProtocolError,
+    Unavailable,
+)
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.limits import SessionLimits
@@ -57,6 +68,13 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """A dead address otherwise hangs ~30 s in iroh."""
 DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
+"""An incoming handshake must complete this long after TLS (each step has the shorter silent
+deadline of ``SessionLimits.silent_seconds``)."""
+CONNECT_BACKOFF_SECONDS: Final = 0.1
+"""A refused or failed connect is tried again after 0.1 s, then 0.2, 0.4 … s (doubling, at most
+``MAX_CONNECT_BACKOFF_SECONDS``), as long as the connect deadline allows: a peer whose handshake
+places are briefly full is reached. No request has been sent, so nothing is replayed."""
+MAX_CONNECT_BACKOFF_SECONDS: Final = 1.6
 
 
 class HyperNetEndpoint:
@@ -216,9 +234,12 @@ class HyperNetEndpoint:
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
 
-    def _new_session(self, connection: iroh.Connection, handshake: Any) -> PeerSession:
+    def _new_session(
+        self, connection: iroh.Connection, handshake: Any, source: str | None = None
+    ) -> PeerSession:
         session_state, control = handshake
         return PeerSession(
+            source=source,
             connection=connection,
             control=control,
             session=session_state,
@@ -239,27 +260,43 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
-            if not self._admission.begin_handshake():
+            source = await _source_of(incoming)
+            place = self._admission.begin_handshake(source)
+            if place is None:
                 self._spawn(_refuse_incoming(incoming))
                 continue
-            self._spawn(self._accept(incoming))
+            self._spawn(self._accept(incoming, place))
 
-    async def _accept(self, incoming: iroh.Incoming) -> None:
+    async def _accept(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
         try:
-            await self._accept_one(incoming)
+            await self._accept_one(incoming, place)
         finally:
-            self._admission.end_handshake()
+            self._admission.end_handshake(place)
 
-    async def _accept_one(self, incoming: iroh.Incoming) -> None:
+    async def _accept_one(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
+        """TLS, then the handshake; a connection silent past ``silent_seconds`` at either
+        step is dropped, and a stranger past the stranger places is refused after TLS."""
         connection: iroh.Connection | None = None
+        silent = self._limits.silent_seconds
         try:
-            async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
+            async with asyncio.timeout(silent):
                 connection = await (await incoming.accept()).connect()
-                remote = bytes(connection.remote_id().to_bytes()).hex()
-                pairings = len(await self._lookup(remote))
+            remote = bytes(connection.remote_id().to_bytes()).hex()
+            pairings = len(await self._lookup(remote))
+            if not self._admission.identify(place, paired=pairings > 0):
+                raise LimitExceeded(
+                    "too many handshakes in progress; try again shortly",
+                    details={"limit": "handshakes_in_progress"},
+                )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
                 with self._admission.admitted(remote, pairings=pairings):
-                    handshake = await self._handshake(connection, Role.RESPONDER)
-                    self._register(self._new_session(connection, handshake))
+                    handshake = await self._handshake(
+                        connection, Role.RESPONDER, first_message_seconds=silent
+                    )
+                    session = self._new_session(connection, handshake, place.source)
+                    self._register(session)
+                    if not pairings:
+                        self._make_unpaired_room(session)
                     return
         except TimeoutError:
             log.info("an incoming HyperNet handshake timed out")
@@ -274,7 +311,14 @@ class HyperNetEndpoint:
             if connection is not None:
                 await refuse(connection, None, exc)
 
-    async def _handshake(self, connection: iroh.Connection, role: Role, generation: int = 0) -> Any:
+    async def _handshake(
+        self,
+        connection: iroh.Connection,
+        role: Role,
+        generation: int = 0,
+        *,
+        first_message_seconds: float | None = None,
+    ) -> Any:
         try:
             return await run_handshake(
                 connection,
@@ -285,6 +329,7 @@ class HyperNetEndpoint:
                 lookup=self._lookup,
                 nonces=self._nonces,
                 generation=generation,
+                first_message_seconds=first_message_seconds,
             )
         except BaseException:
             metrics.HYPERNET_HANDSHAKE_FAILURES.labels(role=role.name.lower()).inc()
@@ -315,26 +360,68 @@ class HyperNetEndpoint:
         return await asyncio.shield(pending)
 
     async def _connect(self, peer: str, generation: int, ticket: str | None) -> PeerSession:
+        """Connect and handshake within the connect deadline, trying again with backoff
+        after a refused or failed attempt (a peer's handshake places may be briefly full)."""
         address = peer_address(peer, ticket)
         if not ticket:
             with contextlib.suppress(iroh.IrohError):
                 address = await self._bound.remote_addr(address.id()) or address
-        connection: iroh.Connection | None = None
+        attempts = 0
+        last: FiccError | None = None
         try:
             async with asyncio.timeout(self._connect_timeout):
-                connection = await self._bound.connect(address, ALPN)
-                handshake = await self._handshake(connection, Role.INITIATOR, generation)
+                while True:
+                    try:
+                        return await self._connect_once(peer, address, generation)
+                    except (Unavailable, LimitExceeded) as exc:
+                        last = exc
+                    await asyncio.sleep(connect_backoff_seconds(attempts))
+                    attempts += 1
         except TimeoutError as exc:
-            if connection is not None:
-                await refuse(connection, None, Unavailable("the handshake timed out"))
+            why = f" (last: {last.message})" if last is not None else ""
             raise Unavailable(
-                f"could not reach the peer {peer} within {self._connect_timeout} s"
+                f"could not reach the peer {peer} within {self._connect_timeout} s{why}",
+                details={"attempts": attempts + 1},
             ) from exc
+
+    async def _connect_once(
+        self, peer: str, address: iroh.EndpointAddr, generation: int
+    ) -> PeerSession:
+        connection: iroh.Connection | None = None
+        try:
+            connection = await self._bound.connect(address, ALPN)
+            handshake = await self._handshake(connection, Role.INITIATOR, generation)
+        except asyncio.CancelledError:
+            if connection is not None:
+                await asyncio.shield(
+                    refuse(connection, None, Unavailable("the handshake timed out"))
+                )
+            raise
         except iroh.IrohError as exc:
             raise translate(exc, f"connecting to the peer {peer}") from exc
         session = self._new_session(connection, handshake)
         self._register(session)
         return session
+
+    def _make_unpaired_room(self, arriving: PeerSession) -> None:
+        """Past the cap of unpaired sessions, close the idlest of the source holding the most
+        (G5): a stranger flooding sessions loses its own, and a newcomer is never refused."""
+        open_unpaired = {
+            key: session
+            for key, session in self._incoming.items()
+            if key[1] == 0 and not session.closed.is_set()
+        }
+        victim = self._admission.unpaired_to_close(
+            _key_of(arriving),
+            [
+                UnpairedSession(key, session.source or key[0], session.idle_since)
+                for key, session in open_unpaired.items()
+            ],
+        )
+        if victim is not None:
+            open_unpaired[victim.key].close(
+                Unavailable("this cluster made room for a newer session without a pairing")
+            )
 
     # -- the PeerChannel port -------------------------------------------------------------
 
@@ -384,6 +471,24 @@ class HyperNetEndpoint:
 
 def _key_of(session: PeerSession) -> SessionKey:
     return session.identity.hypernet_id, session.identity.generation
+
+
+def connect_backoff_seconds(attempt: int) -> float:
+    """The pause after failed connect attempt ``attempt`` (0 first): 0.1, 0.2, 0.4 … 1.6 s."""
+    return float(min(CONNECT_BACKOFF_SECONDS * 2.0**attempt, MAX_CONNECT_BACKOFF_SECONDS))
+
+
+async def _source_of(incoming: iroh.Incoming) -> str:
+    """The source an incoming connection is counted under, before its TLS handshake."""
+    try:
+        address = await incoming.remote_addr()
+    except iroh.IrohError:
+        return "unknown"
+    if isinstance(address, iroh.IncomingAddr.IP):
+        return source_of(address.addr)
+    if isinstance(address, iroh.IncomingAddr.RELAY):
+        return f"relay:{address.endpoint_id}"
+    return "other"
 
 
 async def _refuse_incoming(incoming: iroh.Incoming) -> None:

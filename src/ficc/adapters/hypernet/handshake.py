@@ -15,7 +15,7 @@ from ficc.adapters.hypernet.errors import translate
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.handshake import Handshake, Role, Session, State
-from ficc.protocol.messages import NONCE_BYTES, Error
+from ficc.protocol.messages import NONCE_BYTES, Error, Message
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import PROTOCOL_ERROR_CODE
 from ficc.services.peer_channel import PeerLookup
@@ -66,12 +66,15 @@ async def run_handshake(
     nonces: NonceMemory,
     generation: int = 0,
     nonce: bytes | None = None,
+    first_message_seconds: float | None = None,
 ) -> tuple[Session, FrameStream]:
     """Run the handshake; on success return the session and its control stream.
 
     ``generation`` is the pairing an initiator binds the session to (0: none). On a protocol
     error the peer receives an error frame and the connection is closed. ``nonce`` is fresh
-    randomness unless a test fixes it.
+    randomness unless a test fixes it. A responder given ``first_message_seconds`` raises
+    TimeoutError unless the peer's whole first message arrives within it: a silent
+    connection must not hold a handshake place.
     """
     remote_id = connection.remote_id().to_bytes()
     known = await lookup(remote_id.hex())
@@ -87,17 +90,20 @@ async def run_handshake(
         nonce_is_fresh=nonces.fresh,
     )
     stream: FrameStream | None = None
+    received: list[Message | None] = []
     try:
         try:
             if role is Role.INITIATOR:
                 stream = FrameStream(await connection.open_bi())
                 await stream.send(*machine.begin())
             else:
-                stream = FrameStream(await connection.accept_bi())
+                async with asyncio.timeout(first_message_seconds):
+                    stream = FrameStream(await connection.accept_bi())
+                    received.append(await stream.receive())
         except IrohError as exc:
             raise translate(exc, "opening the handshake stream") from exc
         while machine.state is not State.ESTABLISHED:
-            message = await stream.receive()
+            message = received.pop() if received else await stream.receive()
             if message is None:
                 raise Unavailable("the peer ended the handshake without an answer")
             outgoing = machine.receive(message)

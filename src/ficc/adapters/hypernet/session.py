@@ -53,6 +53,7 @@ class PeerSession:
         handler: RequestHandler,
         on_closed: Callable[[PeerSession, FiccError], None],
         limits: SessionLimits | None = None,
+        source: str | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.connection = connection
@@ -62,7 +63,12 @@ class PeerSession:
             hypernet_id=session.remote_hypernet_id.hex(),
             cluster_key=session.remote_cluster_key,
             generation=session.generation,
+            source=source,
         )
+        self.source = source
+        self.idle_since = self.loop.time()
+        """When the peer's last request ended (or the session opened): the idlest unpaired
+        session is the one closed for a newcomer."""
         self.incoming = self.protocol.incoming
         self.handler = handler
         self.closed = asyncio.Event()
@@ -163,9 +169,11 @@ class PeerSession:
             self.spawn(self._serve(stream_id, stream))
 
     async def _serve(self, stream_id: int, stream: FrameStream) -> None:
+        self.idle_since = self.loop.time()
         try:
             await serve_stream(self, stream_id, stream)
         finally:
+            self.idle_since = self.loop.time()
             self.protocol.close_stream(stream_id, self.loop.time())
 
     async def read(self, stream_id: int, stream: FrameStream) -> bytes:

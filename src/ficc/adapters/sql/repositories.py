@@ -771,6 +771,7 @@ class SqlOffers(_Repository):
             created_at=_req_time(row.created_at),
             expires_at=_req_time(row.expires_at),
             peer_id=row.peer_id,
+            source=row.source,
         )
 
     @staticmethod
@@ -789,6 +790,7 @@ class SqlOffers(_Repository):
             "peer_id": offer.peer_id,
             "created_at": format_time(offer.created_at),
             "expires_at": format_time(offer.expires_at),
+            "source": offer.source,
         }
 
     async def add(self, offer: Offer) -> None:
@@ -805,21 +807,55 @@ class SqlOffers(_Repository):
         """True when an offer with this ID was ever sent or received."""
         return await self._first_where(t.offer_tombstones, "id", offer_id) is not None
 
-    async def count_received(self, *, now: datetime, service: str | None = None) -> int:
-        """Incoming offers not yet approved nor expired, from ``service`` or from everyone."""
+    @staticmethod
+    def _waiting(now: datetime, service: str | None, source: str | None) -> Any:
+        """Incoming offers not yet approved nor expired, of ``service``/``source`` if given."""
         offers = t.offers.c
-        query = (
-            select(func.count())
-            .select_from(t.offers)
-            .where(
-                (offers.direction == INCOMING)
-                & (offers.state == RECEIVED)
-                & (offers.expires_at > format_time(now))
-            )
+        clause = (
+            (offers.direction == INCOMING)
+            & (offers.state == RECEIVED)
+            & (offers.expires_at > format_time(now))
         )
         if service is not None:
-            query = query.where(offers.service == service)
+            clause &= offers.service == service
+        if source is not None:
+            clause &= func.coalesce(offers.source, offers.service) == source
+        return clause
+
+    async def count_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> int:
+        """Incoming offers waiting, from ``service``, from ``source`` or from everyone."""
+        query = select(func.count()).select_from(t.offers)
+        query = query.where(self._waiting(now, service, source))
         return int((await self._c.execute(query)).scalar_one())
+
+    async def oldest_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> Offer | None:
+        """The oldest incoming offer waiting, from ``service``, ``source`` or anyone."""
+        offers = t.offers.c
+        query = (
+            select(t.offers)
+            .where(self._waiting(now, service, source))
+            .order_by(offers.created_at, offers.id)
+            .limit(1)
+        )
+        row = (await self._c.execute(query)).first()
+        return None if row is None else self._offer(row)
+
+    async def busiest_source(self, *, now: datetime) -> str | None:
+        """The source with the most incoming offers waiting (ties: the one waiting longest)."""
+        offers = t.offers.c
+        source = func.coalesce(offers.source, offers.service)
+        query = (
+            select(source)
+            .where(self._waiting(now, None, None))
+            .group_by(source)
+            .order_by(func.count().desc(), func.min(offers.created_at))
+            .limit(1)
+        )
+        return (await self._c.execute(query)).scalar_one_or_none()
 
     async def purge(self, *, expired_before: datetime) -> int:
         """Delete offers no pairing refers to that expired before the moment given."""

@@ -227,6 +227,8 @@ offers = Table(
     Column("peer_id", String(40), nullable=True),
     Column("created_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=False),
+    # An incoming offer's source address (IPv4, IPv6 /64) or, unknown, the sender's ID.
+    Column("source", String(64), nullable=True),
 )
 
 # Every offer ID ever received or sent, kept after ``forget``: an ID is never reused.

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
-from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, RevisionMismatch
+from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id, parse_id
 from ficc.domain import grants as g
 from ficc.domain import offers as o
@@ -154,8 +154,10 @@ class Approval:
     # --- what the requester asks of us ------------------------------------------------------
 
     async def on_offer(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
-        """Record an offer from a cluster without a pairing: bounded per HyperNet ID and in
-        total, and never under an ID used before; a refusal writes nothing."""
+        """Record an offer from a cluster without a pairing, never under an ID used before
+        (a refusal writes nothing). Waiting offers are bounded per HyperNet ID, per source
+        address and in total; a full bound makes room by evicting the oldest waiting offer of
+        that ID, that source, or the source holding the most (G5), never refusing the newest."""
         offer_id = parse_id("offer", body.get("offer"), field="offer")
         requested = parse_scopes(body.get("scopes"), allowed=REMOTE_SCOPES)
         label = _wire_label(body.get("label"))
@@ -182,7 +184,19 @@ class Approval:
                 raise Conflict(
                     "an offer ID is never reused; send a new offer", details={"offer": offer_id}
                 )
-            await _check_offer_room(uow, identity.hypernet_id, now)
+            source = o.offer_source(identity.hypernet_id, identity.source)
+            evicted = await _make_offer_room(uow, identity.hypernet_id, source, now)
+            if evicted is not None:
+                await uow.offers.delete(evicted.id)
+                await self._ctx.audit(
+                    uow,
+                    None,
+                    None,
+                    "offer.evicted",
+                    evicted.id,
+                    proven_offerer(evicted),
+                    {"for": offer_id},
+                )
             offer = o.Offer(
                 id=offer_id,
                 direction=o.INCOMING,
@@ -197,6 +211,7 @@ class Approval:
                 ticket=None,
                 created_at=now,
                 expires_at=o.expiry(now),
+                source=source,
             )
             await uow.offers.add(offer)
             await self._ctx.audit(uow, None, None, "offer.received", offer_id, identity)
@@ -273,28 +288,29 @@ class Approval:
         return {}
 
 
-async def _check_offer_room(uow: UnitOfWork, hypernet_id: str, now: datetime) -> None:
-    """LimitExceeded when the sender, or everyone together, has too many offers waiting.
+async def _make_offer_room(
+    uow: UnitOfWork, hypernet_id: str, source: str, now: datetime
+) -> o.Offer | None:
+    """The waiting offer to evict so that one more from ``hypernet_id`` at ``source`` fits:
+    the oldest of that ID at its cap, else of that source at its cap, else (all waiting offers
+    at the cap) of the source holding the most; None when there is room.
 
-    The caps are a count, then an insert: offers are admitted one at a time under the row of
-    the companion's configuration (which exists while offers can arrive), so offers arriving
-    at the same moment cannot pass them together.
+    One eviction always suffices: each bound is checked before an insert of one. Offers are
+    admitted one at a time under the row of the companion's configuration (which exists while
+    offers can arrive), so offers arriving at the same moment cannot pass the bounds together.
     """
     await uow.settings.lock(COMPANION_SETTING)
-    waiting = await uow.offers.count_received(now=now, service=hypernet_id)
-    if waiting >= o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID:
-        raise LimitExceeded(
-            f"this cluster already has {waiting} offers of yours waiting for approval",
-            details={
-                "limit": "offers_per_hypernet_id",
-                "max": o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID,
-            },
-        )
-    if await uow.offers.count_received(now=now) >= o.MAX_RECEIVED_OFFERS:
-        raise LimitExceeded(
-            "this cluster has too many offers waiting for approval; try again later",
-            details={"limit": "offers_waiting", "max": o.MAX_RECEIVED_OFFERS},
-        )
+    offers = uow.offers
+    if await offers.count_received(now=now, service=hypernet_id) >= (
+        o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
+    ):
+        return await offers.oldest_received(now=now, service=hypernet_id)
+    if await offers.count_received(now=now, source=source) >= o.MAX_RECEIVED_OFFERS_PER_SOURCE:
+        return await offers.oldest_received(now=now, source=source)
+    if await offers.count_received(now=now) >= o.MAX_RECEIVED_OFFERS:
+        busiest = await offers.busiest_source(now=now)
+        return await offers.oldest_received(now=now, source=busiest)
+    return None
 
 
 def _short_text(value: object, limit: int) -> bool:
