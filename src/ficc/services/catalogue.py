@@ -299,10 +299,9 @@ async def create_model_record(
                 peer_hypernet_id=peer[0],
                 peer_cluster_key=peer[1],
             )
-        result: dict[str, Any] = with_times_formatted(model_json(existing))
-        await mutation.complete(result, clock())
+        answer = await mutation.complete(with_times_formatted(model_json(existing)), clock())
         await uow.commit()
-    return result, False
+    return answer, False
 
 
 async def remove_model_record(
@@ -323,8 +322,7 @@ async def remove_model_record(
         if mutation.result is not None:
             return mutation.result, True
         orphans = await _delete_unused_model(uow, clock, project, model_id, actor=actor, peer=peer)
-        result = {"id": model_id, "removed": True}
-        await mutation.complete(result, clock())
+        answer = await mutation.complete({"id": model_id, "removed": True}, clock())
         await uow.commit()
     await _remove_blobs(blobs, orphans)
-    return result, False
+    return answer, False
