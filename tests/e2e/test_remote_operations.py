@@ -427,6 +427,46 @@ def test_a_retry_with_the_same_mutation_id_and_arguments_replays_the_same_result
     assert replay["result"] == removed["result"]
 
 
+def test_a_replayed_stop_answers_the_bytes_of_the_first_stop_after_the_service_started_again(
+    fed: Federated,
+) -> None:
+    """The finding's case, over real HyperNet and a real engine: the first stop's answer shows
+    the replica stopped; its replay, after another start, shows exactly that again."""
+    full_grant(fed)
+    created = fed.result("inference.create", {"spec": service_spec(fed, "st")}, new_mutation_id())
+    service = created["id"]
+
+    def control(revision: int, operation: str, mutation_id: str) -> httpx.Response:
+        body = {"service": service, "revision": revision, "operation": operation}
+        response = fed.request("inference.control", body, mutation_id)
+        assert response.status_code == 200, response.text
+        return response
+
+    def running() -> dict[str, Any] | None:
+        shown: dict[str, Any] = fed.result("inference.get", {"service": service})
+        return shown if shown["state"] == "running" else None
+
+    started = ok(control(1, "start", new_mutation_id()))["result"]
+    wait_for(running, seconds=60, what="the service runs")
+    stop_id = new_mutation_id()
+    first = control(started["revision"], "stop", stop_id)
+    stopped = first.json()["result"]
+    assert stopped["state"] == "stopped"
+    assert [r["state"] for r in stopped["replicas"]] == ["stopped"]
+    assert control(started["revision"], "stop", stop_id).content == replayed(first.content)
+    again = ok(control(stopped["revision"], "start", new_mutation_id()))["result"]
+    wait_for(running, seconds=60, what="the service runs again")
+    assert control(started["revision"], "stop", stop_id).content == replayed(first.content)
+    last = ok(control(again["revision"], "stop", new_mutation_id()))["result"]
+    ok(control(last["revision"], "remove", new_mutation_id()))
+
+
+def replayed(first: bytes) -> bytes:
+    """The first answer's bytes as its replay sends them: the same, but ``replayed``."""
+    assert first.count(b'"replayed":false') == 1, first
+    return first.replace(b'"replayed":false', b'"replayed":true')
+
+
 def test_the_same_mutation_id_with_other_arguments_is_a_mutation_conflict(
     fed: Federated,
 ) -> None:

@@ -129,6 +129,84 @@ async def test_a_peer_record_naming_another_projects_blob_reads_no_byte_and_tell
         await cluster.close()
 
 
+async def test_a_peer_record_naming_an_ungranted_model_of_the_project_reads_no_byte_g6(
+    tmp_path: Path, figures: Any
+) -> None:
+    """G6: a record a peer created resolves only to blobs its grant gave it, not to every
+    blob of the grantor's project."""
+    cluster = await grantor(tmp_path)
+    try:
+        node = await add_node(cluster)
+        granted_bytes = secrets.token_bytes(4096)
+        secret_bytes = secrets.token_bytes(4096)
+        granted_digest = await stored_blob(cluster, tmp_path, granted_bytes)
+        secret_digest = await stored_blob(cluster, tmp_path, secret_bytes)
+        granted = await record_model(
+            cluster, "default", [len(granted_bytes)], owned=True, digests=[granted_digest]
+        )
+        await record_model(
+            cluster, "default", [len(secret_bytes)], owned=True, digests=[secret_digest]
+        )
+        peer = await paired_peer(cluster)
+        grant = await give_grant(
+            cluster,
+            peer,
+            scopes=["models:read", "models:manage", "models:transfer", "inference:manage"],
+            models=[granted.id],
+            nodes=[node.id],
+            transfer_bytes=MiB,
+        )
+        borrowed = await peer_record(cluster, peer, grant.id, secret_digest, len(secret_bytes))
+        never_stored = secrets.token_hex(32)
+        absent = await peer_record(cluster, peer, grant.id, never_stored, len(secret_bytes))
+        # A copy of the granted model's own file: those bytes came through the grant already.
+        copied = await peer_record(cluster, peer, grant.id, granted_digest, len(granted_bytes))
+
+        def range_of(model: str, sha256: str) -> dict[str, Any]:
+            return {"model": model, "file": "w.gguf", "offset": 0, "length": 16, "digest": sha256}
+
+        stored_answer = await refusal(
+            serve(cluster, peer, grant.id, "models.range", range_of(borrowed, secret_digest))
+        )
+        absent_answer = await refusal(
+            serve(cluster, peer, grant.id, "models.range", range_of(absent, never_stored))
+        )
+        assert isinstance(stored_answer, Unavailable)
+        # The same answer whether the bytes are another model's of the project or not stored.
+        assert (type(stored_answer), str(stored_answer), stored_answer.details) == (
+            type(absent_answer),
+            str(absent_answer),
+            absent_answer.details,
+        )
+        assert (await stored_grant(cluster, grant.id)).transfer_bytes_used == 0
+        served = await serve(
+            cluster, peer, grant.id, "models.range", range_of(copied, granted_digest)
+        )
+        assert served == {"streamed_bytes": 16}
+        assert (await stored_grant(cluster, grant.id)).transfer_bytes_used == 16
+
+        prepared = await serve(cluster, peer, grant.id, "inference.prepare", {})
+        ready = {m["id"]: m["ready"] for m in prepared["result"]["models"]}
+        assert ready == {granted.id: True, borrowed: False, absent: False, copied: True}
+
+        spec = {"name": "borrowed", "model": borrowed, "runtime": "llama.cpp"}
+        created = await serve(
+            cluster, peer, grant.id, "inference.create", {"spec": spec}, mutation_id()
+        )
+        start = {"service": created["result"]["id"], "revision": 1, "operation": "start"}
+        error = await refusal(
+            serve(cluster, peer, grant.id, "inference.control", start, mutation_id())
+        )
+        assert isinstance(error, Conflict)
+        assert error.details["reason"] == "files_missing"
+        async with cluster.uow_factory() as uow:
+            attempts = await uow.attempts.for_service(created["result"]["id"])
+        assert attempts == []
+        figures.record(tries=3, refused=3, bytes_leaked=0)
+    finally:
+        await cluster.close()
+
+
 async def test_a_project_reads_and_runs_the_blobs_it_imported(tmp_path: Path) -> None:
     """The positive side of the rule above: the owner's own record is ready and served."""
     cluster = await grantor(tmp_path)

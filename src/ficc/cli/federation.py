@@ -28,6 +28,7 @@ from ficc.cli.main import (
     read_input,
     state_options,
 )
+from ficc.domain.audit import MAX_AUDIT_PAGE, MAX_AUDIT_SEQ
 
 PREFIX = "/api/v1/federation"
 
@@ -485,8 +486,15 @@ def federation_pause(state_dir: Path, project: str, transfer: str) -> None:
 
 @cli.command("federation-audit")
 @state_options
-@click.option("--after", type=click.IntRange(min=0), default=0, help="Entries after this seq.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--after",
+    type=click.IntRange(min=0, max=MAX_AUDIT_SEQ),
+    default=0,
+    help="Entries after this seq.",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1, max=MAX_AUDIT_PAGE), default=100, show_default=True
+)
 @handles_errors
 def federation_audit(state_dir: Path, project: str, after: int, limit: int) -> None:
     """The audit log: pairing steps, grant changes and remote mutations, oldest first."""

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
+
+MAX_AUDIT_PAGE: Final = 500
+"""The most entries one page of the audit log holds."""
+MAX_AUDIT_SEQ: Final = 2**63 - 1
+"""The largest ``seq`` an entry can have: a 64-bit signed integer in every database (SQLite
+INTEGER, PostgreSQL BIGINT). A cursor past it names no entry and cannot reach a query."""
 
 
 @dataclass(frozen=True)

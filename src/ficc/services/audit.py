@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ficc.base.errors import InvalidInput
+from ficc.domain.audit import MAX_AUDIT_PAGE as MAX_AUDIT_PAGE
+from ficc.domain.audit import MAX_AUDIT_SEQ as MAX_AUDIT_SEQ
 from ficc.domain.audit import AuditEntry
 from ficc.domain.principals import Principal
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
-
-MAX_AUDIT_PAGE = 500
 
 
 def actor_of(principal: Principal) -> str:
@@ -53,11 +54,21 @@ async def list_audit(
     principal: Principal,
 ) -> list[AuditEntry]:
     """The project's entries; cluster-wide ones (project None: tokens, sessions, login links,
-    unbound offers) only for the local owner, as they name credentials and strangers."""
+    unbound offers) only for the local owner, as they name credentials and strangers.
+
+    A cursor outside ``0 .. MAX_AUDIT_SEQ`` is refused naming ``after``: past the database's
+    integers it would fail in the query instead.
+    """
+    if not 0 <= after_seq <= MAX_AUDIT_SEQ:
+        raise InvalidInput(f"after must be an integer between 0 and {MAX_AUDIT_SEQ}", field="after")
+    if not 1 <= limit <= MAX_AUDIT_PAGE:
+        raise InvalidInput(
+            f"limit must be an integer between 1 and {MAX_AUDIT_PAGE}", field="limit"
+        )
     async with uow_factory() as uow:
         return await uow.audit.list(
             project=project,
             after_seq=after_seq,
-            limit=min(limit, MAX_AUDIT_PAGE),
+            limit=limit,
             cluster_wide=principal.is_owner,
         )

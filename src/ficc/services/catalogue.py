@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,36 @@ async def _remove_blobs(blobs: BlobStore, digests: list[str]) -> None:
         await asyncio.to_thread(blobs.remove, digest)
 
 
+async def resolves(uow: UnitOfWork, model: CatalogueModel, digests: Sequence[str]) -> bool:
+    """Whether ``digests`` of ``model`` resolve to blobs its project holds.
+
+    A record the project imported or transferred resolves to the project's blobs
+    (``blob_refs``). A record a peer created (``created_by_grant``) resolves only to blobs that
+    reached the peer through that grant: the files of the models the grant names. Any other
+    digest, even one the project holds for another model, reads exactly like a blob never
+    stored: naming a digest is no capability, and no oracle beyond what the grant shows.
+    """
+    if not await uow.models.owns_blobs(model.project, digests):
+        return False
+    if model.created_by_grant is None:
+        return True
+    return set(digests) <= await _granted_blobs(uow, model.created_by_grant, model.project)
+
+
+async def _granted_blobs(uow: UnitOfWork, grant_id: str, project: str) -> set[str]:
+    """The blobs a grant's peer was given: those of the project's own models the grant names
+    (never of the records the peer created itself, which prove nothing)."""
+    grant = await uow.grants.get(grant_id)
+    if grant is None or grant.project != project:
+        return set()
+    digests: set[str] = set()
+    for model_id in sorted(grant.terms.models):
+        model = await uow.models.get(model_id)
+        if model is not None and model.project == project and model.created_by_grant is None:
+            digests.update(model.blob_digests())
+    return digests
+
+
 def model_json(model: CatalogueModel) -> dict[str, Any]:
     return {
         "id": model.id,
@@ -226,8 +257,8 @@ async def create_model_record(
 ) -> tuple[dict[str, Any], bool]:
     """A catalogue record from a peer's manifest: no files, never an existing record adopted.
 
-    Its digests enter no project's set of blobs: the record never resolves to a stored blob
-    (no range served, no launch), whatever digests the peer names.
+    Its digests enter no project's set of blobs: the record resolves only to the blobs of the
+    models its grant names (``resolves``), whatever digests the peer names.
 
     Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
     """
@@ -268,10 +299,9 @@ async def create_model_record(
                 peer_hypernet_id=peer[0],
                 peer_cluster_key=peer[1],
             )
-        result: dict[str, Any] = with_times_formatted(model_json(existing))
-        await mutation.complete(result, clock())
+        answer = await mutation.complete(with_times_formatted(model_json(existing)), clock())
         await uow.commit()
-    return result, False
+    return answer, False
 
 
 async def remove_model_record(
@@ -292,8 +322,7 @@ async def remove_model_record(
         if mutation.result is not None:
             return mutation.result, True
         orphans = await _delete_unused_model(uow, clock, project, model_id, actor=actor, peer=peer)
-        result = {"id": model_id, "removed": True}
-        await mutation.complete(result, clock())
+        answer = await mutation.complete({"id": model_id, "removed": True}, clock())
         await uow.commit()
     await _remove_blobs(blobs, orphans)
-    return result, False
+    return answer, False

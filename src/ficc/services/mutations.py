@@ -5,12 +5,20 @@
 (``mark_uncertain`` before an effect whose outcome could be lost, ``complete`` with the
 effect, ``refuse`` when nothing happened). The receipt and the effect it records commit in
 one transaction where the effect is a database change, so neither exists without the other.
+
+A completed receipt keeps the answer itself: exactly what the caller is shown (``shown``,
+as plain JSON), never a record to render again. A replay returns those values, so its bytes
+are the first answer's, whatever became of the record since.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import weakref
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -23,6 +31,13 @@ UNCERTAIN: Final = ReceiptState.UNCERTAIN
 COMPLETED: Final = ReceiptState.COMPLETED
 REFUSED: Final = ReceiptState.REFUSED
 
+Shown = Callable[[dict[str, Any]], dict[str, Any]]
+"""What the caller of a mutation is shown of its result (a peer: its own view of a service)."""
+
+
+def _as_is(result: dict[str, Any]) -> dict[str, Any]:
+    return result
+
 
 @dataclass(frozen=True)
 class MutationKey:
@@ -32,10 +47,14 @@ class MutationKey:
     mutation_id: str
     operation: str
     arguments_sha256: str
+    shown: Shown = field(default=_as_is, compare=False, repr=False)
+    """What the caller is shown of a result: the receipt keeps exactly that as the answer."""
 
     @classmethod
-    def of(cls, scope: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
-        return cls(scope, mutation_id, operation, arguments_sha256(operation, arguments))
+    def of(
+        cls, scope: str, mutation_id: str, operation: str, arguments: Any, shown: Shown = _as_is
+    ) -> MutationKey:
+        return cls(scope, mutation_id, operation, arguments_sha256(operation, arguments), shown)
 
     @classmethod
     def local(cls, project: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
@@ -43,14 +62,52 @@ class MutationKey:
         return cls.of(f"local:{project}", mutation_id, operation, arguments)
 
     @classmethod
-    def grant(cls, grant_id: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
+    def grant(
+        cls,
+        grant_id: str,
+        mutation_id: str,
+        operation: str,
+        arguments: Any,
+        shown: Shown = _as_is,
+    ) -> MutationKey:
         """A peer's mutation: its IDs live in the grant, and go when the grant is retired."""
-        return cls.of(grant_scope(grant_id), mutation_id, operation, arguments)
+        return cls.of(grant_scope(grant_id), mutation_id, operation, arguments, shown)
 
 
 def grant_scope(grant_id: str) -> str:
     """The receipt scope of a grant's remote mutations."""
     return f"grant:{grant_id}"
+
+
+class InFlight:
+    """The tries of each mutation in this process, run one at a time.
+
+    A retry sent while the first try still runs waits for it, then replays the answer its
+    receipt keeps; it never reads an answer the first try has yet to give (a stop's, once its
+    replicas ended).
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self, key: MutationKey) -> AsyncIterator[None]:
+        name = (key.scope, key.mutation_id)
+        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
+        self._locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """How many mutations have a try running or waiting (none leak past their tries)."""
+        return len(self._locks)
 
 
 async def count_held(uow: UnitOfWork, grant_id: str, operation: str) -> int:
@@ -85,7 +142,7 @@ class MutationScope:
 
     @property
     def result(self) -> dict[str, Any] | None:
-        """The result a completed earlier try retained."""
+        """The answer a completed earlier try gave, as it gave it."""
         return None if self._receipt is None or not self.replayed else self._receipt.result
 
     @property
@@ -105,9 +162,17 @@ class MutationScope:
         """Before an effect whose answer may be lost: the mutation may have happened."""
         await self._write(ReceiptState.UNCERTAIN, None, now)
 
-    async def complete(self, result: dict[str, Any], now: datetime) -> None:
-        """With the effect, in its transaction: a retry replays ``result``."""
-        await self._write(ReceiptState.COMPLETED, result, now)
+    async def complete(self, result: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """With the effect, in its transaction: the answer, as the caller is shown ``result``;
+        a retry replays exactly it.
+
+        Again on a completed receipt, before anyone was answered, it replaces the answer: a
+        change whose answer is known only after its commit (a stop, once its replicas ended)
+        keeps the answer its caller is then given.
+        """
+        answer = canonical_answer(self.key.shown(result))
+        await self._write(ReceiptState.COMPLETED, answer, now)
+        return canonical_answer(answer)
 
     async def mark_not_applied(self, now: datetime) -> None:
         """Inspection found an uncertain mutation with nothing of it in flight: its effect
@@ -137,6 +202,12 @@ class MutationScope:
         )
         await self._uow.receipts.put(receipt)
         self._receipt = receipt
+
+
+def canonical_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` as plain JSON values: what a stored receipt gives back, to the last byte."""
+    plain: dict[str, Any] = json.loads(json.dumps(answer, allow_nan=False))
+    return plain
 
 
 _begun: weakref.WeakKeyDictionary[UnitOfWork, dict[tuple[str, str], MutationScope]] = (
@@ -172,11 +243,11 @@ async def replay(uow: UnitOfWork, key: MutationKey) -> dict[str, Any] | None:
 
 async def record(
     uow: UnitOfWork, clock: Clock, key: MutationKey, *, state: str, result: dict[str, Any] | None
-) -> None:
-    """Write the receipt of ``key`` begun in this transaction (a completed one with its result)."""
+) -> dict[str, Any] | None:
+    """Write the receipt of ``key`` begun in this transaction; a completed one's answer."""
     scope = await begin(uow, key)
     if ReceiptState(state) == ReceiptState.COMPLETED:
         assert result is not None
-        await scope.complete(result, clock())
-    else:
-        await scope.mark_uncertain(clock())
+        return await scope.complete(result, clock())
+    await scope.mark_uncertain(clock())
+    return None

@@ -43,6 +43,7 @@ from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import Principal
 from ficc.services import audit
+from ficc.services.catalogue import resolves
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call
 from ficc.services.remote.client import RemoteClient
@@ -554,13 +555,14 @@ class Transfers:
             entry = next((f for f in model.manifest["files"] if f["path"] == body["file"]), None)
             if entry is None:
                 raise InvalidInput("body.file is not a file of the model", field="body.file")
-            owned = await uow.models.owns_blobs(model.project, [str(entry["sha256"])])
+            owned = await resolves(uow, model, [str(entry["sha256"])])
         if body["digest"] != entry["sha256"]:
             raise InvalidInput("body.digest is not the file's SHA-256", field="body.digest")
         if offset + length > int(entry["size"]):
             raise InvalidInput("the range passes the end of the file", field="body.length")
-        # A blob another project owns reads exactly like one that is not stored: naming its
-        # digest in a record reads no bytes and tells nothing.
+        # A blob another project owns, or (for a peer's own record) one its grant never gave
+        # it, reads exactly like one that is not stored: naming its digest in a record reads no
+        # bytes and tells nothing.
         if not owned or not self._blobs.has(entry["sha256"]):
             raise Unavailable("the file is not stored on this cluster")
         async with self._uow_factory() as uow:

@@ -71,6 +71,9 @@ def test_the_audit_log_pages_with_after_and_transfers_are_listed(cluster: Runnin
         assert ok(state, "federation-audit", "--after", str(last))["entries"] == []
     assert ok(state, "federation-transfers") == {"transfers": []}
     assert refused(state, "federation-audit", "--after", "-1", status=2)["code"] == "usage_error"
+    too_far = "191046698193310524515038619762688"
+    assert refused(state, "federation-audit", "--after", too_far, status=2)["code"] == "usage_error"
+    assert refused(state, "federation-audit", "--limit", "501", status=2)["code"] == "usage_error"
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

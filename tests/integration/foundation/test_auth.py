@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from tests.support.cluster import RunningCluster, ficc
+
+from ficc.domain.audit import MAX_AUDIT_PAGE, MAX_AUDIT_SEQ
 
 
 def _error(response: httpx.Response) -> dict[str, object]:
@@ -268,3 +271,36 @@ def test_the_audit_log_records_token_and_project_changes(cluster: RunningCluster
         "/api/v1/federation/audit"
     )
     assert any(entry["action"] == "project.created" for entry in audited.json()["entries"])
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "rule"),
+    [
+        ({"after": "191046698193310524515038619762688"}, "after", str(MAX_AUDIT_SEQ)),
+        ({"after": str(MAX_AUDIT_SEQ + 1)}, "after", str(MAX_AUDIT_SEQ)),
+        ({"after": "-1"}, "after", "greater than or equal to 0"),
+        ({"after": "1.5"}, "after", "integer"),
+        ({"after": "abc"}, "after", "integer"),
+        ({"after": ""}, "after", "integer"),
+        ({"limit": "0"}, "limit", "greater than or equal to 1"),
+        ({"limit": str(MAX_AUDIT_PAGE + 1)}, "limit", str(MAX_AUDIT_PAGE)),
+        ({"limit": "191046698193310524515038619762688"}, "limit", str(MAX_AUDIT_PAGE)),
+    ],
+)
+def test_an_audit_cursor_or_limit_out_of_range_is_refused_naming_the_field_and_the_rule(
+    cluster: RunningCluster, query: dict[str, str], field: str, rule: str
+) -> None:
+    response = cluster.owner().get("/api/v1/federation/audit", params=query)
+    assert response.status_code == 400, response.text
+    error = _error(response)
+    assert error["code"] == "invalid_request"
+    assert error["details"] == {"field": field}
+    message = str(error["message"])
+    assert message.startswith(f"{field}:"), message
+    assert rule in message, message
+
+
+def test_the_largest_audit_cursor_is_an_empty_page(cluster: RunningCluster) -> None:
+    response = cluster.owner().get("/api/v1/federation/audit", params={"after": MAX_AUDIT_SEQ})
+    assert response.status_code == 200, response.text
+    assert response.json()["entries"] == []

@@ -6,10 +6,12 @@ allow, and that a removed service leaves nothing in memory.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.support.fakes.inference import PROJECT, Bench, FakeRuntime, bench
+from tests.support.fakes.inference import OWNER, PROJECT, Bench, FakeRuntime, bench
 
 from ficc.base.errors import Conflict, UnacknowledgedOutcome
 from ficc.base.units import MiB
@@ -20,6 +22,7 @@ from ficc.domain.inference import (
     ServiceState,
 )
 from ficc.domain.service_records import AttemptRecord
+from ficc.services.mutations import MutationKey
 
 ALLOWED_CHANGES = {
     (before, after)
@@ -174,3 +177,26 @@ async def test_a_removed_service_leaves_nothing_in_memory(tmp_path: Path) -> Non
     assert not [a for a in b.store.attempts.values() if a.service_id == service_id]
     assert all(stream.closed.is_set() for stream in b.engine.streams)
     assert_changes_follow_the_tables(b)
+
+
+async def test_a_local_stop_replayed_after_a_start_answers_its_first_answer(
+    tmp_path: Path,
+) -> None:
+    """An Idempotency-Key stop keeps the answer it gave once its replicas ended."""
+    b = bench(tmp_path)
+    service_id = await running(b)
+    key = MutationKey.local(PROJECT, "c" * 32, "inference.control", {"operation": "stop"})
+
+    async def stop() -> tuple[dict[str, Any], bool]:
+        return await b.services.commands.control_service(
+            OWNER, PROJECT, service_id, revision=2, operation="stop", key=key
+        )
+
+    first, replayed = await stop()
+    assert not replayed
+    assert [r["state"] for r in first["replicas"]] == ["stopped"]
+    await b.control(service_id, "start")
+    await b.until(lambda: b.service(service_id).state is ServiceState.RUNNING)
+    again, replayed = await stop()
+    assert replayed
+    assert json.dumps(again) == json.dumps(first)

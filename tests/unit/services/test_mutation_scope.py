@@ -3,6 +3,7 @@ receipt read per transaction."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,3 +101,56 @@ def test_local_and_grant_keys_live_in_their_own_scopes() -> None:
     assert MutationKey.local("default", MUTATION_ID, "op", {}).scope == "local:default"
     assert key().scope == mutations.grant_scope("grt_x") == "grant:grt_x"
     assert key().arguments_sha256 != key({"other": 1}).arguments_sha256
+
+
+async def test_a_receipt_keeps_the_answer_as_the_caller_is_shown_it() -> None:
+    factory = FakeUnitOfWorkFactory()
+
+    def shown(result: dict[str, Any]) -> dict[str, Any]:
+        return {"id": result["id"]}
+
+    shown_key = MutationKey.grant("grt_x", MUTATION_ID, "inference.create", ARGUMENTS, shown)
+    async with factory() as uow:
+        scope = await mutations.begin(uow, shown_key)  # type: ignore[arg-type]
+        answer = await scope.complete({"id": "svc_1", "replicas": [{"pid": 7}]}, NOW)
+        await uow.commit()
+    assert answer == {"id": "svc_1"}
+    async with factory() as uow:
+        # The way a caller is shown results is no part of the key's identity.
+        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+    assert again.result == answer
+
+
+async def test_a_retry_waits_for_the_try_in_flight_of_its_mutation_only() -> None:
+    tries = mutations.InFlight()
+    order: list[str] = []
+    first_inside = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def first() -> None:
+        async with tries.one_at_a_time(key()):
+            order.append("first in")
+            first_inside.set()
+            await release_first.wait()
+            order.append("first out")
+
+    async def retry() -> None:
+        async with tries.one_at_a_time(key()):
+            order.append("retry in")
+
+    async def other() -> None:
+        other_key = MutationKey.grant("grt_x", "f" * 32, "inference.create", ARGUMENTS)
+        async with tries.one_at_a_time(other_key):
+            order.append("other in")
+
+    running = asyncio.create_task(first())
+    await first_inside.wait()
+    waiting = asyncio.create_task(retry())
+    await asyncio.sleep(0)  # one turn: the retry now waits on the first try
+    await other()
+    assert order == ["first in", "other in"]
+    assert len(tries) == 1
+    release_first.set()
+    await asyncio.gather(running, waiting)
+    assert order == ["first in", "other in", "first out", "retry in"]
+    assert len(tries) == 0

@@ -26,6 +26,7 @@ from ficc.domain.inference import (
 )
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
+from ficc.services.catalogue import resolves
 from ficc.services.inference.records import (
     ACTIVE_STATES,
     ModelPath,
@@ -224,11 +225,12 @@ class Admission:
         return self._model_path(model)
 
     async def present(self, uow: UnitOfWork, model: CatalogueModel) -> bool:
-        """Whether the model's files are stored and its project owns every one of them.
+        """Whether the model's files are stored and resolve for it (``catalogue.resolves``).
 
-        A blob stored for another project reads as missing: a record naming a digest is no
-        capability to its bytes, and no oracle of whether they are stored.
+        A blob stored for another project, or for a model a peer's grant does not name, reads
+        as missing: a record naming a digest is no capability to its bytes, and no oracle of
+        whether they are stored.
         """
-        if not await uow.models.owns_blobs(model.project, model.blob_digests()):
+        if not await resolves(uow, model, model.blob_digests()):
             return False
         return self._model_path(model).exists()

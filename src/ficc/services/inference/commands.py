@@ -123,8 +123,8 @@ class ServiceCommands:
                 await uow.services.add(service)
                 result = await view_of(uow, service)
                 await record_audit(uow, self._clock, actor, project, "service.created", service_id)
-            await self._finish(uow, key, result)
-        return result, False
+            answer = await self._finish(uow, key, result)
+        return answer, False
 
     async def replace_service(
         self,
@@ -158,9 +158,8 @@ class ServiceCommands:
             )
             await uow.services.update(updated)
             await record_audit(uow, self._clock, actor, project, "service.replaced", service_id)
-            result = await view_of(uow, updated)
-            await self._finish(uow, key, result)
-        return result, False
+            answer = await self._finish(uow, key, await view_of(uow, updated))
+        return answer, False
 
     async def control_service(
         self,
@@ -200,7 +199,10 @@ class ServiceCommands:
                 return result, replayed
             if op is Operation.STOP:
                 await self._supervisor.stop_replicas(service_id)
-                return await self.get_service(project, service_id), False
+                # The answer is the service once its replicas ended; the receipt keeps that
+                # one (a retry waits on this lock, so it is answered only after it).
+                stopped = await self.get_service(project, service_id)
+                return await self._answered(key, stopped), False
             if op is Operation.DRAIN:
                 self._supervisor.drain(service_id)
             return result, False
@@ -269,10 +271,9 @@ class ServiceCommands:
             await record_audit(
                 uow, self._clock, actor, project, "service.start", service_id, details
             )
-            result = await view_of(uow, started)
-            await self._finish(uow, key, result)
+            answer = await self._finish(uow, key, await view_of(uow, started))
         self._supervisor.spawn(self._supervisor.launch(started, node, model_path, new_attempts))
-        return result, False
+        return answer, False
 
     async def _transition(
         self,
@@ -306,21 +307,32 @@ class ServiceCommands:
                 action = f"service.{operation.value}"
                 await record_audit(uow, self._clock, actor, project, action, service_id)
                 result = await view_of(uow, changed)
-            await self._finish(uow, key, result)
+            answer = await self._finish(uow, key, result)
             # No new request from the commit on; those in flight finish (drain) or end (stop).
             self._router.close(service_id)
             if transition.to_state is None:
                 # The caller holds this lock; anyone waiting on it finds the service gone.
                 self._supervisor.forget(service_id)
-        return result, False
+        return answer, False
 
     async def _finish(
         self, uow: UnitOfWork, key: MutationKey | None, result: dict[str, Any]
-    ) -> None:
-        """Keep the receipt of an idempotent change, and commit it with the change."""
+    ) -> dict[str, Any]:
+        """Keep the receipt of an idempotent change, and commit it with the change: the answer
+        (what the caller is shown of ``result``, exactly as a retry will replay it)."""
+        answer = result
         if key is not None:
-            await mutations.record(uow, self._clock, key, state="completed", result=result)
+            answer = await (await mutations.begin(uow, key)).complete(result, self._clock())
         await uow.commit()
+        return answer
+
+    async def _answered(self, key: MutationKey | None, result: dict[str, Any]) -> dict[str, Any]:
+        """The answer of a change known only after its commit, kept in its receipt as the
+        answer a retry replays."""
+        if key is None:
+            return result
+        async with self._uow_factory() as uow:
+            return await self._finish(uow, key, result)
 
     async def stop_for_grant(self, grant: Grant) -> None:
         """With ``stop_on_revoke``, an ended grant's services are stopped."""

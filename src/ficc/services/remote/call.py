@@ -14,6 +14,7 @@ from ficc.services.grant_slots import Slot
 from ficc.services.inference import Actor
 from ficc.services.mutations import MutationKey
 from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.remote.views import peer_answer
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,11 @@ class Call:
         return self.identity.hypernet_id, b64(self.identity.cluster_key)
 
     def key(self) -> MutationKey:
+        """The mutation's key: its receipt keeps the answer as the peer is shown it."""
         assert self.mutation_id is not None
-        return MutationKey.grant(self.grant.id, self.mutation_id, self.operation, self.body)
+        return MutationKey.grant(
+            self.grant.id, self.mutation_id, self.operation, self.body, shown=peer_answer
+        )
 
     def require(self, kind: str, resource_id: str, field: str) -> None:
         """Every resource ID named in the body must be in the grant (or created by it)."""

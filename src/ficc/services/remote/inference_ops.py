@@ -89,10 +89,10 @@ class InferenceOperations:
                 )
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.commands.create_service(
+            # The key shows the peer its own view: the answer is the one its receipt keeps.
+            return await self._inference.commands.create_service(
                 call.actor, grant.project, call.body["spec"], key=key, check=within_cap
             )
-            return peer_view(view), replayed
 
         return effect
 
@@ -109,7 +109,7 @@ class InferenceOperations:
             )
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.commands.replace_service(
+            return await self._inference.commands.replace_service(
                 call.actor,
                 call.grant.project,
                 service_id,
@@ -117,7 +117,6 @@ class InferenceOperations:
                 spec_data=call.body["spec"],
                 key=key,
             )
-            return peer_view(view), replayed
 
         return effect
 
@@ -127,7 +126,7 @@ class InferenceOperations:
             _require_created(call, service_id, "remove")
 
         async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
-            view, replayed = await self._inference.commands.control_service(
+            return await self._inference.commands.control_service(
                 call.actor,
                 call.grant.project,
                 service_id,
@@ -136,7 +135,6 @@ class InferenceOperations:
                 acknowledge_unknown=call.body.get("acknowledge_unknown", False),
                 key=key,
             )
-            return (peer_view(view) if "spec" in view else view), replayed
 
         return effect
 

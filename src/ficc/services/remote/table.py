@@ -23,7 +23,6 @@ from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
 from ficc.services.remote.gate import Gate
-from ficc.services.remote.views import peer_view
 
 if TYPE_CHECKING:
     from ficc.services.federation.approval import Approval
@@ -206,6 +205,7 @@ class PeerOperations:
         self._clock = clock
         self._gate = gate
         self._handlers = handlers
+        self._tries = mutations.InFlight()
 
     async def serve(
         self, identity: PeerIdentity, operation: str, wire: dict[str, Any]
@@ -225,16 +225,17 @@ class PeerOperations:
             identity, operation, row.scopes, row.mutation, wire, body
         ) as call:
             if row.mutate is not None:
-                # A retry is answered from its receipt before the body's IDs are checked: a
-                # service or model the first try removed is no longer in the grant.
-                async with self._uow_factory() as uow:
-                    earlier = await mutations.begin(uow, call.key())
-                _raise_refusal(earlier)
-                if earlier.result is not None:
-                    return {"replayed": True, "result": _as_answered(earlier.result)}
-                row.check_fields(body)
-                effect = await row.mutate(self._handlers)(call)
-                return await call.slot.race(self._once(call, effect))
+                async with self._tries.one_at_a_time(call.key()):
+                    # A retry is answered from its receipt before the body's IDs are checked:
+                    # a service or model the first try removed is no longer in the grant.
+                    async with self._uow_factory() as uow:
+                        earlier = await mutations.begin(uow, call.key())
+                    _raise_refusal(earlier)
+                    if earlier.result is not None:
+                        return {"replayed": True, "result": earlier.result}
+                    row.check_fields(body)
+                    effect = await row.mutate(self._handlers)(call)
+                    return await call.slot.race(self._once(call, effect))
             assert row.answer is not None
             row.check_fields(body)
             result = await call.slot.race(row.answer(self._handlers)(call))
@@ -265,7 +266,7 @@ class PeerOperations:
             mutation = await mutations.begin(uow, key)
             _raise_refusal(mutation)
             if mutation.result is not None:
-                return {"replayed": True, "result": _as_answered(mutation.result)}
+                return {"replayed": True, "result": mutation.result}
             await mutation.mark_uncertain(self._clock())
             await uow.commit()
         try:
@@ -279,12 +280,6 @@ class PeerOperations:
                     await uow.commit()
             raise
         return {"replayed": replayed, "result": result}
-
-
-def _as_answered(result: dict[str, Any]) -> dict[str, Any]:
-    """A replay as the first try answered: a service's receipt holds the owner's view, and
-    the peer was shown its own."""
-    return peer_view(result) if "spec" in result else result
 
 
 def _raise_refusal(mutation: mutations.MutationScope) -> None:

@@ -50,6 +50,14 @@ def peer_view(view: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def peer_answer(result: dict[str, Any]) -> dict[str, Any]:
+    """A mutation's result as the peer is answered: a service in its view, anything else as is.
+
+    A peer's receipts keep this answer, so a replay (and ``operation.status``) shows the peer
+    what it was shown the first time, and nothing of the owner's view."""
+    return peer_view(result) if "spec" in result else result
+
+
 MAX_SPEC_DEPTH: Final = 16
 
 

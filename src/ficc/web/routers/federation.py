@@ -163,7 +163,7 @@ async def request(
 @router.get(f"{PREFIX}/audit", responses=answer(AuditPage))
 async def list_audit(
     ctx: Context = scoped("federation:read"),
-    after: int = Query(0, ge=0),
+    after: int = Query(0, ge=0, le=audit.MAX_AUDIT_SEQ),
     limit: int = Query(100, ge=1, le=audit.MAX_AUDIT_PAGE),
 ) -> Any:
     entries = await audit.list_audit(

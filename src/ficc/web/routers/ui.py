@@ -470,7 +470,7 @@ async def revoke_token(
 @router.get(f"{P}/audit", response_class=HTMLResponse)
 async def audit_log(
     request: Request,
-    after: int = Query(0, ge=0),
+    after: int = Query(0, ge=0, le=audit.MAX_AUDIT_SEQ),
     limit: int = Query(50, ge=1, le=audit.MAX_AUDIT_PAGE),
     ctx: ConsoleContext = console("federation:read"),
 ) -> Response:
