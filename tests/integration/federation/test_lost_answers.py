@@ -8,6 +8,7 @@ HyperNet (tests/support/fakes/peer_channel.py); everything else is the real serv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 from typing import Any
@@ -22,6 +23,7 @@ from tests.support.isolation import add_node, record_model
 from ficc.base.errors import OutcomeUnknown
 from ficc.domain import peers as p
 from ficc.domain.inference import Operation, RuntimeName
+from ficc.services.mutations import grant_scope
 from ficc.services.remote.table import OPERATIONS
 from ficc.web.app import create_app
 
@@ -227,3 +229,62 @@ def replayed_bytes(first: bytes) -> bytes:
     """The first answer's bytes as a replay sends them: the same, but ``replayed``."""
     assert first.count(b'"replayed":false') == 1, first
     return first.replace(b'"replayed":false', b'"replayed":true')
+
+
+async def test_a_receipt_holding_the_owners_view_replays_and_inspects_as_the_peers_view(
+    pair: Pair,
+) -> None:
+    """A receipt written before answers were kept as shown holds the owner's view of a service
+    (options, engine text, PIDs and ports): a replay and ``operation.status`` still show the
+    peer only its own view."""
+    node = await add_node(pair.grantor)
+    model = await record_model(pair.grantor, "default", [1024], owned=True)
+    finished = await paired(
+        pair, {"scopes": ["inference:manage"], "models": [model.id], "nodes": [node.id]}
+    )
+    peer_id = finished["peer"]["id"]
+    spec = {"name": "old", "model": model.id, "runtime": "llama.cpp", "node": node.id}
+    mutation_id = secrets.token_hex(16)
+
+    async def create() -> dict[str, Any]:
+        return await pair.requester.remote.request(
+            OWNER,
+            "default",
+            peer_id,
+            operation="inference.create",
+            body={"spec": spec},
+            mutation_id=mutation_id,
+        )
+
+    first = await create()
+    async with pair.grantor.uow_factory() as uow:
+        [grant] = await uow.grants.in_project("default")
+        receipt = await uow.receipts.get(grant_scope(grant.id), mutation_id)
+        assert receipt is not None
+        assert receipt.result is not None
+        owner_view = {
+            **receipt.result,
+            "spec": {**receipt.result["spec"], "options": {"secret": "internal-name"}},
+            "error": "engine said: /srv/models/x.gguf",
+            "replicas": [
+                {
+                    "replica": 0,
+                    "state": "failed",
+                    "exit_code": 1,
+                    "pid": 4242,
+                    "port": 39999,
+                    "log": ["secret line"],
+                }
+            ],
+        }
+        await uow.receipts.put(dataclasses.replace(receipt, result=owner_view))
+        await uow.commit()
+    replayed = await create()
+    status = await pair.requester.remote.request(
+        OWNER, "default", peer_id, operation="operation.status", body={"id": mutation_id}
+    )
+    for shown in (replayed["result"], status["result"]["result"]):
+        text = json.dumps(shown)
+        for secret in ("internal-name", "/srv/models", "4242", "39999", "secret line"):
+            assert secret not in text
+        assert shown["spec"] == first["result"]["spec"]

@@ -16,6 +16,7 @@ from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import MutationKey, grant_scope
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
+from ficc.services.remote.views import peer_answer
 
 ADVICE: Final = {
     ReceiptState.UNCERTAIN: "retry with the same mutation_id and arguments; it is applied once",
@@ -116,6 +117,6 @@ class ModelOperations:
             "id": receipt.mutation_id,
             "operation": receipt.operation,
             "state": receipt.state,
-            "result": receipt.result,
+            "result": None if receipt.result is None else peer_answer(receipt.result),
             "advice": ADVICE.get(ReceiptState(receipt.state)),
         }

@@ -23,6 +23,7 @@ from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
 from ficc.services.remote.gate import Gate
+from ficc.services.remote.views import peer_answer
 
 if TYPE_CHECKING:
     from ficc.services.federation.approval import Approval
@@ -232,7 +233,7 @@ class PeerOperations:
                         earlier = await mutations.begin(uow, call.key())
                     _raise_refusal(earlier)
                     if earlier.result is not None:
-                        return {"replayed": True, "result": earlier.result}
+                        return {"replayed": True, "result": peer_answer(earlier.result)}
                     row.check_fields(body)
                     effect = await row.mutate(self._handlers)(call)
                     return await call.slot.race(self._once(call, effect))
@@ -266,7 +267,7 @@ class PeerOperations:
             mutation = await mutations.begin(uow, key)
             _raise_refusal(mutation)
             if mutation.result is not None:
-                return {"replayed": True, "result": mutation.result}
+                return {"replayed": True, "result": peer_answer(mutation.result)}
             await mutation.mark_uncertain(self._clock())
             await uow.commit()
         try:
