@@ -109,6 +109,10 @@ def _refused_response(reason: str) -> bytes:
     return head.encode("ascii") + body
 
 
+REFUSED_LINGER_SECONDS = 2.0
+"""How long a refused peer may take to read its 403 before its connection is closed."""
+
+
 class PeerCheckedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
     """Uvicorn's HTTP protocol for the control socket: a connection whose peer is refused
     (:mod:`ficc.adapters.control_socket`) gets a 403 and is closed before a byte is read."""
@@ -123,9 +127,12 @@ class PeerCheckedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
             return
         self._refused = True
         log.warning("control socket peer refused", extra={"reason": reason})
-        assert isinstance(transport, asyncio.WriteTransport)
+        assert isinstance(transport, asyncio.Transport)
         transport.write(_refused_response(reason))
-        transport.close()
+        # Half-close, then read and drop what the peer sent: closing with its request unread
+        # would reset the connection and lose the answer. It is closed soon whatever the peer does.
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSED_LINGER_SECONDS, transport.close)
 
     def data_received(self, data: bytes) -> None:
         if not self._refused:
