@@ -22,6 +22,7 @@ from ficc.adapters.node_probe import probe_node
 from ficc.adapters.passwords import Argon2Hasher
 from ficc.adapters.runtimes import build_runtimes
 from ficc.adapters.runtimes.attempt_fence import fence_attempt
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.sql.database import Database, default_url
 from ficc.adapters.sql.schema import upgrade as upgrade_schema
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
@@ -189,7 +190,10 @@ class Cluster:
         engines = EngineClients()
         upstream_allow = UpstreamAllowList.parse(self.settings.upstream_allow)
         runtimes = build_runtimes(
-            log_dir=self.state.runtime, engines=engines, upstream_allow=upstream_allow
+            log_dir=self.state.runtime,
+            engines=engines,
+            upstream_allow=upstream_allow,
+            sandbox=EngineSandbox.from_environment(hide=[self.state.root]),
         )
         attempt_fence: Callable[[str, float], Awaitable[int]] = fence_attempt
         if self.settings.ray_address is not None:

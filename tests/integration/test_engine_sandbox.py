@@ -1,4 +1,5 @@
-"""An engine confines itself with Landlock before it reads a model: FICC's files stay shut.
+"""An engine runs where FICC does not exist for it, and confines itself with Landlock before
+it reads a model: FICC's files, socket, process and network stay shut.
 
 Run on the real kernel, in a child process (a confinement cannot be undone): it applies the
 very rules an engine applies, then tries what an exploited model parser would try.
@@ -6,12 +7,23 @@ very rules an engine applies, then tries what an exploited model parser would tr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import ficc
 from ficc.adapters.runtimes import landlock
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 
 ATTEMPTS = """
 import json, socket, sys
@@ -68,3 +80,174 @@ def test_an_engine_reads_its_model_and_nothing_of_ficcs(tmp_path: Path) -> None:
         "open /dev/null": "allowed",
     }
     assert secret.read_text() == "secret"  # this process was never confined
+
+
+ESCAPES = """
+import json, os, signal, socket, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])  # this FICC's sources (-I keeps PYTHONPATH out)
+from ficc.adapters.runtimes.llama_cpp_server import confine_engine
+
+state, model = Path(sys.argv[2]), Path(sys.argv[3])
+tcp_port, udp_port, ficc_pid = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[7])
+abstract = sys.argv[6]
+if sys.argv[8] == "landlock":
+    confine_engine(model)
+seen = {}
+
+def attempt(name, action):
+    try:
+        action()
+        seen[name] = "allowed"
+    except OSError:
+        seen[name] = "denied"
+
+def connect(family, kind, address):
+    with socket.socket(family, kind) as sock:
+        sock.settimeout(2)
+        sock.connect(address)
+
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"escaped", ("127.0.0.1", udp_port))
+
+def environ():
+    if b"FICC_SECRET" not in Path(f"/proc/{ficc_pid}/environ").read_bytes():
+        raise PermissionError("not FICC's environment")
+
+attempt("read the model", model.read_bytes)
+attempt("read D/owner.token", (state / "owner.token").read_bytes)
+attempt("read D/cluster.key", (state / "cluster.key").read_bytes)
+unix, tcp = (socket.AF_UNIX, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_STREAM)
+attempt("connect to D/ficc.sock", lambda: connect(*unix, str(state / "ficc.sock")))
+attempt("TCP connect to a loopback listener", lambda: connect(*tcp, ("127.0.0.1", tcp_port)))
+attempt("UDP sendto a loopback listener", udp)
+attempt("connect to an abstract UNIX socket", lambda: connect(*unix, "\\0" + abstract))
+attempt("signal 0 to FICC", lambda: os.kill(ficc_pid, 0))
+attempt("SIGSTOP to FICC", lambda: os.kill(ficc_pid, signal.SIGSTOP))
+attempt("signal every process it can", lambda: os.kill(-1, signal.SIGSTOP))
+attempt("read FICC's /proc environ", environ)
+attempt("write beside the model", lambda: (model.parent / "dropped").write_text("x"))
+attempt("write in its working directory", lambda: Path("scratch").write_text("x"))
+try:
+    seen["working directory"] = sorted(os.listdir("."))
+except OSError:
+    seen["working directory"] = "unreadable"
+status = Path("/proc/self/status").read_text().splitlines()
+seen["capabilities"] = next(line.split()[1] for line in status if line.startswith("CapEff"))
+print(json.dumps(seen))
+"""
+
+ALL_REFUSED = {
+    "read the model": "allowed",
+    "read D/owner.token": "denied",
+    "read D/cluster.key": "denied",
+    "connect to D/ficc.sock": "denied",
+    "TCP connect to a loopback listener": "denied",
+    "UDP sendto a loopback listener": "denied",
+    "connect to an abstract UNIX socket": "denied",
+    "signal 0 to FICC": "denied",
+    "SIGSTOP to FICC": "denied",
+    "signal every process it can": "denied",
+    "read FICC's /proc environ": "denied",
+    "write beside the model": "denied",
+    "write in its working directory": "denied",
+    "working directory": "unreadable",
+    "capabilities": "0000000000000000",
+}
+"""A llama.cpp engine (its own network, Landlock's file and TCP rules): every escape refused.
+It may not even read or write its (empty, private) working directory."""
+SHARED_NETWORK = {
+    **ALL_REFUSED,
+    "TCP connect to a loopback listener": "allowed",
+    "UDP sendto a loopback listener": "allowed",
+    "write beside the model": "allowed",  # in its own empty tmpfs: gone when it ends
+    "write in its working directory": "allowed",
+    "working directory": ["scratch"],
+}
+"""vLLM and engines on Ray nodes bind their own port, so they share FICC's network: FICC's files,
+socket and process still do not exist for them; TCP and UDP to loopback do (docs/security.md)."""
+
+
+@pytest.fixture
+def ficc_like(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A state directory outside /tmp (so it is hidden as the state directory, not as /tmp)
+    with FICC's secrets and control socket, loopback TCP and UDP listeners, an abstract UNIX
+    socket, and a FICC-like process with a secret in its environment."""
+    state = Path(tempfile.mkdtemp(prefix="ficc-sandbox-", dir=Path.home()))
+    model = state / "store" / "blobs" / ("a" * 64)
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"GGUF")
+    (state / "owner.token").write_text("owner")
+    (state / "cluster.key").write_text("key")
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    control.bind(str(state / "ficc.sock"))
+    control.listen()
+    tcp = socket.create_server(("127.0.0.1", 0))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    abstract = f"ficc-sandbox-{os.getpid()}-{tmp_path.name}"
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind("\0" + abstract)
+    unix.listen()
+    ficc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={**os.environ, "FICC_SECRET": "1"},
+    )
+    try:
+        yield {
+            "state": state,
+            "model": model,
+            "tcp": tcp.getsockname()[1],
+            "udp": udp,
+            "abstract": abstract,
+            "ficc": ficc,
+        }
+    finally:
+        ficc.kill()
+        ficc.wait()
+        for sock in (control, tcp, udp, unix):
+            sock.close()
+        shutil.rmtree(state)
+
+
+@pytest.mark.parametrize(
+    ("private_network", "expected"),
+    [(True, ALL_REFUSED), (False, SHARED_NETWORK)],
+    ids=["llama.cpp", "shared-network"],
+)
+def test_a_confined_engine_finds_no_way_to_ficc(
+    ficc_like: dict[str, Any], private_network: bool, expected: dict[str, object]
+) -> None:
+    """G1, G13, F16: the very launcher and rules FICC applies; then an exploited engine's
+    tries, each refused (the FICC-like process is neither stopped nor read)."""
+    assert landlock.abi_version() >= 6  # the scope is part of what is shown
+    sandbox = EngineSandbox(hide=(ficc_like["state"],))
+    source = str(Path(ficc.__file__).parents[1])
+    engine = [sys.executable, "-I", "-c", ESCAPES, source, str(ficc_like["state"])]
+    engine += [
+        str(ficc_like["model"]),
+        str(ficc_like["tcp"]),
+        str(ficc_like["udp"].getsockname()[1]),
+    ]
+    engine += [ficc_like["abstract"], str(ficc_like["ficc"].pid)]
+    engine.append("landlock" if private_network else "none")
+    run = subprocess.run(
+        sandbox.command(engine, reveal=[ficc_like["model"]], private_network=private_network),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == expected
+    received = []
+    with contextlib.suppress(BlockingIOError):
+        received.append(ficc_like["udp"].recv(64))
+    assert received == ([] if private_network else [b"escaped"])
+    stat = Path(f"/proc/{ficc_like['ficc'].pid}/stat").read_text()
+    assert stat[stat.rindex(")") + 2] == "S"  # asleep, not stopped
+    assert ficc_like["ficc"].poll() is None
+    assert (ficc_like["state"] / "cluster.key").read_text() == "key"
+    assert not (ficc_like["model"].parent / "dropped").exists()

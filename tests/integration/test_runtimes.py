@@ -575,7 +575,8 @@ async def test_an_engine_that_ignores_sigterm_is_killed_with_its_workers_after_t
     runtime = SigtermIgnoringFakeEngine(log_dir=tmp_path)
     handle = await launch_ready(runtime, launch_request("stubborn", tiny_model))
     assert handle.pid is not None
-    assert len(process_group_members(handle.pid)) == 2
+    # The sandbox's launcher and the init of the engine's PID namespace, the engine, its worker.
+    assert len(process_group_members(handle.pid)) == 4
     started = time.monotonic()
     ended = await runtime.stop(handle, grace_seconds=0.5)
     took = time.monotonic() - started

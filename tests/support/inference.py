@@ -149,8 +149,16 @@ def is_running(pid: int, ticks: int | None = None) -> bool:
 
 
 def live_processes_of_attempt(attempt_id: str) -> list[int]:
-    """Processes (not zombies) whose environment carries FICC_ATTEMPT=<attempt_id>."""
-    return [pid for pid in processes_of_attempt(attempt_id) if is_running(pid)]
+    """Processes (not zombies) whose environment carries FICC_ATTEMPT=<attempt_id>, each the
+    root of its tree: an engine's sandbox launcher (the pid FICC records), not the namespace
+    init and the engine process below it."""
+    live = [pid for pid in processes_of_attempt(attempt_id) if is_running(pid)]
+    parents = {pid: _stat_fields(pid) for pid in live}
+    return [
+        pid
+        for pid, fields in parents.items()
+        if fields is not None and int(fields[1]) not in parents
+    ]
 
 
 def children_of(pid: int) -> list[int]:

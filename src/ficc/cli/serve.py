@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -14,11 +15,14 @@ from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from ficc.base.errors import InvalidInput
+from ficc.adapters import control_socket
+from ficc.base.errors import InvalidInput, PermissionDenied
 from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain.inference import UpstreamAllowList
 from ficc.web.app import LocalOwnerApp, create_app
+from ficc.web.errors import envelope
 
 log = logging.getLogger("ficc.serve")
 
@@ -94,7 +98,52 @@ def _control_socket(path: str) -> socket.socket:
     return sock
 
 
-def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
+def _refused_response(reason: str) -> bytes:
+    """An HTTP 403 in the contract's error shape, for a peer the control socket refuses."""
+    error = PermissionDenied(reason, details={"socket": "control"})
+    body = json.dumps(envelope(error)).encode()
+    head = (
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+REFUSED_LINGER_SECONDS = 2.0
+"""How long a refused peer may take to read its 403 before its connection is closed."""
+
+
+class PeerCheckedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+    """Uvicorn's HTTP protocol for the control socket: a connection whose peer is refused
+    (:mod:`ficc.adapters.control_socket`) gets a 403 and is closed before a byte is read."""
+
+    _refused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        reason = control_socket.refusal(control_socket.peer_of(sock))
+        if reason is None:
+            super().connection_made(transport)
+            return
+        self._refused = True
+        log.warning("control socket peer refused", extra={"reason": reason})
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(_refused_response(reason))
+        # Half-close, then read and drop what the peer sent: closing with its request unread
+        # would reset the connection and lose the answer. It is closed soon whatever the peer does.
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSED_LINGER_SECONDS, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._refused:
+            super().connection_lost(exc)
+
+
+def _uvicorn_config(app: ASGIApp, http: type[asyncio.Protocol] | None = None) -> uvicorn.Config:
     """Uvicorn's own records go to FICC's handler (``log_config=None``); FICC logs access.
 
     No proxy header is believed (``proxy_headers=False``): a local process could otherwise
@@ -102,7 +151,12 @@ def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
     ``--public-url https://...`` makes the session cookie ``Secure``.
     """
     return uvicorn.Config(
-        app, lifespan="off", log_config=None, access_log=False, proxy_headers=False
+        app,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        http=http or "auto",
     )
 
 
@@ -118,7 +172,7 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     app = create_app(cluster)
     await cluster.start()
     http_server = _Server(_uvicorn_config(app))
-    socket_server = _Server(_uvicorn_config(LocalOwnerApp(app)))
+    socket_server = _Server(_uvicorn_config(LocalOwnerApp(app), http=PeerCheckedProtocol))
     loop = asyncio.get_running_loop()
 
     def stop() -> None:

@@ -166,7 +166,9 @@ class HostCheck:
 class LocalOwnerApp:
     """Marks every request that arrives on the control socket as the local owner's.
 
-    Only this wrapper, mounted on the 0600 socket, sets the mark; no header can.
+    Only this wrapper, mounted on the 0600 socket, sets the mark; no header can. The socket
+    lets in only FICC's CLI user: its protocol checks each peer (``SO_PEERCRED``) before a
+    request reaches this app, and refuses engines (``ficc.cli.serve.PeerCheckedProtocol``).
     """
 
     def __init__(self, app: ASGIApp) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from ficc.adapters.engine_connector import EngineClients
 from ficc.adapters.runtimes.llama_cpp import LlamaCppRuntime
 from ficc.adapters.runtimes.openai import OpenAIRuntime
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.vllm import VllmRuntime
 from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.services.runtimes import Runtime
@@ -19,14 +20,16 @@ def build_runtimes(
     log_dir: Path,
     engines: EngineClients | None = None,
     upstream_allow: UpstreamAllowList | None = None,
+    sandbox: EngineSandbox | None = None,
 ) -> dict[RuntimeName, Runtime]:
     """Every runtime, its engines' logs under ``log_dir`` (one folder per service).
 
     ``engines``: the connector that learns each launched engine's API key; ``upstream_allow``:
-    the upstream URLs ``openai`` services may reach.
+    the upstream URLs ``openai`` services may reach; ``sandbox``: how engines are confined
+    (what they must not see: FICC's state directory).
     """
     return {
-        RuntimeName.LLAMA_CPP: LlamaCppRuntime(log_dir=log_dir, engines=engines),
+        RuntimeName.LLAMA_CPP: LlamaCppRuntime(log_dir=log_dir, engines=engines, sandbox=sandbox),
         RuntimeName.OPENAI: OpenAIRuntime(upstream_allow=upstream_allow, engines=engines),
-        RuntimeName.VLLM: VllmRuntime(log_dir=log_dir, engines=engines),
+        RuntimeName.VLLM: VllmRuntime(log_dir=log_dir, engines=engines, sandbox=sandbox),
     }

@@ -33,6 +33,11 @@ _FILE_RIGHTS: Final = EXECUTE | WRITE_FILE | READ_FILE | _TRUNCATE | _IOCTL_DEV
 """The rights a rule on a single file (not a directory) may carry."""
 _NET_BIND_TCP: Final = 1 << 0
 _NET_CONNECT_TCP: Final = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0
+SCOPE_SIGNAL: Final = 1 << 1
+_SCOPES: Final = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+"""ABI 6: no signal to, and no connection to an abstract UNIX socket of, a process outside the
+domain (FICC, other programs)."""
 
 READ: Final = READ_FILE | READ_DIR | EXECUTE
 DEVICES: Final = READ_FILE | WRITE_FILE | READ_DIR | _IOCTL_DEV
@@ -70,24 +75,18 @@ def confine(
 ) -> int:
     """Allow reading (and executing) below ``read``, reading and writing devices below
     ``devices``, and reading the single files ``read_files``; deny every other file access and
-    every new TCP bind or connect. Returns the Landlock version used, 0 when unsupported.
+    every new TCP bind or connect (ABI 4+), every signal and abstract UNIX socket connection
+    out of the domain (ABI 6+). Returns the Landlock version used, 0 when unsupported.
 
     Files opened before (a log, an inherited socket) stay usable.
     """
     abi = abi_version()
     if abi == 0:
         return 0
-    create, add_rule, restrict = _SYSCALLS[platform.machine()]
+    _create, add_rule, restrict = _SYSCALLS[platform.machine()]
     libc = _libc()
     handled_fs = _handled_fs(abi)
-    if abi >= 4:
-        attributes = struct.pack("=QQ", handled_fs, _NET_BIND_TCP | _NET_CONNECT_TCP)
-    else:
-        attributes = struct.pack("=Q", handled_fs)
-    buffer = ctypes.create_string_buffer(attributes, len(attributes))
-    ruleset = libc.syscall(create, buffer, len(attributes), 0)
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    ruleset = _ruleset(abi, handled_fs, _NET_BIND_TCP | _NET_CONNECT_TCP, _SCOPES)
     try:
         rules = [
             *((path, READ) for path in read),
@@ -103,6 +102,40 @@ def confine(
     finally:
         os.close(ruleset)
     return abi
+
+
+def restrict_scope() -> int:
+    """Only the scope (ABI 6+): no signal and no abstract UNIX socket out of the domain, files
+    and TCP untouched (for any engine, whatever it reads). The version used; 0 where the kernel
+    has no scopes."""
+    abi = abi_version()
+    if abi < 6:
+        return 0
+    libc = _libc()
+    ruleset = _ruleset(abi, 0, 0, _SCOPES)
+    try:
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(_SYSCALLS[platform.machine()][2], ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _ruleset(abi: int, handled_fs: int, handled_net: int, scoped: int) -> int:
+    """A ruleset handling what this ABI knows of the rights and scopes asked for."""
+    if abi >= 6:
+        attributes = struct.pack("=QQQ", handled_fs, handled_net, scoped)
+    elif abi >= 4:
+        attributes = struct.pack("=QQ", handled_fs, handled_net)
+    else:
+        attributes = struct.pack("=Q", handled_fs)
+    buffer = ctypes.create_string_buffer(attributes, len(attributes))
+    ruleset = int(_libc().syscall(_SYSCALLS[platform.machine()][0], buffer, len(attributes), 0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    return ruleset
 
 
 def _allow(libc: ctypes.CDLL, add_rule: int, ruleset: int, path: Path, rights: int) -> None:

@@ -42,6 +42,36 @@ def read_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def parent_pid(pid: int) -> int | None:
+    """Field 4 of ``/proc/PID/stat``; None if there is no process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+_LAUNCHED: dict[int, int] = {}
+"""pid → start ticks of every engine this process launched and has not yet reaped."""
+MAX_ANCESTRY: Final = 64
+
+
+def launched_engine_of(pid: int) -> int | None:
+    """The engine this process launched that ``pid`` is, or descends from; None if none.
+
+    (A descendant that left its engine's tree, a daemon re-parented to init, is not seen: the
+    engine's namespaces are what keep it from FICC.)"""
+    current: int | None = pid
+    for _ in range(MAX_ANCESTRY):
+        if current is None or current <= 1:
+            return None
+        ticks = _LAUNCHED.get(current)
+        if ticks is not None and read_start_ticks(current) == ticks:
+            return current
+        current = parent_pid(current)
+    return None
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -202,6 +232,7 @@ class EngineProcess:
             pidfd = -1
         ticks = read_start_ticks(process.pid)
         identity = ProcessIdentity(process.pid, ticks if ticks is not None else -1)
+        _LAUNCHED[identity.pid] = identity.start_ticks
         return cls(process, pidfd, identity, log_path)
 
     @property
@@ -212,6 +243,7 @@ class EngineProcess:
     async def wait(self) -> ReplicaExit:
         """Return when the process ends; ``crashed`` unless a stop was asked for first."""
         code = await self._process.wait()
+        _LAUNCHED.pop(self.identity.pid, None)
         return self.exit_info(code)
 
     def exit_info(self, code: int) -> ReplicaExit:

@@ -112,7 +112,7 @@ class RayRuntime(SupervisedRuntime):
         engines: EngineClients | None = None,
         placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS,
     ) -> None:
-        super().__init__(log_dir=log_dir, engines=engines)
+        super().__init__(log_dir=log_dir, engines=engines, sandbox=inner.sandbox)
         self._inner = inner
         self._nodes = nodes
         self._store = store
@@ -199,7 +199,7 @@ class RayRuntime(SupervisedRuntime):
             variables = {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
             argv = bound_to(self.command(replace(request, model_path=model_path), port), host)
             pid, ticks = await self._call(
-                actor.start.remote(argv, variables, str(node_log), str(model_path)),
+                actor.start.remote(argv, variables, str(node_log), str(model_path), self.sandbox),
                 CALL_TIMEOUT_SECONDS,
             )
         except BaseException:

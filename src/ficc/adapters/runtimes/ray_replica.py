@@ -2,7 +2,8 @@
 
 This module does not import Ray: the Ray runtime turns :class:`EngineHost` into an actor class.
 The engine is the actor's child, started through ``parent_guard`` so that it dies with the
-actor; the actor verifies the model file by its digest before launching.
+actor, and confined by FICC's sandbox (:mod:`.sandbox`); the actor verifies the model file by its
+digest before launching.
 
 A node keeps model files in its own blob store: the directory named by ``FICC_NODE_STORE`` in
 the environment its ``ray start`` ran with, else (a node on FICC's machine) FICC's own store. A
@@ -26,6 +27,7 @@ from typing import Final
 
 from ficc.adapters.blobstore import BlobStore, BlobWriter
 from ficc.adapters.runtimes.processes import EngineProcess, engine_environment
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.supervised import KEPT_LOGS_PER_SERVICE
 from ficc.base.errors import FiccError
 from ficc.services.runtimes import ReplicaExit
@@ -156,8 +158,11 @@ class EngineHost:
         variables: Mapping[str, str],
         log_path: str,
         model_path: str | None,
+        sandbox: EngineSandbox | None = None,
     ) -> tuple[int, int]:
-        """Verify the model, start the engine; its pid and start ticks.
+        """Verify the model, start the engine confined by ``sandbox`` (FICC's, hiding this
+        node's blob store too; the engine binds its own port, so it shares the node's network);
+        its pid and start ticks.
 
         ``log_path`` is absolute on FICC's machine, else relative to the node store's ``logs``.
 
@@ -175,7 +180,12 @@ class EngineHost:
             # with the engine's end (``wait``).
             log = node_store_root(None) / "logs" / log
             await asyncio.to_thread(prune_node_logs, log.parent)
-        guarded = [sys.executable, str(GUARD_SCRIPT), str(os.getpid()), *argv]
+        sandbox = sandbox or EngineSandbox()
+        if configured := os.environ.get(NODE_STORE_VARIABLE, "").strip():
+            sandbox = sandbox.with_hidden(Path(configured))
+        reveal = [] if model_path is None else [Path(model_path)]
+        confined = sandbox.command(argv, reveal=reveal, private_network=False)
+        guarded = [sys.executable, str(GUARD_SCRIPT), str(os.getpid()), *confined]
         self._process = await EngineProcess.spawn(
             guarded, log_path=log, env=engine_environment(variables)
         )

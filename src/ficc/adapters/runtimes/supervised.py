@@ -27,6 +27,7 @@ from ficc.adapters.runtimes.processes import (
     free_loopback_port,
     tail_lines,
 )
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import parse_id
 from ficc.domain.inference import RuntimeName
@@ -60,10 +61,14 @@ class SupervisedRuntime(ABC):
         log_dir: Path,
         python: str = sys.executable,
         engines: EngineClients | None = None,
+        sandbox: EngineSandbox | None = None,
     ) -> None:
         self._log_dir = log_dir
         self._python = python
         self._engines = engines
+        self.sandbox = sandbox or EngineSandbox()
+        """How engines are confined (:mod:`.sandbox`); FICC's state directory is among what
+        it hides."""
         self._processes: dict[str, EngineProcess] = {}
         self._api_keys: dict[str, str] = {}
 
@@ -111,9 +116,16 @@ class SupervisedRuntime(ABC):
             for path in stale[: max(0, len(logs) - KEPT_LOGS_PER_SERVICE)]:
                 path.unlink(missing_ok=True)
 
+    async def sandbox_refusal(self) -> str | None:
+        """Why engines cannot be confined on this machine (tried once, off the loop)."""
+        return await asyncio.to_thread(self.sandbox.refusal, self._python)
+
     async def launch(self, request: LaunchRequest) -> ReplicaHandle:
-        """Start the engine; Conflict naming the reasons when this node cannot run it."""
+        """Start the engine, confined; Conflict naming the reasons when this node cannot run it
+        (among them a machine that cannot confine it)."""
         availability = await self.availability(request.node)
+        if availability.available and (refusal := await self.sandbox_refusal()) is not None:
+            availability = Availability((refusal,))
         if not availability.available:
             raise Conflict(
                 f"runtime {self.name.value} cannot run here: {'; '.join(availability.reasons)}",
@@ -137,7 +149,12 @@ class SupervisedRuntime(ABC):
         handed = () if listener is None else (listener.fileno(),)
         try:
             process = await EngineProcess.spawn(
-                self.command(request, port, *handed),
+                self.sandbox.command(
+                    self.command(request, port, *handed),
+                    reveal=[request.model_path],
+                    private_network=listener is not None,  # it needs no network of its own
+                    python=self._python,
+                ),
                 log_path=log_path,
                 env=engine_environment(
                     {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
@@ -254,5 +271,7 @@ class SupervisedRuntime(ABC):
 
 
 def python_module_command(python: str, module: str, arguments: Sequence[str]) -> list[str]:
-    """``python -m module arguments…`` with this interpreter, so the venv's packages are used."""
-    return [python, "-m", module, *arguments]
+    """``python -I -u -m module arguments…`` with this interpreter, so the venv's packages are
+    used: isolated (neither the working directory nor ``PYTHON*`` variables reach sys.path
+    before the engine confines itself), unbuffered (log lines reach the file before a crash)."""
+    return [python, "-I", "-u", "-m", module, *arguments]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
 from ficc.domain.inference import RuntimeName
 from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
@@ -39,8 +40,9 @@ class VllmRuntime(SupervisedRuntime):
         log_dir: Path,
         vllm_command: Sequence[str] | None = None,
         engines: EngineClients | None = None,
+        sandbox: EngineSandbox | None = None,
     ) -> None:
-        super().__init__(log_dir=log_dir, engines=engines)
+        super().__init__(log_dir=log_dir, engines=engines, sandbox=sandbox)
         self._vllm = tuple(vllm_command or default_vllm_command())
 
     @property
@@ -66,7 +68,8 @@ class VllmRuntime(SupervisedRuntime):
 
     def command(self, request: LaunchRequest, port: int, listen_fd: int | None = None) -> list[str]:
         """``vllm serve MODEL`` answering to the service's name on 127.0.0.1:``port`` (vLLM
-        binds the port itself: it takes no socket, so ``listen_fd`` is never given)."""
+        binds the port itself: it takes no socket, so ``listen_fd`` is never given, and it
+        shares FICC's network; the sandbox hides FICC's files and processes from it)."""
         assert request.model_path is not None
         arguments = [
             *self._vllm,
