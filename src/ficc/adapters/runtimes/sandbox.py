@@ -13,7 +13,9 @@ nothing of FICC's. This launcher puts the engine in namespaces of its own before
 - an **IPC** and **UTS** namespace, and, for an engine that serves on a socket FICC bound and
   handed over, a **network namespace** with no interface up: no TCP connect, no UDP, no
   abstract UNIX socket of the host;
-- a Landlock scope (ABI 6+): no signal and no abstract UNIX socket outside the engine's domain.
+- a Landlock scope (ABI 6+): no signal and no abstract UNIX socket outside the engine's domain;
+- a seccomp filter: no IPv4 or IPv6 datagram socket (no UDP, the one way out Landlock does not
+  cover for an engine that shares the network) and no io_uring (which opens sockets past it).
 
 The engine runs as this process's child, the init of its PID namespace, in a fresh empty
 working directory; this process relays signals to it, waits, and ends as it ended (the same
@@ -61,6 +63,19 @@ PR_CAPBSET_DROP: Final = 24
 PR_SET_NO_NEW_PRIVS: Final = 38
 PR_CAP_AMBIENT: Final = 47
 PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
+PR_SET_SECCOMP: Final = 22
+SECCOMP_MODE_FILTER: Final = 2
+SECCOMP_RET_ALLOW: Final = 0x7FFF0000
+SECCOMP_RET_EPERM: Final = 0x00050000 | 1  # SECCOMP_RET_ERRNO with EPERM
+AF_INET: Final = 2
+AF_INET6: Final = 10
+SOCK_DGRAM: Final = 2
+SOCK_TYPE_MASK: Final = 0xF
+X32_SYSCALL_BIT: Final = 0x40000000
+NR_IO_URING_SETUP: Final = 425
+"""io_uring_setup: one number on every architecture (the unified table, Linux 5.1 on)."""
+SECCOMP_ARCHES: Final = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+"""The audit architecture and the number of socket(2), per machine FICC runs engines on."""
 
 HIDDEN_ALWAYS: Final = ("/tmp", "/run", "/dev/shm", "/var/tmp")  # noqa: S108 (hidden, not used)
 """Shared scratch and socket directories (other programs' UNIX sockets live there): empty."""
@@ -170,6 +185,63 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
         libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # EPERM without CAP_SETPCAP: none held
 
 
+def _filter(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def datagram_filter(machine: str) -> bytes | None:
+    """The seccomp program (classic BPF) refusing, with EPERM, ``socket(AF_INET|AF_INET6,
+    SOCK_DGRAM…)``, ``io_uring_setup`` and, on x86-64, any x32 system call (x32 numbers bypass
+    a filter written for the 64-bit ones); None for a machine it is not written for."""
+    if machine not in SECCOMP_ARCHES:
+        return None
+    arch, nr_socket = SECCOMP_ARCHES[machine]
+    ld_w_abs, jeq_k, jge_k, and_k, ret_k = 0x20, 0x15, 0x35, 0x54, 0x06
+    x32 = machine == "x86_64"
+    program = [
+        _filter(ld_w_abs, 4),  # seccomp_data.arch
+        _filter(jeq_k, arch, 1, 0),
+        _filter(ret_k, SECCOMP_RET_EPERM),  # a foreign architecture: nothing at all
+        _filter(ld_w_abs, 0),  # seccomp_data.nr
+        _filter(jge_k, X32_SYSCALL_BIT if x32 else 0xFFFFFFFF, 8, 0),
+        _filter(jeq_k, NR_IO_URING_SETUP, 7, 0),
+        _filter(jeq_k, nr_socket, 0, 7),
+        _filter(ld_w_abs, 16),  # args[0]: the family (low word)
+        _filter(jeq_k, AF_INET, 1, 0),
+        _filter(jeq_k, AF_INET6, 0, 4),
+        _filter(ld_w_abs, 24),  # args[1]: the type (low word), flags masked off
+        _filter(and_k, SOCK_TYPE_MASK),
+        _filter(jeq_k, SOCK_DGRAM, 0, 1),
+        _filter(ret_k, SECCOMP_RET_EPERM),
+        _filter(ret_k, SECCOMP_RET_ALLOW),
+    ]
+    return b"".join(program)
+
+
+def _deny_datagrams(libc: ctypes.CDLL) -> None:
+    """Install :func:`datagram_filter` (no new privileges is already set); on a machine it is
+    not written for, the engine's log says so."""
+    program = datagram_filter(os.uname().machine)
+    if program is None:
+        print(
+            f"WARNING:  no seccomp filter for {os.uname().machine}: UDP stays open to an engine "
+            "that shares the network",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class Program(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+    fprog = Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _check(
+        libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(PR_SET_SECCOMP)",
+    )
+
+
 def _scope() -> None:
     """The Landlock scope (ABI 6+): signals and abstract sockets stay inside the domain.
 
@@ -191,6 +263,7 @@ def _engine(libc: ctypes.CDLL, argv: Sequence[str]) -> None:
         signal.signal(signum, signal.SIG_DFL)
     _drop_capabilities(libc)
     _scope()
+    _deny_datagrams(libc)
     os.execvp(argv[0], list(argv))  # noqa: S606 (the engine's own command line)
 
 
