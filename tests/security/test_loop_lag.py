@@ -17,6 +17,7 @@ import time
 from tests.security.conftest import Figures
 from tests.support.authority import query, set_owner_password
 from tests.support.cluster import RunningCluster
+from tests.support.hostile_peer import memory_kib
 
 ATTACKERS = 20
 TRIES_EACH = 5
@@ -93,3 +94,73 @@ def test_a_flood_of_wrong_passwords_never_stalls_the_event_loop(
         max_loop_lag_ms=round(worst * 1000, 1),
     )
     assert worst < MAX_LOOP_LAG_SECONDS
+
+
+MAX_FLOOD_STALL_SECONDS = 0.25
+"""The worst stall any of the body floods below may cause (G2, G7, G8)."""
+BODY_FLOOD = """
+import asyncio, json, sys
+import httpx
+
+async def attacker(url, body, tries):
+    codes = []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for _ in range(tries):
+            answer = await client.post(
+                "/api/v1/federation/peers/x/request",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            codes.append(answer.status_code)
+    return codes
+
+async def main(url, attackers, tries, mib):
+    # {"operation":"discover","body":{"a":[{},{},...]}}: the review's 64 MiB body (G2).
+    count = (mib * 2**20 - 64) // 3
+    body = b'{"operation":"discover","body":{"a":[' + b"{}," * count + b'{}]}}'
+    results = await asyncio.gather(*(attacker(url, body, tries) for _ in range(attackers)))
+    print(json.dumps([code for codes in results for code in codes]))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+"""
+
+
+def test_unauthenticated_64_mib_bodies_are_refused_before_they_are_read(
+    cluster: RunningCluster, figures: Figures
+) -> None:
+    """G2: without a credential nothing past 1 MiB is read, held or decoded, on any route: a
+    flood of 64 MiB bodies on the federated request route is answered 401 while the owner's
+    requests go on being served at once."""
+    owner = cluster.owner()
+    pid = cluster.process.pid
+    before = memory_kib(pid)
+    flood = subprocess.Popen(
+        [sys.executable, "-c", BODY_FLOOD, cluster.url, "2", "2", "64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    probes: list[float] = []
+    deadline = time.monotonic() + FLOOD_DEADLINE_SECONDS
+    while flood.poll() is None:
+        assert time.monotonic() < deadline, "the flood did not finish in time"
+        started = time.perf_counter()
+        assert owner.get("/api/v1/nodes").status_code == 200
+        probes.append(time.perf_counter() - started)
+    output, errors = flood.communicate()
+    assert flood.returncode == 0, errors
+    codes = json.loads(output)
+    after = memory_kib(pid)
+    worst = max(probes)
+    peak_growth_mib = (after["VmHWM"] - before["VmHWM"]) / 1024
+    figures.record(
+        bodies=len(codes),
+        body_mib=64,
+        peak_rss_mib=round(after["VmHWM"] / 1024),
+        peak_growth_mib=round(peak_growth_mib),
+        worst_stall_ms=round(worst * 1000, 1),
+        friends_served=len(probes),
+    )
+    assert codes == [401] * 4
+    assert worst < MAX_FLOOD_STALL_SECONDS
+    assert peak_growth_mib < 64
