@@ -2,7 +2,7 @@
 
 A FastAPI body parameter is read and decoded before the route's dependencies run, so before
 authentication; a route that takes large bodies reads its body here instead. JSON over
-:data:`OFF_LOOP_JSON_BYTES` is decoded in a worker thread by the standard library's Python
+:data:`GRADUAL_JSON_BYTES` is decoded in a worker thread by the standard library's Python
 scanner, which lets the event loop run every few milliseconds (its C decoder would hold the
 interpreter for the whole body).
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import json.scanner
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
@@ -19,29 +18,17 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from ficc.base.errors import InvalidInput
-from ficc.protocol.limits import OFF_LOOP_JSON_BYTES
+from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
 from ficc.web.errors import validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class _GradualDecoder(json.JSONDecoder):
-    """The standard decoder with the Python scanner: slower, but it yields the interpreter."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]
-
-
-def _decode_gradually(raw: bytes) -> Any:
-    return _GradualDecoder().decode(raw.decode("utf-8"))
-
-
 async def decode_json(raw: bytes) -> Any:
     """``raw`` as JSON; a large body in a worker thread. Malformed text is ``invalid_request``."""
     try:
-        if len(raw) > OFF_LOOP_JSON_BYTES:
-            return await asyncio.to_thread(_decode_gradually, raw)
+        if len(raw) > GRADUAL_JSON_BYTES:
+            return await asyncio.to_thread(decode_gradually, raw)
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput("the request body is not valid JSON", field="body") from exc
