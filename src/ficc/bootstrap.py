@@ -284,6 +284,7 @@ class Cluster:
             relay=self.settings.hypernet_relay,
             connect_timeout_seconds=self.settings.hypernet_connect_seconds,
             limits=self.settings.hypernet,
+            body_bound=self.federation.known.body_bound,
         )
 
     def model_file(self, model: CatalogueModel) -> Path:

@@ -397,14 +397,38 @@ async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
     make_cluster: Callable[[], Awaitable[Cluster]],
 ) -> None:
     """A JSON answer over the 1 MiB frame goes as chunks and arrives as one object (a grant's
-    response_bytes may be up to 256 MiB); a small one is still one RESPONSE."""
+    response_bytes may be up to 256 MiB) on a paired session; a small one is still one
+    RESPONSE. One over OFF_LOOP_JSON_BYTES is decoded in a worker thread."""
     server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
     async with asyncio.timeout(DEADLINE_SECONDS):
-        for size in (10, (1 << 20) - 100, 3 << 20):
+        for size in (10, (1 << 20) - 100, 3 << 20, 5 << 20):
             answer = await client.endpoint.request(
-                server.endpoint.hypernet_id, "large", {"size": size}, ticket=server.endpoint.ticket
+                server.endpoint.hypernet_id,
+                "large",
+                {"size": size},
+                generation=4,
+                ticket=server.endpoint.ticket,
             )
             assert answer == {"text": "x" * size}
+        await still_serves(server, client, generation=4)
+
+
+async def test_before_a_pairing_an_answer_over_64_kib_is_refused_and_the_session_goes_on(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """G8: pairing operations answer a few hundred bytes; a stranger's larger answer fails
+    its request before it is decoded, not the session."""
+    server, client = await make_cluster(), await make_cluster()
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        with pytest.raises(OutcomeUnknown, match="passed 65536 bytes"):
+            await client.endpoint.request(
+                server.endpoint.hypernet_id,
+                "large",
+                {"size": 3 << 20},
+                ticket=server.endpoint.ticket,
+            )
         await still_serves(server, client)
 
 
@@ -417,7 +441,7 @@ async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_sess
     server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
     client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
     async with asyncio.timeout(DEADLINE_SECONDS):
-        for size in (10, 3 << 20):
+        for size in (10, 3 << 20, 5 << 20):
             text = "y" * size
             answer = await client.endpoint.request(
                 server.endpoint.hypernet_id,

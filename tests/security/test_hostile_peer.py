@@ -8,9 +8,12 @@ server process holds (its RSS from /proc).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +56,9 @@ from ficc.adapters.hypernet import (
 from ficc.adapters.hypernet.admission import MAX_HANDSHAKES_PER_SOURCE
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import ProtocolError, Unavailable
+from ficc.base.errors import OutcomeUnknown, ProtocolError, Unavailable
 from ficc.base.units import KiB, MiB
+from ficc.domain import grants as g
 from ficc.domain.offers import (
     MAX_RECEIVED_OFFERS,
     MAX_RECEIVED_OFFERS_PER_HYPERNET_ID,
@@ -537,3 +541,179 @@ async def test_a_silent_connection_is_dropped_within_the_silent_deadline(
         await closed_within(connection, SILENT_CONNECTION_SECONDS + 1.5)
         dropped_after = loop.time() - started
     figures.record(tries=1, refused=1, dropped_after_s=round(dropped_after, 2))
+
+
+# -- body floods (G7, G8): a peer in its own process, this process's endpoint the victim ----
+
+FLOOD_STALL_SECONDS = 0.25
+"""The worst stall of the victim's event loop a body flood may cause."""
+PAIRED = 4
+UNPAIRED_ANSWER_BYTES = 64 * KiB
+"""The largest answer a requester takes before a pairing (``MAX_UNPAIRED_ANSWER_BYTES``)."""
+
+
+class Victim:
+    """An in-process endpoint that pairs with whoever it is told, and a friend paired with it
+    whose echo requests must go on being answered during a flood."""
+
+    def __init__(self, directory: Path, *, body_bound: int | None = None) -> None:
+        self.key = ClusterKey.generate()
+        self.known: dict[str, KnownPeer] = {}
+        self.handled: list[str] = []
+        bounded: dict[str, Any] = {}
+        if body_bound is not None:
+            bounded["body_bound"] = lambda identity: body_bound
+        self.endpoint = HyperNetEndpoint(
+            agent_directory=directory,
+            cluster_key=self.key,
+            lookup=self.lookup,
+            handler=self.handle,
+            bind_address="127.0.0.1:0",
+            **bounded,
+        )
+
+    async def lookup(self, hypernet_id: str) -> tuple[KnownPeer, ...]:
+        known = self.known.get(hypernet_id)
+        return () if known is None else (known,)
+
+    async def handle(self, peer: PeerIdentity, operation: str, body: dict[str, Any]) -> Any:
+        self.handled.append(operation)
+        return {"echo": len(body)}
+
+
+@asynccontextmanager
+async def flood_peer(
+    victim: Victim, directory: Path, mode: str, size: int, count: int
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, dict[str, Any]]]:
+    """The flooding peer's process, paired with ``victim`` at generation 4, told to begin."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.flood_peer",
+        mode,
+        str(directory),
+        victim.key.public_key.hex(),
+        str(size),
+        str(count),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        peer = json.loads(await child.stdout.readline())
+        victim.known[peer["hypernet_id"]] = KnownPeer(bytes.fromhex(peer["cluster_key"]), PAIRED)
+        target = {"hypernet_id": victim.endpoint.hypernet_id, "ticket": victim.endpoint.ticket}
+        child.stdin.write(json.dumps(target).encode() + b"\n")
+        await child.stdin.drain()
+        yield child, peer
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+
+
+@asynccontextmanager
+async def victim_and_friend(
+    tmp_path: Path, *, body_bound: int | None = None
+) -> AsyncIterator[tuple[Victim, Victim]]:
+    victim = Victim(tmp_path / "victim", body_bound=body_bound)
+    friend = Victim(tmp_path / "friend")
+    await victim.endpoint.start()
+    await friend.endpoint.start()
+    victim.known[friend.endpoint.hypernet_id] = KnownPeer(friend.key.public_key, PAIRED)
+    friend.known[victim.endpoint.hypernet_id] = KnownPeer(victim.key.public_key, PAIRED)
+    try:
+        yield victim, friend
+    finally:
+        await friend.endpoint.stop()
+        await victim.endpoint.stop()
+
+
+async def served_until(friend: Victim, victim: Victim, done: asyncio.Future[Any]) -> int:
+    """The friend's echo requests to ``victim`` answered until ``done``; each must be."""
+    served = 0
+    while not done.done():
+        answer = await friend.endpoint.request(
+            victim.endpoint.hypernet_id,
+            "echo",
+            {"n": served},
+            generation=PAIRED,
+            ticket=victim.endpoint.ticket,
+            timeout_seconds=5,
+        )
+        assert answer == {"echo": 1}
+        served += 1
+    return served
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's peak RSS (``VmHWM``) to its RSS now; the RSS in KiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return memory_kib(os.getpid())["VmRSS"]
+
+
+async def test_a_paired_peer_announcing_bodies_over_its_grants_is_refused_before_assembly(
+    tmp_path: Path, figures: Figures
+) -> None:
+    """G7: a paired peer whose grants allow the default 512 KiB announces 60 MiB bodies. Each
+    is answered too_large as its chunks arrive, dropped, never assembled or decoded, and
+    the friend's requests are answered throughout."""
+    bound = g.wire_bytes(g.DEFAULT_REQUEST_BYTES)
+    async with victim_and_friend(tmp_path, body_bound=bound) as (victim, friend):
+        rss_before = reset_peak_rss()
+        async with asyncio.timeout(DEADLINE_SECONDS):
+            async with flood_peer(victim, tmp_path / "flood", "body", 60 * MiB, 4) as (child, _):
+                assert child.stdout is not None
+                outcome = asyncio.ensure_future(child.stdout.readline())
+                async with loop_watchdog() as lag:
+                    served = await served_until(friend, victim, outcome)
+                outcomes = json.loads(await outcome)
+        peak_kib = memory_kib(os.getpid())["VmHWM"]
+    figures.record(
+        bodies=len(outcomes),
+        body_mib=60,
+        peak_growth_mib=round((peak_kib - rss_before) / 1024),
+        worst_stall_ms=round(lag.worst_seconds * 1000, 1),
+        friends_served=served,
+    )
+    assert outcomes == ["too_large"] * 4
+    assert "measure" not in victim.handled
+    assert lag.worst_seconds < FLOOD_STALL_SECONDS
+    assert peak_kib - rss_before < MEMORY_BOUND_MIB * 1024
+
+
+async def test_a_stranger_answering_a_pairing_request_with_24_mib_is_cut_off_at_64_kib(
+    tmp_path: Path, figures: Figures
+) -> None:
+    """G8: before a pairing an answer may be 64 KiB. A stranger that answers 24 MiB in chunks
+    fails that request as soon as the bound is passed (nothing decoded), and the requester's
+    loop and its paired friend go on."""
+    async with victim_and_friend(tmp_path) as (victim, friend):
+        rss_before = reset_peak_rss()
+        async with asyncio.timeout(DEADLINE_SECONDS):
+            async with flood_peer(victim, tmp_path / "flood", "answer", 24 * MiB, 0) as (_, peer):
+                victim.known.pop(peer["hypernet_id"])  # a stranger: generation 0
+                asking = asyncio.ensure_future(
+                    victim.endpoint.request(
+                        peer["hypernet_id"],
+                        "pairing.offer",
+                        {},
+                        ticket=peer["ticket"],
+                        timeout_seconds=30,
+                    )
+                )
+                async with loop_watchdog() as lag:
+                    served = await served_until(friend, victim, asking)
+                with pytest.raises(OutcomeUnknown) as refused:
+                    await asking
+        peak_kib = memory_kib(os.getpid())["VmHWM"]
+    figures.record(
+        answer_mib=24,
+        peak_growth_mib=round((peak_kib - rss_before) / 1024),
+        worst_stall_ms=round(lag.worst_seconds * 1000, 1),
+        friends_served=served,
+    )
+    assert f"passed {UNPAIRED_ANSWER_BYTES} bytes" in refused.value.message
+    assert lag.worst_seconds < FLOOD_STALL_SECONDS
+    assert peak_kib - rss_before < MEMORY_BOUND_MIB * 1024

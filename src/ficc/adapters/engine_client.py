@@ -20,6 +20,7 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, Unavailable
+from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
@@ -591,7 +592,7 @@ class EngineClient:
         would too, and the engine is stopped at once.
         """
         if path == EMBEDDINGS:
-            return await self._embeddings(body)
+            return await self._embeddings(body, max_bytes)
         request_body = dict(body)
         request_body["stream_options"] = {"include_usage": True}
         chunks: list[dict[str, Any]] = []
@@ -619,23 +620,36 @@ class EngineClient:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
 
-    async def _embeddings(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def _embeddings(
+        self, body: Mapping[str, Any], max_bytes: int | None = None
+    ) -> dict[str, Any]:
         """``POST /v1/embeddings``, answered whole (nothing to cancel mid-way), read within
-        :data:`MAX_ASSEMBLED_BYTES`."""
+        :data:`MAX_ASSEMBLED_BYTES` and within ``max_bytes`` (a grant's ``response_bytes``:
+        the engine's answer counts as it arrives, before any vector is averaged). One over
+        a few MiB is decoded in a worker thread, gradually, so the loop goes on."""
         request_body = dict(body)
         if self._model is not None:
             request_body["model"] = self._model
+        limit = MAX_ASSEMBLED_BYTES if max_bytes is None else min(max_bytes, MAX_ASSEMBLED_BYTES)
         try:
             async with self._exchange("POST", EMBEDDINGS, request_body) as response:
                 if response.status_code != httpx.codes.OK:
                     raise _status_error(response.status_code, await _read_bounded(response))
-                content = await _read_bounded(response, MAX_ASSEMBLED_BYTES + 1)
+                content = await _read_bounded(response, limit + 1)
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
+        if len(content) > limit and limit != MAX_ASSEMBLED_BYTES:
+            raise LimitExceeded(
+                f"the engine's embeddings passed the grant's {limit} response bytes",
+                details={"limit": "response_bytes", "allowed": limit},
+            )
         if len(content) > MAX_ASSEMBLED_BYTES:
             raise Unavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
         try:
-            value = json.loads(content)
+            if len(content) > GRADUAL_JSON_BYTES:
+                value = await asyncio.to_thread(decode_gradually, content)
+            else:
+                value = json.loads(content)
         except ValueError as exc:
             raise Unavailable("the engine's embeddings are not JSON") from exc
         if not isinstance(value, dict) or not isinstance(value.get("data"), list):

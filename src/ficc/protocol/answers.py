@@ -2,19 +2,25 @@
 
 Both are canonical JSON sent as chunks and an end. A following request body is exactly the
 size its signed request announced and matches the signed SHA-256; only a paired peer may send
-one, and a connection gathers at most :data:`MAX_ASSEMBLED_BYTES` of them at once.
+one, and a connection gathers at most :data:`MAX_ASSEMBLED_BYTES` of them at once. One
+announced larger than the connection's ``max_body_bytes`` (what the peer's grants allow) is
+refused before any of it is kept: its chunks are counted and dropped, and the request is
+answered ``too_large``. Bodies and answers over
+:data:`~ficc.protocol.limits.OFF_LOOP_JSON_BYTES` are handed over as bytes, for the
+transport to decode in a worker thread (:func:`complete_request`, :func:`parse_large_answer`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ficc.base.errors import ProtocolError
+from ficc.base.errors import ProtocolError, TooLarge
 from ficc.base.units import MiB
 from ficc.protocol.canonical import canonical_json, parse_json_object
 from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
+from ficc.protocol.limits import OFF_LOOP_JSON_BYTES
 from ficc.protocol.messages import (
     MAX_FOLLOWING_BODY_BYTES,
     Chunk,
@@ -55,12 +61,42 @@ def parse_answer(parts: list[bytes]) -> dict[str, Any]:
     return parse_json_object(b"".join(parts), what="response")
 
 
-class AssemblyRoom:
-    """The following request bodies one connection is gathering, in bytes announced."""
+def parse_large_answer(data: bytes) -> dict[str, Any]:
+    """A gathered answer over :data:`OFF_LOOP_JSON_BYTES`, for a worker thread: parsed as
+    strictly as a ``RESPONSE``, gradually (the event loop goes on meanwhile)."""
+    return parse_json_object(data, what="response", gradual=True)
 
-    def __init__(self, *, paired: bool) -> None:
+
+@dataclass(frozen=True)
+class LargeBody:
+    """A following body gathered whole but not yet checked or parsed (it is large)."""
+
+    request: Request
+    data: bytes
+
+
+def complete_request(request: Request, data: bytes) -> Request:
+    """``request`` with the body that followed it, for a worker thread: the signed SHA-256
+    checked, the JSON parsed strictly and gradually. :class:`ProtocolError` is terminal."""
+    assert request.following is not None
+    if hashlib.sha256(data).hexdigest() != request.following.sha256:
+        raise ProtocolError("the request's body does not match its signed SHA-256")
+    body = parse_json_object(data, what="request body", gradual=True)
+    return replace(request, body=body, following=None)
+
+
+class AssemblyRoom:
+    """The following request bodies one connection is gathering, in bytes announced.
+
+    ``max_body_bytes``: the largest body this connection takes now (the transport sets it
+    from the peer's grants before it hands over received bytes); a larger one is refused
+    before any of it is kept.
+    """
+
+    def __init__(self, *, paired: bool, max_body_bytes: int = MAX_FOLLOWING_BODY_BYTES) -> None:
         self._paired = paired
         self.held_bytes = 0
+        self.max_body_bytes = max_body_bytes
 
     def begin(self, request: Request) -> BodyAssembly:
         """Make room for ``request``'s following body, or refuse it."""
@@ -68,6 +104,13 @@ class AssemblyRoom:
         assert following is not None
         if not self._paired:
             raise ProtocolError("a request body in chunks needs a paired session")
+        if following.size > self.max_body_bytes:
+            refusal = TooLarge(
+                f"the request body is {following.size} bytes; this peer's grants take at most "
+                f"{self.max_body_bytes}",
+                details={"limit": "request_bytes", "allowed": self.max_body_bytes},
+            )
+            return BodyAssembly(None, request, refusal)
         if self.held_bytes + following.size > MAX_ASSEMBLED_BYTES:
             raise ProtocolError(
                 f"request bodies of more than {MAX_ASSEMBLED_BYTES} bytes at once in a session"
@@ -77,30 +120,45 @@ class AssemblyRoom:
 
 
 class BodyAssembly:
-    """One request's following body, gathered chunk by chunk."""
+    """One request's following body, gathered chunk by chunk (or, when ``refusal`` is set,
+    counted and dropped: the request is then answered with the refusal)."""
 
-    def __init__(self, room: AssemblyRoom, request: Request) -> None:
+    def __init__(
+        self, room: AssemblyRoom | None, request: Request, refusal: TooLarge | None = None
+    ) -> None:
         assert request.following is not None
         self._room: AssemblyRoom | None = room
+        self._refusal = refusal
         self._request = request
         self._size = request.following.size
         self._sha256 = request.following.sha256
         self._parts: list[bytes] = []
         self._total = 0
 
-    def add(self, message: Chunk | End) -> Request | None:
-        """Take the next chunk (``None``), or the end: the request with its body."""
+    @property
+    def request(self) -> Request:
+        """The request whose body this is (its body not yet set)."""
+        return self._request
+
+    def add(self, message: Chunk | End) -> Request | LargeBody | TooLarge | None:
+        """Take the next chunk (``None``), or the end: the request with its body, the large
+        body still to complete (:func:`complete_request`), or the refusal to answer with."""
         try:
             if isinstance(message, Chunk):
                 self._total += len(message.data)
                 if self._total > self._size:
                     raise ProtocolError("the request's body is longer than it announced")
-                self._parts.append(message.data)
+                if self._refusal is None:
+                    self._parts.append(message.data)
                 return None
             if message.total_bytes != self._total or self._total != self._size:
                 raise ProtocolError("the request's body is not the size it announced")
+            if self._refusal is not None:
+                return self._refusal
             data = b"".join(self._parts)
             self._parts.clear()
+            if len(data) > OFF_LOOP_JSON_BYTES:
+                return LargeBody(self._request, data)  # the room is held until it is done
             if hashlib.sha256(data).hexdigest() != self._sha256:
                 raise ProtocolError("the request's body does not match its signed SHA-256")
             body = parse_json_object(data, what="request body")

@@ -11,6 +11,7 @@ invalid UTF-8 and non-canonical spellings are refused with
 from __future__ import annotations
 
 import json
+import json.scanner
 from typing import Any, Final, NoReturn
 
 import rfc8785
@@ -26,15 +27,21 @@ _ENCODER: Final = json.JSONEncoder(
 _DECODER: Final = json.JSONDecoder()
 
 
-def canonical_json(value: Any) -> bytes:
+def canonical_json(value: Any, *, gradual: bool = False) -> bytes:
     """Encode ``value`` as RFC 8785 JSON; ValueError for a value it cannot carry (a float
     that is not finite, an integer past ±(2**53 - 1), a key that is not a string).
 
     Values without floats or keys beyond the Basic Multilingual Plane encode the same under
     RFC 8785 and the standard library's sorted compact encoding, which is much faster for
     large bodies; only the others go through the RFC 8785 encoder.
+
+    ``gradual``: encode value by value in Python (the same bytes, several times slower), so a
+    worker thread encoding a large body never holds the interpreter for long: the standard
+    library's C encoder does the whole value in one call, stalling every other thread.
     """
     if _same_in_both(value):
+        if gradual:
+            return "".join(_ENCODER.iterencode(value)).encode("utf-8")
         return _ENCODER.encode(value).encode("utf-8")
     return bytes(rfc8785.dumps(value))
 
@@ -83,14 +90,21 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_canonical_json(data: bytes, *, what: str) -> Any:
+def parse_canonical_json(data: bytes, *, what: str, gradual: bool = False) -> Any:
     """Decode canonical JSON bytes, refusing anything another encoder could have spelled.
 
     Canonical input is decoded without hooks, then encoded again and compared. That check
     alone refuses all the strict decoder refuses: a duplicate key, ``NaN`` or a number JSON
     cannot carry never encodes back to the same bytes. Input failing it is decoded again
     strictly, only to say precisely what is wrong with it.
+
+    ``gradual``: for a worker thread given a large body. Decoded by the standard library's
+    Python scanner (strings still by its C scanner) and checked by the gradual encoding, so
+    the interpreter passes to other threads (the event loop) every few milliseconds; the C
+    decoder would hold it for the whole body. Several times slower; the same answer.
     """
+    if gradual:
+        return _parse_gradually(data, what=what)
     try:
         value = _DECODER.decode(data.decode("utf-8"))
         if canonical_json(value) == data:
@@ -98,6 +112,34 @@ def parse_canonical_json(data: bytes, *, what: str) -> Any:
     except (ValueError, RecursionError):
         pass
     return _parse_strictly(data, what=what)
+
+
+class _GradualDecoder(json.JSONDecoder):
+    """The strict decoder with the standard library's Python scanner (see ``gradual``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_refuse_constant,
+            parse_int=_integer_or_double,
+        )
+        self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]
+
+
+def _parse_gradually(data: bytes, *, what: str) -> Any:
+    try:
+        value = _GradualDecoder().decode(data.decode("utf-8"))
+    except ProtocolError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON") from exc
+    try:
+        again = canonical_json(value, gradual=True)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"{what} is not canonical JSON") from exc
+    if again != data:
+        raise ProtocolError(f"{what} is not canonical JSON")
+    return value
 
 
 def _parse_strictly(data: bytes, *, what: str) -> Any:
@@ -122,9 +164,10 @@ def _parse_strictly(data: bytes, *, what: str) -> Any:
     return value
 
 
-def parse_json_object(data: bytes, *, what: str) -> dict[str, Any]:
-    """Decode canonical JSON that must be an object."""
-    value = parse_canonical_json(data, what=what)
+def parse_json_object(data: bytes, *, what: str, gradual: bool = False) -> dict[str, Any]:
+    """Decode canonical JSON that must be an object (``gradual``: see
+    :func:`parse_canonical_json`)."""
+    value = parse_canonical_json(data, what=what, gradual=gradual)
     if not isinstance(value, dict):
         raise ProtocolError(f"{what} must be a JSON object")
     return value

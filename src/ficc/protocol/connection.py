@@ -6,7 +6,9 @@ Bytes in, events out: the transport hands each stream's received bytes to :meth:
 transport should wake. The connection owns every rule a peer must keep: the per-stream state
 table (:mod:`ficc.protocol.stream_states`), request signatures and their order, heartbeats,
 the caps on streams and unfinished frame bytes, the frame and next-request deadlines, the body
-that follows a large request, and the ``End`` total. A :class:`ProtocolError` is terminal.
+that follows a large request (within :attr:`PeerConnection.max_body_bytes`), the size of each
+JSON answer (within what :meth:`PeerConnection.send_request` was told), and the ``End``
+total. A :class:`ProtocolError` is terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.answers import (
+    MAX_JSON_ANSWER_BYTES,
     AssemblyRoom,
     encode_answer,
 )
@@ -28,6 +31,7 @@ from ficc.protocol.limits import (
     MAX_BUFFERED_BYTES,
     MAX_IDLE_STREAMS,
     MAX_PEER_STREAMS,
+    MAX_UNPAIRED_ANSWER_BYTES,
     MAX_UNPAIRED_BUFFERED_BYTES,
     MAX_UNPAIRED_STREAMS,
     MIN_READ_BYTES,
@@ -90,6 +94,17 @@ class PeerConnection:
         self._idle_limit = None if self.paired else (idle if self.incoming else idle * 2 / 3)
         self._busy = 0
         self._last_busy = now
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body the peer may send after a request now; one announced
+        larger is answered ``too_large`` and its chunks dropped. The transport sets it from
+        the peer's grants before handing over received bytes."""
+        return self._assembly_room.max_body_bytes
+
+    @max_body_bytes.setter
+    def max_body_bytes(self, value: int) -> None:
+        self._assembly_room.max_body_bytes = value
 
     # -- streams ----------------------------------------------------------------------------
 
@@ -288,9 +303,17 @@ class PeerConnection:
         request_id: str | None,
         *,
         streaming: bool,
+        max_answer_bytes: int | None = None,
     ) -> bytes:
-        """Our signed request; a body too large for one frame follows as chunks and an end."""
-        self._move(stream_id, "request_stream" if streaming else "request")
+        """Our signed request; a body too large for one frame follows as chunks and an end.
+
+        ``max_answer_bytes``: the largest JSON answer it may have (the operation's bound); a
+        larger one fails the stream before it is decoded. Before a pairing it is at most
+        :data:`MAX_UNPAIRED_ANSWER_BYTES`; without it, the largest any grant allows.
+        """
+        stream = self._move(stream_id, "request_stream" if streaming else "request")
+        ceiling = MAX_JSON_ANSWER_BYTES if self.paired else MAX_UNPAIRED_ANSWER_BYTES
+        stream.max_answer_bytes = min(ceiling, max_answer_bytes or ceiling)
         request, following = self._signer.sign_fitting(operation, body, request_id)
         frames = encode_frame(encode_message(request))
         if following is None:

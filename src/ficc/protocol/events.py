@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ficc.base.errors import TooLarge
 from ficc.protocol.messages import Error, Request
 
 
@@ -14,6 +15,26 @@ class RequestReceived:
 
     stream_id: int
     request: Request
+
+
+@dataclass(frozen=True)
+class LargeBodyReceived:
+    """A verified request whose large body arrived whole: complete it off the event loop
+    (:func:`ficc.protocol.answers.complete_request`), then handle it."""
+
+    stream_id: int
+    request: Request
+    data: bytes
+
+
+@dataclass(frozen=True)
+class RequestRefused:
+    """A request whose announced body was larger than the connection takes: answer it with
+    ``error`` (its chunks were dropped as they came)."""
+
+    stream_id: int
+    request: Request
+    error: TooLarge
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,15 @@ class AnswerReceived:
 
     stream_id: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LargeAnswerReceived:
+    """The JSON answer to our request, gathered from chunks but large: parse it off the event
+    loop (:func:`ficc.protocol.answers.parse_large_answer`)."""
+
+    stream_id: int
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -70,9 +100,12 @@ class PeerClosed:
 
 Event = (
     RequestReceived
+    | LargeBodyReceived
+    | RequestRefused
     | RequestCancelled
     | StreamEnded
     | AnswerReceived
+    | LargeAnswerReceived
     | DataReceived
     | AnswerEnded
     | ErrorReceived

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ficc.base.json_text import GRADUAL_JSON_BYTES
 from ficc.base.units import KiB, MiB
 
 MAX_PEER_STREAMS: Final = 128
@@ -53,3 +54,10 @@ WRITE_STALL_SECONDS: Final = 30.0
 QUIC flow control would block the write for ever while heartbeats keep the connection up)."""
 WRITE_PIECE_BYTES: Final = 256 * KiB
 """Write progress is counted per piece: a frame larger than this is written in pieces."""
+OFF_LOOP_JSON_BYTES: Final = GRADUAL_JSON_BYTES
+"""JSON larger than this (a request body that followed its request, a gathered answer) is
+decoded by the transport in a worker thread, gradually
+(:func:`ficc.protocol.canonical.parse_json_object`), so the event loop goes on meanwhile."""
+MAX_UNPAIRED_ANSWER_BYTES: Final = 64 * KiB
+"""The largest JSON answer a requester takes on a session of no pairing: the pairing
+operations answer a few hundred bytes (a receipt about 2 KiB)."""

@@ -20,6 +20,7 @@ from ficc.base.errors import FiccError
 from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
+    "BodyBound",
     "KnownPeer",
     "PeerChannel",
     "PeerIdentity",
@@ -50,6 +51,12 @@ RequestResult = dict[str, Any] | AsyncIterator[bytes]
 RequestHandler = Callable[[PeerIdentity, str, dict[str, Any]], Awaitable[RequestResult]]
 """``handler(peer, operation, body)``; cancelled when the requester abandons the request.
 Raise a :class:`~ficc.base.errors.FiccError` to refuse: the requester receives it."""
+
+
+BodyBound = Callable[[PeerIdentity], int]
+"""``bound(peer)``: the largest request body (bytes of canonical JSON, envelope included) the
+peer's session may send after a request now, from the grants it holds; the transport refuses
+a larger announced body before keeping any of it."""
 
 
 def end_request(task: asyncio.Task[Any], reason: FiccError) -> None:
@@ -84,12 +91,15 @@ class PeerChannel(Protocol):
         generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
+        max_answer_bytes: int | None = None,
     ) -> dict[str, Any]:
         """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result.
 
         It goes on a session bound to the pairing at ``generation`` (0: a session of no
         pairing, for the pairing operations). ``ticket`` is an address hint only; the peer's
-        identity is its HyperNet ID.
+        identity is its HyperNet ID. ``max_answer_bytes``: the most the answer may be (the
+        operation's bound); a larger one is refused before it is decoded (``Unavailable``, or
+        ``OutcomeUnknown`` once sent). Before a pairing it is never above 64 KiB.
         """
         ...
 

@@ -1,13 +1,16 @@
-"""The inference POST routes, dispatched without FastAPI's routing and dependency injection.
+"""The inference POST routes and the federated request route, dispatched without FastAPI's
+routing and dependency injection.
 
 Every chat or completion is one of these requests. FastAPI finds a route by trying each of
 its ~80 routes in turn and then solves the route's dependencies, which took about a third of
 the requester's CPU for a streamed chat through both clusters. Here the same routes are found
 by their own compiled path, and served by the same endpoint function with the same ``scoped``
 dependency (authentication, project, scopes), its errors rendered by the same functions as the
-application's handlers. Everything outside the middleware (Host check, body limits, request
-ID, access log, metrics by route template) applies as to any route; any other method or path
-goes on to FastAPI. The routes stay FastAPI's for the OpenAPI document and the scope checks.
+application's handlers. The context is solved before the endpoint reads the body, so only an
+authenticated caller's body may pass the small limit (:mod:`ficc.web.limits`). Everything
+outside the middleware (Host check, body limits, request ID, access log, metrics by route
+template) applies as to any route; any other method or path goes on to FastAPI. The routes
+stay FastAPI's for the OpenAPI document and the scope checks.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ficc.base.errors import FiccError
 from ficc.web.errors import error_response, unexpected_error_response
+from ficc.web.limits import AUTHENTICATED_KEY
 
 FAST_PATH_KEY: Final = "ficc_fast_path"
 REQUEST_PARAMETER: Final = "request"
@@ -84,6 +88,7 @@ class FastRoute:
         request = Request(scope, receive, send)
         try:
             context = await self.context(request)
+            scope[AUTHENTICATED_KEY] = True  # only now may the body pass the small limit
             arguments = {**params, REQUEST_PARAMETER: request, self.context_name: context}
             response: Response = await self.route.endpoint(**arguments)
         except FiccError as exc:

@@ -1,4 +1,11 @@
-"""Request body limits, enforced before a handler reads the body (ASGI middleware)."""
+"""Request body limits, enforced before a handler reads the body (ASGI middleware).
+
+Every body is read within 1 MiB until the request is authenticated. Only the federated
+request routes take more (a grant's largest ``request_bytes`` and its envelope), and only once
+their route has authenticated the caller (:data:`AUTHENTICATED_KEY`, set by
+:mod:`ficc.web.fast_routes`): nobody unauthenticated makes this server read, hold or decode
+more than 1 MiB.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +26,15 @@ FEDERATED_REQUEST_PATHS: Final = re.compile(
 """The routes whose body travels to a peer under a grant."""
 FEDERATED_MAX_BODY_BYTES: Final = MAX_REQUEST_BYTES + MiB
 """A grant's largest ``request_bytes`` and the envelope around it."""
+AUTHENTICATED_KEY: Final = "ficc_authenticated"
+"""Set in the ASGI scope once the route authenticated the caller, before it reads the body."""
 
 
 class BodyLimit:
     """Refuse a body over the limit with 413: from Content-Length, or while it streams.
 
-    The federated request routes follow the largest body a grant may allow instead.
+    The federated request routes follow the largest body a grant may allow instead, once
+    their caller is authenticated; until then (and on every other route) 1 MiB.
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
@@ -35,28 +45,35 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        small = self.max_body_bytes
+        large = small
         if FEDERATED_REQUEST_PATHS.match(scope.get("path", "")):
-            limit = max(limit, FEDERATED_MAX_BODY_BYTES)
+            large = max(small, FEDERATED_MAX_BODY_BYTES)
+        declared = 0
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
-                    declared = limit + 1
-                if declared > limit:
-                    await _refuse(send, limit, scope)
+                    declared = large + 1
+                if declared > large:
+                    await _refuse(send, large, scope)
                     return
         received = 0
-        refused = False
+        limit = small
+
+        def current_limit() -> int:
+            return large if scope.get(AUTHENTICATED_KEY) is True else small
 
         async def limited_receive() -> Message:
-            nonlocal received, refused
+            nonlocal received, limit
+            limit = current_limit()
+            if declared > limit:
+                raise _BodyTooLarge  # announced over what this caller may send: read nothing
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    refused = True
                     raise _BodyTooLarge
             return message
 

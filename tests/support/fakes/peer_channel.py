@@ -65,6 +65,7 @@ class FakeTransport:
         generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
+        max_answer_bytes: int | None = None,
     ) -> dict[str, Any]:
         answer = await self._served(peer, generation, operation, body)
         if not isinstance(answer, dict):

@@ -22,10 +22,10 @@ from tests.unit.protocol.protocol_support import (
     verify,
 )
 
-from ficc.base.errors import LimitExceeded, ProtocolError
-from ficc.base.units import MiB
+from ficc.base.errors import LimitExceeded, ProtocolError, Unavailable
+from ficc.base.units import KiB, MiB
 from ficc.domain.grants import MAX_RESPONSE_BYTES
-from ficc.protocol.answers import MAX_JSON_ANSWER_BYTES
+from ficc.protocol.answers import MAX_JSON_ANSWER_BYTES, complete_request, parse_large_answer
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import (
     AnswerEnded,
@@ -33,15 +33,20 @@ from ficc.protocol.events import (
     DataReceived,
     ErrorReceived,
     Event,
+    LargeAnswerReceived,
+    LargeBodyReceived,
     PeerClosed,
     RequestCancelled,
     RequestReceived,
+    RequestRefused,
     StreamEnded,
 )
 from ficc.protocol.frames import MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import (
+    MAX_UNPAIRED_ANSWER_BYTES,
     MAX_UNPAIRED_STREAMS,
+    OFF_LOOP_JSON_BYTES,
     READ_DEADLINE_SECONDS,
 )
 from ficc.protocol.liveness import PEER_SILENCE_LIMIT_SECONDS
@@ -248,6 +253,89 @@ def test_a_paired_peer_sends_a_large_body_after_its_request() -> None:
     _, _, request = one_request(requester, server, big, streaming=False)
     assert request.body == big
     assert request.following is None
+
+
+def test_a_body_announced_over_the_bound_is_answered_too_large_and_never_kept() -> None:
+    """G7: the bound (what the peer's grants allow) is checked at the signed announcement,
+    before any chunk is kept; the chunks are counted and dropped, the request answered
+    too_large, and the stream serves the next request."""
+    requester, server = connected()
+    server.max_body_bytes = 600 * KiB
+    asked = requester.open_stream()
+    served = server.accept_stream(START)
+    assert served is not None
+    big = {"blob": "x" * (3 * MiB)}
+    frames = requester.send_request(asked, "discover", big, None, streaming=False)
+    head, rest = frames[:200], frames[200:]
+    assert server.receive(served, head, START) == []
+    assert server._assembly_room.held_bytes == 0
+    (event,) = feed(server, served, rest, [MiB, 2 * MiB], START)
+    assert isinstance(event, RequestRefused)
+    assert event.error.details == {"limit": "request_bytes", "allowed": 600 * KiB}
+    assert server._streams[served].body is None
+    (answer,) = requester.receive(asked, server.send_error(served, event.error), START)
+    assert isinstance(answer, ErrorReceived)
+    assert answer.error.code == "too_large"
+    assert server.state(served) is StreamState.IDLE
+    assert requester.state(asked) is StreamState.IDLE
+
+
+def test_a_large_body_within_the_bound_is_handed_over_to_complete_off_the_loop() -> None:
+    """A body over OFF_LOOP_JSON_BYTES comes as bytes, completed (hash, strict parse) by a
+    function the transport runs in a worker thread; its room stays held meanwhile."""
+    requester, server = connected()
+    asked = requester.open_stream()
+    served = server.accept_stream(START)
+    assert served is not None
+    big = {"blob": "x" * (OFF_LOOP_JSON_BYTES + 10)}
+    frames = requester.send_request(asked, "discover", big, None, streaming=False)
+    (event,) = server.receive(served, frames, START)
+    assert isinstance(event, LargeBodyReceived)
+    assert server._assembly_room.held_bytes == len(event.data)
+    assert complete_request(event.request, event.data).body == big
+    with pytest.raises(ProtocolError, match="SHA-256"):
+        complete_request(event.request, event.data[:-2] + b"}}")
+    server.close_stream(served, START)
+    assert server._assembly_room.held_bytes == 0
+
+
+@pytest.mark.parametrize("size", [4 * KiB, MiB + 10], ids=["one frame", "in chunks"])
+def test_an_answer_over_its_requests_bound_fails_the_stream_before_it_is_decoded(
+    size: int,
+) -> None:
+    """G8: the requester names the most an answer may be; past it the stream fails (not
+    the connection) before the JSON is decoded or gathered further."""
+    requester, server = connected()
+    asked = requester.open_stream()
+    served = server.accept_stream(START)
+    assert served is not None
+    frames = requester.send_request(asked, "x", {}, None, streaming=False, max_answer_bytes=KiB)
+    server.receive(served, frames, START)
+    with pytest.raises(Unavailable) as caught:
+        requester.receive(asked, server.send_answer(served, {"t": "y" * size}), START)
+    assert caught.value.details == {"limit": "answer_bytes", "allowed": KiB}
+    assert requester.state(asked) is StreamState.FAILED
+    assert requester.heartbeat_due(START + 1) is not None  # the connection goes on
+
+
+def test_before_a_pairing_an_answer_is_at_most_64_kib_whatever_the_caller_asks() -> None:
+    requester, server = connected(paired=False)
+    asked = requester.open_stream()
+    served = server.accept_stream(START)
+    assert served is not None
+    frames = requester.send_request(asked, "x", {}, None, streaming=False, max_answer_bytes=MiB)
+    server.receive(served, frames, START)
+    with pytest.raises(Unavailable, match=f"passed {MAX_UNPAIRED_ANSWER_BYTES} bytes"):
+        requester.receive(asked, server.send_answer(served, {"t": "y" * (2 * MiB)}), START)
+
+
+def test_a_large_gathered_answer_is_handed_over_to_parse_off_the_loop() -> None:
+    requester, server = connected()
+    asked, served, _ = one_request(requester, server, {}, streaming=False)
+    large = {"text": "y" * (OFF_LOOP_JSON_BYTES + 10)}
+    (event,) = requester.receive(asked, server.send_answer(served, large), START)
+    assert isinstance(event, LargeAnswerReceived)
+    assert parse_large_answer(event.data) == large
 
 
 def test_heartbeats_keep_a_connection_alive_and_silence_ends_it() -> None:

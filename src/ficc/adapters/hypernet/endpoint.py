@@ -56,7 +56,7 @@ from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role
 from ficc.protocol.limits import SessionLimits
 from ficc.protocol.signing import Signer, Verify
-from ficc.services.peer_channel import PeerIdentity, PeerLookup, RequestHandler
+from ficc.services.peer_channel import BodyBound, PeerIdentity, PeerLookup, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,10 @@ class HyperNetEndpoint:
         request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
         on_peer_lost: Callable[[PeerIdentity, FiccError], None] | None = None,
         limits: SessionLimits | None = None,
+        body_bound: BodyBound | None = None,
     ) -> None:
         self._agent_directory = agent_directory
+        self._body_bound = body_bound
         self._signer = cluster_key
         self._lookup = lookup
         self._handler = handler
@@ -248,6 +250,7 @@ class HyperNetEndpoint:
             handler=self._handler,
             on_closed=self._forget,
             limits=self._limits,
+            body_bound=self._body_bound,
         )
 
     async def _accept_loop(self) -> None:
@@ -434,11 +437,12 @@ class HyperNetEndpoint:
         generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
+        max_answer_bytes: int | None = None,
     ) -> dict[str, Any]:
         """Send ``operation`` to ``peer``'s pairing at ``generation``; return its JSON result."""
         session = await self.connect(peer, generation=generation, ticket=ticket)
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return await session.request(operation, body, timeout)
+        return await session.request(operation, body, timeout, max_answer_bytes)
 
     def stream(
         self,

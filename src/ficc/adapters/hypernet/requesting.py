@@ -25,12 +25,14 @@ from ficc.base.errors import (
     Unavailable,
     error_from_code,
 )
+from ficc.protocol.answers import parse_large_answer
 from ficc.protocol.events import (
     AnswerEnded,
     AnswerReceived,
     DataReceived,
     ErrorReceived,
     Event,
+    LargeAnswerReceived,
     StreamEnded,
 )
 
@@ -42,9 +44,16 @@ class Exchange:
     """One request on one stream, with its deadline and its cleanup on every exit path."""
 
     def __init__(
-        self, session: PeerSession, operation: str, body: dict[str, Any], *, streaming: bool
+        self,
+        session: PeerSession,
+        operation: str,
+        body: dict[str, Any],
+        *,
+        streaming: bool,
+        max_answer_bytes: int | None = None,
     ) -> None:
         self._session = session
+        self._max_answer_bytes = max_answer_bytes
         self.label = metrics.operation_label(operation)
         self._operation = operation
         self._body = body
@@ -66,6 +75,11 @@ class Exchange:
                 if isinstance(event, AnswerReceived):
                     self._complete = True
                     return event.body
+                if isinstance(event, LargeAnswerReceived):
+                    # Decoded in a worker thread, gradually: the loop serves everyone else.
+                    body = await asyncio.to_thread(parse_large_answer, event.data)
+                    self._complete = True
+                    return body
                 raise self.unexpected(event)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -115,6 +129,7 @@ class Exchange:
             self._body,
             current_request_id.get(),
             streaming=self._streaming,
+            max_answer_bytes=self._max_answer_bytes,
         )
         self._sent = True
         await self._stream.write(frames)

@@ -20,8 +20,15 @@ from ficc.adapters.hypernet.accounting import counted
 from ficc.adapters.hypernet.streams import ABANDON_SECONDS, FrameStream
 from ficc.adapters.logs import current_request_id, new_request_id
 from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
-from ficc.protocol.events import RequestCancelled, RequestReceived, StreamEnded
-from ficc.protocol.messages import Error, Request
+from ficc.protocol.answers import complete_request
+from ficc.protocol.events import (
+    LargeBodyReceived,
+    RequestCancelled,
+    RequestReceived,
+    RequestRefused,
+    StreamEnded,
+)
+from ficc.protocol.messages import Error
 from ficc.protocol.stream_states import CANCELLED_CODE, LocalProtocolError, reset_code
 from ficc.services.peer_channel import ending_reason
 
@@ -49,10 +56,12 @@ async def serve_stream(session: PeerSession, stream_id: int, stream: FrameStream
                 session.answered(stream_id)
                 continue
             data, reading = reading.result(), None
-            for event in session.protocol.receive(stream_id, data, session.loop.time()):
-                if isinstance(event, RequestReceived):
+            for event in session.receive_serving(stream_id, data):
+                if isinstance(event, RequestReceived | LargeBodyReceived):
                     # Its own task: the ID and the grant's slot it takes are this request's.
-                    work = asyncio.ensure_future(_answer(session, stream_id, stream, event.request))
+                    work = asyncio.ensure_future(_answer(session, stream_id, stream, event))
+                elif isinstance(event, RequestRefused):
+                    work = asyncio.ensure_future(_refuse(session, stream_id, stream, event))
                 elif isinstance(event, RequestCancelled):
                     if work is not None:
                         work.cancel()
@@ -88,9 +97,27 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-async def _answer(
-    session: PeerSession, stream_id: int, stream: FrameStream, request: Request
+async def _refuse(
+    session: PeerSession, stream_id: int, stream: FrameStream, refused: RequestRefused
 ) -> None:
+    """A request refused before its body was kept (larger than the peer's grants allow)."""
+    current_request_id.set(refused.request.request_id or new_request_id())
+    with counted("in", metrics.operation_label(refused.request.operation)) as outcome:
+        outcome.append(refused.error.code)
+        await stream.write(session.protocol.send_error(stream_id, refused.error))
+
+
+async def _answer(
+    session: PeerSession,
+    stream_id: int,
+    stream: FrameStream,
+    received: RequestReceived | LargeBodyReceived,
+) -> None:
+    request = received.request
+    if isinstance(received, LargeBodyReceived):
+        # Checked and decoded in a worker thread, gradually: the loop serves everyone else
+        # meanwhile. A body that fails is a protocol error, terminal like any.
+        request = await asyncio.to_thread(complete_request, request, received.data)
     current_request_id.set(request.request_id or new_request_id())
     protocol = session.protocol
     label = metrics.operation_label(request.operation)

@@ -23,7 +23,7 @@ from ficc.adapters.hypernet.serving import serve_stream
 from ficc.adapters.hypernet.streams import ABANDON_SECONDS, FrameStream
 from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.connection import PeerConnection
-from ficc.protocol.events import PeerClosed
+from ficc.protocol.events import Event, PeerClosed
 from ficc.protocol.frames import encode_frame
 from ficc.protocol.handshake import Session
 from ficc.protocol.limits import MAX_REQUESTS_IN_FLIGHT, MIN_READ_BYTES, SessionLimits
@@ -34,7 +34,7 @@ from ficc.protocol.stream_states import (
     PROTOCOL_ERROR_CODE,
     LocalProtocolError,
 )
-from ficc.services.peer_channel import PeerIdentity, RequestHandler
+from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class PeerSession:
         on_closed: Callable[[PeerSession, FiccError], None],
         limits: SessionLimits | None = None,
         source: str | None = None,
+        body_bound: BodyBound | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.connection = connection
@@ -71,6 +72,7 @@ class PeerSession:
         session is the one closed for a newcomer."""
         self.incoming = self.protocol.incoming
         self.handler = handler
+        self._body_bound = body_bound
         self.closed = asyncio.Event()
         self.close_reason: FiccError | None = None
         self.slots = asyncio.Semaphore(MAX_REQUESTS_IN_FLIGHT)
@@ -168,6 +170,13 @@ class PeerSession:
                 continue
             self.spawn(self._serve(stream_id, stream))
 
+    def receive_serving(self, stream_id: int, data: bytes) -> list[Event]:
+        """Hand a serving stream's bytes to the connection, bounding the bodies that may
+        follow a request by what the peer's grants allow now (they change as grants do)."""
+        if self._body_bound is not None:
+            self.protocol.max_body_bytes = self._body_bound(self.identity)
+        return self.protocol.receive(stream_id, data, self.loop.time())
+
     async def _serve(self, stream_id: int, stream: FrameStream) -> None:
         self.idle_since = self.loop.time()
         try:
@@ -243,10 +252,17 @@ class PeerSession:
     # -- requesting -----------------------------------------------------------------------
 
     async def request(
-        self, operation: str, body: Mapping[str, Any], timeout_seconds: float
+        self,
+        operation: str,
+        body: Mapping[str, Any],
+        timeout_seconds: float,
+        max_answer_bytes: int | None = None,
     ) -> dict[str, Any]:
-        """Send one request and return its JSON result."""
-        return await Exchange(self, operation, dict(body), streaming=False).answer(timeout_seconds)
+        """Send one request and return its JSON result (at most ``max_answer_bytes``)."""
+        exchange = Exchange(
+            self, operation, dict(body), streaming=False, max_answer_bytes=max_answer_bytes
+        )
+        return await exchange.answer(timeout_seconds)
 
     def stream(
         self, operation: str, body: Mapping[str, Any], timeout_seconds: float

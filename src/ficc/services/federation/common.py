@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.units import KiB, MiB
 from ficc.domain import grants as g
 from ficc.domain import offers as o
 from ficc.domain import peers as p
@@ -25,6 +26,11 @@ log = logging.getLogger("ficc.federation")
 
 PAIRING_TIMEOUT_SECONDS: Final = 10.0
 NOTICE_TIMEOUT_SECONDS: Final = 3.0
+NOTICE_ANSWER_BYTES: Final = 4 * KiB
+"""The most a notice (``peer.removed``, ``grant.revoked``, ``pairing.receipt``) may be answered
+with: they answer ``{}``. Pairing operations before a pairing take at most 64 KiB."""
+GRANTS_LIST_ANSWER_BYTES: Final = 4 * MiB
+"""The most a ``grants.list`` answer may be: about 1 KiB a grant."""
 HYPERNET_ID: Final = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -108,6 +114,7 @@ async def tell(
             generation=generation,
             ticket=ticket,
             timeout_seconds=NOTICE_TIMEOUT_SECONDS,
+            max_answer_bytes=NOTICE_ANSWER_BYTES,
         )
     except FiccError as exc:
         log.info("could not tell %s (%s): %s", hypernet_id, operation, exc.message)

@@ -200,6 +200,7 @@ class Grants:
             else GrantRevoked("the grant was revoked", details={"grant": grant.id})
         )
         self._disarm_expiry(grant.id)
+        self._ctx.known.grant_ended(grant)
         self.slots.end_all(grant.id, reason)
         try:
             await self._on_grant_ended(grant)
@@ -210,10 +211,14 @@ class Grants:
         """At ``expires_at`` an active grant ends as if revoked: by a timer, not on next use.
 
         So a grant that nobody uses again still stops its ``stop_on_revoke`` services on time.
+        Called for every grant given or loaded, it also tells the transport's body bound
+        (:meth:`KnownPeers.body_bound`) the grant's ``request_bytes``.
         """
         self._disarm_expiry(grant.id)
         if grant.state != g.ACTIVE:
+            self._ctx.known.grant_ended(grant)
             return
+        self._ctx.known.granted(grant)
         delay = max((grant.expires_at - self._ctx.clock()).total_seconds(), 0.0)
         loop = asyncio.get_running_loop()
         self._expiry_timers[grant.id] = loop.call_later(delay, self._expiry_due, grant.id)

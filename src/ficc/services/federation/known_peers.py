@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ficc.base.errors import PermissionDenied
+from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.receipts import unb64
 from ficc.protocol.handshake import KnownPeer
@@ -20,6 +21,9 @@ class KnownPeers:
     def __init__(self, uow_factory: UnitOfWorkFactory) -> None:
         self._uow_factory = uow_factory
         self._known: dict[str, dict[int, KnownPeer]] = {}
+        self._peer_ids: dict[tuple[str, int], str] = {}
+        self._request_bytes: dict[str, dict[str, int]] = {}
+        """By peer ID: the ``request_bytes`` of each live grant given to it."""
 
     async def load(self) -> list[p.Peer]:
         """Fill the memory from the database; every peer of every project, for the caller."""
@@ -27,6 +31,7 @@ class KnownPeers:
             projects = [name for name, _ in await uow.projects.list()]
             peers = [peer for name in projects for peer in await uow.peers.in_project(name)]
         self._known = {}
+        self._peer_ids = {}
         for peer in peers:
             self.remember(peer)
         return peers
@@ -45,10 +50,33 @@ class KnownPeers:
         pairings = self._known.setdefault(peer.hypernet_id, {})
         if peer.state == p.PAIRED:
             pairings[peer.generation] = KnownPeer(unb64(peer.cluster_key), peer.generation)
+            self._peer_ids[peer.hypernet_id, peer.generation] = peer.id
         else:
             pairings.pop(peer.generation, None)
+            self._peer_ids.pop((peer.hypernet_id, peer.generation), None)
         if not pairings:
             del self._known[peer.hypernet_id]
+
+    def granted(self, grant: g.Grant) -> None:
+        """A grant was given (or loaded): its peer may send bodies up to its size."""
+        self._request_bytes.setdefault(grant.peer_id, {})[grant.id] = grant.terms.request_bytes
+
+    def grant_ended(self, grant: g.Grant) -> None:
+        """A grant ended: its size no longer counts."""
+        sizes = self._request_bytes.get(grant.peer_id, {})
+        sizes.pop(grant.id, None)
+        if not sizes:
+            self._request_bytes.pop(grant.peer_id, None)
+
+    def body_bound(self, identity: PeerIdentity) -> int:
+        """The largest body a session of ``identity`` may send after a request now (the
+        transport's :data:`~ficc.services.peer_channel.BodyBound`): what the largest
+        ``request_bytes`` of the pairing's live grants may take on the wire, or nothing."""
+        peer_id = self._peer_ids.get((identity.hypernet_id, identity.generation))
+        sizes = None if peer_id is None else self._request_bytes.get(peer_id)
+        if not self.knows(identity) or not sizes:
+            return 0
+        return g.wire_bytes(max(sizes.values()))
 
 
 async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> p.Peer:

@@ -16,6 +16,7 @@ from ficc.base.times import parse_time
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.services.federation.common import (
+    GRANTS_LIST_ANSWER_BYTES,
     NOTICE_TIMEOUT_SECONDS,
     PAIRING_TIMEOUT_SECONDS,
     FederationContext,
@@ -45,6 +46,7 @@ class RemoteGrantCopies:
             generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=timeout_seconds,
+            max_answer_bytes=GRANTS_LIST_ANSWER_BYTES,
         )
         listed = answer.get("grants")
         if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):

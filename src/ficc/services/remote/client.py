@@ -20,6 +20,7 @@ from ficc.base.errors import (
     OutcomeUnknown,
     TooLarge,
 )
+from ficc.base.units import MiB
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
@@ -33,6 +34,11 @@ from ficc.services.remote.views import unpublished
 
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
+GRANT_ANSWER_BYTES: Final = 4 * MiB
+"""The most an answer under a grant may be, but for ``inference.invoke`` and
+``models.manifest``: the others answer records and lists of a few KiB."""
+MANIFEST_ANSWER_BYTES: Final = 1 * MiB
+"""A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
 
 
 class RemoteClient:
@@ -72,8 +78,8 @@ class RemoteClient:
 
         ``service``: a remote service the selected grant must publish (checked before sending).
         """
-        peer, grant_id = await self._route(principal, project, peer_id, service)
-        name, wire = _wire(grant_id, operation, body, mutation_id)
+        peer, grant_id, terms = await self._route(principal, project, peer_id, service)
+        name, wire = _wire(grant_id, operation, body, mutation_id, terms)
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         try:
@@ -84,6 +90,7 @@ class RemoteClient:
                 generation=peer.generation,
                 ticket=peer.ticket,
                 timeout_seconds=timeout,
+                max_answer_bytes=answer_bytes(name, terms),
             )
         except OutcomeUnknown as exc:
             # The transport knows only that an answer was lost; which mutation that leaves in
@@ -115,8 +122,8 @@ class RemoteClient:
         ``mutation_id`` is checked like any other request's (no streamed operation takes one),
         so a caller who sends one is told, not silently ignored.
         """
-        peer, grant_id = await self._route(principal, project, peer_id, service)
-        name, wire = _wire(grant_id, operation, body, mutation_id)
+        peer, grant_id, terms = await self._route(principal, project, peer_id, service)
+        name, wire = _wire(grant_id, operation, body, mutation_id, terms)
         self._copies.changed(peer.id)
         async with self._channel.stream(
             peer.hypernet_id,
@@ -132,13 +139,13 @@ class RemoteClient:
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
-    ) -> tuple[p.Peer, str]:
-        """The peer and its selected grant; with ``service``, one that grant must publish."""
+    ) -> tuple[p.Peer, str, dict[str, Any]]:
+        """The peer, its selected grant and this cluster's copy of that grant's terms (empty
+        if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")
         async with self._uow_factory() as uow:
             peer = await uow.peers.get(peer_id)
-            checked = service is not None and peer is not None
-            remote = await uow.remote_grants.of_peer(peer_id) if checked else []
+            remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
         if peer is None or peer.project != project:
             raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
         if service is not None and service not in _published(peer.selected_grant, remote):
@@ -150,13 +157,43 @@ class RemoteClient:
                 "no grant of this peer is selected; refresh and select one",
                 details={"peer": peer_id},
             )
-        return peer, peer.selected_grant
+        terms = next((item for item in remote if item.get("id") == peer.selected_grant), {})
+        return peer, peer.selected_grant, terms
+
+
+def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:
+    """A size of the copied grant, or ``default`` when the copy lacks it or looks wrong."""
+    value = terms.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        return default
+    return value
+
+
+def answer_bytes(operation: str, terms: dict[str, Any]) -> int:
+    """The most an answer to ``operation`` under a grant with ``terms`` may be on the wire:
+    for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
+    ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
+    :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
+    if operation == "inference.invoke":
+        response_bytes = _term(
+            terms, "response_bytes", g.DEFAULT_RESPONSE_BYTES, g.MAX_RESPONSE_BYTES
+        )
+        return g.wire_bytes(response_bytes)
+    if operation == "models.manifest":
+        return MANIFEST_ANSWER_BYTES
+    return GRANT_ANSWER_BYTES
 
 
 def _wire(
-    grant_id: str, operation: object, body: object, mutation_id: object
+    grant_id: str,
+    operation: object,
+    body: object,
+    mutation_id: object,
+    terms: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    """The request body an operation under a grant carries, checked against its row."""
+    """The request body an operation under a grant carries, checked against its row and the
+    selected grant's ``request_bytes`` as this cluster's copy of the grant says (the grantor
+    checks it again; a body it would refuse is not sent)."""
     name, row = grant_operation(operation)
     checked_id = check_mutation_id(name, row.mutation, mutation_id)
     wire: dict[str, Any] = {"grant": grant_id, "body": parse_body(body)}
@@ -171,10 +208,11 @@ def _wire(
             field="body",
         ) from exc
     size = len(json.dumps(wire["body"], separators=(",", ":")).encode())
-    if size > g.MAX_REQUEST_BYTES:
+    allowed = _term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
+    if size > allowed:
         raise TooLarge(
-            f"the request body is {size} bytes; no grant allows more than {g.MAX_REQUEST_BYTES}",
-            details={"limit": "request_bytes", "allowed": g.MAX_REQUEST_BYTES},
+            f"the request body is {size} bytes; the grant allows {allowed}",
+            details={"limit": "request_bytes", "allowed": allowed},
         )
     return name, wire
 

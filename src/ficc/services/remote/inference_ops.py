@@ -6,15 +6,22 @@ the body and give back the effect the table runs exactly once, streams yield byt
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
+from ficc.base.json_text import compact_size_gradually
 from ficc.domain import grants as g
 from ficc.domain.inference import RuntimeName, ServiceSpec, parse_service_spec, uses_local_model
-from ficc.domain.openai_requests import check_capabilities, engine_body, shape_answer
+from ficc.domain.openai_requests import (
+    EMBEDDINGS_PATH,
+    check_capabilities,
+    engine_body,
+    shape_answer,
+)
 from ficc.domain.openai_requests import check_request as check_openai_request
 from ficc.domain.operations import invoke_path
 from ficc.services import mutations
@@ -149,9 +156,14 @@ class InferenceOperations:
             engine_body(runtime, path, inner),
             max_bytes=call.grant.terms.response_bytes,
         )
-        answer = shape_answer(runtime, path, inner, answer)
-        # Encoded as the caller's compatible URL will send it, so the limit counts those bytes.
-        size = len(json.dumps(answer, separators=(",", ":")).encode())
+        if path == EMBEDDINGS_PATH:
+            # Vectors averaged and measured in a worker thread, value by value: tens of MiB
+            # of floats would otherwise hold the loop for seconds.
+            answer, size = await asyncio.to_thread(shaped_answer, runtime, path, inner, answer)
+        else:
+            answer = shape_answer(runtime, path, inner, answer)
+            # Encoded as the caller's compatible URL will send it: the limit counts those bytes.
+            size = len(json.dumps(answer, separators=(",", ":")).encode())
         if size > call.grant.terms.response_bytes:
             raise LimitExceeded(
                 f"the response is {size} bytes; the grant allows {call.grant.terms.response_bytes}",
@@ -238,3 +250,11 @@ def _require_created(call: Call, service_id: str, operation: str) -> None:
             f"{service_id} was granted, not created",
             details={"field": "body.service", "reason": "service_not_created_by_grant"},
         )
+
+
+def shaped_answer(
+    runtime: RuntimeName, path: str, inner: dict[str, Any], answer: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """The answer in OpenAI's shape and its compact size, for a worker thread."""
+    shaped = shape_answer(runtime, path, inner, answer)
+    return shaped, compact_size_gradually(shaped)

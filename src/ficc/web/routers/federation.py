@@ -10,6 +10,9 @@ from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
 from ficc.services.remote.table import is_streaming, streams_octets
 from ficc.web.auth import Context, scoped
+from ficc.web.bodies import json_body_schema, read_json_body
+from ficc.web.fast_routes import fast_path
+from ficc.web.responses import FiccJSONResponse
 from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas import (
     Configuration,
@@ -120,13 +123,20 @@ async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) 
     return await ctx.cluster.federation.peers.forget_peer(ctx.principal, ctx.project, peer_id)
 
 
-@router.post(f"{PREFIX}/peers/{{peer_id}}/request", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/peers/{{peer_id}}/request",
+    responses=OPENAI_ANSWER,
+    openapi_extra=json_body_schema(RemoteRequest),
+)
+@fast_path
 async def request(
     peer_id: str,
-    body: RemoteRequest,
-    http: Request,
+    request: Request,
     ctx: Context = scoped("federation:invoke"),
 ) -> Any:
+    # Authenticated first (a fast route): only then may the body pass 1 MiB (G2).
+    body = await read_json_body(request, RemoteRequest)
+    http = request
     remote = ctx.cluster.remote
     if is_streaming(body.operation, body.body):
         opened = await open_unless_disconnected(
@@ -157,7 +167,7 @@ async def request(
     )
     if answer is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return answer
+    return FiccJSONResponse(answer)
 
 
 @router.get(f"{PREFIX}/audit", responses=answer(AuditPage))
