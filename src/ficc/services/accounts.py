@@ -357,7 +357,9 @@ async def authenticate_token(
     return principal
 
 
-async def _open_session(uow: UnitOfWork, clock: Clock, user: User, actor: str) -> IssuedSession:
+async def _open_session(
+    uow: UnitOfWork, clock: Clock, user: User, actor: str, lifetime_seconds: int
+) -> IssuedSession:
     now = clock()
     secret = secrets.token_urlsafe(32)
     session = WebSession(
@@ -366,7 +368,7 @@ async def _open_session(uow: UnitOfWork, clock: Clock, user: User, actor: str) -
         secret_hash=_digest(secret),
         csrf_token=secrets.token_urlsafe(32),
         created_at=now,
-        expires_at=now + timedelta(seconds=SESSION_LIFETIME_SECONDS),
+        expires_at=now + timedelta(seconds=lifetime_seconds),
     )
     await uow.sessions.add(session)
     await audit.record(
@@ -408,6 +410,7 @@ async def login(
     address: str,
     username: str,
     password: str,
+    lifetime_seconds: int = SESSION_LIFETIME_SECONDS,
 ) -> IssuedSession:
     """Password login; the same refusal for an unknown user and a wrong password.
 
@@ -428,7 +431,9 @@ async def login(
         if not await hasher.verify(user.password_hash, password):
             raise refused
         async with uow_factory() as uow:
-            issued = await _open_session(uow, clock, user, actor=f"{user.username}:password")
+            issued = await _open_session(
+                uow, clock, user, f"{user.username}:password", lifetime_seconds
+            )
             await uow.commit()
         succeeded = True
         return issued
@@ -496,7 +501,10 @@ async def create_login_link(
 
 
 async def consume_login_link(
-    uow_factory: UnitOfWorkFactory, clock: Clock, secret: str
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    secret: str,
+    lifetime_seconds: int = SESSION_LIFETIME_SECONDS,
 ) -> IssuedSession:
     refused = Unauthenticated("this login link is unknown, expired or already used")
     async with uow_factory() as uow:
@@ -509,7 +517,9 @@ async def consume_login_link(
         user = await uow.users.get(link.user_id)
         if user is None:
             raise refused
-        issued = await _open_session(uow, clock, user, actor=f"{user.username}:{link.id}")
+        issued = await _open_session(
+            uow, clock, user, f"{user.username}:{link.id}", lifetime_seconds
+        )
         await uow.commit()
     return issued
 
