@@ -30,7 +30,7 @@ from ficc.adapters.state_dir import StateDir
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import new_id
-from ficc.base.units import seconds_setting
+from ficc.base.units import DAY_SECONDS, seconds_setting
 from ficc.domain import transfers as tr
 from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from ficc.adapters.runtimes.ray import RayRuntime
 
 NODE_REFRESH_SECONDS = 10.0
+PURGE_SECONDS = float(DAY_SECONDS)
+"""Expired sessions, used or expired login links and old offers are purged at start and daily."""
 LABEL_SETTING = "label"
 RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
@@ -174,6 +176,7 @@ class Cluster:
     label: str = ""
     public_url: str | None = None
     _node_refresher: asyncio.Task[None] | None = None
+    _purger: asyncio.Task[None] | None = None
     credentials: accounts.CredentialCache = field(default_factory=accounts.CredentialCache)
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     known_projects: set[str] = field(default_factory=set)
@@ -310,7 +313,8 @@ class Cluster:
         await self.transfers.recover()
         peers = await self.federation.known.load()
         await self.federation.grants.load(peers)
-        await self.federation.approval.purge_offers()
+        await self._purge()
+        self._purger = asyncio.create_task(self._purge_daily())
         await self.companion.restore()
 
     def resolve_user_path(self, path: str, *, field: str) -> Path:
@@ -334,10 +338,20 @@ class Cluster:
                 self.uow_factory, self.clock, probe_capacity, new_node_id()
             )
 
+    async def _purge(self) -> None:
+        await self.federation.approval.purge_offers()
+        await accounts.purge_expired(self.uow_factory, self.clock)
+
+    async def _purge_daily(self) -> None:
+        while True:
+            await asyncio.sleep(PURGE_SECONDS)
+            await self._purge()
+
     async def close(self) -> None:
-        if self._node_refresher is not None:
-            self._node_refresher.cancel()
-            await asyncio.gather(self._node_refresher, return_exceptions=True)
+        for task in (self._node_refresher, self._purger):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.transfers.close()
         self.federation.grants.close()
         await self.companion.stop()

@@ -251,3 +251,50 @@ def test_a_project_token_lists_only_the_tokens_it_may_revoke_and_never_a_secret(
         }  # fmt: skip
     assert all(issued["token"] not in listed.text for issued in minted.values())
     figures.record(tries=len(everything), refused=len(hidden))
+
+
+def test_a_minted_token_never_outlives_its_creator_and_falls_with_it(
+    cluster: RunningCluster, hostile: dict[str, Any], figures: Figures
+) -> None:
+    """G4: the 60-second token asks for a token that never expires and one that lasts a year;
+    both expire with it. The owner revokes a parent: its child and grandchild stop working."""
+    creator_expiry = token_row(cluster.state_dir, hostile["id"])["expires_at"]
+    minted = [
+        hostile["client"].post(
+            "/api/v1/tokens",
+            json={"scopes": ["tokens:manage", "models:read"], "projects": ["b"], **lifetime},
+        )
+        for lifetime in ({}, {"lifetime": 365 * 86_400})
+    ]
+    assert [response.status_code for response in minted] == [201, 201]
+    for response in minted:
+        assert token_row(cluster.state_dir, response.json()["id"])["expires_at"] == creator_expiry
+
+    owner = cluster.owner()
+    parent = owner.post(
+        "/api/v1/tokens", json={"scopes": ["tokens:manage", "models:read"], "projects": ["b"]}
+    ).json()
+    as_project = {"X-FICC-Project": "b"}
+    child = (
+        cluster.client(parent["token"], **as_project)
+        .post(
+            "/api/v1/tokens", json={"scopes": ["tokens:manage", "models:read"], "projects": ["b"]}
+        )
+        .json()
+    )
+    grandchild = (
+        cluster.client(child["token"], **as_project)
+        .post("/api/v1/tokens", json={"scopes": ["models:read"], "projects": ["b"]})
+        .json()
+    )
+    family = [parent, child, grandchild]
+    for token in family:
+        assert cluster.client(token["token"], **as_project).get("/api/v1/models").status_code == 200
+    assert owner.delete(f"/api/v1/tokens/{parent['id']}").status_code == 204
+    answers = [
+        cluster.client(token["token"], **as_project).get("/api/v1/models").status_code
+        for token in family
+    ]
+    assert answers == [401, 401, 401]
+    assert all(token_row(cluster.state_dir, token["id"])["revoked_at"] for token in family)
+    figures.record(tries=len(family) + len(minted), refused=len(family) + len(minted))

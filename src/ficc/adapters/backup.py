@@ -93,6 +93,9 @@ def backup(state: StateDir, destination: Path, *, now: datetime | None = None) -
         )
     _empty_or_absent(destination, field="to")
     destination.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+    # An existing empty directory keeps its mode otherwise: the models and the database would
+    # sit in a folder every local user may list and read.
+    destination.chmod(STATE_DIR_MODE)
     database = destination / state.database.name
     copy_sqlite(state.database, database)
     key = ClusterKey.load(state.cluster_key)

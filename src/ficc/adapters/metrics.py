@@ -23,6 +23,7 @@ from prometheus_client import (
 from sqlalchemy import Subquery, func, select
 
 from ficc.adapters.sql import tables as t
+from ficc.services.remote.table import OPERATIONS
 
 if TYPE_CHECKING:
     from ficc.adapters.sql.database import Database
@@ -60,7 +61,8 @@ FEDERATION_DURATION: Final = Histogram(
 )
 FEDERATION_IN_FLIGHT: Final = Gauge(
     "ficc_federation_in_flight",
-    "Requests a peer has in flight under each grant this cluster gave.",
+    "Requests peers have in flight under the grants this cluster gave: by grant for the local "
+    'owner, as one sum (grant="all") for any other scraper.',
     ["grant"],
     registry=REGISTRY,
 )
@@ -100,22 +102,18 @@ SQLITE_LOCK_WAIT: Final = Histogram(
 )
 
 
-MAX_OPERATION_LABELS: Final = 64
-"""Distinct operation labels kept; a peer sending made-up names cannot grow the series further."""
 OTHER_OPERATION: Final = "other"
 TRANSFER_LABEL: Final = "models.range"
-_operation_labels: set[str] = set()
+ALL_GRANTS: Final = "all"
+"""The one ``grant`` label a scraper other than the local owner sees: grant IDs of other
+projects are not theirs to see."""
 
 
 def operation_label(operation: str) -> str:
-    """The wire operation, as the label of its series; a bounded set of them."""
-    label = operation
-    if label in _operation_labels:
-        return label
-    if len(_operation_labels) >= MAX_OPERATION_LABELS or len(label) > 64:
-        return OTHER_OPERATION
-    _operation_labels.add(label)
-    return label
+    """The wire operation, as the label of its series: only an operation of the table of peer
+    operations; any other name, from anyone, counts as ``other``, so the labels are bounded
+    by the table and a peer's made-up names take none of them."""
+    return operation if operation in OPERATIONS else OTHER_OPERATION
 
 
 def federation_outcome(error_code: str | None) -> str:
@@ -127,8 +125,11 @@ def is_transfer(label: str) -> bool:
     return label == TRANSFER_LABEL
 
 
-async def refresh_state_gauges(database: Database, in_flight: Mapping[str, int]) -> None:
-    """Read the figures that are state into their gauges, just before a scrape."""
+async def refresh_state_gauges(
+    database: Database, in_flight: Mapping[str, int], *, by_grant: bool
+) -> None:
+    """Read the figures that are state into their gauges, just before a scrape (no await
+    between this and the exposition: a scrape sees the figures it asked for)."""
     connection = await database.connect()
     try:
         by_state = (
@@ -150,6 +151,9 @@ async def refresh_state_gauges(database: Database, in_flight: Mapping[str, int])
         INFERENCE_SERVICES.labels(state=str(row.state)).set(int(row._mapping["count"]))
     ENGINE_RESTARTS.set(max(int(attempts) - int(replicas), 0))
     FEDERATION_IN_FLIGHT.clear()
+    if not by_grant:
+        FEDERATION_IN_FLIGHT.labels(grant=ALL_GRANTS).set(sum(in_flight.values()))
+        return
     for grant, count in in_flight.items():
         FEDERATION_IN_FLIGHT.labels(grant=grant).set(count)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ficc.cli.main import cli, emit, handles_errors, state_options
+from ficc.cli.main import cli, emit, handles_errors, private_files, state_options
 
 if TYPE_CHECKING:  # the storage libraries load inside the commands (``ficc --help`` stays fast)
     from ficc.adapters.backup import BackupSummary
@@ -37,10 +37,15 @@ def _summary(summary: BackupSummary) -> dict[str, object]:
 )
 @handles_errors
 def backup_command(state_dir: Path, project: str, destination: Path) -> None:
-    """Copy the cluster's database, keys (cluster and HyperNet) and blobs; safe while serving."""
+    """Copy the cluster's database, keys (cluster and HyperNet) and blobs; safe while serving.
+
+    The backup is as secret as the state directory: its folders are 0700 and its files 0600
+    (blobs 0444 inside them), whatever the umask or the mode of an existing empty directory.
+    """
     from ficc.adapters import backup as backups
     from ficc.adapters.state_dir import StateDir
 
+    private_files()
     emit(_summary(backups.backup(StateDir(state_dir), destination)))
 
 
@@ -67,6 +72,7 @@ def restore_command(
     from ficc.adapters import backup as backups
     from ficc.adapters.state_dir import StateDir
 
+    private_files()
     agent = None if agent_directory is None else agent_directory.absolute()
     summary = backups.restore(source, StateDir(state_dir.absolute()), agent_directory=agent)
     emit(_summary(summary))

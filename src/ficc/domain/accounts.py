@@ -13,6 +13,10 @@ from ficc.base.units import DAY_SECONDS, HOUR_SECONDS, MINUTE_SECONDS
 
 MAX_TOKEN_LIFETIME_SECONDS: Final = 365 * DAY_SECONDS
 SESSION_LIFETIME_SECONDS: Final = 12 * HOUR_SECONDS
+"""A browser session over https."""
+PLAIN_HTTP_SESSION_LIFETIME_SECONDS: Final = HOUR_SECONDS
+"""A browser session over plain HTTP: browsers send a host's cookies to every port of it, so
+any other server on the same host name may receive this one (RFC 6265 section 8.5)."""
 LOGIN_LINK_LIFETIME_SECONDS: Final = 5 * MINUTE_SECONDS
 MAX_USERNAME_CHARS: Final = 64
 MAX_PASSWORD_CHARS: Final = 1024
@@ -88,7 +92,8 @@ ADDRESS_FREE_FAILURES: Final = 3
 """Wrong passwords one client address may send before it must wait between tries."""
 ADDRESS_MAX_BACKOFF_SECONDS: Final = 15 * MINUTE_SECONDS
 GLOBAL_FREE_FAILURES: Final = 20
-"""Wrong passwords from all addresses together, in a row, before every address must wait."""
+"""Wrong passwords from all addresses together, in a row, before every address that has sent
+a wrong one must wait (an address with none never waits for others' failures)."""
 GLOBAL_MAX_BACKOFF_SECONDS: Final = MINUTE_SECONDS
 MAX_LOGINS_IN_FLIGHT: Final = 4
 """Password checks running at once, over all addresses (each costs ~64 MiB of Argon2 memory)."""
@@ -112,8 +117,12 @@ class LoginThrottle:
     """Who may try a password now: per client address and over all addresses.
 
     Failures in a row make the next try wait 1 s, 2 s, 4 s ... after a few free ones; a success
-    clears its address (and the global count). One try at a time per address and a few in total,
-    so a flood is refused before any slow hash runs. Time is a parameter: no clock here.
+    clears its address (and the global count). The global wait holds only addresses that have
+    failed themselves: otherwise anyone could keep the owner out with one wrong try a minute
+    from anywhere, while an attacker spreading its guesses over many addresses still gets one
+    free guess per new address once the global count is up. One try at a time per address and
+    a few in total, so a flood is refused before any slow hash runs. Time is a parameter: no
+    clock here.
     """
 
     def __init__(self) -> None:
@@ -136,9 +145,9 @@ class LoginThrottle:
                 raise _refused(
                     "login_failures_per_address", wait, "too many wrong passwords from this address"
                 )
-        wait = self._global.wait_seconds(now, GLOBAL_FREE_FAILURES, GLOBAL_MAX_BACKOFF_SECONDS)
-        if wait > 0:
-            raise _refused("login_failures", wait, "too many wrong passwords on this cluster")
+            wait = self._global.wait_seconds(now, GLOBAL_FREE_FAILURES, GLOBAL_MAX_BACKOFF_SECONDS)
+            if wait > 0:
+                raise _refused("login_failures", wait, "too many wrong passwords on this cluster")
         self._in_flight.add(address)
 
     def end(self, address: str, now: datetime, *, succeeded: bool) -> None:

@@ -101,14 +101,18 @@ async def mint_token(
     actor: str,
     owner: bool = False,
     created_by: str | None = None,
+    not_after: datetime | None = None,
 ) -> IssuedToken:
     """Create a token inside the caller's transaction and return its secret (shown once).
 
     ``owner`` is for ``ficc init``'s token only: the one token that is the local owner.
+    ``not_after`` caps the expiry (the creator's own), whatever lifetime was asked.
     """
     now = clock()
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires_at = None if lifetime_seconds is None else now + timedelta(seconds=lifetime_seconds)
+    if not_after is not None and (expires_at is None or expires_at > not_after):
+        expires_at = not_after
     token = ApiToken(
         id=_new("token"),
         user_id=user.id,
@@ -143,7 +147,8 @@ async def create_token(
     projects: object,
     lifetime: object,
 ) -> IssuedToken:
-    """A token never holds more than its creator: scopes and projects are subsets."""
+    """A token never holds more than its creator: scopes and projects are subsets, and it
+    expires no later than the token that mints it (revoking that one revokes it too)."""
     wanted_scopes = parse_scopes(scopes)
     beyond = sorted(wanted_scopes - principal.scopes)
     if beyond:
@@ -167,6 +172,7 @@ async def create_token(
         user = await uow.users.get(principal.user_id)
         if user is None:
             raise Unauthenticated("the credential's user no longer exists")
+        not_after = await _creator_expiry(uow, clock, principal)
         issued = await mint_token(
             uow,
             clock,
@@ -176,9 +182,26 @@ async def create_token(
             lifetime_seconds=lifetime_seconds,
             actor=audit.actor_of(principal),
             created_by=principal.token_id,
+            not_after=not_after,
         )
         await uow.commit()
     return issued
+
+
+async def _creator_expiry(uow: UnitOfWork, clock: Clock, principal: Principal) -> datetime | None:
+    """The expiry of the token minting one (None: it never expires, or no token mints).
+
+    The creator's row is locked and read again inside the minting transaction: a revocation
+    committed meanwhile refuses the mint, and one still running waits for it and then finds
+    the new token among the creator's children.
+    """
+    if principal.token_id is None:
+        return None
+    await uow.tokens.lock(principal.token_id)
+    creator = await uow.tokens.get(principal.token_id)
+    if creator is None or not creator.usable_at(clock()):
+        raise Unauthenticated("the bearer token is unknown, expired or revoked")
+    return creator.expires_at
 
 
 async def adopt_owner_token(uow: UnitOfWork, secret: str) -> bool:
@@ -194,7 +217,8 @@ async def revoke_token(
     token_id: str,
     cache: CredentialCache | None = None,
 ) -> None:
-    """Revoke a token whose projects are all among the caller's (the local owner: any).
+    """Revoke a token whose projects are all among the caller's (the local owner: any), and
+    in the same transaction every token it minted, and theirs, down the ``created_by`` chain.
 
     Any other token is answered as unknown, so a caller learns nothing of tokens beyond its
     projects; the owner token is beyond every credential but the owner's.
@@ -203,7 +227,9 @@ async def revoke_token(
         token = await uow.tokens.get(token_id)
         if token is None or not _may_revoke(principal, token):
             raise NotFound(f"no token {token_id} among the tokens this credential may revoke")
-        await uow.tokens.revoke(token_id, clock())
+        now = clock()
+        await uow.tokens.revoke(token_id, now)
+        descendants = await uow.tokens.revoke_minted_by(token_id, now)
         await audit.record(
             uow,
             clock,
@@ -211,6 +237,7 @@ async def revoke_token(
             actor=audit.actor_of(principal),
             project=None,
             target=token_id,
+            details={"minted_tokens_revoked": list(descendants)},
         )
         await uow.commit()
     if cache is not None:
@@ -330,7 +357,9 @@ async def authenticate_token(
     return principal
 
 
-async def _open_session(uow: UnitOfWork, clock: Clock, user: User, actor: str) -> IssuedSession:
+async def _open_session(
+    uow: UnitOfWork, clock: Clock, user: User, actor: str, lifetime_seconds: int
+) -> IssuedSession:
     now = clock()
     secret = secrets.token_urlsafe(32)
     session = WebSession(
@@ -339,7 +368,7 @@ async def _open_session(uow: UnitOfWork, clock: Clock, user: User, actor: str) -
         secret_hash=_digest(secret),
         csrf_token=secrets.token_urlsafe(32),
         created_at=now,
-        expires_at=now + timedelta(seconds=SESSION_LIFETIME_SECONDS),
+        expires_at=now + timedelta(seconds=lifetime_seconds),
     )
     await uow.sessions.add(session)
     await audit.record(
@@ -381,6 +410,7 @@ async def login(
     address: str,
     username: str,
     password: str,
+    lifetime_seconds: int = SESSION_LIFETIME_SECONDS,
 ) -> IssuedSession:
     """Password login; the same refusal for an unknown user and a wrong password.
 
@@ -401,7 +431,9 @@ async def login(
         if not await hasher.verify(user.password_hash, password):
             raise refused
         async with uow_factory() as uow:
-            issued = await _open_session(uow, clock, user, actor=f"{user.username}:password")
+            issued = await _open_session(
+                uow, clock, user, f"{user.username}:password", lifetime_seconds
+            )
             await uow.commit()
         succeeded = True
         return issued
@@ -469,7 +501,10 @@ async def create_login_link(
 
 
 async def consume_login_link(
-    uow_factory: UnitOfWorkFactory, clock: Clock, secret: str
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    secret: str,
+    lifetime_seconds: int = SESSION_LIFETIME_SECONDS,
 ) -> IssuedSession:
     refused = Unauthenticated("this login link is unknown, expired or already used")
     async with uow_factory() as uow:
@@ -482,7 +517,9 @@ async def consume_login_link(
         user = await uow.users.get(link.user_id)
         if user is None:
             raise refused
-        issued = await _open_session(uow, clock, user, actor=f"{user.username}:{link.id}")
+        issued = await _open_session(
+            uow, clock, user, f"{user.username}:{link.id}", lifetime_seconds
+        )
         await uow.commit()
     return issued
 
@@ -516,6 +553,17 @@ async def set_password(
             details={"sessions_ended": ended},
         )
         await uow.commit()
+
+
+async def purge_expired(uow_factory: UnitOfWorkFactory, clock: Clock) -> int:
+    """Delete expired sessions and used or expired login links; they can never authenticate
+    again, and the tables would otherwise grow with every login."""
+    now = clock()
+    async with uow_factory() as uow:
+        purged = await uow.sessions.purge(now=now) + await uow.login_links.purge(now=now)
+        if purged:
+            await uow.commit()
+    return purged
 
 
 async def local_owner(uow_factory: UnitOfWorkFactory) -> Principal:

@@ -28,10 +28,10 @@ from ficc.domain.receipts import unb64
 from ficc.services import accounts
 from ficc.web.auth import (
     AUTHENTICATED_ONLY,
-    SESSION_COOKIE,
     Context,
     authenticate,
     cluster_of,
+    session_cookie,
 )
 
 TEMPLATES: Final = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -63,7 +63,7 @@ async def _csrf_of(request: Request, principal: Principal) -> str:
         return ""  # a bearer credential needs no CSRF token
     cluster = cluster_of(request)
     _, csrf_token = await accounts.authenticate_session(
-        cluster.uow_factory, cluster.clock, request.cookies[SESSION_COOKIE]
+        cluster.uow_factory, cluster.clock, session_cookie(request) or ""
     )
     return csrf_token
 

@@ -19,5 +19,6 @@ router = APIRouter(tags=["operations"])
 async def scrape(ctx: Context = scoped("resources:read")) -> Response:
     cluster = ctx.cluster
     in_flight = cluster.federation.slots.in_flight_by_grant()
-    await metrics.refresh_state_gauges(cluster.database, in_flight)
+    # Grant IDs are per project: only the local owner sees each grant's figure.
+    await metrics.refresh_state_gauges(cluster.database, in_flight, by_grant=ctx.principal.is_owner)
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)

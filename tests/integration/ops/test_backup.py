@@ -3,10 +3,12 @@ restored cluster has the same identity, models and pairings and still serves its
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ import pytest
 from tests.support.cluster import RunningCluster, ficc, start_cluster
 from tests.support.federation import API, configure, identity, ok, pair, refresh, wait_for
 from tests.support.remote import hypernet_address
+
+from ficc.adapters.blobstore import BlobStore
 
 
 class Writer(threading.Thread):
@@ -158,3 +162,49 @@ def test_restore_refuses_a_used_directory_and_a_corrupt_blob(tmp_path: Path) -> 
     assert corrupt.returncode == 1
     assert "sha256" in corrupt.stderr.lower()
     assert not target.exists()
+
+
+def _modes_open_to_others(root: Path) -> dict[str, str]:
+    """Every folder under ``root`` (and ``root``) that group or others may enter or list, and
+    every file that is neither private (0600) nor a read-only blob (0444), with its mode."""
+    found = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        is_open = mode & 0o077 != 0 if path.is_dir() else mode not in (0o600, 0o444)
+        if is_open:
+            found[str(path.relative_to(root))] = oct(mode)
+    return found
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    """The umask a careless shell leaves; the ficc processes started meanwhile inherit it."""
+    before = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def test_a_backup_into_an_existing_open_directory_and_its_restore_are_private(
+    tmp_path: Path,
+) -> None:
+    """G10: `backup --to` an existing empty 0755 directory under umask 022 used to keep the
+    directory open and write the blobs' folders 0755, so any local user could read the models;
+    both commands now work under umask 077 and the destination becomes 0700."""
+    state_dir = tmp_path / "state"
+    weights = tmp_path / "weights.gguf"
+    weights.write_bytes(b"GGUF" + os.urandom(4096))
+    with _umask(0o022):
+        assert ficc("init", state_dir=state_dir).returncode == 0
+        BlobStore(state_dir / "store").import_file(weights)
+        backup_dir = tmp_path / "backup"
+        backup_dir.mkdir()
+        backup_dir.chmod(0o755)
+        summary = _run("backup", "--to", str(backup_dir), state_dir=state_dir)
+        assert summary["blobs"] == 1
+        assert _modes_open_to_others(backup_dir) == {}
+        assert stat.S_IMODE(backup_dir.stat().st_mode) == 0o700
+        restored = tmp_path / "restored"
+        assert _run("restore", "--from", str(backup_dir), state_dir=restored)["blobs"] == 1
+        assert _modes_open_to_others(restored) == {}

@@ -16,6 +16,10 @@ from tests.support.transfers import (
     wait_until,
 )
 
+from ficc.adapters import metrics
+from ficc.adapters.sql.database import Database, default_url
+from ficc.adapters.sql.schema import upgrade
+
 FAMILIES = {
     "ficc_http_requests",
     "ficc_http_request_duration_seconds",
@@ -116,3 +120,39 @@ def test_transfer_bytes_match_the_model_acquired(tmp_path: Path) -> None:
     finally:
         alpha.stop()
         beta.stop()
+
+
+def test_a_scraper_other_than_the_owner_sees_one_in_flight_sum_and_no_grant_id(
+    json_cluster: RunningCluster,
+) -> None:
+    """G12: grant IDs belong to projects; a resources:read token of one project sees the
+    requests in flight as one sum, the local owner per grant."""
+    reader = json_cluster.client(json_cluster.token("resources:read"))
+    text = reader.get("/metrics").text
+    assert label_values(text, "ficc_federation_in_flight", "grant") == {"all"}
+    assert "all" not in label_values(scrape(json_cluster), "ficc_federation_in_flight", "grant")
+
+
+async def test_the_in_flight_gauge_names_grants_only_when_asked_to(tmp_path: Path) -> None:
+    database = Database(default_url(tmp_path))
+    await upgrade(database)
+    try:
+        in_flight = {"grant_a": 2, "grant_b": 1}
+        await metrics.refresh_state_gauges(database, in_flight, by_grant=False)
+        summed = metrics.exposition().decode()
+        await metrics.refresh_state_gauges(database, in_flight, by_grant=True)
+        named = metrics.exposition().decode()
+    finally:
+        await database.dispose()
+    assert label_values(summed, "ficc_federation_in_flight", "grant") == {"all"}
+    assert sample(summed, "ficc_federation_in_flight") == 3
+    assert label_values(named, "ficc_federation_in_flight", "grant") == {"grant_a", "grant_b"}
+
+
+def test_only_operations_of_the_table_take_an_operation_label() -> None:
+    """G12: made-up names from an unpaired peer count as ``other`` and take no label, so the
+    real operations keep theirs however many names came first."""
+    made_up = {metrics.operation_label(f"made.up.{index}") for index in range(100)}
+    assert made_up == {metrics.OTHER_OPERATION}
+    for operation in ("discover", "models.range", "pairing.offer", "inference.invoke"):
+        assert metrics.operation_label(operation) == operation

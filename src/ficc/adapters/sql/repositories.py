@@ -194,6 +194,43 @@ class SqlTokens(_Repository):
             .values(revoked_at=format_time(at))
         )
 
+    async def revoke_minted_by(self, token_id: str, at: datetime) -> Sequence[str]:
+        """Revoke every token minted by ``token_id``, and theirs, down the ``created_by`` chain;
+        the IDs just revoked, nearest first.
+
+        One level per statement, so on PostgreSQL each level reads what committed before it:
+        a token minted meanwhile under a child (whose row the mint locks) is found at the next
+        level. A child revoked earlier is still walked through to its own children.
+        """
+        tokens = t.api_tokens.c
+        revoked: list[str] = []
+        seen = {token_id}
+        level = [token_id]
+        while level:
+            rows = await self._c.execute(
+                select(tokens.id, tokens.revoked_at)
+                .where(tokens.created_by.in_(level))
+                .order_by(tokens.created_at, tokens.id)
+            )
+            children = [row for row in rows if row.id not in seen]
+            live = [row.id for row in children if row.revoked_at is None]
+            if live:
+                await self._c.execute(
+                    update(t.api_tokens)
+                    .where(tokens.id.in_(live), tokens.revoked_at.is_(None))
+                    .values(revoked_at=format_time(at))
+                )
+            revoked += live
+            level = [row.id for row in children]
+            seen.update(level)
+        return revoked
+
+    async def lock(self, token_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.api_tokens.c.id).where(t.api_tokens.c.id == token_id).with_for_update()
+        )
+
     async def mark_owner(self, secret_hash: str) -> bool:
         """Mark the unrevoked token with this digest as the owner token; True if just marked."""
         result = await self._c.execute(
@@ -244,6 +281,11 @@ class SqlSessions(_Repository):
             query = query.where(t.web_sessions.c.id != keep)
         return int((await self._c.execute(query)).rowcount)
 
+    async def purge(self, *, now: datetime) -> int:
+        """Delete the sessions that have expired; the number deleted."""
+        query = delete(t.web_sessions).where(t.web_sessions.c.expires_at <= format_time(now))
+        return int((await self._c.execute(query)).rowcount or 0)
+
 
 class SqlLoginLinks(_Repository):
     async def add(self, link: LoginLink) -> None:
@@ -278,6 +320,14 @@ class SqlLoginLinks(_Repository):
             .values(used_at=format_time(at))
         )
         return result.rowcount == 1
+
+    async def purge(self, *, now: datetime) -> int:
+        """Delete the links that were used or have expired; the number deleted."""
+        links = t.login_links.c
+        query = delete(t.login_links).where(
+            links.used_at.is_not(None) | (links.expires_at <= format_time(now))
+        )
+        return int((await self._c.execute(query)).rowcount or 0)
 
 
 class SqlProjects(_Repository):
