@@ -3,6 +3,7 @@ header (DNS rebinding), the session cookie behind https and what /ui shows."""
 
 from __future__ import annotations
 
+import sqlite3
 import stat
 import time
 from datetime import UTC, datetime, timedelta
@@ -24,10 +25,12 @@ from tests.support.cluster import RunningCluster, ficc, start_cluster
 from tests.support.federation import configured_pair, send_offer
 
 from ficc.base.errors import LimitExceeded
+from ficc.base.times import format_time
 from ficc.domain.accounts import (
     GLOBAL_FREE_FAILURES,
-    GLOBAL_MAX_BACKOFF_SECONDS,
     MAX_LOGINS_IN_FLIGHT,
+    PLAIN_HTTP_SESSION_LIFETIME_SECONDS,
+    SESSION_LIFETIME_SECONDS,
     LoginThrottle,
 )
 
@@ -154,24 +157,68 @@ def test_a_foreign_host_header_is_refused_on_every_route_and_changes_nothing(
     figures.record(tries=len(attempts), refused=len(attempts))
 
 
-def test_the_session_cookie_is_secure_when_the_cluster_is_published_over_https(
+def test_the_session_cookie_is_a_host_cookie_over_https_and_short_lived_over_plain_http(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:
-    def flags(response: httpx.Response) -> list[str]:
-        assert response.status_code == 201, response.text
-        return [part.strip() for part in response.headers["set-cookie"].lower().split(";")]
+    """G11: cookies are not isolated by port, so over plain HTTP any server on another port of
+    the host name receives the session cookie. Behind https the cookie is ``__Host-`` (Secure,
+    host-only, path /); over plain HTTP the session lasts an hour, not twelve."""
+
+    def cookie(response: httpx.Response) -> dict[str, str]:
+        assert response.status_code in (201, 303), response.text
+        name_value, *attributes = response.headers["set-cookie"].split(";")
+        name, _, value = name_value.strip().partition("=")
+        parts = dict(part.strip().lower().partition("=")[::2] for part in attributes)
+        return {"name": name, "value": value, **parts}
+
+    def lifetimes(state_dir: Path) -> list[float]:
+        rows = query(state_dir, "SELECT created_at, expires_at FROM web_sessions")
+        return sorted(
+            (
+                datetime.fromisoformat(row["expires_at"])
+                - datetime.fromisoformat(row["created_at"])
+            ).total_seconds()
+            for row in rows
+        )
 
     published = start_cluster(tmp_path / "state", "--public-url", "https://ficc.example")
     try:
         set_owner_password(published)
-        assert "secure" in flags(_login(published, OWNER_PASSWORD))
+        secure = cookie(_login(published, OWNER_PASSWORD))
+        assert secure["name"] == "__Host-ficc_session"
+        assert {"secure", "httponly"} <= set(secure)
+        assert "domain" not in secure
+        assert (secure["path"], secure["max-age"]) == ("/", str(SESSION_LIFETIME_SECONDS))
+        assert lifetimes(published.state_dir) == [SESSION_LIFETIME_SECONDS]
+        host_cookie = {"Cookie": f"__Host-ficc_session={secure['value']}"}
+        assert published.client(**host_cookie).get("/api/v1/session").status_code == 200
+        # Only the __Host- cookie is read there: one set by a plain-HTTP page is not.
+        plain_cookie = {"Cookie": f"ficc_session={secure['value']}"}
+        assert published.client(**plain_cookie).get("/api/v1/session").status_code == 401
+        # The console's logout drops the cookie by the name it was set under.
+        csrf = published.client(**host_cookie).get("/api/v1/session").json()["csrf_token"]
+        out = published.client(**host_cookie, **{"X-CSRF-Token": csrf}).post("/ui/logout")
+        assert out.status_code == 204, out.text
+        assert out.headers["set-cookie"].startswith('__Host-ficc_session=""')
+        assert "secure" in out.headers["set-cookie"].lower()
     finally:
         published.stop()
-    set_owner_password(cluster)
-    assert "secure" not in flags(_login(cluster, OWNER_PASSWORD))
+    set_owner_password(cluster)  # through the socket: every earlier session ends
+    plain = cookie(_login(cluster, OWNER_PASSWORD))
+    assert plain["name"] == "ficc_session"
+    assert "secure" not in plain
+    assert plain["max-age"] == str(PLAIN_HTTP_SESSION_LIFETIME_SECONDS)
+    link = cluster.owner().post("/api/v1/login-links").json()["url"]
+    opened = cookie(cluster.client().get(link, follow_redirects=False))
+    assert (opened["name"], opened["max-age"]) == (
+        "ficc_session",
+        str(PLAIN_HTTP_SESSION_LIFETIME_SECONDS),
+    )
+    assert lifetimes(cluster.state_dir) == [PLAIN_HTTP_SESSION_LIFETIME_SECONDS] * 2
     # No proxy header is believed: a forged X-Forwarded-Proto changes nothing.
-    forged = _login(cluster, OWNER_PASSWORD, **{"X-Forwarded-Proto": "https"})
-    assert "secure" not in flags(forged)
+    forged = cookie(_login(cluster, OWNER_PASSWORD, **{"X-Forwarded-Proto": "https"}))
+    assert forged["name"] == "ficc_session"
+    assert "secure" not in forged
 
 
 def test_the_ui_shows_nodes_only_to_a_credential_with_resources_read(
@@ -253,7 +300,7 @@ def test_the_login_throttle_caps_tries_in_flight_and_backs_off_over_all_addresse
         tries += 1
     waits = []
     for index in range(4):
-        address = f"192.0.2.{index}"
+        address = f"203.0.113.{index}"  # each has failed once: the global wait holds it (G9)
         with pytest.raises(LimitExceeded) as everyone:
             throttle.begin(address, now)
         assert everyone.value.details["limit"] == "login_failures"
@@ -263,9 +310,76 @@ def test_the_login_throttle_caps_tries_in_flight_and_backs_off_over_all_addresse
         throttle.end(address, now, succeeded=False)
         tries, refused = tries + 2, refused + 1
     assert waits == [1, 2, 4, 8]
-    # A success clears the counts: the next address need not wait.
-    now += timedelta(seconds=GLOBAL_MAX_BACKOFF_SECONDS)
+    # A success clears the counts: an address that has failed need not wait either.
     throttle.begin("192.0.2.100", now)
     throttle.end("192.0.2.100", now, succeeded=True)
-    throttle.begin("192.0.2.101", now)
+    throttle.begin("203.0.113.10", now)
     figures.record(tries=tries + 2, refused=refused)
+
+
+def test_wrong_passwords_from_many_addresses_never_lock_the_owner_out(
+    tmp_path: Path, figures: Figures
+) -> None:
+    """G9: the global backoff after wrong tries from many loopback addresses holds those
+    addresses; the owner's own address, which never failed, logs in at once."""
+    running = start_cluster(tmp_path / "state")
+    try:
+        set_owner_password(running)
+
+        def from_address(address: str, password: str) -> httpx.Response:
+            transport = httpx.HTTPTransport(local_address=address)
+            with httpx.Client(
+                transport=transport, base_url=running.url, timeout=30, trust_env=False
+            ) as client:
+                return client.post(
+                    "/api/v1/session", json={"username": "owner", "password": password}
+                )
+
+        # Enough wrong tries that the global wait is at its cap (a minute): no race with it.
+        attackers = [f"127.0.0.{index}" for index in range(2, GLOBAL_FREE_FAILURES + 8)]
+        answers = [from_address(address, "wrong").status_code for address in attackers]
+        assert answers == [401] * len(attackers)
+        again = from_address(attackers[0], "wrong")
+        assert error_of(again, 429)["details"]["limit"] == "login_failures"
+        assert from_address("127.0.0.1", OWNER_PASSWORD).status_code == 201
+    finally:
+        running.stop()
+    figures.record(tries=len(attackers) + 2, refused=1)
+
+
+def test_serve_purges_expired_sessions_and_used_or_expired_login_links_at_start(
+    state_dir: Path, figures: Figures
+) -> None:
+    """F17: rows that can never authenticate again do not pile up; a live session stays."""
+    assert ficc("init", state_dir=state_dir).returncode == 0
+    owner_id = query(state_dir, "SELECT id FROM users WHERE is_owner")[0]["id"]
+    now = datetime.now(UTC)
+
+    def at(hours: float) -> str:
+        return format_time(now + timedelta(hours=hours))
+
+    connection = sqlite3.connect(state_dir / "ficc.db")
+    with connection:
+        for name, expires_at in (("expired", at(-1)), ("live", at(1))):
+            connection.execute(
+                "INSERT INTO web_sessions VALUES (?, ?, ?, 'csrf', ?, ?)",
+                (f"session_{name}", owner_id, f"s-{name}", at(-2), expires_at),
+            )
+        for name, expires_at, used_at in (
+            ("expired", at(-1), None),
+            ("used", at(1), at(-1)),
+            ("open", at(1), None),
+        ):
+            connection.execute(
+                "INSERT INTO login_links VALUES (?, ?, ?, ?, ?, ?)",
+                (f"link_{name}", owner_id, f"l-{name}", at(-2), expires_at, used_at),
+            )
+    connection.close()
+    running = start_cluster(state_dir)
+    try:
+        sessions = query(state_dir, "SELECT id FROM web_sessions")
+        links = query(state_dir, "SELECT id FROM login_links")
+    finally:
+        running.stop()
+    assert (sessions, links) == ([{"id": "session_live"}], [{"id": "link_open"}])
+    figures.record(purged=3, kept=2)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 
 from ficc.base.errors import CsrfFailed, NotFound, Unauthenticated
 from ficc.base.ids import parse_project_name
@@ -22,6 +22,10 @@ from ficc.domain.principals import Principal
 from ficc.services import accounts
 
 SESSION_COOKIE: Final = "ficc_session"
+"""The session cookie over plain HTTP (loopback): short sessions, see :func:`served_over_https`."""
+SECURE_SESSION_COOKIE: Final = "__Host-ficc_session"
+"""The session cookie over https: a ``__Host-`` cookie is Secure, host-only and for ``/``, so
+no other host, subdomain or plain-HTTP page can set or overwrite it."""
 CSRF_HEADER: Final = "x-csrf-token"
 PROJECT_HEADER: Final = "x-ficc-project"
 LOCAL_OWNER_SCOPE_KEY: Final = "ficc.local_owner"
@@ -43,6 +47,32 @@ def cluster_of(request: Request) -> Cluster:
     return cluster
 
 
+def served_over_https(request: Request) -> bool:
+    """Over https, or published at an https URL: the cookie must never travel in clear text."""
+    public_url = cluster_of(request).public_url or ""
+    return request.url.scheme == "https" or public_url.startswith("https://")
+
+
+def session_cookie_name(request: Request) -> str:
+    return SECURE_SESSION_COOKIE if served_over_https(request) else SESSION_COOKIE
+
+
+def forget_session_cookie(request: Request, response: Response) -> None:
+    """Tell the browser to drop the session cookie, by the name it was set under here."""
+    response.delete_cookie(
+        session_cookie_name(request),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=served_over_https(request),
+    )
+
+
+def session_cookie(request: Request) -> str | None:
+    """The session secret this request carries, under the one cookie name its scheme uses."""
+    return request.cookies.get(session_cookie_name(request))
+
+
 async def authenticate(request: Request) -> Principal:
     cluster = cluster_of(request)
     if request.scope.get(LOCAL_OWNER_SCOPE_KEY) is True:
@@ -57,7 +87,7 @@ async def authenticate(request: Request) -> Principal:
         return await accounts.authenticate_token(
             cluster.uow_factory, cluster.clock, secret.strip(), cluster.credentials
         )
-    cookie = request.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie(request)
     if cookie:
         principal, csrf_token = await accounts.authenticate_session(
             cluster.uow_factory, cluster.clock, cookie

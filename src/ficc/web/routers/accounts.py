@@ -8,9 +8,21 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from ficc.bootstrap import Cluster
-from ficc.domain.accounts import LOGIN_LINK_LIFETIME_SECONDS, SESSION_LIFETIME_SECONDS
+from ficc.domain.accounts import (
+    LOGIN_LINK_LIFETIME_SECONDS,
+    PLAIN_HTTP_SESSION_LIFETIME_SECONDS,
+    SESSION_LIFETIME_SECONDS,
+)
 from ficc.services import accounts
-from ficc.web.auth import SESSION_COOKIE, Context, public, scoped
+from ficc.web.auth import (
+    Context,
+    forget_session_cookie,
+    public,
+    scoped,
+    served_over_https,
+    session_cookie,
+    session_cookie_name,
+)
 from ficc.web.schemas import PasswordSet, SessionCreate, TokenCreate
 from ficc.web.schemas_responses import (
     NO_CONTENT,
@@ -25,25 +37,26 @@ from ficc.web.schemas_responses import (
 router = APIRouter()
 
 
+def _session_lifetime(request: Request) -> int:
+    """Over plain HTTP a session is short: any server on another port of this host name
+    receives its cookie (cookies are not isolated by port)."""
+    if served_over_https(request):
+        return SESSION_LIFETIME_SECONDS
+    return PLAIN_HTTP_SESSION_LIFETIME_SECONDS
+
+
 def _set_session_cookie(
-    request: Request, cluster: Cluster, response: Response, issued: accounts.IssuedSession
+    request: Request, response: Response, issued: accounts.IssuedSession
 ) -> None:
     response.set_cookie(
-        SESSION_COOKIE,
+        session_cookie_name(request),
         issued.secret,
-        max_age=SESSION_LIFETIME_SECONDS,
+        max_age=_session_lifetime(request),
         httponly=True,
         samesite="strict",
         path="/",
-        secure=_served_over_https(request, cluster),
+        secure=served_over_https(request),
     )
-
-
-def _served_over_https(request: Request, cluster: Cluster) -> bool:
-    """Over https (also behind a trusted proxy that says so), or published at an https URL:
-    the cookie must then never travel in clear text."""
-    public_url = cluster.public_url or ""
-    return request.url.scheme == "https" or public_url.startswith("https://")
 
 
 def _client_address(request: Request) -> str:
@@ -95,8 +108,9 @@ async def create_session(
         address=_client_address(request),
         username=body.username,
         password=body.password,
+        lifetime_seconds=_session_lifetime(request),
     )
-    _set_session_cookie(request, cluster, response, issued)
+    _set_session_cookie(request, response, issued)
     return {"user": issued.principal.username, "csrf_token": issued.csrf_token}
 
 
@@ -105,7 +119,7 @@ async def read_session(request: Request, ctx: Context = scoped()) -> Any:
     csrf_token = None
     if ctx.principal.session_id is not None:
         _, csrf_token = await accounts.authenticate_session(
-            ctx.cluster.uow_factory, ctx.cluster.clock, request.cookies[SESSION_COOKIE]
+            ctx.cluster.uow_factory, ctx.cluster.clock, session_cookie(request) or ""
         )
     return {
         "user": ctx.principal.username,
@@ -116,10 +130,10 @@ async def read_session(request: Request, ctx: Context = scoped()) -> Any:
 
 
 @router.delete("/api/v1/session", status_code=204, responses=NO_CONTENT)
-async def delete_session(ctx: Context = scoped()) -> Response:
+async def delete_session(request: Request, ctx: Context = scoped()) -> Response:
     await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
     response = Response(status_code=204)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    forget_session_cookie(request, response)
     return response
 
 
@@ -146,7 +160,9 @@ async def create_login_link(
 
 @router.get("/login/{secret}")
 async def open_login_link(secret: str, request: Request, cluster: Cluster = public()) -> Response:
-    issued = await accounts.consume_login_link(cluster.uow_factory, cluster.clock, secret)
+    issued = await accounts.consume_login_link(
+        cluster.uow_factory, cluster.clock, secret, _session_lifetime(request)
+    )
     response = RedirectResponse("/ui", status_code=303)
-    _set_session_cookie(request, cluster, response, issued)
+    _set_session_cookie(request, response, issued)
     return response

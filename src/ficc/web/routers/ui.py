@@ -21,7 +21,7 @@ from ficc.bootstrap import Cluster
 from ficc.domain import grants as g
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts, audit, catalogue, nodes, projects
-from ficc.web.auth import SESSION_COOKIE, public
+from ficc.web.auth import forget_session_cookie, public
 from ficc.web.console import (
     TEMPLATES,
     ConsoleContext,
@@ -137,10 +137,10 @@ async def static(name: str, cluster: Cluster = public()) -> Response:
 
 
 @router.post("/ui/logout")
-async def logout(ctx: ConsoleContext = console()) -> Response:
+async def logout(request: Request, ctx: ConsoleContext = console()) -> Response:
     await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
     response = Response(status_code=204, headers={"HX-Redirect": "/ui"})
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    forget_session_cookie(request, response)
     return response
 
 
