@@ -24,6 +24,7 @@ from ficc.cli.main import (
     cli,
     emit,
     fail,
+    forwarding,
     handles_errors,
     read_input,
     state_options,
@@ -33,12 +34,12 @@ from ficc.domain.audit import MAX_AUDIT_PAGE, MAX_AUDIT_SEQ
 PREFIX = "/api/v1/federation"
 
 
-@cli.command("federation-status")
-@state_options
-@handles_errors
-def federation_status(state_dir: Path, project: str) -> None:
-    """Companion, identity, peers, offers, grants and transfers of the project."""
-    emit(call(state_dir, project, "GET", f"{PREFIX}/"))
+forwarding(
+    "federation-status",
+    "GET",
+    f"{PREFIX}/",
+    "Companion, identity, peers, offers, grants and transfers of the project.",
+)
 
 
 @cli.command("federation-configure")
@@ -235,13 +236,13 @@ def federation_grant(state_dir: Path, project: str, peer: str, input_path: str) 
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/grants", body))
 
 
-@cli.command("federation-revoke")
-@state_options
-@click.argument("grant")
-@handles_errors
-def federation_revoke(state_dir: Path, project: str, grant: str) -> None:
-    """Revoke a grant; requests on it are refused from now on."""
-    emit(call(state_dir, project, "DELETE", f"{PREFIX}/grants/{grant}"))
+forwarding(
+    "federation-revoke",
+    "DELETE",
+    f"{PREFIX}/grants/{{grant}}",
+    "Revoke a grant; requests on it are refused from now on.",
+    "grant",
+)
 
 
 @cli.command("federation-refresh")
@@ -255,22 +256,22 @@ def federation_refresh(state_dir: Path, project: str, peer: str, grant: str | No
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/refresh", body))
 
 
-@cli.command("federation-retire")
-@state_options
-@click.argument("grant")
-@handles_errors
-def federation_retire(state_dir: Path, project: str, grant: str) -> None:
-    """Delete a revoked or expired grant's operation receipts, keeping a tombstone."""
-    emit(call(state_dir, project, "POST", f"{PREFIX}/grants/{grant}/retire"))
+forwarding(
+    "federation-retire",
+    "POST",
+    f"{PREFIX}/grants/{{grant}}/retire",
+    "Delete a revoked or expired grant's operation receipts, keeping a tombstone.",
+    "grant",
+)
 
 
-@cli.command("federation-forget")
-@state_options
-@click.argument("peer")
-@handles_errors
-def federation_forget(state_dir: Path, project: str, peer: str) -> None:
-    """Delete a removed peer whose grants are all retired."""
-    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget"))
+forwarding(
+    "federation-forget",
+    "POST",
+    f"{PREFIX}/peers/{{peer}}/forget",
+    "Delete a removed peer whose grants are all retired.",
+    "peer",
+)
 
 
 @cli.command("federation-request")

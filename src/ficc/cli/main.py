@@ -116,6 +116,19 @@ def cli() -> None:
     """FICC: a control plane for inference clusters, with federation."""
 
 
+def forwarding(name: str, method: str, path: str, doc: str, argument: str | None = None) -> None:
+    """Register the command ``name`` that sends one request and prints its answer: ``path``
+    names the command's one ``argument`` (if any) as ``{argument}``. Most commands are that."""
+
+    def command(state_dir: Path, project: str, **given: str) -> None:
+        emit(call(state_dir, project, method, path.format(**given)))
+
+    function: Callable[..., None] = handles_errors(command)
+    if argument is not None:
+        function = click.argument(argument)(function)
+    cli.command(name, help=doc)(state_options(function))
+
+
 @cli.command()
 @state_options
 @click.option("--label", default=None, help="A name for this cluster, shown to peers.")
@@ -325,20 +338,10 @@ def model_add(state_dir: Path, project: str, name: str, paths: tuple[str, ...]) 
     emit(import_model(state_dir, project, name, [Path(path) for path in paths]))
 
 
-@cli.command("models")
-@state_options
-@handles_errors
-def models(state_dir: Path, project: str) -> None:
-    """List the project's models."""
-    emit(call(state_dir, project, "GET", "/api/v1/models"))
-
-
-@cli.command("nodes")
-@state_options
-@handles_errors
-def nodes(state_dir: Path, project: str) -> None:
-    """List this cluster's nodes with capacity and availability."""
-    emit(call(state_dir, project, "GET", "/api/v1/nodes"))
+forwarding("models", "GET", "/api/v1/models", "List the project's models.")
+forwarding(
+    "nodes", "GET", "/api/v1/nodes", "List this cluster's nodes with capacity and availability."
+)
 
 
 @cli.command("example-model")

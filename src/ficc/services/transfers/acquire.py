@@ -42,13 +42,7 @@ class Transfers:
         self._clock = clock
         self._remote = remote
         self._fetcher = Fetcher(
-            uow_factory,
-            clock,
-            remote,
-            blobs,
-            free_disk,
-            range_bytes=range_bytes,
-            stall_seconds=stall_seconds,
+            uow_factory, clock, remote, blobs, free_disk, range_bytes, stall_seconds
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Deciding to start a transfer's task and starting it must not interleave with another

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ficc.base.errors import Conflict, FiccError, LimitExceeded, Unavailable
@@ -41,29 +41,19 @@ DISK_RESERVE_BYTES: Final = 64 * MiB
 FreeDisk = Callable[[], int]
 
 
+@dataclass
 class Fetcher:
     """Runs transfers: fetches, verifies and registers, pausing on what it cannot overcome."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        remote: RemoteClient,
-        blobs: BlobStore,
-        free_disk: FreeDisk,
-        *,
-        range_bytes: int,
-        stall_seconds: float,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._remote = remote
-        self._blobs = blobs
-        self._free_disk = free_disk
-        self._range_bytes = range_bytes
-        self._stall_seconds = stall_seconds
-        self._hashers: dict[tuple[str, int], tuple[int, Hasher]] = {}
-        self._rates: dict[str, float] = {}
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    remote: RemoteClient
+    blobs: BlobStore
+    free_disk: FreeDisk
+    range_bytes: int
+    stall_seconds: float
+    _hashers: dict[tuple[str, int], tuple[int, Hasher]] = field(default_factory=dict, init=False)
+    _rates: dict[str, float] = field(default_factory=dict, init=False)
 
     def rate(self, transfer_id: str) -> float:
         """Bytes per second of the transfer's current run (0 before its first range)."""
@@ -71,12 +61,12 @@ class Fetcher:
 
     async def set_state(self, transfer_id: str, state: str, error: str | None) -> None:
         """Record where the transfer stands and why (a transfer gone meanwhile is left be)."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             if transfer is None:
                 return
             await uow.transfers.update(
-                replace(transfer, state=state, error=error, updated_at=self._clock())
+                replace(transfer, state=state, error=error, updated_at=self.clock())
             )
             await uow.commit()
 
@@ -103,7 +93,7 @@ class Fetcher:
             )
 
     async def _fetch_all(self, transfer_id: str, principal: Principal) -> None:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             assert transfer is not None
             peer = await uow.peers.get(transfer.peer_id)
@@ -111,7 +101,7 @@ class Fetcher:
             if selected is not None and selected != transfer.grant_id:
                 # Ranges travel under the peer's selected grant: after another grant was
                 # selected, the transfer continues under it and its record says so.
-                transfer = replace(transfer, grant_id=selected, updated_at=self._clock())
+                transfer = replace(transfer, grant_id=selected, updated_at=self.clock())
                 await uow.transfers.update(transfer)
                 await uow.commit()
         loop = asyncio.get_running_loop()
@@ -121,7 +111,7 @@ class Fetcher:
             if entry.verified:
                 continue
             name = _partial_name(transfer_id, index)
-            on_disk = await asyncio.to_thread(self._blobs.partial_size, name)
+            on_disk = await asyncio.to_thread(self.blobs.partial_size, name)
             done = entry.done
             if on_disk < done:
                 # Recorded bytes are missing (the partial file was removed or cut): they cannot
@@ -132,9 +122,9 @@ class Fetcher:
                 transfer = await self._record(transfer_id, index, done=0, verified=False)
             # Bytes past the last recorded range were never confirmed: drop them. This also
             # creates the file of an empty or not yet started one.
-            await asyncio.to_thread(self._blobs.truncate_partial, name, done)
+            await asyncio.to_thread(self.blobs.truncate_partial, name, done)
             hasher = await self._hasher(transfer_id, index, name, done)
-            for offset, length in tr.ranges(entry.size, done, self._range_bytes):
+            for offset, length in tr.ranges(entry.size, done, self.range_bytes):
                 await self._check_room(transfer, length)
                 hasher = await self._fetch_range(
                     principal, transfer, entry, name, hasher, offset, length
@@ -145,7 +135,7 @@ class Fetcher:
                 self._hashers[(transfer_id, index)] = (done, hasher)
                 transfer = await self._record(transfer_id, index, done=done, verified=False)
             if hasher.hexdigest() != entry.sha256:
-                await asyncio.to_thread(self._blobs.remove_partial, name)
+                await asyncio.to_thread(self.blobs.remove_partial, name)
                 self._hashers.pop((transfer_id, index), None)
                 await self._record(transfer_id, index, done=0, verified=False)
                 await self.set_state(
@@ -155,7 +145,7 @@ class Fetcher:
                     "nothing was registered",
                 )
                 raise _Failed
-            await asyncio.to_thread(self._blobs.adopt_partial, name, entry.sha256, entry.size)
+            await asyncio.to_thread(self.blobs.adopt_partial, name, entry.sha256, entry.size)
             self._hashers.pop((transfer_id, index), None)
             transfer = await self._record(transfer_id, index, done=entry.size, verified=True)
         await self._register(transfer_id, principal)
@@ -168,7 +158,7 @@ class Fetcher:
         offset = 0
         while offset < done:
             data = await asyncio.to_thread(
-                self._blobs.read_partial, name, offset, min(8 * MiB, done - offset)
+                self.blobs.read_partial, name, offset, min(8 * MiB, done - offset)
             )
             if not data:
                 break
@@ -181,7 +171,7 @@ class Fetcher:
 
         Refused here, a model too large for either costs nothing: no record, no partial file.
         """
-        free = await asyncio.to_thread(self._free_disk)
+        free = await asyncio.to_thread(self.free_disk)
         if total_bytes + DISK_RESERVE_BYTES > free:
             raise LimitExceeded(
                 f"the model is {total_bytes} bytes; {free} bytes of disk are free "
@@ -197,7 +187,7 @@ class Fetcher:
 
     async def _remaining_transfer_bytes(self, peer_id: str, grant_id: str) -> int | None:
         """What the peer's grant has left to send, as last refreshed; None when not known."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         for grant in remote:
             if grant.get("id") == grant_id:
@@ -207,7 +197,7 @@ class Fetcher:
         return None
 
     async def _check_room(self, transfer: tr.Transfer, length: int) -> None:
-        free = await asyncio.to_thread(self._free_disk)
+        free = await asyncio.to_thread(self.free_disk)
         if free < length + DISK_RESERVE_BYTES:
             raise _Paused(f"disk full: {length} bytes needed for the next range, {free} free")
         remaining = await self._remaining_transfer_bytes(transfer.peer_id, transfer.grant_id)
@@ -244,14 +234,14 @@ class Fetcher:
         position = offset
         unsynced = 0
         running = hasher.copy()
-        writer = self._blobs.partial_writer(name, running, WRITE_AHEAD_BYTES)
+        writer = self.blobs.partial_writer(name, running, WRITE_AHEAD_BYTES)
         try:
             # One deadline from asking for the range to its last byte, moved on by every
             # chunk: a peer that goes silent at any point (also before its first byte)
             # is noticed within stall_seconds. Time spent waiting for the local disk is
             # not counted against the peer.
-            async with asyncio.timeout(self._stall_seconds) as stall:
-                async with self._remote.open_stream(
+            async with asyncio.timeout(self.stall_seconds) as stall:
+                async with self.remote.open_stream(
                     principal,
                     transfer.project,
                     transfer.peer_id,
@@ -270,11 +260,11 @@ class Fetcher:
                         if unsynced >= SYNC_AHEAD_BYTES:
                             unsynced = 0
                             await writer.sync()
-                        stall.reschedule(loop.time() + self._stall_seconds)
+                        stall.reschedule(loop.time() + self.stall_seconds)
             await writer.drain()
         except TimeoutError as exc:
             raise _Paused(
-                f"no progress for {self._stall_seconds:g} s on {entry.path} at byte "
+                f"no progress for {self.stall_seconds:g} s on {entry.path} at byte "
                 f"{position}; acquire again to resume"
             ) from exc
         finally:
@@ -282,24 +272,24 @@ class Fetcher:
             await writer.close()
         if position != offset + length:
             raise Unavailable(f"the peer ended the range of {entry.path} early")
-        await asyncio.to_thread(self._blobs.sync_partial, name)
+        await asyncio.to_thread(self.blobs.sync_partial, name)
         return running
 
     async def _record(
         self, transfer_id: str, index: int, *, done: int, verified: bool
     ) -> tr.Transfer:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             assert transfer is not None
             files = list(transfer.files)
             files[index] = replace(files[index], done=done, verified=verified)
-            updated = replace(transfer, files=tuple(files), updated_at=self._clock())
+            updated = replace(transfer, files=tuple(files), updated_at=self.clock())
             await uow.transfers.update(updated)
             await uow.commit()
         return updated
 
     async def _register(self, transfer_id: str, principal: Principal) -> None:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             assert transfer is not None
             await uow.transfers.update(replace(transfer, state=tr.VERIFYING))
@@ -315,7 +305,7 @@ class Fetcher:
             format=manifest.format,
             manifest=manifest.to_json(),
             sha256=transfer.sha256,
-            created_at=self._clock(),
+            created_at=self.clock(),
             provenance={
                 "peer": transfer.peer_id,
                 "remote_model": transfer.remote_model,
@@ -323,7 +313,7 @@ class Fetcher:
                 "transfer": transfer.id,
             },
         )
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             await uow.models.add(model)
             # Every file was fetched and verified into this project: its blobs are its own.
             await uow.models.own_blobs(transfer.project, model.blob_digests())
@@ -333,12 +323,12 @@ class Fetcher:
                     state=tr.COMPLETE,
                     local_model=model.id,
                     error=None,
-                    updated_at=self._clock(),
+                    updated_at=self.clock(),
                 )
             )
             await audit.record(
                 uow,
-                self._clock,
+                self.clock,
                 action="transfer.completed",
                 actor=audit.actor_of(principal),
                 project=transfer.project,

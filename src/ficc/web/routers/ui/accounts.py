@@ -7,22 +7,10 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import audit
-from ficc.web.console import (
-    ConsoleContext,
-    console,
-    form_int,
-    form_text,
-    read_form,
-)
+from ficc.web.console import ConsoleContext, console, form_int, form_text, read_form
 from ficc.web.routers import accounts as accounts_api
 from ficc.web.routers import federation as federation_api
-from ficc.web.routers.ui.rendering import (
-    P,
-    action_done,
-    projects_of,
-    render,
-    render_page,
-)
+from ficc.web.routers.ui.rendering import P, action_done, projects_of, render, render_page
 from ficc.web.schemas import TokenCreate
 
 router = APIRouter()

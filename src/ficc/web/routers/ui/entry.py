@@ -9,10 +9,7 @@ from ficc.base.errors import FiccError, NotFound
 from ficc.bootstrap import Cluster
 from ficc.services import accounts, catalogue, nodes
 from ficc.web.auth import SESSION_COOKIE, public
-from ficc.web.console import (
-    ConsoleContext,
-    console,
-)
+from ficc.web.console import ConsoleContext, console
 from ficc.web.routers.ui.rendering import (
     STATIC_DIRECTORY,
     STATIC_FILES,

@@ -18,12 +18,7 @@ from ficc.web.console import (
     grant_from_form,
     read_form,
 )
-from ficc.web.routers.ui.rendering import (
-    P,
-    action_done,
-    projects_of,
-    render_page,
-)
+from ficc.web.routers.ui.rendering import P, action_done, projects_of, render_page
 
 router = APIRouter()
 

@@ -11,10 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.bootstrap import Cluster
 from ficc.services import projects
-from ficc.web.console import (
-    TEMPLATES,
-    ConsoleContext,
-)
+from ficc.web.console import TEMPLATES, ConsoleContext
 
 STATIC_DIRECTORY: Final = Path(__file__).parent.parent.parent / "static"
 STATIC_FILES: Final = {

@@ -7,12 +7,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.base.errors import InvalidInput
 from ficc.services import catalogue
-from ficc.web.console import (
-    ConsoleContext,
-    console,
-    form_int,
-    read_form,
-)
+from ficc.web.console import ConsoleContext, console, form_int, read_form
 from ficc.web.routers import inference as inference_api
 from ficc.web.routers.ui.rendering import (
     LIVE_SERVICE_STATES,
