@@ -33,14 +33,14 @@ forwarding(
 )
 
 
-@cli.command("token-revoke")
-@state_options
-@click.argument("token")
-@handles_errors
-def token_revoke(state_dir: Path, project: str, token: str) -> None:
-    """Revoke an API token by its ID; requests with it are refused from now on."""
-    call(state_dir, project, "DELETE", f"/api/v1/tokens/{token}")
-    emit({"revoked": token})
+forwarding(
+    "token-revoke",
+    "DELETE",
+    "/api/v1/tokens/{token}",
+    "Revoke an API token by its ID; requests with it are refused from now on.",
+    "token",
+    done="revoked",
+)
 
 
 @cli.command("completion")

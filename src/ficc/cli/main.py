@@ -116,12 +116,22 @@ def cli() -> None:
     """FICC: a control plane for inference clusters, with federation."""
 
 
-def forwarding(name: str, method: str, path: str, doc: str, argument: str | None = None) -> None:
+def forwarding(
+    name: str,
+    method: str,
+    path: str,
+    doc: str,
+    argument: str | None = None,
+    *,
+    done: str | None = None,
+) -> None:
     """Register the command ``name`` that sends one request and prints its answer: ``path``
-    names the command's one ``argument`` (if any) as ``{argument}``. Most commands are that."""
+    names the command's one ``argument`` (if any) as ``{argument}``; with ``done``, the answer
+    printed is ``{done: ARGUMENT}`` instead. Most commands are that."""
 
     def command(state_dir: Path, project: str, **given: str) -> None:
-        emit(call(state_dir, project, method, path.format(**given)))
+        answer = call(state_dir, project, method, path.format(**given))
+        emit(answer if done is None or argument is None else {done: given[argument]})
 
     function: Callable[..., None] = handles_errors(command)
     if argument is not None:

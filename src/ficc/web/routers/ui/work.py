@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -25,16 +27,7 @@ router = APIRouter()
 @router.get(f"{P}/transfers", response_class=HTMLResponse)
 async def transfers(request: Request, ctx: ConsoleContext = console("federation:read")) -> Response:
     found = await ctx.cluster.transfers.list(ctx.project)
-    live = any(item["state"] in LIVE_TRANSFER_STATES for item in found)
-    return render_page(
-        request,
-        ctx,
-        "transfers",
-        "Transfers",
-        projects=await projects_of(ctx),
-        transfers=found,
-        live=live,
-    )
+    return await _listing(request, ctx, "transfers", "Transfers", found, LIVE_TRANSFER_STATES)
 
 
 @router.post(f"{P}/transfers/{{transfer_id}}/pause")
@@ -63,15 +56,21 @@ async def resume_transfer(
 @router.get(f"{P}/services", response_class=HTMLResponse)
 async def services(request: Request, ctx: ConsoleContext = console("inference:read")) -> Response:
     found = await ctx.cluster.inference.commands.list_services(ctx.project)
-    live = any(item["state"] in LIVE_SERVICE_STATES for item in found)
+    return await _listing(request, ctx, "services", "Services", found, LIVE_SERVICE_STATES)
+
+
+async def _listing(
+    request: Request,
+    ctx: ConsoleContext,
+    page: str,
+    title: str,
+    found: list[dict[str, Any]],
+    live_states: tuple[str, ...],
+) -> Response:
+    """A page listing ``found`` under its own name, polling while any item is in progress."""
+    live = any(item["state"] in live_states for item in found)
     return render_page(
-        request,
-        ctx,
-        "services",
-        "Services",
-        projects=await projects_of(ctx),
-        services=found,
-        live=live,
+        request, ctx, page, title, projects=await projects_of(ctx), live=live, **{page: found}
     )
 
 
