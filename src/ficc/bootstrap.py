@@ -58,7 +58,7 @@ from ficc.services.remote.inference_ops import InferenceOperations
 from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.runtimes import Runtime
-from ficc.services.transfers import Transfers
+from ficc.services.transfers import RangeServer, Transfers
 
 if TYPE_CHECKING:
     from ficc.adapters.ray_nodes import RayNodes
@@ -258,7 +258,7 @@ class Cluster:
                 grants=grants,
                 inference=InferenceOperations(self.uow_factory, self.inference),
                 models=ModelOperations(self.uow_factory, self.clock, self.blobs, slots),
-                transfers=self.transfers,
+                transfers=RangeServer(self.uow_factory, self.blobs),
             ),
         )
         self.federation = Federation(

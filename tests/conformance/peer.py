@@ -95,10 +95,13 @@ class Session:
         return w.request(self.seq, self.key.sign(message), content)
 
     async def ask(self, operation: str, body: dict[str, Any]) -> w.Decoded:
-        """One signed request on a new stream, and its answer."""
+        """One signed request on a new stream, and its answer; then the stream is ended on
+        this side (§1: a stream not reused keeps its place until both sides ended it)."""
         stream = Stream(await self.connection.open_bi())
         await stream.send(self.signed(operation, body))
-        return await stream.receive()
+        answer = await stream.receive()
+        await stream.send_half.finish()
+        return answer
 
     def close(self) -> None:
         for task in self._tasks:

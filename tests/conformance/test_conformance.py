@@ -174,9 +174,14 @@ async def test_a_full_pairing_then_a_granted_request(server: Server, local: iroh
     answer = await paired.ask("discover", {"grant": body["grant"], "body": {}})
     assert answer.tag == w.RESPONSE, answer
     assert answer.fields["replayed"] is False
+    # §5's table of answers: the shape of discover's result.
+    assert set(answer.fields["result"]) == {"models", "nodes", "services"}, answer
     refused(await paired.ask("resources", {"grant": body["grant"], "body": {}}), "forbidden")
     listed = await paired.ask("grants.list", {})
     assert [grant["id"] for grant in listed.fields["grants"]] == [body["grant"]]
+    [grant] = listed.fields["grants"]
+    assert (grant["state"], grant["scopes"]) == ("active", ["discover"]), grant
+    assert set(grant["remaining"]) == {"requests", "transfer_bytes"}, grant
     paired.close()
 
 
@@ -277,4 +282,12 @@ async def test_an_unpaired_peer_is_served_on_4_request_streams_and_the_next_is_r
     # The connection stays open: a held stream is still served.
     await held[0].send(session.signed("pairing.discard", {"offer": offer_id()}))
     refused(await held[0].receive(), "not_found")
+    # §1, the requester's half: a stream it ends is ended by the server too, and its place
+    # serves a new stream.
+    await held[1].send_half.finish()
+    async with asyncio.timeout(5):
+        assert not await held[1].recv_half.read(1)
+    fresh = peer.Stream(await session.connection.open_bi())
+    await fresh.send(session.signed("pairing.discard", {"offer": offer_id()}))
+    refused(await fresh.receive(), "not_found")
     session.close()

@@ -509,3 +509,27 @@ def test_a_dangling_symlink_is_refused(allowed: Path) -> None:
 def test_an_empty_path_or_one_with_nul_is_refused(bad: str) -> None:
     with pytest.raises(InvalidInput):
         resolve_user_path(bad)
+
+
+async def test_a_partial_writer_writes_and_hashes_in_order_and_close_waits_for_it(
+    store: BlobStore,
+) -> None:
+    chunks = [bytes([n]) * (64 * 1024 + n) for n in range(40)]
+    hasher = hashlib.sha256()
+    writer = store.partial_writer("t.0", hasher, 256 * 1024)  # queues at most 4 chunks
+    position = 0
+    for chunk in chunks:
+        await writer.write(position, chunk)
+        position += len(chunk)
+    await writer.sync()
+    await writer.drain()
+    await writer.close()
+    whole = b"".join(chunks)
+    assert store.read_partial("t.0", 0, len(whole) + 1) == whole
+    assert hasher.hexdigest() == sha(whole)
+
+
+def test_a_partial_writer_refuses_a_bad_name_before_any_thread_starts(store: BlobStore) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        store.partial_writer("../escape", hashlib.sha256(), 1024)
+    assert refused.value.details["field"] == "partial"

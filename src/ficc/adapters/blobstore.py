@@ -30,9 +30,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Final, Self, TypeVar
 
+from ficc.adapters.partial_writer import OrderedPartialWriter
 from ficc.base.errors import InvalidInput, NotFound, TooLarge
 from ficc.base.units import MiB
 from ficc.domain.manifests import Sha256, parse_sha256
+from ficc.services.ports import Hasher
 
 logger = logging.getLogger(__name__)
 
@@ -528,6 +530,16 @@ class BlobStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def partial_writer(self, name: str, hasher: Hasher, queued_bytes: int) -> OrderedPartialWriter:
+        """A writer of one range of ``name``, on a thread of its own (call it on the loop)."""
+        self._partial_path(name)  # the name is checked now, not on the writer's thread
+        return OrderedPartialWriter(
+            lambda position, data: self.write_partial_at(name, position, data),
+            lambda: self.sync_partial(name),
+            hasher,
+            queued_bytes,
+        )
 
     def read_partial(self, name: str, offset: int, size: int) -> bytes:
         fd = os.open(self._partial_path(name), os.O_RDONLY | os.O_CLOEXEC)

@@ -7,18 +7,13 @@ from typing import Final
 
 import click
 
-from ficc.cli.main import call, cli, emit, handles_errors, state_options
+from ficc.cli.main import call, cli, emit, forwarding, handles_errors, state_options
 
 SHELLS: Final = ("bash", "zsh", "fish")
 COMPLETE_VARIABLE: Final = "_FICC_COMPLETE"
 
 
-@cli.command("projects")
-@state_options
-@handles_errors
-def projects(state_dir: Path, project: str) -> None:
-    """List the projects this cluster has."""
-    emit(call(state_dir, project, "GET", "/api/v1/projects"))
+forwarding("projects", "GET", "/api/v1/projects", "List the projects this cluster has.")
 
 
 @cli.command("project-create")
@@ -30,22 +25,22 @@ def project_create(state_dir: Path, project: str, name: str) -> None:
     emit(call(state_dir, project, "POST", "/api/v1/projects", {"name": name}))
 
 
-@cli.command("tokens")
-@state_options
-@handles_errors
-def tokens(state_dir: Path, project: str) -> None:
-    """List the API tokens (never their secrets): IDs, scopes, projects, state and expiry."""
-    emit(call(state_dir, project, "GET", "/api/v1/tokens"))
+forwarding(
+    "tokens",
+    "GET",
+    "/api/v1/tokens",
+    "List the API tokens (never their secrets): IDs, scopes, projects, state and expiry.",
+)
 
 
-@cli.command("token-revoke")
-@state_options
-@click.argument("token")
-@handles_errors
-def token_revoke(state_dir: Path, project: str, token: str) -> None:
-    """Revoke an API token by its ID; requests with it are refused from now on."""
-    call(state_dir, project, "DELETE", f"/api/v1/tokens/{token}")
-    emit({"revoked": token})
+forwarding(
+    "token-revoke",
+    "DELETE",
+    "/api/v1/tokens/{token}",
+    "Revoke an API token by its ID; requests with it are refused from now on.",
+    "token",
+    done="revoked",
+)
 
 
 @cli.command("completion")

@@ -116,6 +116,29 @@ def cli() -> None:
     """FICC: a control plane for inference clusters, with federation."""
 
 
+def forwarding(
+    name: str,
+    method: str,
+    path: str,
+    doc: str,
+    argument: str | None = None,
+    *,
+    done: str | None = None,
+) -> None:
+    """Register the command ``name`` that sends one request and prints its answer: ``path``
+    names the command's one ``argument`` (if any) as ``{argument}``; with ``done``, the answer
+    printed is ``{done: ARGUMENT}`` instead. Most commands are that."""
+
+    def command(state_dir: Path, project: str, **given: str) -> None:
+        answer = call(state_dir, project, method, path.format(**given))
+        emit(answer if done is None or argument is None else {done: given[argument]})
+
+    function: Callable[..., None] = handles_errors(command)
+    if argument is not None:
+        function = click.argument(argument)(function)
+    cli.command(name, help=doc)(state_options(function))
+
+
 @cli.command()
 @state_options
 @click.option("--label", default=None, help="A name for this cluster, shown to peers.")
@@ -325,20 +348,10 @@ def model_add(state_dir: Path, project: str, name: str, paths: tuple[str, ...]) 
     emit(import_model(state_dir, project, name, [Path(path) for path in paths]))
 
 
-@cli.command("models")
-@state_options
-@handles_errors
-def models(state_dir: Path, project: str) -> None:
-    """List the project's models."""
-    emit(call(state_dir, project, "GET", "/api/v1/models"))
-
-
-@cli.command("nodes")
-@state_options
-@handles_errors
-def nodes(state_dir: Path, project: str) -> None:
-    """List this cluster's nodes with capacity and availability."""
-    emit(call(state_dir, project, "GET", "/api/v1/nodes"))
+forwarding("models", "GET", "/api/v1/models", "List the project's models.")
+forwarding(
+    "nodes", "GET", "/api/v1/nodes", "List this cluster's nodes with capacity and availability."
+)
 
 
 @cli.command("example-model")
@@ -353,7 +366,7 @@ def example_model(state_dir: Path, project: str) -> None:
 
 def main() -> None:
     # Importing a command module registers its commands.
-    from ficc.cli import accounts, backup, chat, federation, models, services  # noqa: F401
+    from ficc.cli import accounts, backup, chat, federation, models, remote, services  # noqa: F401
     from ficc.cli.output import run
 
     run(cli)

@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
-
 from ficc.cli.client import ControlClient
-from ficc.cli.main import call, cli, emit, handles_errors, state_options
+from ficc.cli.main import forwarding
 from ficc.cli.output import activity, format_bytes
 
 
@@ -26,11 +24,11 @@ def import_model(state_dir: Path, project: str, name: str, paths: list[Path]) ->
         return client.request("POST", "/api/v1/models", body)
 
 
-@cli.command("model-remove")
-@state_options
-@click.argument("model")
-@handles_errors
-def model_remove(state_dir: Path, project: str, model: str) -> None:
-    """Delete a model of the project (its files go when no other model shares them)."""
-    call(state_dir, project, "DELETE", f"/api/v1/models/{model}")
-    emit({"removed": model})
+forwarding(
+    "model-remove",
+    "DELETE",
+    "/api/v1/models/{model}",
+    "Delete a model of the project (its files go when no other model shares them).",
+    "model",
+    done="removed",
+)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from ficc.base.errors import InvalidInput
+from ficc.base.ids import parse_id
 from ficc.base.units import MiB
 
 MAX_RANGE_BYTES: Final = 256 * MiB
@@ -87,3 +89,29 @@ def ranges(size: int, done: int, range_bytes: int = RANGE_BYTES) -> Iterator[tup
         length = min(range_bytes, size - offset)
         yield offset, length
         offset += length
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """A peer's ``models.range`` body, its numbers checked (the file and digest are checked
+    against the model's manifest, which only the grantor's records hold)."""
+
+    model: str
+    file: object
+    offset: int
+    length: int
+    digest: object
+
+
+def parse_range_request(body: Mapping[str, Any]) -> RangeRequest:
+    """Check a ``models.range`` body's model ID and span, naming the field of a refusal."""
+    model = parse_id("model", body["model"], field="body.model")
+    offset, length = body["offset"], body["length"]
+    for name, value in (("offset", offset), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"body.{name} must be a non-negative integer", field=f"body.{name}")
+    if not 1 <= length <= MAX_RANGE_BYTES:
+        raise InvalidInput(
+            f"body.length must be between 1 and {MAX_RANGE_BYTES}", field="body.length"
+        )
+    return RangeRequest(model, body["file"], offset, length, body["digest"])

@@ -153,8 +153,32 @@ class UnitOfWork(Protocol):
 UnitOfWorkFactory = Callable[[], UnitOfWork]
 
 
+class Hasher(Protocol):
+    """A running SHA-256 (``hashlib.sha256()``)."""
+
+    def update(self, data: bytes, /) -> None: ...
+    def copy(self) -> Self: ...
+    def hexdigest(self) -> str: ...
+
+
+class PartialWriter(Protocol):
+    """Writes one range of a partial file in order, hashing it, on a thread of its own.
+
+    The event loop hands each received chunk over and goes back to receiving; a call waits
+    only while too many bytes are queued. Errors surface in :meth:`write`, :meth:`sync` or
+    :meth:`drain`. :meth:`close` waits for every queued job, also after a cancellation, so
+    no write of an abandoned range can land later.
+    """
+
+    async def write(self, position: int, data: bytes) -> None: ...
+    async def sync(self) -> None: ...
+    async def drain(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 class BlobStore(Protocol):
-    """Content-addressed file storage (blocking calls: run them off the event loop)."""
+    """Content-addressed file storage (blocking calls: run them off the event loop; only
+    :meth:`partial_writer` may be called on it, and its writer's methods are async)."""
 
     def import_file(
         self, source: Path, expected_sha256: str | None = None, *, field: str = "source"
@@ -170,6 +194,7 @@ class BlobStore(Protocol):
     def truncate_partial(self, name: str, size: int) -> None: ...
     def remove_partial(self, name: str) -> bool: ...
     def adopt_partial(self, name: str, verified_sha256: str, size: int) -> str: ...
+    def partial_writer(self, name: str, hasher: Hasher, queued_bytes: int) -> PartialWriter: ...
 
 
 class UserPathResolver(Protocol):

@@ -30,3 +30,12 @@ def test_the_document_lists_exactly_the_operation_table() -> None:
 def test_every_operation_outside_a_grant_names_its_sender() -> None:
     outside = {name for name, row in OPERATIONS.items() if not row.under_grant}
     assert set(make_catalogue().SENDERS) == outside
+
+
+def test_every_operation_has_its_body_and_answer_documented() -> None:
+    """Beside the generated catalogue, each operation has a row of the hand-written tables of
+    bodies and answers: the catalogue names the fields, those rows say what they mean."""
+    document = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    _, after = document.split(make_catalogue().END, 1)
+    missing = [name for name in OPERATIONS if f"| `{name}` |" not in after]
+    assert not missing, f"document the body and answer of {missing}"

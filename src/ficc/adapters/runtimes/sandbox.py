@@ -23,6 +23,8 @@ exit status or signal), so FICC supervises it by this process's pid and start ti
 engine dies with it (parent-death signal). ``--mode landlock`` (``FICC_ENGINE_SANDBOX=landlock``,
 for a machine without namespaces) keeps only the Landlock scope, the dropped capabilities and the
 working directory. Run by path with ``-I``: FICC's directory of origin never reaches sys.path.
+The kernel calls are in ``confinement.py`` and the Landlock ones in ``landlock.py``, both
+loaded by their paths.
 """
 
 from __future__ import annotations
@@ -42,40 +44,8 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Final
-
-CLONE_NEWNS: Final = 0x00020000
-CLONE_NEWUTS: Final = 0x04000000
-CLONE_NEWIPC: Final = 0x08000000
-CLONE_NEWUSER: Final = 0x10000000
-CLONE_NEWPID: Final = 0x20000000
-CLONE_NEWNET: Final = 0x40000000
-MS_RDONLY: Final = 1
-MS_NOSUID: Final = 2
-MS_NODEV: Final = 4
-MS_NOEXEC: Final = 8
-MS_REMOUNT: Final = 32
-MS_BIND: Final = 4096
-MS_REC: Final = 16384
-MS_PRIVATE: Final = 1 << 18
-PR_SET_PDEATHSIG: Final = 1
-PR_CAPBSET_DROP: Final = 24
-PR_SET_NO_NEW_PRIVS: Final = 38
-PR_CAP_AMBIENT: Final = 47
-PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
-PR_SET_SECCOMP: Final = 22
-SECCOMP_MODE_FILTER: Final = 2
-SECCOMP_RET_ALLOW: Final = 0x7FFF0000
-SECCOMP_RET_EPERM: Final = 0x00050000 | 1  # SECCOMP_RET_ERRNO with EPERM
-AF_INET: Final = 2
-AF_INET6: Final = 10
-SOCK_DGRAM: Final = 2
-SOCK_TYPE_MASK: Final = 0xF
-X32_SYSCALL_BIT: Final = 0x40000000
-NR_IO_URING_SETUP: Final = 425
-"""io_uring_setup: one number on every architecture (the unified table, Linux 5.1 on)."""
-SECCOMP_ARCHES: Final = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
-"""The audit architecture and the number of socket(2), per machine FICC runs engines on."""
 
 HIDDEN_ALWAYS: Final = ("/tmp", "/run", "/dev/shm", "/var/tmp")  # noqa: S108 (hidden, not used)
 """Shared scratch and socket directories (other programs' UNIX sockets live there): empty."""
@@ -93,177 +63,34 @@ OPT_OUT: Final = "FICC_ENGINE_SANDBOX=landlock"
 SANDBOX_VARIABLE: Final = "FICC_ENGINE_SANDBOX"
 PROBE_SECONDS: Final = 30.0
 LAUNCHER: Final = Path(__file__).resolve()
-LANDLOCK_MODULE: Final = LAUNCHER.with_name("landlock.py")
 
 
-class SandboxError(Exception):
-    """The engine cannot be confined as asked."""
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise SandboxError(f"{what}: {os.strerror(errno)}")
-
-
-def _mount(
-    libc: ctypes.CDLL,
-    source: str | None,
-    target: str,
-    kind: str | None,
-    flags: int,
-    data: str | None = None,
-) -> None:
-    _check(
-        libc.mount(
-            None if source is None else source.encode(),
-            target.encode(),
-            None if kind is None else kind.encode(),
-            ctypes.c_ulong(flags),
-            None if data is None else data.encode(),
-        ),
-        f"mount {kind or source} on {target}",
-    )
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as file:
-        file.write(text)
-
-
-def _enter_namespaces(libc: ctypes.CDLL, *, private_network: bool) -> None:
-    """A user namespace mapping this user to itself, owning mount, PID, IPC, UTS (and network)
-    namespaces."""
-    uid, gid = os.geteuid(), os.getegid()
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-    if private_network:
-        flags |= CLONE_NEWNET
-    _check(libc.unshare(ctypes.c_int(flags)), "unshare (user, mount, PID namespaces)")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
-
-
-def _hide_and_reveal(libc: ctypes.CDLL, hide: Sequence[Path], reveal: Sequence[Path]) -> None:
-    """Empty tmpfs over each hidden directory, then each revealed file bound back, read-only."""
-    held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in reveal if path.exists()]
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the host
-    for directory in sorted(
-        {Path(os.path.realpath(path)) for path in hide}, key=lambda p: len(p.parts)
-    ):
-        if directory.is_dir():  # below a directory hidden already: it is gone
-            _mount(libc, "tmpfs", str(directory), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
-    for path, fd in held:
-        try:
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch()
-                _mount(libc, f"/proc/self/fd/{fd}", str(path), None, MS_BIND)
-                _mount(
-                    libc,
-                    None,
-                    str(path),
-                    None,
-                    MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                )
-        finally:
-            os.close(fd)
-
-
-def _drop_capabilities(libc: ctypes.CDLL) -> None:
-    """Empty the bounding and ambient sets: the exec'd engine has no capability, even as root."""
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    try:
-        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    except (OSError, ValueError):
-        last = 63
-    for capability in range(last + 1):
-        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # EPERM without CAP_SETPCAP: none held
-
-
-def _filter(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
-
-
-def datagram_filter(machine: str) -> bytes | None:
-    """The seccomp program (classic BPF) refusing, with EPERM, ``socket(AF_INET|AF_INET6,
-    SOCK_DGRAM…)``, ``io_uring_setup`` and, on x86-64, any x32 system call (x32 numbers bypass
-    a filter written for the 64-bit ones); None for a machine it is not written for."""
-    if machine not in SECCOMP_ARCHES:
-        return None
-    arch, nr_socket = SECCOMP_ARCHES[machine]
-    ld_w_abs, jeq_k, jge_k, and_k, ret_k = 0x20, 0x15, 0x35, 0x54, 0x06
-    x32 = machine == "x86_64"
-    program = [
-        _filter(ld_w_abs, 4),  # seccomp_data.arch
-        _filter(jeq_k, arch, 1, 0),
-        _filter(ret_k, SECCOMP_RET_EPERM),  # a foreign architecture: nothing at all
-        _filter(ld_w_abs, 0),  # seccomp_data.nr
-        _filter(jge_k, X32_SYSCALL_BIT if x32 else 0xFFFFFFFF, 8, 0),
-        _filter(jeq_k, NR_IO_URING_SETUP, 7, 0),
-        _filter(jeq_k, nr_socket, 0, 7),
-        _filter(ld_w_abs, 16),  # args[0]: the family (low word)
-        _filter(jeq_k, AF_INET, 1, 0),
-        _filter(jeq_k, AF_INET6, 0, 4),
-        _filter(ld_w_abs, 24),  # args[1]: the type (low word), flags masked off
-        _filter(and_k, SOCK_TYPE_MASK),
-        _filter(jeq_k, SOCK_DGRAM, 0, 1),
-        _filter(ret_k, SECCOMP_RET_EPERM),
-        _filter(ret_k, SECCOMP_RET_ALLOW),
-    ]
-    return b"".join(program)
-
-
-def _deny_datagrams(libc: ctypes.CDLL) -> None:
-    """Install :func:`datagram_filter` (no new privileges is already set); on a machine it is
-    not written for, the engine's log says so."""
-    program = datagram_filter(os.uname().machine)
-    if program is None:
-        print(
-            f"WARNING:  no seccomp filter for {os.uname().machine}: UDP stays open to an engine "
-            "that shares the network",
-            file=sys.stderr,
-            flush=True,
-        )
-        return
-    buffer = ctypes.create_string_buffer(program, len(program))
-
-    class Program(ctypes.Structure):
-        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-    fprog = Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    _check(
-        libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
-        "prctl(PR_SET_SECCOMP)",
-    )
-
-
-def _scope() -> None:
-    """The Landlock scope (ABI 6+): signals and abstract sockets stay inside the domain.
-
-    ``landlock.py`` is loaded by its path beside this file (stdlib only): this FICC's, without
-    importing the package (and all FICC imports with it) into every engine.
-    """
-    spec = importlib.util.spec_from_file_location("ficc_landlock", LANDLOCK_MODULE)
+def _sibling(name: str) -> ModuleType:
+    """A stdlib-only module beside this file, loaded by its path: this FICC's, without
+    importing the package (and all FICC imports with it) into every engine."""
+    spec = importlib.util.spec_from_file_location(f"ficc_{name}", LAUNCHER.with_name(f"{name}.py"))
     assert spec is not None
     assert spec.loader is not None
-    landlock = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(landlock)
-    landlock.restrict_scope()
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _kernel() -> ModuleType:
+    """``confinement.py``: the namespace, mount, capability and seccomp calls."""
+    return _sibling("confinement")
 
 
 def _engine(libc: ctypes.CDLL, argv: Sequence[str]) -> None:
     """In the engine's process: no capabilities, the Landlock scope, then the engine itself."""
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_kernel().PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     for signum in RELAYED_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
-    _drop_capabilities(libc)
-    _scope()
-    _deny_datagrams(libc)
+    _kernel().drop_capabilities(libc)
+    # The Landlock scope (ABI 6+): signals and abstract sockets stay inside the domain.
+    _sibling("landlock").restrict_scope()
+    _kernel().deny_datagrams(libc)
     os.execvp(argv[0], list(argv))  # noqa: S606 (the engine's own command line)
 
 
@@ -273,9 +100,11 @@ def _init(
     """The PID namespace's init: its /proc, the engine's working directory, then the engine as
     its child (an init ignores signals it has no handler for, and uvicorn ends by raising the
     one it caught); relays signals to it, reaps orphans, and reports its wait status."""
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_kernel().PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if new_proc:
-        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        kernel = _kernel()
+        flags = kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC
+        kernel.mount(libc, "proc", "/proc", "proc", flags)
     os.chdir(work)
     engine = os.fork()
     if engine == 0:
@@ -324,8 +153,10 @@ def run(
     private_network: bool,
     namespaces: bool,
 ) -> None:
-    """Confine, start the engine, relay, end as it ended; SandboxError if it cannot be."""
-    libc = _libc()
+    """Confine, start the engine, relay, end as it ended; ``SandboxError`` (of
+    ``confinement.py``) if it cannot be."""
+    kernel = _kernel()
+    libc = kernel.libc()
     if not namespaces:
         print(
             f"WARNING:  {SANDBOX_VARIABLE}=landlock: the engine shares FICC's user, files, "
@@ -334,9 +165,9 @@ def run(
             flush=True,
         )
     else:
-        _enter_namespaces(libc, private_network=private_network)
-        _hide_and_reveal(libc, [*map(Path, HIDDEN_ALWAYS), *hide], reveal)
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        kernel.enter_namespaces(libc, private_network=private_network)
+        kernel.hide_and_reveal(libc, [*map(Path, HIDDEN_ALWAYS), *hide], reveal)
+    kernel.check(libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     # In the engine's own /tmp (an empty tmpfs) when hidden; removed when the engine ends.
     work = tempfile.mkdtemp(prefix="engine-", dir="/tmp" if namespaces else None)  # noqa: S108
     readable, writable = os.pipe()
@@ -430,7 +261,7 @@ def main(arguments: list[str]) -> int:
             private_network=options.network == "private",
             namespaces=options.mode == "namespaces",
         )
-    except (SandboxError, OSError) as exc:
+    except (_kernel().SandboxError, OSError) as exc:
         print(
             f"ERROR:    the engine cannot be confined on this machine ({exc}); {OPT_OUT} "
             "runs it with Landlock only",

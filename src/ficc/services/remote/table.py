@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ficc.services.federation.peers import Peers
     from ficc.services.remote.inference_ops import InferenceOperations
     from ficc.services.remote.model_ops import ModelOperations
-    from ficc.services.transfers import Transfers
+    from ficc.services.transfers.serving import RangeServer
 
 DEFINITE_REFUSALS: Final = (InvalidInput, PermissionDenied, NotFound, Conflict, LimitExceeded)
 """Errors an effect raises before it commits anything (never a lost peer or an unknown)."""
@@ -48,7 +48,7 @@ class Handlers:
     grants: Grants
     inference: InferenceOperations
     models: ModelOperations
-    transfers: Transfers
+    transfers: RangeServer
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""The console's tokens and audit log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from ficc.domain.scopes import LOCAL_SCOPES
+from ficc.services import audit
+from ficc.web.console import ConsoleContext, console, form_int, form_text, read_form
+from ficc.web.routers import accounts as accounts_api
+from ficc.web.routers import federation as federation_api
+from ficc.web.routers.ui.rendering import P, action_done, projects_of, render, render_page
+from ficc.web.schemas import TokenCreate
+
+router = APIRouter()
+
+
+@router.get(f"{P}/tokens", response_class=HTMLResponse)
+async def tokens(request: Request, ctx: ConsoleContext = console("tokens:manage")) -> Response:
+    return render_page(
+        request,
+        ctx,
+        "tokens",
+        "Tokens",
+        projects=await projects_of(ctx),
+        all_scopes=LOCAL_SCOPES,
+    )
+
+
+@router.post(f"{P}/tokens", response_class=HTMLResponse)
+async def create_token(
+    request: Request, ctx: ConsoleContext = console("tokens:manage")
+) -> Response:
+    """Mint a token for this project; its secret is shown once, in the answer."""
+    form = await read_form(request)
+    lifetime = form_int(form, "lifetime_hours", field="lifetime") * 3600
+    body = TokenCreate(
+        scopes=list(form.get("scopes", [])), projects=[ctx.project], lifetime=lifetime
+    )
+    issued = await accounts_api.create_token(body, ctx=ctx)
+    return render(request, "_token_created.html", ctx, issued=issued)
+
+
+@router.post(f"{P}/tokens/revoke")
+async def revoke_token(
+    request: Request, ctx: ConsoleContext = console("tokens:manage")
+) -> Response:
+    form = await read_form(request)
+    token_id = form_text(form, "token")
+    await accounts_api.revoke_token(token_id, ctx=ctx)
+    return action_done(f"Token {token_id} revoked.")
+
+
+@router.get(f"{P}/audit", response_class=HTMLResponse)
+async def audit_log(
+    request: Request,
+    after: int = Query(0, ge=0, le=audit.MAX_AUDIT_SEQ),
+    limit: int = Query(50, ge=1, le=audit.MAX_AUDIT_PAGE),
+    ctx: ConsoleContext = console("federation:read"),
+) -> Response:
+    """The audit log a page at a time, oldest first, through the API's own handler."""
+    page = await federation_api.list_audit(ctx=ctx, after=after, limit=limit)
+    entries = page["entries"]
+    return render_page(
+        request,
+        ctx,
+        "audit",
+        "Audit log",
+        projects=await projects_of(ctx),
+        entries=entries,
+        after=after,
+        limit=limit,
+        next_after=entries[-1]["seq"] if len(entries) == limit else None,
+    )

@@ -1,0 +1,114 @@
+"""The console's entry: the sign-in page, its static files, the session, the overview."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ficc.base.errors import FiccError, NotFound
+from ficc.bootstrap import Cluster
+from ficc.services import accounts, catalogue, nodes
+from ficc.web.auth import forget_session_cookie, public
+from ficc.web.console import ConsoleContext, console
+from ficc.web.routers.ui.rendering import (
+    STATIC_DIRECTORY,
+    STATIC_FILES,
+    P,
+    projects_of,
+    render,
+    render_page,
+)
+
+router = APIRouter()
+
+# --- entry, static files, session ------------------------------------------------------------
+
+
+@router.get("/")
+async def root(cluster: Cluster = public()) -> Response:
+    return RedirectResponse("/ui", status_code=303)
+
+
+@router.get("/ui", response_class=HTMLResponse)
+async def index(request: Request, cluster: Cluster = public()) -> Response:
+    """The default project's overview, or the sign-in page (401) without a session."""
+    try:
+        ctx: ConsoleContext = await console().dependency(request)
+    except FiccError:
+        return render(request, "login.html", None, status_code=401, title="Sign in")
+    return await _overview(request, ctx)
+
+
+@router.get("/ui/static/{name}")
+async def static(name: str, cluster: Cluster = public()) -> Response:
+    """The console's own files (htmx vendored, CSS, a little JS); nothing comes from elsewhere."""
+    media_type = STATIC_FILES.get(name)
+    if media_type is None:
+        raise NotFound(f"no console file {name}")
+    content = (STATIC_DIRECTORY / name).read_bytes()
+    return Response(
+        content,
+        media_type=media_type,
+        headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@router.post("/ui/logout")
+async def logout(request: Request, ctx: ConsoleContext = console()) -> Response:
+    await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    response = Response(status_code=204, headers={"HX-Redirect": "/ui"})
+    forget_session_cookie(request, response)
+    return response
+
+
+@router.get("/ui/switch")
+async def switch_project(
+    project: str = Query(..., max_length=64), ctx: ConsoleContext = console()
+) -> Response:
+    """The project switcher's form: on to the chosen project's overview."""
+    if project not in await projects_of(ctx):
+        raise NotFound(f"no project {project}", details={"project": project})
+    return RedirectResponse(f"/ui/p/{project}", status_code=303)
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+@router.get(P, response_class=HTMLResponse)
+async def overview(request: Request, ctx: ConsoleContext = console()) -> Response:
+    return await _overview(request, ctx)
+
+
+async def _overview(request: Request, ctx: ConsoleContext) -> Response:
+    scopes = ctx.principal.scopes
+    federation = (
+        await ctx.cluster.federation.overview.overview(ctx.project)
+        if "federation:read" in scopes
+        else None
+    )
+    return render_page(
+        request,
+        ctx,
+        "overview",
+        "Overview",
+        projects=await projects_of(ctx),
+        cluster_key=ctx.cluster.cluster_key.public_text,
+        federation=federation,
+        services=(
+            await ctx.cluster.inference.commands.list_services(ctx.project)
+            if "inference:read" in scopes
+            else None
+        ),
+        models=(
+            await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
+            if "models:read" in scopes
+            else None
+        ),
+        # Nodes are the cluster's resources: shown only with resources:read, as GET /nodes.
+        nodes=(
+            await nodes.list_nodes(ctx.cluster.uow_factory) if "resources:read" in scopes else None
+        ),
+    )
+
+
+# --- federation ------------------------------------------------------------------------------

@@ -1,0 +1,182 @@
+"""The console's federation pages: offers, peers, grants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from ficc.base.errors import NotFound
+from ficc.domain import grants as g
+from ficc.services import catalogue, nodes
+from ficc.web.console import (
+    ConsoleContext,
+    console,
+    form_int,
+    form_text,
+    grant_from_form,
+    read_form,
+)
+from ficc.web.routers.ui.rendering import P, action_done, projects_of, render_page
+
+router = APIRouter()
+
+
+@router.get(f"{P}/federation", response_class=HTMLResponse)
+async def federation(
+    request: Request, ctx: ConsoleContext = console("federation:read")
+) -> Response:
+    view = await ctx.cluster.federation.overview.overview(ctx.project)
+    return render_page(
+        request, ctx, "federation", "Federation", projects=await projects_of(ctx), view=view
+    )
+
+
+@router.get(f"{P}/offers/{{offer_id}}", response_class=HTMLResponse)
+async def offer(
+    request: Request, offer_id: str, ctx: ConsoleContext = console("federation:read")
+) -> Response:
+    """The review page of an incoming offer (or the finish page of an outgoing one)."""
+    found = await ctx.cluster.federation.pairing.get_offer(ctx.project, offer_id)
+    resources: dict[str, Any] = {}
+    if found["direction"] == "incoming" and "federation:manage" in ctx.principal.scopes:
+        resources = await _grantable(ctx)
+    return render_page(
+        request,
+        ctx,
+        "offer",
+        "Review offer" if found["direction"] == "incoming" else "Finish offer",
+        projects=await projects_of(ctx),
+        offer=found,
+        defaults=_grant_defaults(found["scopes"]),
+        resources=resources,
+    )
+
+
+async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
+    """This project's services, models and nodes, for the approval form's pickers.
+
+    Nodes (their host names) are the cluster's resources: listed only with resources:read,
+    as on the overview and GET /nodes (G14); None tells the page why the picker is empty.
+    """
+    return {
+        "services": await ctx.cluster.inference.commands.list_services(ctx.project),
+        "models": await catalogue.list_models(ctx.cluster.uow_factory, ctx.project),
+        "nodes": (
+            await nodes.list_nodes(ctx.cluster.uow_factory)
+            if "resources:read" in ctx.principal.scopes
+            else None
+        ),
+    }
+
+
+def _grant_defaults(scopes: list[str]) -> dict[str, Any]:
+    """The grant approval creates when nothing is changed: the reference's defaults."""
+    return {
+        "scopes": scopes,
+        "lifetime_hours": g.DEFAULT_LIFETIME_SECONDS // 3600,
+        "max_lifetime_hours": g.MAX_LIFETIME_SECONDS // 3600,
+        "concurrent": g.DEFAULT_CONCURRENT,
+        "max_concurrent": g.MAX_CONCURRENT,
+        "requests": g.DEFAULT_REQUESTS,
+        "max_requests": g.MAX_REQUESTS,
+        "transfer_bytes": g.DEFAULT_TRANSFER_BYTES,
+        "max_transfer_bytes": g.MAX_TRANSFER_BYTES,
+        "request_bytes": g.DEFAULT_REQUEST_BYTES,
+        "max_request_bytes": g.MAX_REQUEST_BYTES,
+        "response_bytes": g.DEFAULT_RESPONSE_BYTES,
+        "max_response_bytes": g.MAX_RESPONSE_BYTES,
+    }
+
+
+@router.post(f"{P}/offers/{{offer_id}}/approve")
+async def approve_offer(
+    request: Request, offer_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    form = await read_form(request)
+    approved = await ctx.cluster.federation.approval.approve_offer(
+        ctx.principal,
+        ctx.project,
+        offer_id,
+        revision=form_int(form, "revision"),
+        grant=grant_from_form(form),
+    )
+    return action_done(f"Approved and signed. Receipt digest {approved['receipt']['digest']}.")
+
+
+@router.post(f"{P}/offers/{{offer_id}}/discard")
+async def discard_offer(
+    offer_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    await ctx.cluster.federation.pairing.discard_offer(ctx.principal, ctx.project, offer_id)
+    return action_done(f"Offer {offer_id} discarded.")
+
+
+@router.post(f"{P}/offers/{{offer_id}}/finish")
+async def finish_offer(
+    request: Request, offer_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    form = await read_form(request)
+    digest = "".join(form_text(form, "receipt").split())
+    await ctx.cluster.federation.pairing.finish_offer(
+        ctx.principal, ctx.project, offer_id, receipt=digest
+    )
+    return action_done("Pairing finished.")
+
+
+@router.post(f"{P}/peers/{{peer_id}}/remove")
+async def remove_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
+    removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
+    told = "told" if removed["told"] else "not told (telling it is best effort)"
+    return action_done(f"Peer removed; its grants are revoked; the peer was {told}.")
+
+
+@router.post(f"{P}/peers/{{peer_id}}/forget")
+async def forget_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
+    await ctx.cluster.federation.peers.forget_peer(ctx.principal, ctx.project, peer_id)
+    return action_done("Peer forgotten; the audit log keeps its history.")
+
+
+@router.post(f"{P}/peers/{{peer_id}}/select")
+async def select_grant(
+    request: Request, peer_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    """Refresh what the peer granted us and select one grant (``refresh`` with a grant)."""
+    form = await read_form(request)
+    grant = form.get("grant", [None])[0] or None
+    await ctx.cluster.federation.grants.refresh(ctx.principal, ctx.project, peer_id, grant=grant)
+    return action_done("Grant selected." if grant else "Grants refreshed.")
+
+
+@router.get(f"{P}/grants/{{grant_id}}", response_class=HTMLResponse)
+async def grant(
+    request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
+) -> Response:
+    view = await ctx.cluster.federation.overview.overview(ctx.project)
+    found = next((item for item in view["grants"] if item["id"] == grant_id), None)
+    if found is None:
+        raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
+    peer = next((item for item in view["peers"] if item["id"] == found["peer"]), None)
+    return render_page(
+        request, ctx, "grant", "Grant", projects=await projects_of(ctx), grant=found, peer=peer
+    )
+
+
+@router.post(f"{P}/grants/{{grant_id}}/revoke")
+async def revoke_grant(
+    grant_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
+    return action_done(f"Grant {grant_id} revoked.")
+
+
+@router.post(f"{P}/grants/{{grant_id}}/retire")
+async def retire_grant(
+    grant_id: str, ctx: ConsoleContext = console("federation:manage")
+) -> Response:
+    await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
+    return action_done(f"Grant {grant_id} retired.")
+
+
+# --- transfers -------------------------------------------------------------------------------
