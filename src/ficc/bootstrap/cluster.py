@@ -1,4 +1,4 @@
-"""The composition root: settings in, a wired cluster out. Only entrypoints import it."""
+"""The wiring of one cluster: adapters built from settings and the services over them."""
 
 from __future__ import annotations
 

@@ -1,0 +1,41 @@
+"""The composition root: settings in, a wired cluster out. Only entrypoints import it."""
+
+from ficc.bootstrap.cluster import (
+    CONNECT_SECONDS_VARIABLE,
+    LABEL_SETTING,
+    NODE_REFRESH_SECONDS,
+    RANGE_BYTES_VARIABLE,
+    STALL_SECONDS_VARIABLE,
+    Cluster,
+    Federation,
+    InitResult,
+    RayPlacement,
+    Settings,
+    TransferTuning,
+    connect_seconds_from_environment,
+    initialise,
+    new_node_id,
+    open_cluster,
+    probe_capacity,
+    system_clock,
+)
+
+__all__ = [
+    "CONNECT_SECONDS_VARIABLE",
+    "LABEL_SETTING",
+    "NODE_REFRESH_SECONDS",
+    "RANGE_BYTES_VARIABLE",
+    "STALL_SECONDS_VARIABLE",
+    "Cluster",
+    "Federation",
+    "InitResult",
+    "RayPlacement",
+    "Settings",
+    "TransferTuning",
+    "connect_seconds_from_environment",
+    "initialise",
+    "new_node_id",
+    "open_cluster",
+    "probe_capacity",
+    "system_clock",
+]
