@@ -1,22 +1,25 @@
-"""The composition root: settings in, a wired cluster out. Only entrypoints import it."""
+"""The composition root: settings in, a wired cluster out. Only entrypoints import it.
 
-from ficc.bootstrap.cluster import (
-    CONNECT_SECONDS_VARIABLE,
-    LABEL_SETTING,
+``settings`` reads the configuration, ``cluster`` wires the parts (:func:`build`), and
+``lifecycle`` opens the storage, starts and closes a cluster.
+"""
+
+from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, Federation, RayPlacement, build
+from ficc.bootstrap.lifecycle import (
     NODE_REFRESH_SECONDS,
-    RANGE_BYTES_VARIABLE,
-    STALL_SECONDS_VARIABLE,
-    Cluster,
-    Federation,
     InitResult,
-    RayPlacement,
-    Settings,
-    TransferTuning,
-    connect_seconds_from_environment,
     initialise,
     new_node_id,
     open_cluster,
     probe_capacity,
+)
+from ficc.bootstrap.settings import (
+    CONNECT_SECONDS_VARIABLE,
+    RANGE_BYTES_VARIABLE,
+    STALL_SECONDS_VARIABLE,
+    Settings,
+    TransferTuning,
+    connect_seconds_from_environment,
     system_clock,
 )
 
@@ -32,6 +35,7 @@ __all__ = [
     "RayPlacement",
     "Settings",
     "TransferTuning",
+    "build",
     "connect_seconds_from_environment",
     "initialise",
     "new_node_id",

@@ -19,5 +19,6 @@ router = APIRouter(tags=["operations"])
 async def scrape(ctx: Context = scoped("resources:read")) -> Response:
     cluster = ctx.cluster
     in_flight = cluster.federation.slots.in_flight_by_grant()
-    await metrics.refresh_state_gauges(cluster.database, in_flight)
+    if cluster.database is not None:
+        await metrics.refresh_state_gauges(cluster.database, in_flight)
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)

@@ -14,6 +14,7 @@ from typing import Any
 from tests.support.isolation import grantor, paired_peer
 
 from ficc.base.ids import new_id
+from ficc.bootstrap import lifecycle
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import owner_principal
 from ficc.services.transfers import Transfers
@@ -83,4 +84,4 @@ async def test_a_stalled_range_pauses_the_transfer_without_asking_again(tmp_path
         assert silent.ranges_asked == 1
         await transfers.close()
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)

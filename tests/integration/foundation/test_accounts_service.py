@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy
 
 from ficc.base.errors import Unauthenticated
-from ficc.bootstrap import Settings, open_cluster
+from ficc.bootstrap import Settings, lifecycle, open_cluster
 from ficc.domain.principals import owner_principal
 from ficc.services import accounts
 
@@ -47,7 +47,7 @@ async def test_a_token_expires_at_the_end_of_its_lifetime(tmp_path: Path) -> Non
         with pytest.raises(Unauthenticated):
             await accounts.authenticate_token(cluster.uow_factory, clock, issued.token)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_cached_token_is_refused_once_expired_or_revoked(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ async def test_a_cached_token_is_refused_once_expired_or_revoked(tmp_path: Path)
         with pytest.raises(Unauthenticated):
             await accounts.authenticate_token(cluster.uow_factory, clock, kept.token, cache)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_login_link_expires_after_five_minutes(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ async def test_a_login_link_expires_after_five_minutes(tmp_path: Path) -> None:
         with pytest.raises(Unauthenticated):
             await accounts.consume_login_link(cluster.uow_factory, clock, secret)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_only_the_local_owner_may_mint_a_login_link(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ async def test_only_the_local_owner_may_mint_a_login_link(tmp_path: Path) -> Non
             await accounts.create_login_link(cluster.uow_factory, clock, narrowed)
         assert owner == owner_principal(owner.user_id, owner.username, via="socket")
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_the_audit_log_refuses_updates_and_deletes(tmp_path: Path) -> None:
@@ -137,4 +137,4 @@ async def test_the_audit_log_refuses_updates_and_deletes(tmp_path: Path) -> None
         finally:
             await connection.close()
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)

@@ -19,7 +19,7 @@ from typing import Any
 from tests.support.fakes.clock import FakeClock
 
 from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
-from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.bootstrap import Cluster, Settings, lifecycle, open_cluster
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
@@ -145,8 +145,8 @@ async def open_pair(root: Path) -> AsyncIterator[Pair]:
     try:
         yield Pair(requester, grantor, channel, clock)
     finally:
-        await requester.close()
-        await grantor.close()
+        await lifecycle.close(requester)
+        await lifecycle.close(grantor)
 
 
 async def peers_of(cluster: Cluster, project: str = "default") -> list[p.Peer]:
