@@ -15,7 +15,10 @@ import asyncio
 import selectors
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
+
+from tests.support.fakes.clock import FakeClock
 
 T = TypeVar("T")
 FileObject = int | Any
@@ -88,6 +91,29 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
         future.add_done_callback(done)
         return future
+
+    async def shutdown_default_executor(self, *args: Any) -> None:
+        """Waited for in real time: a thread joins the executor's and wakes the loop."""
+        self.in_threads += 1
+        try:
+            await super().shutdown_default_executor(*args)
+        finally:
+            self.in_threads -= 1
+
+
+class LoopWallClock(FakeClock):
+    """The services' clock on the loop's virtual time: ``now`` plus the seconds the loop's
+    clock has moved. Timers (``call_later``) and the records' times then agree, as on a real
+    machine; ``advance`` still moves the wall clock alone (the system clock was set)."""
+
+    def __call__(self) -> datetime:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.now
+        if not isinstance(loop, VirtualClockLoop):
+            raise RuntimeError("a LoopWallClock runs on a VirtualClockLoop (run_virtual)")
+        return self.now + timedelta(seconds=loop.time())
 
 
 def run_virtual(main: Coroutine[Any, Any, T]) -> T:

@@ -7,7 +7,7 @@ the answer of an operation once, after the other side served it: the requester t
 ``OutcomeUnknown`` as it would after a timeout.
 
 The clusters are wired by ``bootstrap.build`` with the channel as their transport, over the
-fake unit of work (the fast tier) or over SQLite files (where a test needs the real storage).
+fake unit of work.
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tests.support.fakes.clock import FakeClock
 from tests.support.fakes.cluster import fake_cluster
 
 from ficc.adapters.keys import ClusterKey
-from ficc.adapters.sql.database import Database
-from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
-from ficc.bootstrap import Cluster, Federation, Settings, build, lifecycle
+from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
@@ -142,22 +140,6 @@ def channel(count: int) -> list[FakeTransport]:
     return ends
 
 
-async def _sql_cluster(root: Path, clock: FakeClock, end: FakeTransport) -> Cluster:
-    """A cluster over a SQLite file in ``root``, on ``end`` of the channel."""
-    settings = Settings(state_dir=root)
-    await lifecycle.initialise(settings)
-    database = Database(settings.database)
-    await database.migrate()
-    return build(
-        settings,
-        uow_factory=SqlUnitOfWorkFactory(database),
-        database=database,
-        cluster_key=end.cluster_key,
-        clock=clock,
-        transport_factory=end.serving,
-    )
-
-
 OWNER: Principal = owner_principal("usr_owner", "owner", via="socket")
 
 
@@ -174,20 +156,15 @@ class Pair:
 
 
 @contextlib.asynccontextmanager
-async def open_pair(
-    root: Path, *, storage: Literal["fake", "sqlite"] = "fake"
-) -> AsyncIterator[Pair]:
-    """A requester and a grantor with running companions on one channel."""
-    clock = FakeClock()
+async def open_pair(root: Path, *, clock: FakeClock | None = None) -> AsyncIterator[Pair]:
+    """A requester and a grantor over fakes, with running companions on one channel."""
+    clock = clock or FakeClock()
     ends = channel(2)
     clusters: list[Cluster] = []
     for name, end in zip(("requester", "grantor"), ends, strict=True):
-        if storage == "fake":
-            cluster = await fake_cluster(
-                root / name, clock=clock, cluster_key=end.cluster_key, transport_factory=end.serving
-            )
-        else:
-            cluster = await _sql_cluster(root / name, clock, end)
+        cluster = await fake_cluster(
+            root / name, clock=clock, cluster_key=end.cluster_key, transport_factory=end.serving
+        )
         await cluster.companion.configure(OWNER, str(root / name / "agent"), None)
         clusters.append(cluster)
     requester, grantor = clusters
