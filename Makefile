@@ -56,10 +56,16 @@ lint: setup-test
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict --explicit-package-bases tests/support/fakes tests/unit/contracts
 	$(BIN)/lint-imports
 
 test: lint
 	scripts/in-loopback-netns $(BIN)/python -m pytest
+
+# The fast tier: the rules of every service, in process over fakes (no socket, no
+# subprocess, no loopback namespace); `make test` runs it too, with every other tier.
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest tests/unit -q -m 'not slow'
 
 screenshots: setup-test
 	FICC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/in-loopback-netns $(BIN)/python -m pytest tests/browser

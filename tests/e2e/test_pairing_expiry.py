@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ficc.base.errors import Conflict
-from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.bootstrap import Cluster, Settings, lifecycle, open_cluster
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import LOCAL_SCOPES
 
@@ -53,7 +53,7 @@ async def clusters(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[InPr
             settings = Settings(state_dir=tmp_path / name, hypernet_bind="127.0.0.1:0")
             cluster = await open_cluster(settings, clock=clock)
             started.append(cluster)
-            await cluster.start()
+            await lifecycle.start(cluster)
             owner = owner_principal("usr_owner", "owner", via="socket")
             assert owner.scopes == frozenset(LOCAL_SCOPES)
             await cluster.companion.configure(owner, str(tmp_path / f"{name}-agent"), name)
@@ -61,7 +61,7 @@ async def clusters(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[InPr
         yield pair[0], pair[1]
     finally:
         for cluster in started:
-            await cluster.close()
+            await lifecycle.close(cluster)
 
 
 async def send(requester: InProcess, service: InProcess) -> str:

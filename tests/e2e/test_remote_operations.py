@@ -350,19 +350,6 @@ def test_a_revoked_grant_is_refused_with_grant_revoked(fed: Federated) -> None:
     assert fed.requester_view(grant)["state"] == "revoked"
 
 
-def test_an_expired_grant_is_refused_with_grant_expired(fed: Federated) -> None:
-    grant = full_grant(fed, lifetime=2)
-    ok(fed.request("discover"))
-
-    def refused() -> dict[str, Any] | None:
-        response = fed.request("discover")
-        return None if response.status_code == 200 else error_of(response, 403)
-
-    error = wait_for(refused, seconds=10, what="the grant expires")
-    assert error["code"] == "grant_expired"
-    assert fed.grantor_view(grant)["state"] == "expired"
-
-
 # --- mutation_id rules --------------------------------------------------------------------
 
 

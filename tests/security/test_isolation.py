@@ -38,7 +38,7 @@ from ficc.adapters.sql.repositories import SqlGrants
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, Unavailable
 from ficc.base.ids import new_id
 from ficc.base.units import GiB, MiB, TiB
-from ficc.bootstrap import Cluster
+from ficc.bootstrap import Cluster, lifecycle
 from ficc.domain import transfers as tr
 from ficc.domain.inference import (
     MAX_GRANT_RUNNING_REPLICAS,
@@ -126,7 +126,7 @@ async def test_a_peer_record_naming_another_projects_blob_reads_no_byte_and_tell
         assert ready == {borrowed: False, absent: False}
         figures.record(tries=3, refused=3, bytes_leaked=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_peer_record_naming_an_ungranted_model_of_the_project_reads_no_byte_g6(
@@ -204,7 +204,7 @@ async def test_a_peer_record_naming_an_ungranted_model_of_the_project_reads_no_b
         assert attempts == []
         figures.record(tries=3, refused=3, bytes_leaked=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_project_reads_and_runs_the_blobs_it_imported(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ async def test_a_project_reads_and_runs_the_blobs_it_imported(tmp_path: Path) ->
         prepared = await serve(cluster, peer, grant.id, "inference.prepare", {})
         assert [m["ready"] for m in prepared["result"]["models"]] == [True]
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_service_on_a_borrowed_blob_is_refused_at_start_like_a_missing_one(
@@ -279,7 +279,7 @@ async def test_a_service_on_a_borrowed_blob_is_refused_at_start_like_a_missing_o
         assert answers[0] == answers[1]
         figures.record(tries=2, refused=2, attempts_recorded=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 # --- F7: start enforces the fit and the grant's running caps --------------------------------
@@ -326,7 +326,7 @@ async def test_a_start_beyond_the_nodes_memory_is_refused_with_nothing_started_o
         assert runtime.launches == []
         figures.record(tries=tries, refused=tries, engines_launched=0, slots_leaked=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_start_needing_more_cpus_than_the_node_has_is_refused(tmp_path: Path) -> None:
@@ -350,7 +350,7 @@ async def test_a_start_needing_more_cpus_than_the_node_has_is_refused(tmp_path: 
         assert isinstance(error, Conflict)
         assert [r["resource"] for r in error.details["resources"]] == ["cpu_slots"]
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_grants_services_run_at_most_the_caps_at_once(tmp_path: Path, figures: Any) -> None:
@@ -390,7 +390,7 @@ async def test_a_grants_services_run_at_most_the_caps_at_once(tmp_path: Path, fi
         await inference.close()
         figures.record(tries=1, refused=1, cap_services=MAX_GRANT_RUNNING_SERVICES)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_grants_replicas_run_at_most_the_cap_at_once(tmp_path: Path) -> None:
@@ -424,7 +424,7 @@ async def test_a_grants_replicas_run_at_most_the_cap_at_once(tmp_path: Path) -> 
         assert isinstance(error, LimitExceeded)
         assert error.details["limit"] == "running_replicas"
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_n_ctx_beyond_the_models_trained_context_is_refused(tmp_path: Path) -> None:
@@ -446,7 +446,7 @@ async def test_n_ctx_beyond_the_models_trained_context_is_refused(tmp_path: Path
         assert error.details["field"] == "options.n_ctx"
         assert await inference.commands.list_services("default") == []
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 # --- F8: a hostile manifest is refused at acquire, memory flat ------------------------------
@@ -531,7 +531,7 @@ async def test_a_manifest_declaring_a_2_to_the_53_byte_file_is_refused_at_acquir
         assert peak < 16 * MiB, peak
         figures.record(tries=1, refused=1, peak_traced_mib=round(peak / MiB, 2))
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_model_larger_than_free_disk_is_refused_before_any_range(
@@ -547,7 +547,7 @@ async def test_a_model_larger_than_free_disk_is_refused_before_any_range(
         assert hostile.ranges_asked == 0
         await _no_transfer(cluster)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_a_model_larger_than_the_remaining_transfer_bytes_is_refused_before_any_range(
@@ -563,7 +563,7 @@ async def test_a_model_larger_than_the_remaining_transfer_bytes_is_refused_befor
         assert hostile.ranges_asked == 0
         await _no_transfer(cluster)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 def test_ranges_are_made_one_at_a_time() -> None:
@@ -606,7 +606,7 @@ async def test_another_peers_grant_id_is_answered_like_an_unknown_one_and_takes_
         assert (await serve(cluster, holder, grant.id, "discover", {}))["replayed"] is False
         figures.record(tries=2, refused=2, slots_leaked=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 # --- F18: the requests charge never overshoots ----------------------------------------------
@@ -634,7 +634,7 @@ async def test_concurrent_admissions_charge_exactly_the_grants_requests(
         assert cluster.federation.slots.in_flight(grant.id) == 0
         figures.record(tries=tries, refused=len(refused), charged=allowed, slots_leaked=0)
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 async def test_the_request_charge_statement_never_overshoots_across_connections(
@@ -676,7 +676,7 @@ async def test_the_request_charge_statement_never_overshoots_across_connections(
         assert (charged.count(True), charged.count(False)) == (allowed, tries - allowed)
         assert (await stored_grant(cluster, grant.id)).requests_used == allowed
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)
 
 
 # --- F19: a plain answer stops at response_bytes while it arrives ---------------------------
@@ -783,4 +783,4 @@ async def test_service_locks_are_made_only_for_services_and_dropped_on_remove(
         assert inference.tracked_services() == frozenset()
         figures.record(tries=tries, refused=tries, locks_left=len(inference.tracked_services()))
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)

@@ -60,11 +60,14 @@ class PostgresServer:
             [*self.as_user, *command], check=True, capture_output=True, text=True, timeout=60
         )
 
-    def database(self, prefix: str = "ficc") -> str:
+    def database(self, prefix: str = "ficc", *, template: str | None = None) -> str:
+        """A new database; with ``template`` (a URL this server gave), a copy of that one, made
+        much faster than migrating anew (nothing may be connected to the template)."""
         name = f"{prefix}_{next(_names)}"
+        copy = [] if template is None else ["-T", template.rpartition("/")[2]]
         self._run(
             str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
-            "-U", SUPERUSER, name,
+            "-U", SUPERUSER, *copy, name,
         )  # fmt: skip
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{name}"
 

@@ -19,7 +19,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from ficc.adapters import control_socket
 from ficc.base.errors import InvalidInput, PermissionDenied
-from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.bootstrap import Cluster, Settings, lifecycle, open_cluster
 from ficc.domain.inference import UpstreamAllowList
 from ficc.web.app import LocalOwnerApp, create_app
 from ficc.web.errors import envelope
@@ -170,7 +170,7 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     cluster.public_url = options.public_url or listen_url
     control = _control_socket(str(cluster.state.socket))
     app = create_app(cluster)
-    await cluster.start()
+    await lifecycle.start(cluster)
     http_server = _Server(_uvicorn_config(app))
     socket_server = _Server(_uvicorn_config(LocalOwnerApp(app), http=PeerCheckedProtocol))
     loop = asyncio.get_running_loop()
@@ -213,4 +213,4 @@ async def shutdown(cluster: Cluster) -> None:
     for path in (cluster.state.server_json, cluster.state.socket):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-    await cluster.close()
+    await lifecycle.close(cluster)

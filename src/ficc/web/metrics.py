@@ -19,6 +19,8 @@ router = APIRouter(tags=["operations"])
 async def scrape(ctx: Context = scoped("resources:read")) -> Response:
     cluster = ctx.cluster
     in_flight = cluster.federation.slots.in_flight_by_grant()
-    # Grant IDs are per project: only the local owner sees each grant's figure.
-    await metrics.refresh_state_gauges(cluster.database, in_flight, by_grant=ctx.principal.is_owner)
+    if cluster.database is not None:
+        # Grant IDs are per project: only the local owner sees each grant's figure.
+        owner = ctx.principal.is_owner
+        await metrics.refresh_state_gauges(cluster.database, in_flight, by_grant=owner)
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)

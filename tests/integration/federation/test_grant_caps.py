@@ -22,7 +22,7 @@ from tests.support.isolation import (
 )
 
 from ficc.base.errors import LimitExceeded
-from ficc.bootstrap import Cluster
+from ficc.bootstrap import Cluster, lifecycle
 from ficc.domain import grants as g
 from ficc.services import mutations
 from ficc.services.mutations import MutationKey
@@ -43,7 +43,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     try:
         yield opened
     finally:
-        await opened.close()
+        await lifecycle.close(opened)
 
 
 async def create(cluster: Cluster, peer: PeerOf, grant: g.Grant, index: int) -> dict[str, Any]:

@@ -5,6 +5,9 @@ would prove (its cluster key, and the generation of the pairing the request goes
 the server must have recorded, as a handshake checks); answers cross as JSON. A test can lose
 the answer of an operation once, after the other side served it: the requester then sees
 ``OutcomeUnknown`` as it would after a timeout.
+
+The clusters are wired by ``bootstrap.build`` with the channel as their transport, over the
+fake unit of work.
 """
 
 from __future__ import annotations
@@ -17,21 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.fakes.clock import FakeClock
+from tests.support.fakes.cluster import fake_cluster
 
+from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
-from ficc.bootstrap import Cluster, Settings, open_cluster
+from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
+from ficc.services.companion import Transport, TransportFactory
 from ficc.services.peer_channel import PeerIdentity
 
 
 class FakeTransport:
     """The endpoint of one cluster: it reaches the other clusters of its pair."""
 
-    def __init__(self, cluster: Cluster, hypernet_id: str) -> None:
-        self.cluster = cluster
+    def __init__(self, hypernet_id: str, cluster_key: ClusterKey) -> None:
         self.hypernet_id = hypernet_id
+        self.cluster_key = cluster_key
+        self._federation: Federation | None = None
         self.addresses: list[str] = []
         self.ticket = f"ticket-{hypernet_id[:8]}"
         self.others: dict[str, FakeTransport] = {}
@@ -40,6 +47,21 @@ class FakeTransport:
         self.lost: dict[str, dict[str, Any]] = {}
         """The answers lost, by operation: what the other side said the first time."""
         self.sent: list[str] = []
+
+    def serving(self, federation: Federation) -> TransportFactory:
+        """The companion's transport factory: this end, serving ``federation``."""
+        self._federation = federation
+
+        def make(_agent_directory: Path, _bind_address: str) -> Transport:
+            return self
+
+        return make
+
+    @property
+    def federation(self) -> Federation:
+        if self._federation is None:
+            raise RuntimeError("this end serves no cluster yet")
+        return self._federation
 
     async def start(self) -> None:
         return None
@@ -51,7 +73,7 @@ class FakeTransport:
         other = self.others.get(hypernet_id)
         if other is None:
             return None
-        return PeerIdentity(hypernet_id, other.cluster.cluster_key.public_key, generation)
+        return PeerIdentity(hypernet_id, other.cluster_key.public_key, generation)
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         return None
@@ -91,7 +113,7 @@ class FakeTransport:
         answer = await self._served(peer, generation, operation, body)
         if isinstance(answer, dict):
             raise AssertionError(f"{operation} answered JSON")
-        async with contextlib.aclosing(answer):  # type: ignore[type-var]
+        async with contextlib.aclosing(answer):
             yield answer
 
     async def _served(
@@ -101,24 +123,21 @@ class FakeTransport:
         if server is None:
             raise Unavailable(f"no cluster {peer} on this channel")
         self.sent.append(operation)
-        known = await server.cluster.federation.known.lookup(self.hypernet_id)
+        known = await server.federation.known.lookup(self.hypernet_id)
         if generation and generation not in {pairing.generation for pairing in known}:
             raise ProtocolError(f"pairing generation mismatch: the peer is at {generation}")
-        identity = PeerIdentity(self.hypernet_id, self.cluster.cluster_key.public_key, generation)
-        return await server.cluster.federation.operations.serve(
+        identity = PeerIdentity(self.hypernet_id, self.cluster_key.public_key, generation)
+        return await server.federation.operations.serve(
             identity, operation, json.loads(json.dumps(dict(body)))
         )
 
 
-def join(*clusters: Cluster) -> list[FakeTransport]:
-    """Give each cluster a running companion on one shared in-memory channel."""
-    transports = [
-        FakeTransport(cluster, f"{index + 1:x}" * 64) for index, cluster in enumerate(clusters)
-    ]
-    for transport in transports:
-        transport.others = {t.hypernet_id: t for t in transports if t is not transport}
-        transport.cluster.companion._transport = transport  # type: ignore[assignment]
-    return transports
+def channel(count: int) -> list[FakeTransport]:
+    """``count`` ends of one shared in-memory channel, each with a cluster key of its own."""
+    ends = [FakeTransport(f"{index + 1:x}" * 64, ClusterKey.generate()) for index in range(count)]
+    for end in ends:
+        end.others = {other.hypernet_id: other for other in ends if other is not end}
+    return ends
 
 
 OWNER: Principal = owner_principal("usr_owner", "owner", via="socket")
@@ -137,16 +156,23 @@ class Pair:
 
 
 @contextlib.asynccontextmanager
-async def open_pair(root: Path) -> AsyncIterator[Pair]:
-    clock = FakeClock()
-    requester = await open_cluster(Settings(state_dir=root / "requester"), clock=clock)
-    grantor = await open_cluster(Settings(state_dir=root / "grantor"), clock=clock)
-    channel, _ = join(requester, grantor)
+async def open_pair(root: Path, *, clock: FakeClock | None = None) -> AsyncIterator[Pair]:
+    """A requester and a grantor over fakes, with running companions on one channel."""
+    clock = clock or FakeClock()
+    ends = channel(2)
+    clusters: list[Cluster] = []
+    for name, end in zip(("requester", "grantor"), ends, strict=True):
+        cluster = await fake_cluster(
+            root / name, clock=clock, cluster_key=end.cluster_key, transport_factory=end.serving
+        )
+        await cluster.companion.configure(OWNER, str(root / name / "agent"), None)
+        clusters.append(cluster)
+    requester, grantor = clusters
     try:
-        yield Pair(requester, grantor, channel, clock)
+        yield Pair(requester, grantor, ends[0], clock)
     finally:
-        await requester.close()
-        await grantor.close()
+        await lifecycle.close(requester)
+        await lifecycle.close(grantor)
 
 
 async def peers_of(cluster: Cluster, project: str = "default") -> list[p.Peer]:

@@ -1,35 +1,75 @@
-"""A dict-backed unit of work for service tests: commits together or not at all, like SQL.
+"""A dict-backed unit of work for the fast tier: every repository of ``ficc.services.ports``.
 
-It holds the repositories the inference and node services use (projects, audit, settings,
-nodes, models, services, attempts, receipts). Each unit of work works on a copy of the store
-and writes it back only on ``commit``, so a refused change leaves the store as it was, as a
-rollback does.
+It behaves as the SQL one does where a service can tell (``tests/unit/contracts/`` runs the
+same checks against both): what is not committed is gone, transactions run one at a time (as
+on SQLite, which has one writer), unique keys are refused twice, JSON values come back as
+JSON would, and lists come back in the order the SQL orders them. Foreign keys are not
+checked.
+
+A test may read and write :class:`FakeStore` directly between transactions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import Grant
 from ficc.domain.inference import ServiceState
 from ficc.domain.nodes import Node
+from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
+from ficc.domain.peers import Peer
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.transfers import Transfer
+from ficc.services.ports import (
+    AttemptsRepository,
+    AuditRepository,
+    GrantsRepository,
+    LoginLinksRepository,
+    ModelsRepository,
+    ModelUsage,
+    NodesRepository,
+    OffersRepository,
+    PeersRepository,
+    ProjectsRepository,
+    ReceiptsRepository,
+    RemoteGrantsRepository,
+    ServicesRepository,
+    SessionsRepository,
+    SettingsRepository,
+    TokensRepository,
+    TransfersRepository,
+    UsersRepository,
+)
 
 
 class IntegrityError(Exception):
     """A unique key taken twice: what a database's constraint refuses."""
 
 
+def _json(value: Any) -> Any:
+    """``value`` as a JSON column gives it back: a copy, tuples as lists."""
+    return json.loads(json.dumps(value))
+
+
 @dataclass
 class FakeStore:
-    """The committed state every fake unit of work starts from."""
+    """The committed state every fake unit of work starts from: one field per table."""
 
+    users: dict[str, User] = field(default_factory=dict)
+    tokens: dict[str, ApiToken] = field(default_factory=dict)
+    sessions: dict[str, WebSession] = field(default_factory=dict)
+    login_links: dict[str, LoginLink] = field(default_factory=dict)
     projects: dict[str, datetime] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -39,14 +79,122 @@ class FakeStore:
     services: dict[str, ServiceRecord] = field(default_factory=dict)
     attempts: dict[str, AttemptRecord] = field(default_factory=dict)
     receipts: dict[tuple[str, str], MutationReceipt] = field(default_factory=dict)
+    peers: dict[str, Peer] = field(default_factory=dict)
+    offers: dict[str, Offer] = field(default_factory=dict)
+    offer_tombstones: set[str] = field(default_factory=set)
+    grants: dict[str, Grant] = field(default_factory=dict)
+    remote_grants: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """By grant ID: the peer it came from and what the peer said of it."""
+    transfers: dict[str, Transfer] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
-    commits: int = 0
+    commits: int = field(default=0, metadata={"kept": True})
+    receipt_reads: list[int] = field(default_factory=list, metadata={"kept": True})
+    """Receipt reads of each transaction, in the order they ended."""
+    writer: asyncio.Lock = field(default_factory=asyncio.Lock, metadata={"kept": True})
+
+    def snapshot(self) -> dict[str, Any]:
+        """The tables as they are now, to go back to on rollback."""
+        tables = [f.name for f in fields(self) if "kept" not in f.metadata]
+        return {name: copy.copy(getattr(self, name)) for name in tables}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for name, value in snapshot.items():
+            setattr(self, name, value)
 
 
 class _Repository:
     def __init__(self, store: FakeStore) -> None:
         self._s = store
+
+
+class FakeUsers(_Repository):
+    async def add(self, user: User) -> None:
+        taken = {u.username for u in self._s.users.values()}
+        if user.id in self._s.users or user.username in taken:
+            raise IntegrityError(user.id)
+        self._s.users[user.id] = user
+
+    async def get(self, user_id: str) -> User | None:
+        return self._s.users.get(user_id)
+
+    async def by_username(self, username: str) -> User | None:
+        return next((u for u in self._s.users.values() if u.username == username), None)
+
+    async def owner(self) -> User | None:
+        return next((u for u in self._s.users.values() if u.is_owner), None)
+
+    async def set_password_hash(self, user_id: str, password_hash: str) -> None:
+        if (user := self._s.users.get(user_id)) is not None:
+            self._s.users[user_id] = replace(user, password_hash=password_hash)
+
+
+class FakeTokens(_Repository):
+    async def add(self, token: ApiToken) -> None:
+        hashes = {t.secret_hash for t in self._s.tokens.values()}
+        if token.id in self._s.tokens or token.secret_hash in hashes:
+            raise IntegrityError(token.id)
+        self._s.tokens[token.id] = token
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        return self._s.tokens.get(token_id)
+
+    async def by_secret_hash(self, secret_hash: str) -> ApiToken | None:
+        return next((t for t in self._s.tokens.values() if t.secret_hash == secret_hash), None)
+
+    async def list(self) -> list[ApiToken]:
+        return sorted(self._s.tokens.values(), key=lambda t: t.created_at)
+
+    async def revoke(self, token_id: str, at: datetime) -> None:
+        token = self._s.tokens.get(token_id)
+        if token is not None and token.revoked_at is None:
+            self._s.tokens[token_id] = replace(token, revoked_at=at)
+
+    async def mark_owner(self, secret_hash: str) -> bool:
+        token = await self.by_secret_hash(secret_hash)
+        if token is None or token.revoked_at is not None or token.owner:
+            return False
+        self._s.tokens[token.id] = replace(token, owner=True)
+        return True
+
+
+class FakeSessions(_Repository):
+    async def add(self, session: WebSession) -> None:
+        hashes = {s.secret_hash for s in self._s.sessions.values()}
+        if session.id in self._s.sessions or session.secret_hash in hashes:
+            raise IntegrityError(session.id)
+        self._s.sessions[session.id] = session
+
+    async def by_secret_hash(self, secret_hash: str) -> WebSession | None:
+        return next((s for s in self._s.sessions.values() if s.secret_hash == secret_hash), None)
+
+    async def delete(self, session_id: str) -> None:
+        self._s.sessions.pop(session_id, None)
+
+    async def delete_for_user(self, user_id: str, *, keep: str | None) -> int:
+        ended = [s.id for s in self._s.sessions.values() if s.user_id == user_id and s.id != keep]
+        for session_id in ended:
+            del self._s.sessions[session_id]
+        return len(ended)
+
+
+class FakeLoginLinks(_Repository):
+    async def add(self, link: LoginLink) -> None:
+        hashes = {k.secret_hash for k in self._s.login_links.values()}
+        if link.id in self._s.login_links or link.secret_hash in hashes:
+            raise IntegrityError(link.id)
+        self._s.login_links[link.id] = link
+
+    async def by_secret_hash(self, secret_hash: str) -> LoginLink | None:
+        links = self._s.login_links.values()
+        return next((k for k in links if k.secret_hash == secret_hash), None)
+
+    async def mark_used(self, link_id: str, at: datetime) -> bool:
+        link = self._s.login_links.get(link_id)
+        if link is None or link.used_at is not None:
+            return False
+        self._s.login_links[link_id] = replace(link, used_at=at)
+        return True
 
 
 class FakeProjects(_Repository):
@@ -64,8 +212,9 @@ class FakeProjects(_Repository):
 
 class FakeAudit(_Repository):
     async def append(self, entry: AuditEntry) -> int:
-        self._s.audit.append(entry)
-        return len(self._s.audit)
+        seq = len(self._s.audit) + 1
+        self._s.audit.append(replace(entry, seq=seq, details=_json(entry.details)))
+        return seq
 
     async def list(
         self, *, project: str | None, after_seq: int, limit: int, cluster_wide: bool = True
@@ -80,10 +229,10 @@ class FakeAudit(_Repository):
 
 class FakeSettings(_Repository):
     async def get(self, key: str) -> Any | None:
-        return self._s.settings.get(key)
+        return _json(self._s.settings[key]) if key in self._s.settings else None
 
     async def put(self, key: str, value: Any) -> None:
-        self._s.settings[key] = value
+        self._s.settings[key] = _json(value)
 
     async def lock(self, key: str) -> None:
         return None  # one transaction at a time
@@ -117,7 +266,7 @@ class FakeModels(_Repository):
         self._s.models.pop(model_id, None)
 
     async def blob_in_use(self, sha256: str) -> bool:
-        return any(digest == sha256 for _, digest in self._s.blob_refs)
+        return any(sha256 in m.blob_digests() for m in self._s.models.values())
 
     async def own_blobs(self, project: str, digests: Sequence[str]) -> None:
         self._s.blob_refs.update((project, digest) for digest in digests)
@@ -126,10 +275,18 @@ class FakeModels(_Repository):
         return all((project, digest) in self._s.blob_refs for digest in digests)
 
     async def release_blobs(self, project: str, digests: Sequence[str]) -> None:
-        still = {
-            d for m in self._s.models.values() if m.project == project for d in m.blob_digests()
+        named = {
+            digest
+            for m in self._s.models.values()
+            if m.project == project and m.created_by_grant is None
+            for digest in m.blob_digests()
         }
-        self._s.blob_refs.difference_update((project, d) for d in digests if d not in still)
+        self._s.blob_refs.difference_update((project, d) for d in digests if d not in named)
+
+
+class FakeModelUsage(_Repository):
+    async def users_of_model(self, model_id: str) -> Sequence[str]:
+        return [s.id for s in self._s.services.values() if s.spec.model == model_id]
 
 
 class FakeServices(_Repository):
@@ -182,11 +339,17 @@ class FakeAttempts(_Repository):
 
 
 class FakeReceipts(_Repository):
+    """Counts its reads, so a test can hold a service to "read once per transaction"."""
+
+    reads = 0
+
     async def get(self, scope: str, mutation_id: str) -> MutationReceipt | None:
+        self.reads += 1
         return self._s.receipts.get((scope, mutation_id))
 
     async def put(self, receipt: MutationReceipt) -> None:
-        self._s.receipts[(receipt.scope, receipt.mutation_id)] = receipt
+        result = None if receipt.result is None else _json(receipt.result)
+        self._s.receipts[(receipt.scope, receipt.mutation_id)] = replace(receipt, result=result)
 
     async def delete_scope(self, scope: str) -> None:
         for key in [key for key in self._s.receipts if key[0] == scope]:
@@ -203,44 +366,254 @@ class FakeReceipts(_Repository):
         )
 
 
+class FakePeers(_Repository):
+    async def add(self, peer: Peer) -> None:
+        if peer.id in self._s.peers:
+            raise IntegrityError(peer.id)
+        self._s.peers[peer.id] = peer
+
+    async def update(self, peer: Peer) -> None:
+        if peer.id in self._s.peers:
+            self._s.peers[peer.id] = peer
+
+    async def get(self, peer_id: str) -> Peer | None:
+        return self._s.peers.get(peer_id)
+
+    async def by_hypernet_id(self, hypernet_id: str) -> list[Peer]:
+        return [p for p in self._s.peers.values() if p.hypernet_id == hypernet_id]
+
+    async def in_project(self, project: str) -> list[Peer]:
+        mine = [p for p in self._s.peers.values() if p.project == project]
+        return sorted(mine, key=lambda p: p.created_at)
+
+    async def delete(self, peer_id: str) -> None:
+        self._s.peers.pop(peer_id, None)
+
+
+class FakeOffers(_Repository):
+    async def add(self, offer: Offer) -> None:
+        if offer.id in self._s.offers or offer.id in self._s.offer_tombstones:
+            raise IntegrityError(offer.id)
+        self._s.offers[offer.id] = offer
+        self._s.offer_tombstones.add(offer.id)
+
+    async def update(self, offer: Offer) -> None:
+        if offer.id in self._s.offers:
+            self._s.offers[offer.id] = offer
+
+    async def get(self, offer_id: str) -> Offer | None:
+        return self._s.offers.get(offer_id)
+
+    async def lock(self, offer_id: str) -> None:
+        return None  # one transaction at a time
+
+    async def visible_to(
+        self, project: str, *, after: str | None = None, limit: int | None = None
+    ) -> list[Offer]:
+        seen = [o for o in self._s.offers.values() if o.project in (project, None)]
+        seen.sort(key=lambda o: (o.created_at, o.id))
+        start = None if after is None else self._s.offers.get(after)
+        if start is not None:
+            seen = [o for o in seen if (o.created_at, o.id) > (start.created_at, start.id)]
+        return seen if limit is None else seen[:limit]
+
+    async def of_peer(self, peer_id: str) -> list[Offer]:
+        return [o for o in self._s.offers.values() if o.peer_id == peer_id]
+
+    async def delete(self, offer_id: str) -> None:
+        self._s.offers.pop(offer_id, None)
+
+    async def ever_used(self, offer_id: str) -> bool:
+        return offer_id in self._s.offer_tombstones
+
+    def _waiting(self, now: datetime, service: str | None, source: str | None) -> list[Offer]:
+        """Incoming offers not yet approved nor expired, of ``service``/``source`` if given,
+        oldest first."""
+        waiting = [
+            o
+            for o in self._s.offers.values()
+            if o.direction == INCOMING
+            and o.state == RECEIVED
+            and o.expires_at > now
+            and (service is None or o.service == service)
+            and (source is None or (o.source or o.service) == source)
+        ]
+        return sorted(waiting, key=lambda o: (o.created_at, o.id))
+
+    async def count_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> int:
+        return len(self._waiting(now, service, source))
+
+    async def oldest_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> Offer | None:
+        return next(iter(self._waiting(now, service, source)), None)
+
+    async def busiest_source(self, *, now: datetime) -> str | None:
+        waiting = self._waiting(now, None, None)
+        counts = Counter(o.source or o.service for o in waiting)
+        first: dict[str, datetime] = {}
+        for offer in waiting:
+            first.setdefault(offer.source or offer.service, offer.created_at)
+        return min(counts, key=lambda s: (-counts[s], first[s]), default=None)
+
+    async def purge(self, *, expired_before: datetime) -> int:
+        gone = [
+            o.id
+            for o in self._s.offers.values()
+            if o.state in PURGEABLE_STATES and o.expires_at < expired_before
+        ]
+        for offer_id in gone:
+            del self._s.offers[offer_id]
+        return len(gone)
+
+
+class FakeGrants(_Repository):
+    def _load(self, grant: Grant) -> Grant:
+        """The grant with the records it created, as the SQL reads them."""
+        return replace(
+            grant,
+            created_services=frozenset(
+                s.id for s in self._s.services.values() if s.created_by_grant == grant.id
+            ),
+            created_models=frozenset(
+                m.id for m in self._s.models.values() if m.created_by_grant == grant.id
+            ),
+        )
+
+    def _sorted(self, grants: list[Grant]) -> list[Grant]:
+        return [self._load(g) for g in sorted(grants, key=lambda g: g.created_at)]
+
+    async def add(self, grant: Grant) -> None:
+        if grant.id in self._s.grants:
+            raise IntegrityError(grant.id)
+        self._s.grants[grant.id] = replace(
+            grant, created_services=frozenset(), created_models=frozenset()
+        )
+
+    async def get(self, grant_id: str) -> Grant | None:
+        grant = self._s.grants.get(grant_id)
+        return None if grant is None else self._load(grant)
+
+    async def of_peer(self, peer_id: str) -> list[Grant]:
+        return self._sorted([g for g in self._s.grants.values() if g.peer_id == peer_id])
+
+    async def in_project(self, project: str) -> list[Grant]:
+        return self._sorted([g for g in self._s.grants.values() if g.project == project])
+
+    async def set_state(self, grant_id: str, state: str, at: datetime | None) -> None:
+        grant = self._s.grants.get(grant_id)
+        if grant is not None:
+            revoked_at = grant.revoked_at if at is None else at
+            self._s.grants[grant_id] = replace(grant, state=state, revoked_at=revoked_at)
+
+    async def charge_request(self, grant_id: str, *, requests: int) -> bool:
+        grant = self._s.grants.get(grant_id)
+        if grant is None or grant.requests_used >= requests:
+            return False
+        self._s.grants[grant_id] = replace(grant, requests_used=grant.requests_used + 1)
+        return True
+
+    async def charge(self, grant_id: str, *, requests: int, transfer_bytes: int) -> None:
+        grant = self._s.grants.get(grant_id)
+        if grant is not None:
+            self._s.grants[grant_id] = replace(
+                grant,
+                requests_used=grant.requests_used + requests,
+                transfer_bytes_used=grant.transfer_bytes_used + transfer_bytes,
+            )
+
+    async def lock(self, grant_id: str) -> None:
+        return None  # one transaction at a time
+
+    async def delete(self, grant_id: str) -> None:
+        self._s.grants.pop(grant_id, None)
+
+
+class FakeRemoteGrants(_Repository):
+    async def replace_for_peer(
+        self, peer_id: str, grants: list[dict[str, Any]], at: datetime
+    ) -> None:
+        await self.delete_for_peer(peer_id)
+        for grant in grants:
+            if grant["id"] in self._s.remote_grants:
+                raise IntegrityError(grant["id"])
+            self._s.remote_grants[grant["id"]] = (peer_id, _json(grant))
+
+    async def of_peer(self, peer_id: str) -> list[dict[str, Any]]:
+        return [_json(data) for owner, data in self._s.remote_grants.values() if owner == peer_id]
+
+    async def delete_for_peer(self, peer_id: str) -> None:
+        for grant_id in [k for k, (owner, _) in self._s.remote_grants.items() if owner == peer_id]:
+            del self._s.remote_grants[grant_id]
+
+
+class FakeTransfers(_Repository):
+    async def add(self, transfer: Transfer) -> None:
+        if transfer.id in self._s.transfers:
+            raise IntegrityError(transfer.id)
+        self._s.transfers[transfer.id] = transfer
+
+    async def update(self, transfer: Transfer) -> None:
+        if transfer.id in self._s.transfers:
+            self._s.transfers[transfer.id] = transfer
+
+    async def get(self, transfer_id: str) -> Transfer | None:
+        return self._s.transfers.get(transfer_id)
+
+    async def of_model(self, project: str, peer_id: str, remote_model: str) -> Transfer | None:
+        matching = [
+            t
+            for t in self._s.transfers.values()
+            if (t.project, t.peer_id, t.remote_model) == (project, peer_id, remote_model)
+        ]
+        return max(matching, key=lambda t: t.created_at, default=None)
+
+    async def in_project(self, project: str) -> list[Transfer]:
+        mine = [t for t in self._s.transfers.values() if t.project == project]
+        return sorted(mine, key=lambda t: t.created_at)
+
+    async def in_state(self, state: str) -> list[Transfer]:
+        return [t for t in self._s.transfers.values() if t.state == state]
+
+
 class FakeUnitOfWork:
-    """One transaction over a private copy of the store; ``commit`` publishes it."""
+    """One transaction: it holds the store's writer from enter to exit, and puts back what it
+    found unless it committed."""
 
     def __init__(self, store: FakeStore) -> None:
         self._store = store
-        self._work = store
+        self._begun: dict[str, Any] | None = None
+        self.users: UsersRepository = FakeUsers(store)
+        self.tokens: TokensRepository = FakeTokens(store)
+        self.sessions: SessionsRepository = FakeSessions(store)
+        self.login_links: LoginLinksRepository = FakeLoginLinks(store)
+        self.projects: ProjectsRepository = FakeProjects(store)
+        self.audit: AuditRepository = FakeAudit(store)
+        self.settings: SettingsRepository = FakeSettings(store)
+        self.nodes: NodesRepository = FakeNodes(store)
+        self.models: ModelsRepository = FakeModels(store)
+        self.model_usage: ModelUsage = FakeModelUsage(store)
+        self.services: ServicesRepository = FakeServices(store)
+        self.attempts: AttemptsRepository = FakeAttempts(store)
+        self._receipts = FakeReceipts(store)
+        self.receipts: ReceiptsRepository = self._receipts
+        self.peers: PeersRepository = FakePeers(store)
+        self.offers: OffersRepository = FakeOffers(store)
+        self.grants: GrantsRepository = FakeGrants(store)
+        self.remote_grants: RemoteGrantsRepository = FakeRemoteGrants(store)
+        self.transfers: TransfersRepository = FakeTransfers(store)
 
     async def __aenter__(self) -> Self:
-        self._work = copy.copy(self._store)
-        for name in ("projects", "settings", "nodes", "models", "services", "attempts", "receipts"):
-            setattr(self._work, name, dict(getattr(self._store, name)))
-        self._work.audit = list(self._store.audit)
-        self._work.state_changes = list(self._store.state_changes)
-        self._work.blob_refs = set(self._store.blob_refs)
-        self.projects = FakeProjects(self._work)
-        self.audit = FakeAudit(self._work)
-        self.settings = FakeSettings(self._work)
-        self.nodes = FakeNodes(self._work)
-        self.models = FakeModels(self._work)
-        self.services = FakeServices(self._work)
-        self.attempts = FakeAttempts(self._work)
-        self.receipts = FakeReceipts(self._work)
+        await self._store.writer.acquire()
+        self._begun = self._store.snapshot()
         return self
 
     async def commit(self) -> None:
-        for name in (
-            "projects",
-            "audit",
-            "state_changes",
-            "settings",
-            "nodes",
-            "models",
-            "blob_refs",
-            "services",
-            "attempts",
-            "receipts",
-        ):
-            setattr(self._store, name, copy.copy(getattr(self._work, name)))
+        if self._begun is None:
+            raise RuntimeError("the unit of work is not open")
+        self._begun = self._store.snapshot()
         self._store.commits += 1
 
     async def __aexit__(
@@ -249,7 +622,14 @@ class FakeUnitOfWork:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Anything not committed is dropped with the private copy."""
+        """Anything not committed is put back as it was."""
+        try:
+            if self._begun is not None:
+                self._store.restore(self._begun)
+            self._store.receipt_reads.append(self._receipts.reads)
+        finally:
+            self._begun = None
+            self._store.writer.release()
 
 
 class FakeUnitOfWorkFactory:
@@ -258,5 +638,5 @@ class FakeUnitOfWorkFactory:
     def __init__(self, store: FakeStore | None = None) -> None:
         self.store = store or FakeStore()
 
-    def __call__(self) -> Any:
+    def __call__(self) -> FakeUnitOfWork:
         return FakeUnitOfWork(self.store)

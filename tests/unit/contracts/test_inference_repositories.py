@@ -1,52 +1,27 @@
 """The repositories the inference services use behave alike in the fake and in SQL.
 
-``database_url`` names the back ends: ``fake`` and a SQLite file; a PostgreSQL URL can be
-added to the parametrisation (the tests create their own rows and read only those).
+The back ends come from ``conftest.py`` (the fake and a SQLite file) and from the storage tier
+(PostgreSQL).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
-import pytest
 from tests.support.fakes.clock import FakeClock
-from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 
-from ficc.adapters.sql.database import Database
-from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.base.ids import new_id
 from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.services.ports import UnitOfWorkFactory
 
 CLOCK = FakeClock()
 
 
-@pytest.fixture(params=["fake", "sqlite"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The back end under test: ``fake`` or a database URL."""
-    return "fake" if request.param == "fake" else f"sqlite+pysqlite:///{tmp_path / 'ficc.db'}"
-
-
-@pytest.fixture
-async def uow_factory(database_url: str) -> AsyncIterator[Callable[[], Any]]:
-    if database_url == "fake":
-        yield FakeUnitOfWorkFactory()
-        return
-    database = Database(database_url)
-    await database.migrate()
-    try:
-        yield SqlUnitOfWorkFactory(database)
-    finally:
-        await database.dispose()
-
-
-async def a_service(uow_factory: Callable[[], Any], project: str = "default") -> ServiceRecord:
+async def a_service(uow_factory: UnitOfWorkFactory, project: str = "default") -> ServiceRecord:
     node = Node(new_id("node", secrets.token_bytes(16)), "n", 4, 1, 1, (), True, CLOCK())
     service = ServiceRecord(
         id=new_id("service", secrets.token_bytes(16)),
@@ -71,7 +46,7 @@ async def a_service(uow_factory: Callable[[], Any], project: str = "default") ->
     return service
 
 
-async def test_what_is_not_committed_is_not_kept(uow_factory: Callable[[], Any]) -> None:
+async def test_what_is_not_committed_is_not_kept(uow_factory: UnitOfWorkFactory) -> None:
     service = await a_service(uow_factory)
     async with uow_factory() as uow:
         await uow.services.update(replace(service, state=ServiceState.STARTING))
@@ -79,7 +54,7 @@ async def test_what_is_not_committed_is_not_kept(uow_factory: Callable[[], Any])
         assert await uow.services.get(service.id) == service
 
 
-async def test_services_round_trip_and_list_by_project(uow_factory: Callable[[], Any]) -> None:
+async def test_services_round_trip_and_list_by_project(uow_factory: UnitOfWorkFactory) -> None:
     mine = await a_service(uow_factory)
     CLOCK.advance(1)
     theirs = await a_service(uow_factory, project="other")
@@ -98,7 +73,7 @@ async def test_services_round_trip_and_list_by_project(uow_factory: Callable[[],
 
 
 async def test_attempts_are_kept_in_order_and_deleted_with_their_service(
-    uow_factory: Callable[[], Any],
+    uow_factory: UnitOfWorkFactory,
 ) -> None:
     service = await a_service(uow_factory)
     attempts = [
@@ -127,7 +102,7 @@ async def test_attempts_are_kept_in_order_and_deleted_with_their_service(
 
 
 async def test_receipts_are_kept_per_scope_and_counted_by_state(
-    uow_factory: Callable[[], Any],
+    uow_factory: UnitOfWorkFactory,
 ) -> None:
     def receipt(scope: str, state: str) -> MutationReceipt:
         return MutationReceipt(

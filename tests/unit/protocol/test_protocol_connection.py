@@ -529,6 +529,8 @@ class TwoEnds(RuleBasedStateMachine):
 
 TwoEnds.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_two_ends_agree_through_any_sequence = TwoEnds.TestCase
+# Seconds of exploration: `make test` runs it, `make unit` leaves it out.
+test_two_ends_agree_through_any_sequence.pytestmark = [pytest.mark.slow]
 
 
 @given(cut=st.integers(min_value=0, max_value=12))

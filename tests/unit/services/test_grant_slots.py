@@ -1,5 +1,7 @@
 """The ``concurrent`` slots of a grant: a request right behind a cancelled one is served once
-the cancel lands; a grant that stays full refuses within a bounded wait."""
+the cancel lands; a grant that stays full refuses after a bounded wait; a request outliving its
+grant is ended. The waits run on virtual time: the tests take milliseconds and assert exact
+figures."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.support.fakes.loop_clock import run_virtual
 
-from ficc.base.errors import LimitExceeded
+from ficc.base.errors import GrantExpired, LimitExceeded
 from ficc.services.grant_slots import FULL_WAIT_SECONDS, GrantSlots
+from ficc.services.peer_channel import ending_reason
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)
@@ -35,20 +39,57 @@ async def test_a_request_following_a_cancelled_one_on_a_full_grant_is_served() -
     assert slots.in_flight("grt_x") == 0
 
 
-async def test_a_grant_that_stays_full_refuses_naming_concurrent_within_the_wait() -> None:
-    slots = GrantSlots()
-    holding = asyncio.Event()
-    first = asyncio.create_task(held(slots, holding))
-    await holding.wait()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    with pytest.raises(LimitExceeded) as refused:
+def test_a_grant_that_stays_full_refuses_naming_concurrent_after_the_wait() -> None:
+    async def main() -> None:
+        slots = GrantSlots()
+        holding = asyncio.Event()
+        first = asyncio.create_task(held(slots, holding))
+        await holding.wait()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(LimitExceeded) as refused:
+            async with slots.slot("grt_x", 1, LATER, NOW):
+                pass
+        assert loop.time() - started == FULL_WAIT_SECONDS
+        assert refused.value.details == {"limit": "concurrent", "allowed": 1}
+        assert slots.in_flight("grt_x") == 1
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        assert slots.in_flight("grt_x") == 0
+
+    run_virtual(main())
+
+
+def test_a_slot_freed_within_the_wait_admits_the_waiting_request() -> None:
+    async def main() -> None:
+        slots = GrantSlots()
+        holding = asyncio.Event()
+        first = asyncio.create_task(held(slots, holding))
+        await holding.wait()
+        loop = asyncio.get_running_loop()
+        loop.call_later(FULL_WAIT_SECONDS / 2, first.cancel)
+        started = loop.time()
         async with slots.slot("grt_x", 1, LATER, NOW):
-            pass
-    waited = loop.time() - started
-    assert refused.value.details == {"limit": "concurrent", "allowed": 1}
-    assert FULL_WAIT_SECONDS - 0.05 <= waited <= FULL_WAIT_SECONDS + 0.5
-    assert slots.in_flight("grt_x") == 1
-    first.cancel()
-    await asyncio.gather(first, return_exceptions=True)
-    assert slots.in_flight("grt_x") == 0
+            assert loop.time() - started == FULL_WAIT_SECONDS / 2
+            assert slots.in_flight("grt_x") == 1
+
+    run_virtual(main())
+
+
+def test_a_request_still_in_flight_when_its_grant_expires_is_ended_naming_grant_expired() -> None:
+    async def main() -> None:
+        slots = GrantSlots()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        async def serve() -> None:
+            async with slots.slot("grt_x", 4, NOW + timedelta(hours=1), NOW):
+                await asyncio.Event().wait()
+
+        with pytest.raises(asyncio.CancelledError) as ended:
+            await asyncio.create_task(serve())
+        assert isinstance(ending_reason(ended.value), GrantExpired)
+        assert loop.time() - started == 3600
+        assert slots.in_flight("grt_x") == 0
+
+    run_virtual(main())

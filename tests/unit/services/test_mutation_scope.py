@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tests.support.fakes.receipts_unit_of_work import FakeUnitOfWorkFactory
+from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 
 from ficc.base.errors import LimitExceeded, MutationConflict
 from ficc.domain.mutations import ReceiptState
@@ -28,59 +28,59 @@ async def test_a_completed_mutation_replays_exactly_its_first_result() -> None:
     factory = FakeUnitOfWorkFactory()
     first = {"id": "svc_1", "revision": 1, "nested": {"a": [1, 2]}}
     async with factory() as uow:
-        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, key())
         assert (scope.replayed, scope.result, scope.state) == (False, None, None)
         await scope.mark_uncertain(NOW)
         await scope.complete(first, NOW)
         await uow.commit()
     async with factory() as uow:
-        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        again = await mutations.begin(uow, key())
     assert again.replayed
     assert again.result == first
     assert again.state == ReceiptState.COMPLETED
     # Each transaction read the receipt once, however often it was begun and written.
-    assert factory.database.receipt_reads == [1, 1]
+    assert factory.store.receipt_reads == [1, 1]
 
 
 async def test_a_second_begin_in_one_transaction_reads_nothing() -> None:
     factory = FakeUnitOfWorkFactory()
     async with factory() as uow:
-        await mutations.begin(uow, key())  # type: ignore[arg-type]
-        await mutations.replay(uow, key())  # type: ignore[arg-type]
-        await mutations.record(uow, lambda: NOW, key(), state="completed", result={"ok": 1})  # type: ignore[arg-type]
+        await mutations.begin(uow, key())
+        await mutations.replay(uow, key())
+        await mutations.record(uow, lambda: NOW, key(), state="completed", result={"ok": 1})
         await uow.commit()
-    assert factory.database.receipt_reads == [1]
+    assert factory.store.receipt_reads == [1]
 
 
 async def test_other_arguments_under_one_mutation_id_are_a_conflict_and_change_nothing() -> None:
     factory = FakeUnitOfWorkFactory()
     async with factory() as uow:
-        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, key())
         await scope.complete({"id": "svc_1"}, NOW)
         await uow.commit()
-    before = dict(factory.database.receipts)
+    before = dict(factory.store.receipts)
     async with factory() as uow:
         with pytest.raises(MutationConflict) as caught:
-            await mutations.begin(uow, key({"spec": {"name": "b"}}))  # type: ignore[arg-type]
+            await mutations.begin(uow, key({"spec": {"name": "b"}}))
     assert caught.value.details["mutation_id"] == MUTATION_ID
-    assert factory.database.receipts == before
+    assert factory.store.receipts == before
 
 
 async def test_a_refused_mutation_is_refused_again_with_the_same_error() -> None:
     factory = FakeUnitOfWorkFactory()
     refused = LimitExceeded("too many", details={"limit": "created_services", "allowed": 64})
     async with factory() as uow:
-        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, key())
         await scope.mark_uncertain(NOW)
         await uow.commit()
     async with factory() as uow:
-        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, key())
         assert scope.state == ReceiptState.UNCERTAIN
         assert not scope.replayed
         await scope.refuse(refused, NOW)
         await uow.commit()
     async with factory() as uow:
-        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        again = await mutations.begin(uow, key())
     refusal = again.refusal
     assert isinstance(refusal, LimitExceeded)
     assert (refusal.message, refusal.details) == (refused.message, refused.details)
@@ -91,10 +91,10 @@ async def test_a_refused_mutation_is_refused_again_with_the_same_error() -> None
 async def test_nothing_is_kept_when_the_transaction_does_not_commit() -> None:
     factory = FakeUnitOfWorkFactory()
     async with factory() as uow:
-        scope = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, key())
         await scope.complete({"id": "svc_1"}, NOW)
-    assert factory.database.receipts == {}
-    assert factory.database.commits == 0
+    assert factory.store.receipts == {}
+    assert factory.store.commits == 0
 
 
 def test_local_and_grant_keys_live_in_their_own_scopes() -> None:
@@ -111,13 +111,13 @@ async def test_a_receipt_keeps_the_answer_as_the_caller_is_shown_it() -> None:
 
     shown_key = MutationKey.grant("grt_x", MUTATION_ID, "inference.create", ARGUMENTS, shown)
     async with factory() as uow:
-        scope = await mutations.begin(uow, shown_key)  # type: ignore[arg-type]
+        scope = await mutations.begin(uow, shown_key)
         answer = await scope.complete({"id": "svc_1", "replicas": [{"pid": 7}]}, NOW)
         await uow.commit()
     assert answer == {"id": "svc_1"}
     async with factory() as uow:
         # The way a caller is shown results is no part of the key's identity.
-        again = await mutations.begin(uow, key())  # type: ignore[arg-type]
+        again = await mutations.begin(uow, key())
     assert again.result == answer
 
 

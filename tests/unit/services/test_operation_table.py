@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tests.support.fakes.receipts_unit_of_work import FakeUnitOfWorkFactory
+from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import new_id
@@ -198,7 +198,7 @@ async def test_a_mutation_retried_after_a_lost_answer_runs_once_and_answers_the_
     assert first == {"replayed": False, "result": {"id": "mod_1", "manifest": {"name": "m"}}}
     assert again == {"replayed": True, "result": first["result"]}
     # Each transaction read the receipt at most once.
-    assert max(factory.database.receipt_reads) == 1
+    assert max(factory.store.receipt_reads) == 1
 
 
 async def test_a_refused_effect_is_certain_and_refused_again_without_running() -> None:
@@ -210,7 +210,7 @@ async def test_a_refused_effect_is_certain_and_refused_again_without_running() -
             await operations.serve(IDENTITY, "models.create", wire(body))
         assert caught.value.details == {"model": "x"}
     assert models.effects == 1
-    [receipt] = factory.database.receipts.values()
+    [receipt] = factory.store.receipts.values()
     assert receipt.state == "refused"
 
 
@@ -220,7 +220,7 @@ async def test_an_unknown_field_is_refused_before_any_receipt_or_effect() -> Non
         await operations.serve(IDENTITY, "models.create", wire({"manifest": {}, "extra": 1}))
     assert caught.value.details["field"] == "body.extra"
     assert models.effects == 0
-    assert factory.database.receipts == {}
+    assert factory.store.receipts == {}
 
 
 async def test_an_unknown_operation_is_refused_naming_the_field() -> None:

@@ -1,5 +1,8 @@
 """A range that stalls pauses its transfer at once: nothing is asked for again automatically
-(the contract: requests are never replayed at any layer), and acquiring again resumes it."""
+(the contract: requests are never replayed at any layer), and acquiring again resumes it.
+
+A cluster over fakes on virtual time: the stall deadline is the real default, and the pause
+comes exactly when it runs out."""
 
 from __future__ import annotations
 
@@ -11,14 +14,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.support.isolation import grantor, paired_peer
+from tests.support.fakes.cluster import fake_cluster
+from tests.support.fakes.loop_clock import LoopWallClock, run_virtual
+from tests.support.isolation import paired_peer
 
 from ficc.base.ids import new_id
+from ficc.bootstrap import lifecycle
+from ficc.domain import transfers as tr
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import owner_principal
 from ficc.services.transfers import Transfers
 
-STALL_SECONDS = 0.2
+STALL_SECONDS = tr.STALL_SECONDS
 MANIFEST: dict[str, Any] = {
     "name": "silent",
     "format": "gguf",
@@ -48,8 +55,12 @@ class SilentGrantor:
         yield silence()
 
 
-async def test_a_stalled_range_pauses_the_transfer_without_asking_again(tmp_path: Path) -> None:
-    cluster = await grantor(tmp_path)
+def test_a_stalled_range_pauses_the_transfer_without_asking_again(tmp_path: Path) -> None:
+    run_virtual(_stalled(tmp_path))
+
+
+async def _stalled(tmp_path: Path) -> None:
+    cluster = await fake_cluster(tmp_path, clock=LoopWallClock())
     try:
         peer = await paired_peer(cluster)
         async with cluster.uow_factory() as uow:
@@ -70,12 +81,10 @@ async def test_a_stalled_range_pauses_the_transfer_without_asking_again(tmp_path
         owner = owner_principal("usr_owner", "owner", via="socket")
         model = new_id("model", secrets.token_bytes(16))
         started = await transfers.acquire(owner, "default", peer.id, model=model)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        view = started
-        while view["state"] == "running" and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-            view = await transfers.get("default", started["id"])
+        await asyncio.sleep(STALL_SECONDS - 0.001)
+        assert (await transfers.get("default", started["id"]))["state"] == "running"
+        await asyncio.sleep(0.002)
+        view = await transfers.get("default", started["id"])
         assert view["state"] == "paused", view
         assert "no progress" in view["error"]
         assert "acquire again" in view["error"]
@@ -83,4 +92,4 @@ async def test_a_stalled_range_pauses_the_transfer_without_asking_again(tmp_path
         assert silent.ranges_asked == 1
         await transfers.close()
     finally:
-        await cluster.close()
+        await lifecycle.close(cluster)

@@ -1,8 +1,8 @@
 """Lost answers: ``pairing.finish`` and each remote mutation served by the other cluster, its
 answer lost on the way back, then sent again: exactly one effect, and the first answer.
 
-Two clusters run in process over real SQLite, joined by an in-memory channel in place of
-HyperNet (tests/support/fakes/peer_channel.py); everything else is the real services.
+Two clusters run in process over the fake unit of work, joined by an in-memory channel in
+place of HyperNet (tests/support/fakes/peer_channel.py); everything else is the real services.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Two in-process clusters over an in-memory channel, for the federation's service tests."""
+"""Two in-process clusters over fakes and an in-memory channel: the federation's rules in the
+fast tier (pairing, approval, grants, the gate, lost answers)."""
 
 from __future__ import annotations
 

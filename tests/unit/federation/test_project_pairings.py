@@ -1,7 +1,7 @@
 """Each project pairs on its own: one cluster's projects pair independently with the same other
 cluster, each pairing bound to its own project on both sides and to its own generation.
 
-Two clusters in process over real SQLite, joined by the in-memory channel (which checks the
+Two clusters in process over fakes, joined by the in-memory channel (which checks the
 generation a request goes under as the handshake does); the real transport's part is in
 tests/e2e/test_pairing_peers.py.
 """

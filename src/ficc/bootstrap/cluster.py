@@ -1,0 +1,336 @@
+"""The wiring of one cluster: adapters in, the services over them out, as a plain record.
+
+:func:`build` is the whole graph in one function. Every adapter a test may want to replace
+(storage, the transport, runtimes, engines, the clock) comes in as an argument; left out, the
+real one is made from the settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ficc.adapters.blobstore import BlobStore, resolve_user_path
+from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.hypernet import HyperNetEndpoint
+from ficc.adapters.keys import ClusterKey, verify_signature
+from ficc.adapters.passwords import Argon2Hasher
+from ficc.adapters.runtimes import build_runtimes
+from ficc.adapters.runtimes.attempt_fence import fence_attempt
+from ficc.adapters.runtimes.sandbox import EngineSandbox
+from ficc.adapters.sql.database import Database
+from ficc.adapters.state_dir import StateDir
+from ficc.bootstrap.settings import Settings, system_clock
+from ficc.domain.accounts import LoginThrottle
+from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.inference import RuntimeName, UpstreamAllowList
+from ficc.services import accounts, nodes
+from ficc.services.companion import Companion, CompanionChannel, Transport, TransportFactory
+from ficc.services.federation.approval import Approval
+from ficc.services.federation.common import ClusterSigner, FederationContext
+from ficc.services.federation.grants import Grants
+from ficc.services.federation.known_peers import KnownPeers
+from ficc.services.federation.overview import Overview
+from ficc.services.federation.pairing import Pairing
+from ficc.services.federation.peers import Peers
+from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.grant_slots import GrantSlots
+from ficc.services.inference import InferenceServices
+from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
+from ficc.services.remote.client import RemoteClient
+from ficc.services.remote.gate import Gate
+from ficc.services.remote.inference_ops import InferenceOperations
+from ficc.services.remote.model_ops import ModelOperations
+from ficc.services.remote.table import Handlers, PeerOperations
+from ficc.services.runtimes import Runtime
+from ficc.services.transfers import RangeServer, Transfers
+
+if TYPE_CHECKING:
+    from ficc.adapters.ray_nodes import RayNodes
+    from ficc.adapters.runtimes.ray import RayRuntime
+
+LABEL_SETTING = "label"
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The federation's services, as the routers reach them."""
+
+    known: KnownPeers
+    slots: GrantSlots
+    pairing: Pairing
+    approval: Approval
+    grants: Grants
+    peers: Peers
+    overview: Overview
+    operations: PeerOperations
+
+
+@dataclass
+class Cluster:
+    """The wired parts of one running FICC cluster: a record, with no behaviour of its own."""
+
+    settings: Settings
+    database: Database | None
+    """The SQL database behind ``uow_factory``; None when storage is injected (the fake tier)."""
+    uow_factory: UnitOfWorkFactory
+    cluster_key: ClusterKey
+    clock: Clock
+    blobs: BlobStore
+    inference: InferenceServices
+    companion: Companion
+    federation: Federation
+    remote: RemoteClient
+    transfers: Transfers
+    ray: RayPlacement | None
+    resolve_user_path: UserPathResolver
+    model_file: Callable[[CatalogueModel], Path]
+    """The file an engine loads for a model of the catalogue."""
+    label: str = ""
+    public_url: str | None = None
+    hasher: Argon2Hasher = field(default_factory=Argon2Hasher)
+    credentials: accounts.CredentialCache = field(default_factory=accounts.CredentialCache)
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    known_projects: set[str] = field(default_factory=set)
+    node_refresher: asyncio.Task[None] | None = None
+    """Keeps the nodes current while the cluster runs (``lifecycle.start`` starts it)."""
+    purger: asyncio.Task[None] | None = None
+    """Purges expired sessions, login links and offers daily (``lifecycle.start`` starts it)."""
+
+    @property
+    def state(self) -> StateDir:
+        return self.settings.state
+
+
+CompanionTransports = Callable[[Federation], TransportFactory]
+"""Given the federation a transport serves, the factory the companion makes transports with."""
+
+
+def build(
+    settings: Settings,
+    *,
+    uow_factory: UnitOfWorkFactory,
+    cluster_key: ClusterKey,
+    database: Database | None = None,
+    label: str = "",
+    clock: Clock = system_clock,
+    transport_factory: CompanionTransports | None = None,
+    runtimes: Mapping[RuntimeName, Runtime] | None = None,
+    engines: EngineConnector | None = None,
+    fence: Callable[[str, float], Awaitable[int]] | None = None,
+    free_disk: Callable[[], int] | None = None,
+) -> Cluster:
+    """Wire one cluster. Left out, the transport is HyperNet, runtimes and engines the real
+    ones (engine processes confined by the sandbox), the attempt fence the real one, and free
+    disk that of the state directory's store."""
+    state = settings.state
+    blobs = BlobStore(state.store)
+    upstream_allow = UpstreamAllowList.parse(settings.upstream_allow)
+    engine_clients: EngineClients | None = None
+    connector: EngineConnector
+    if engines is None:
+        connector = engine_clients = EngineClients()
+    else:
+        connector = engines
+    wired_runtimes: dict[RuntimeName, Runtime] = (
+        dict(runtimes)
+        if runtimes is not None
+        else build_runtimes(
+            log_dir=state.runtime,
+            engines=engine_clients,
+            upstream_allow=upstream_allow,
+            sandbox=EngineSandbox.from_environment(hide=[state.root]),
+        )
+    )
+    attempt_fence: Callable[[str, float], Awaitable[int]] = fence or fence_attempt
+    ray: RayPlacement | None = None
+    if settings.ray_address is not None:
+        if engine_clients is None:
+            raise ValueError("Ray placement needs the real engine clients")
+        ray = RayPlacement.wrap(
+            settings.ray_address,
+            cluster_key.public_text,
+            wired_runtimes,
+            engine_clients,
+            state.store,
+        )
+        attempt_fence = ray.fence_attempt
+
+    def model_file(model: CatalogueModel) -> Path:
+        """The file an engine loads for ``model``: its GGUF file (or its first file)."""
+        files = model.manifest["files"]
+        entry = next((f for f in files if str(f["path"]).endswith(".gguf")), files[0])
+        digest = str(entry["sha256"])
+        if blobs.has(digest):
+            return blobs.blob_path(digest)
+        return state.store / "missing" / digest
+
+    inference = InferenceServices(
+        uow_factory,
+        clock,
+        wired_runtimes,
+        model_file,
+        attempt_fence,
+        connector,
+        serve_instance=secrets.token_hex(8),
+        upstream_allow=upstream_allow,
+    )
+    federation: Federation | None = None
+
+    def transport(agent_directory: Path, bind_address: str) -> Transport:
+        """Made when the companion starts, by then over the federation wired below."""
+        if federation is None:
+            raise RuntimeError("the transport is made before the federation is wired")
+        make = (transport_factory or _hypernet(settings, cluster_key))(federation)
+        return make(agent_directory, bind_address)
+
+    companion = Companion(
+        uow_factory, clock, transport, cluster_key.public_text, settings.hypernet_bind
+    )
+    link = CompanionChannel(companion)
+    signer = ClusterSigner(cluster_key.public_key, cluster_key.sign)
+    known = KnownPeers(uow_factory)
+    context = FederationContext(uow_factory, clock, link, known)
+    slots = GrantSlots()
+    copies = RemoteGrantCopies(context)
+    grants = Grants(context, slots, copies, on_grant_ended=inference.commands.stop_for_grant)
+    pairing = Pairing(context, signer, verify_signature)
+    approval = Approval(context, grants, signer)
+    peers = Peers(context, grants)
+    remote = RemoteClient(uow_factory, link, copies)
+    transfers = Transfers(
+        uow_factory,
+        clock,
+        remote,
+        blobs,
+        free_disk or (lambda: shutil.disk_usage(state.store).free),
+        range_bytes=settings.transfers.range_bytes,
+        stall_seconds=settings.transfers.stall_seconds,
+    )
+    operations = PeerOperations(
+        uow_factory,
+        clock,
+        Gate(uow_factory, clock, known, slots),
+        Handlers(
+            pairing=pairing,
+            approval=approval,
+            peers=peers,
+            grants=grants,
+            inference=InferenceOperations(uow_factory, inference),
+            models=ModelOperations(uow_factory, clock, blobs, slots),
+            transfers=RangeServer(uow_factory, blobs),
+        ),
+    )
+    federation = Federation(
+        known=known,
+        slots=slots,
+        pairing=pairing,
+        approval=approval,
+        grants=grants,
+        peers=peers,
+        overview=Overview(uow_factory, clock, companion, grants, copies, transfers.list),
+        operations=operations,
+    )
+    return Cluster(
+        settings=settings,
+        database=database,
+        uow_factory=uow_factory,
+        cluster_key=cluster_key,
+        clock=clock,
+        blobs=blobs,
+        inference=inference,
+        companion=companion,
+        federation=federation,
+        remote=remote,
+        transfers=transfers,
+        ray=ray,
+        resolve_user_path=owner_path,
+        model_file=model_file,
+        label=label,
+    )
+
+
+def owner_path(path: str, *, field: str) -> Path:
+    """The local owner may import any regular file this process can read."""
+    return resolve_user_path(path, None, field=field)
+
+
+def _hypernet(settings: Settings, cluster_key: ClusterKey) -> CompanionTransports:
+    """HyperNet endpoints that serve ``federation``'s operations to the peers it knows."""
+
+    def factory(federation: Federation) -> TransportFactory:
+        def make(agent_directory: Path, bind_address: str) -> Transport:
+            return HyperNetEndpoint(
+                agent_directory=agent_directory,
+                cluster_key=cluster_key,
+                lookup=federation.known.lookup,
+                handler=federation.operations.serve,
+                bind_address=bind_address,
+                relay=settings.hypernet_relay,
+                connect_timeout_seconds=settings.hypernet_connect_seconds,
+                limits=settings.hypernet,
+                body_bound=federation.known.body_bound,
+            )
+
+        return make
+
+    return factory
+
+
+@dataclass
+class RayPlacement:
+    """FICC on a Ray cluster: its node source and the runtimes that place replicas on nodes.
+
+    Ray is imported only here, and only with ``--ray``: the default serve never loads it.
+    """
+
+    nodes: RayNodes
+    runtimes: list[RayRuntime]
+    refresh_seconds: float
+
+    @classmethod
+    def wrap(
+        cls,
+        address: str,
+        cluster_key_text: str,
+        runtimes: dict[RuntimeName, Runtime],
+        engines: EngineClients,
+        store: Path,
+    ) -> RayPlacement:
+        """Replace the engine runtimes in ``runtimes`` with their Ray-placed forms."""
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        from ficc.adapters.ray_nodes import RAY_NODE_REFRESH_SECONDS, RayNodes, namespace_of
+        from ficc.adapters.runtimes.ray import RayRuntime
+        from ficc.adapters.runtimes.supervised import SupervisedRuntime
+
+        ray_nodes = RayNodes(address, namespace_of(cluster_key_text))
+        placed: list[RayRuntime] = []
+        for name, runtime in list(runtimes.items()):
+            if isinstance(runtime, SupervisedRuntime):
+                log_dir = runtime.log_path("x").parent
+                wrapped = RayRuntime(
+                    runtime, ray_nodes, log_dir=log_dir, store=store, engines=engines
+                )
+                runtimes[name] = wrapped
+                placed.append(wrapped)
+        return cls(ray_nodes, placed, RAY_NODE_REFRESH_SECONDS)
+
+    async def record_nodes(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
+        """Ask Ray for its nodes and record them; the ones that left become unavailable."""
+        observed = await asyncio.to_thread(self.nodes.observe)
+        await nodes.record_observed_nodes(
+            uow_factory, clock, self.nodes.as_nodes(observed, clock())
+        )
+
+    async def fence_attempt(self, attempt_id: str, grace_seconds: float) -> int:
+        """End an unrecorded attempt's actor, and any engine of it on this machine."""
+        ended = 0
+        for runtime in self.runtimes:
+            ended += await runtime.fence_attempt(attempt_id, grace_seconds)
+        return ended + await fence_attempt(attempt_id, grace_seconds)

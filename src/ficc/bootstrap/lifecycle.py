@@ -1,0 +1,187 @@
+"""A cluster's life: its state directory made once, its storage opened, started and closed."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from ficc.adapters.keys import ClusterKey
+from ficc.adapters.node_probe import probe_node
+from ficc.adapters.sql.database import Database
+from ficc.adapters.sql.schema import upgrade as upgrade_schema
+from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+from ficc.base.ids import new_id
+from ficc.base.units import DAY_SECONDS
+from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, build
+from ficc.bootstrap.settings import Settings, system_clock
+from ficc.domain.nodes import Gpu
+from ficc.domain.principals import ALL_PROJECTS
+from ficc.domain.scopes import LOCAL_SCOPES
+from ficc.services import accounts, nodes
+from ficc.services.nodes import Capacity
+from ficc.services.ports import Clock
+
+NODE_REFRESH_SECONDS = 10.0
+PURGE_SECONDS = float(DAY_SECONDS)
+"""Expired sessions, used or expired login links and old offers are purged at start and daily."""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    state_dir: Path
+    created: bool
+    label: str
+    cluster_key: str
+
+
+async def initialise(settings: Settings, *, label: str | None = None) -> InitResult:
+    """Create the state directory once; on an initialised directory change nothing."""
+    state = settings.state
+    state.create()
+    database = Database(settings.database)
+    try:
+        await upgrade_schema(database)
+        uow_factory = SqlUnitOfWorkFactory(database)
+        created_key = not state.cluster_key.exists()
+        if created_key:
+            ClusterKey.generate().save(state.cluster_key)
+        key = ClusterKey.load(state.cluster_key)
+        async with uow_factory() as uow:
+            owner, created_owner = await accounts.ensure_owner(uow, system_clock)
+            stored_label = await uow.settings.get(LABEL_SETTING)
+            if not isinstance(stored_label, str):
+                stored_label = label or f"ficc-{key.public_text[:8]}"
+                await uow.settings.put(LABEL_SETTING, stored_label)
+            issued = None
+            if not state.owner_token.exists():
+                issued = await accounts.mint_token(
+                    uow,
+                    system_clock,
+                    user=owner,
+                    scopes=frozenset(LOCAL_SCOPES),
+                    projects=frozenset({ALL_PROJECTS}),
+                    lifetime_seconds=None,
+                    actor="init",
+                    owner=True,
+                )
+            elif (written := state.read_private_owner_token()) is not None:
+                # A database from before tokens carried the owner mark: the token in
+                # owner.token is the one init wrote.
+                await accounts.adopt_owner_token(uow, written)
+            await uow.commit()
+        if issued is not None:
+            state.write_owner_token(issued.token)
+        return InitResult(
+            state_dir=state.root,
+            created=created_key or created_owner or issued is not None,
+            label=stored_label,
+            cluster_key=key.public_text,
+        )
+    finally:
+        await database.dispose()
+
+
+async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cluster:
+    """Initialise if needed, migrate, and wire the parts a server needs over SQL storage."""
+    await initialise(settings)
+    database = Database(settings.database)
+    await database.migrate()
+    uow_factory = SqlUnitOfWorkFactory(database)
+    async with uow_factory() as uow:
+        label = await uow.settings.get(LABEL_SETTING)
+    return build(
+        settings,
+        uow_factory=uow_factory,
+        database=database,
+        cluster_key=ClusterKey.load(settings.state.cluster_key),
+        clock=clock,
+        label=str(label or ""),
+    )
+
+
+async def start(cluster: Cluster) -> None:
+    """Bring what an earlier FICC process left to a known state, then rejoin peers."""
+    if cluster.ray is not None:
+        cluster.ray.nodes.connect()
+        await cluster.ray.record_nodes(cluster.uow_factory, cluster.clock)
+    else:
+        await nodes.register_local_node(
+            cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
+        )
+    cluster.node_refresher = asyncio.create_task(_refresh_nodes(cluster))
+    await cluster.inference.recover()
+    await cluster.transfers.recover()
+    peers = await cluster.federation.known.load()
+    await cluster.federation.grants.load(peers)
+    await _purge(cluster)
+    cluster.purger = asyncio.create_task(_purge_daily(cluster))
+    await cluster.companion.restore()
+
+
+async def _purge(cluster: Cluster) -> None:
+    await cluster.federation.approval.purge_offers()
+    await accounts.purge_expired(cluster.uow_factory, cluster.clock)
+
+
+async def _purge_daily(cluster: Cluster) -> None:
+    while True:
+        await asyncio.sleep(PURGE_SECONDS)
+        await _purge(cluster)
+
+
+async def _refresh_nodes(cluster: Cluster) -> None:
+    """Keep the nodes current: the local node's free memory, or Ray's nodes as they come
+    and go."""
+    while True:
+        if cluster.ray is not None:
+            await asyncio.sleep(cluster.ray.refresh_seconds)
+            await cluster.ray.record_nodes(cluster.uow_factory, cluster.clock)
+            continue
+        await asyncio.sleep(NODE_REFRESH_SECONDS)
+        await nodes.register_local_node(
+            cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
+        )
+
+
+async def close(cluster: Cluster) -> None:
+    """Stop what runs, in the reverse order of its start, and let go of the storage."""
+    for task in (cluster.node_refresher, cluster.purger):
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    await cluster.transfers.close()
+    cluster.federation.grants.close()
+    await cluster.companion.stop()
+    await cluster.inference.close()
+    await cluster.inference.engines.aclose()
+    if cluster.ray is not None:
+        cluster.ray.nodes.disconnect()
+    if cluster.database is not None:
+        await cluster.database.dispose()
+
+
+def new_node_id() -> str:
+    return new_id("node", secrets.token_bytes(16))
+
+
+async def probe_capacity() -> Capacity:
+    """This machine's capacity, as the node registry records it."""
+    probe = await probe_node()
+    return Capacity(
+        hostname=socket.gethostname(),
+        cpu_count=probe.cpu_count,
+        memory_bytes=probe.memory_bytes,
+        memory_available_bytes=probe.memory_available_bytes,
+        gpus=tuple(
+            Gpu(
+                index=gpu.index,
+                name=gpu.name,
+                memory_bytes=gpu.memory_bytes,
+                memory_used_bytes=gpu.memory_used_bytes,
+            )
+            for gpu in probe.gpus
+        ),
+    )
