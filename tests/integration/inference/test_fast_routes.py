@@ -27,7 +27,9 @@ FAST = {
     f"{prefix}/{path}"
     for prefix in ("/api/v1/inference/v1", FEDERATED)
     for path in ("chat/completions", "completions", "embeddings")
-}
+} | {"/api/v1/federation/peers/{peer_id}/request"}
+"""The OpenAI POST routes, and the federated request route: it authenticates before it reads
+a body that may be 65 MiB (G2)."""
 
 
 async def _never_called(scope: Scope, receive: Receive, send: Send) -> None:

@@ -167,6 +167,22 @@ async def end_process(pidfd: int, pid: int, grace_seconds: float) -> None:
         return
     _signal(pidfd, pid, signal.SIGKILL)
     await _wait_readable(pidfd, KILL_WAIT_SECONDS)
+    await _group_gone(pid, KILL_WAIT_SECONDS)
+
+
+async def _group_gone(pgid: int, timeout_seconds: float) -> None:
+    """Wait (bounded) until no process of the group ``pgid`` is left: SIGKILL ends the
+    sandbox's launcher at once, while the init of the engine's PID namespace is still ending
+    the engine and its workers. The group's ID cannot be taken by another process while any
+    member lives."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_seconds
+    while loop.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(0.01)
 
 
 async def fence(process: ProcessIdentity, grace_seconds: float) -> FenceResult:
