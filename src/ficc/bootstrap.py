@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint, SessionLimits, limits_from_environment
 from ficc.adapters.hypernet.endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS
 from ficc.adapters.keys import ClusterKey, verify_signature

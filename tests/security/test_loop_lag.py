@@ -24,7 +24,7 @@ from tests.support.cluster import RunningCluster
 from tests.support.hostile_peer import memory_kib
 from tests.support.loop_watchdog import loop_watchdog
 
-from ficc.adapters.engine_client import EMBEDDINGS, EngineClient
+from ficc.adapters.engines.client import EMBEDDINGS, EngineClient
 from ficc.base.errors import LimitExceeded
 from ficc.base.units import MiB
 from ficc.domain.openai_requests import EMBEDDINGS_PATH

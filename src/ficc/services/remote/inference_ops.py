@@ -16,13 +16,12 @@ from ficc.base.ids import parse_id
 from ficc.base.json_text import compact_size_gradually
 from ficc.domain import grants as g
 from ficc.domain.inference import RuntimeName, ServiceSpec, parse_service_spec, uses_local_model
+from ficc.domain.openai_answers import shape_answer
 from ficc.domain.openai_requests import (
     EMBEDDINGS_PATH,
-    check_capabilities,
-    engine_body,
-    shape_answer,
 )
 from ficc.domain.openai_requests import check_request as check_openai_request
+from ficc.domain.openai_runtimes import check_capabilities, engine_body
 from ficc.domain.operations import invoke_path
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices

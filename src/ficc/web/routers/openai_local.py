@@ -8,16 +8,15 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 
 from ficc.base.errors import InvalidInput, NotFound
+from ficc.domain.openai_answers import shape_answer
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
-    check_capabilities,
     check_request,
-    engine_body,
     parse_request_body,
-    shape_answer,
 )
+from ficc.domain.openai_runtimes import check_capabilities, engine_body
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.records import load_service
 from ficc.web.auth import Context, scoped
