@@ -28,7 +28,7 @@ from ficc.adapters.engines.client import EMBEDDINGS, EngineClient
 from ficc.base.errors import LimitExceeded
 from ficc.base.units import MiB
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
-from ficc.services.remote.inference_ops import shaped_answer
+from ficc.services.inference.invoke import shaped_answer
 
 ATTACKERS = 20
 TRIES_EACH = 5

@@ -2,17 +2,19 @@
 OpenAI sends it where the runtime's engine answers otherwise.
 
 Pure rules, no I/O: every engine is asked to stream (so a cancel stops it), and a plain caller
-gets the object these functions join from the chunks.
+gets the object these functions join from the chunks. A streaming caller gets each event framed
+by :func:`sse_event`, the one place that spells a server-sent event.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ficc.base.errors import Unavailable
+from ficc.base.errors import FiccError, Unavailable
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES
@@ -195,3 +197,21 @@ def shape_answer(
             vector = _base64_floats([float(x) for x in vector])
         data.append({**item, "embedding": vector})
     return {**answer, "data": data}
+
+
+def sse_event(data: str) -> bytes:
+    """One server-sent event carrying ``data`` (an engine's event, relayed as it came)."""
+    return b"data: " + data.encode() + b"\n\n"
+
+
+def error_event(error: FiccError) -> bytes:
+    """The event that ends a stream with ``error``, in OpenAI's error shape."""
+    body = {
+        "error": {
+            "message": error.message,
+            "type": "server_error",
+            "code": error.code,
+            "details": error.details,
+        }
+    }
+    return sse_event(json.dumps(body))
