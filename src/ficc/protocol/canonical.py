@@ -46,6 +46,20 @@ def canonical_json(value: Any, *, gradual: bool = False) -> bytes:
     return bytes(rfc8785.dumps(value))
 
 
+def first_member_bytes(doc_bytes: int, doc: dict[str, Any], key: str) -> int:
+    """The size of ``doc[key]``'s canonical JSON, from ``doc_bytes``, the size of ``doc``'s,
+    when ``key`` sorts before every other key: only the rest of ``doc`` is encoded (RFC 8785
+    spells a value alike wherever it stands), so a large member is measured without encoding
+    it again. ValueError if ``key`` is not the first key.
+    """
+    if key not in doc or any(other < key for other in doc):
+        raise ValueError(f"{key} is not the first key of the object")
+    rest = {name: value for name, value in doc.items() if name != key}
+    # '{' "key" ':' VALUE then ',' REST '}' (as long as REST's own encoding), or '}' alone.
+    tail = len(canonical_json(rest)) if rest else 1
+    return doc_bytes - 1 - len(canonical_json(key)) - 1 - tail
+
+
 def _same_in_both(value: Any) -> bool:
     """Whether the standard library's sorted encoding of ``value`` is its RFC 8785 encoding:
     no float, every integer in range, every key a string of code points below U+10000."""

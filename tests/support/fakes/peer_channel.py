@@ -23,7 +23,8 @@ from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
-from ficc.services.peer_channel import PeerIdentity
+from ficc.protocol.canonical import canonical_json
+from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
 
 
 class FakeTransport:
@@ -105,9 +106,13 @@ class FakeTransport:
         if generation and generation not in {pairing.generation for pairing in known}:
             raise ProtocolError(f"pairing generation mismatch: the peer is at {generation}")
         identity = PeerIdentity(self.hypernet_id, self.cluster.cluster_key.public_key, generation)
-        return await server.cluster.federation.operations.serve(
-            identity, operation, json.loads(json.dumps(dict(body)))
+        wire = json.loads(json.dumps(dict(body)))
+        answer = await server.cluster.federation.operations.serve(
+            identity, operation, wire, len(canonical_json(wire))
         )
+        if isinstance(answer, EncodedAnswer):
+            return json.loads(answer.content)
+        return answer
 
 
 def join(*clusters: Cluster) -> list[FakeTransport]:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from ficc.base.errors import LimitExceeded
-from ficc.base.json_text import compact_size_gradually
+from ficc.base.errors import LimitExceeded, Unavailable
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import EMBEDDINGS_PATH, check_request
 from ficc.domain.openai_runtimes import check_capabilities, engine_body
+from ficc.protocol.canonical import canonical_json
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import EngineEvent
@@ -33,39 +32,45 @@ class Invocations:
         self._router = router
 
     async def complete(
+        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The plain answer in OpenAI's shape."""
+        endpoint, answer = await self._answer(project, service_id, path, body, None)
+        if path == EMBEDDINGS_PATH:
+            # Vectors averaged in a worker thread: tens of MiB of floats would hold the loop.
+            return await asyncio.to_thread(shape_answer, endpoint.runtime, path, body, answer)
+        return shape_answer(endpoint.runtime, path, body, answer)
+
+    async def encoded(
         self,
         project: str,
         service_id: str,
         path: str,
         body: Mapping[str, Any],
         *,
-        max_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        """The plain answer in OpenAI's shape.
+        max_bytes: int,
+    ) -> bytes:
+        """The plain answer in OpenAI's shape as RFC 8785 JSON, at most ``max_bytes`` of it.
 
-        With ``max_bytes`` the text is counted while it arrives (an answer whose text alone
-        passes it stops the engine at once), and the shaped answer is measured once.
+        The text is counted while it arrives (an answer whose text alone passes ``max_bytes``
+        stops the engine at once); the shaped answer is measured by the one encoding that
+        sends it on.
         """
-        endpoint, sent = await self._prepare(project, service_id, path, body)
-        answer = await self._router.complete(
-            project, service_id, path, sent, endpoint=endpoint, max_bytes=max_bytes
-        )
+        endpoint, answer = await self._answer(project, service_id, path, body, max_bytes)
         if path == EMBEDDINGS_PATH:
-            # Vectors averaged (and measured) in a worker thread, value by value: tens of MiB
-            # of floats would otherwise hold the loop for seconds.
-            shaped, size = await asyncio.to_thread(
-                shaped_answer, endpoint.runtime, path, body, answer, measure=max_bytes is not None
+            # Averaged and encoded in a worker thread, value by value: tens of MiB of floats
+            # would otherwise hold the loop for seconds.
+            content = await asyncio.to_thread(
+                encoded_answer, endpoint.runtime, path, body, answer, gradual=True
             )
         else:
-            shaped = shape_answer(endpoint.runtime, path, body, answer)
-            # Encoded as the caller's compatible URL will send it: the limit counts those bytes.
-            size = 0 if max_bytes is None else len(json.dumps(shaped, separators=(",", ":")))
-        if max_bytes is not None and size > max_bytes:
+            content = encoded_answer(endpoint.runtime, path, body, answer)
+        if len(content) > max_bytes:
             raise LimitExceeded(
-                f"the response is {size} bytes; the grant allows {max_bytes}",
+                f"the response is {len(content)} bytes; the grant allows {max_bytes}",
                 details={"limit": "response_bytes", "allowed": max_bytes},
             )
-        return shaped
+        return content
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -88,6 +93,20 @@ class Invocations:
             contextlib.aclosing(_framed(events, max_bytes)) as chunks,
         ):
             yield chunks
+
+    async def _answer(
+        self,
+        project: str,
+        service_id: str,
+        path: str,
+        body: Mapping[str, Any],
+        max_bytes: int | None,
+    ) -> tuple[Endpoint, dict[str, Any]]:
+        endpoint, sent = await self._prepare(project, service_id, path, body)
+        answer = await self._router.complete(
+            project, service_id, path, sent, endpoint=endpoint, max_bytes=max_bytes
+        )
+        return endpoint, answer
 
     async def _prepare(
         self, project: str, service_id: str, path: str, body: Mapping[str, Any]
@@ -122,15 +141,21 @@ async def _framed(
         yield chunk
 
 
-def shaped_answer(
+def encoded_answer(
     runtime: RuntimeName,
     path: str,
     body: Mapping[str, Any],
     answer: dict[str, Any],
     *,
-    measure: bool = True,
-) -> tuple[dict[str, Any], int]:
-    """The answer in OpenAI's shape and (with ``measure``) its compact size, for a worker
-    thread."""
+    gradual: bool = False,
+) -> bytes:
+    """The answer in OpenAI's shape, as RFC 8785 JSON (``gradual`` in a worker thread).
+
+    An engine's answer the wire cannot carry (a NaN, an integer past 2**53) is the engine's
+    failure.
+    """
     shaped = shape_answer(runtime, path, body, answer)
-    return shaped, compact_size_gradually(shaped) if measure else 0
+    try:
+        return canonical_json(shaped, gradual=gradual)
+    except ValueError as exc:
+        raise Unavailable("the engine's answer holds a number JSON cannot carry") from exc

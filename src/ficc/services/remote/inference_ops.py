@@ -17,6 +17,7 @@ from ficc.domain.operations import invoke_path
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
 from ficc.services.mutations import MutationKey
+from ficc.services.peer_channel import EncodedAnswer
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
 from ficc.services.remote.views import peer_view, upstream_in_spec
@@ -134,15 +135,16 @@ class InferenceOperations:
 
         return effect
 
-    async def invoke(self, call: Call) -> dict[str, Any]:
+    async def invoke(self, call: Call) -> EncodedAnswer:
         service_id, path, inner = _invocation(call)
-        return await self._inference.invocations.complete(
+        content = await self._inference.invocations.encoded(
             call.grant.project,
             service_id,
             path,
             inner,
             max_bytes=call.grant.terms.response_bytes,
         )
+        return EncodedAnswer(content)
 
     async def invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
         service_id, path, inner = _invocation(call)
