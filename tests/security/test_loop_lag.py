@@ -228,12 +228,11 @@ async def test_a_large_embeddings_answer_is_bounded_by_response_bytes_and_decode
         async with loop_watchdog() as lag:
             ticks_before = lag.ticks
             value = await client.complete(EMBEDDINGS, body, max_bytes=64 * MiB)
-            content = await asyncio.to_thread(
+            content, size = await asyncio.to_thread(
                 encoded_answer, RuntimeName.LLAMA_CPP, EMBEDDINGS_PATH, body, value, gradual=True
             )
         served = lag.ticks - ticks_before
     shaped = json.loads(content)
-    size = len(content)
     figures.record(
         answer_mib=round(len(answer) / MiB),
         shaped_kib=round(size / 1024),

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.support.fakes.inference import PROJECT, Bench, bench
 from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFactory
 
@@ -118,22 +120,24 @@ async def test_a_local_and_a_peers_plain_answer_are_the_same_answer(tmp_path: Pa
     assert remote == canonical.canonical_json(json.loads(remote))
 
 
-async def test_response_bytes_counts_the_plain_answer_exactly_as_it_is_sent(
+async def test_response_bytes_counts_the_plain_answer_exactly_as_the_caller_receives_it(
     tmp_path: Path,
 ) -> None:
+    """The caller's compatible URL sends compact JSON with ASCII escapes: "é" is six bytes
+    there (two on the wire), and the limit counts those six."""
     b = bench(tmp_path)
     service_id = await running(b)
-    b.engine.chunks = ["é" * 40]  # canonical JSON spells it in UTF-8, two bytes each
+    b.engine.chunks = ["é" * 40]
     body = {"model": "m", "prompt": "x"}
     invocations = b.services.invocations
-    size = len(
-        await invocations.encoded(PROJECT, service_id, COMPLETIONS_PATH, body, max_bytes=MiB)
-    )
-    exact = await invocations.encoded(PROJECT, service_id, COMPLETIONS_PATH, body, max_bytes=size)
-    assert len(exact) == size
+    content = await invocations.encoded(PROJECT, service_id, COMPLETIONS_PATH, body, max_bytes=MiB)
+    size = len(json.dumps(json.loads(content), separators=(",", ":")))
+    assert size == len(content) + 4 * 40
+    await invocations.encoded(PROJECT, service_id, COMPLETIONS_PATH, body, max_bytes=size)
     with pytest.raises(LimitExceeded) as over:
         await invocations.encoded(PROJECT, service_id, COMPLETIONS_PATH, body, max_bytes=size - 1)
     assert over.value.details == {"limit": "response_bytes", "allowed": size - 1}
+    assert f"the response is {size} bytes" in over.value.message
 
 
 async def test_a_stream_is_counted_while_it_goes_and_ends_with_an_error_event_past_its_bound(
@@ -197,6 +201,29 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
     assert encodes == ["json"]
     assert not chunked
     assert json.loads(framed[5:])["text"] == "hello"
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-canonical.MAX_SAFE_INTEGER, canonical.MAX_SAFE_INTEGER)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=("Cs",))),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",))), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES, st.booleans())
+def test_the_compact_size_told_from_the_canonical_bytes_is_json_dumps_size(
+    value: Any, gradual: bool
+) -> None:
+    content, size = canonical.canonical_json_and_compact_size(value, gradual=gradual)
+    assert content == canonical.canonical_json(value)
+    assert size == len(json.dumps(value, separators=(",", ":")).encode())
 
 
 def test_a_members_size_is_told_from_its_objects_size_without_encoding_it() -> None:

@@ -19,7 +19,7 @@ from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import EMBEDDINGS_PATH, check_request
 from ficc.domain.openai_runtimes import check_capabilities, engine_body
-from ficc.protocol.canonical import canonical_json
+from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import EngineEvent
@@ -50,24 +50,26 @@ class Invocations:
         *,
         max_bytes: int,
     ) -> bytes:
-        """The plain answer in OpenAI's shape as RFC 8785 JSON, at most ``max_bytes`` of it.
+        """The plain answer in OpenAI's shape as RFC 8785 JSON (as the wire carries it), whose
+        compact JSON (as the caller's compatible URL sends it) is at most ``max_bytes``.
 
         The text is counted while it arrives (an answer whose text alone passes ``max_bytes``
-        stops the engine at once); the shaped answer is measured by the one encoding that
+        stops the engine at once); the shaped answer is measured from the one encoding that
         sends it on.
         """
         endpoint, answer = await self._answer(project, service_id, path, body, max_bytes)
         if path == EMBEDDINGS_PATH:
-            # Averaged and encoded in a worker thread, value by value: tens of MiB of floats
-            # would otherwise hold the loop for seconds.
-            content = await asyncio.to_thread(
+            # Averaged, encoded and measured in a worker thread, value by value: tens of MiB
+            # of floats would otherwise hold the loop for seconds.
+            content, size = await asyncio.to_thread(
                 encoded_answer, endpoint.runtime, path, body, answer, gradual=True
             )
         else:
-            content = encoded_answer(endpoint.runtime, path, body, answer)
-        if len(content) > max_bytes:
+            content, size = encoded_answer(endpoint.runtime, path, body, answer)
+        # Counted as the caller's compatible URL will send it (compact JSON, ASCII escapes).
+        if size > max_bytes:
             raise LimitExceeded(
-                f"the response is {len(content)} bytes; the grant allows {max_bytes}",
+                f"the response is {size} bytes; the grant allows {max_bytes}",
                 details={"limit": "response_bytes", "allowed": max_bytes},
             )
         return content
@@ -148,14 +150,15 @@ def encoded_answer(
     answer: dict[str, Any],
     *,
     gradual: bool = False,
-) -> bytes:
-    """The answer in OpenAI's shape, as RFC 8785 JSON (``gradual`` in a worker thread).
+) -> tuple[bytes, int]:
+    """The answer in OpenAI's shape as RFC 8785 JSON, and the size of its compact JSON (what
+    ``response_bytes`` counts); ``gradual`` in a worker thread.
 
     An engine's answer the wire cannot carry (a NaN, an integer past 2**53) is the engine's
     failure.
     """
     shaped = shape_answer(runtime, path, body, answer)
     try:
-        return canonical_json(shaped, gradual=gradual)
+        return canonical_json_and_compact_size(shaped, gradual=gradual)
     except ValueError as exc:
-        raise Unavailable("the engine's answer holds a number JSON cannot carry") from exc
+        raise Unavailable("the engine's answer holds a value JSON cannot carry") from exc
