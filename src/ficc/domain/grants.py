@@ -29,9 +29,10 @@ DEFAULT_REQUEST_BYTES: Final = 512 * KiB
 MAX_REQUEST_BYTES: Final = 64 * MiB  # the contract's bound: one request travels in memory
 WIRE_GROWTH: Final = (21, 5)
 """How much larger than its limit a body may be on the wire, for the bounds applied before a
-body is assembled. ``request_bytes`` and ``response_bytes`` count RFC 8785 bytes, so a body
-within them takes no more; 21/5 is what RFC 8785 can grow compact JSON (a double such as 1e+20
-spelled in full, 21 characters for 5), kept as a margin from when the limits counted that."""
+body is assembled. ``response_bytes`` counts a plain answer as compact JSON, which RFC 8785
+grows at most 21/5 times (a double such as 1e+20 spelled in full, 21 characters for 5; nothing
+else grows: non-ASCII text shrinks, UTF-8 against escapes). ``request_bytes`` counts RFC 8785
+bytes, so for a request the factor is a margin."""
 WIRE_ENVELOPE_BYTES: Final = 1 * KiB
 """Room for what surrounds a body on the wire: the grant ID, a ``mutation_id``, the names."""
 
