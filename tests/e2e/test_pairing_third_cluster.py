@@ -67,7 +67,7 @@ class ThirdCluster:
         return ()
 
     async def handle(
-        self, peer: PeerIdentity, operation: str, body: dict[str, Any]
+        self, peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
     ) -> RequestResult:
         raise NotFound("the third cluster serves nothing")
 

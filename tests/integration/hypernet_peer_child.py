@@ -17,7 +17,9 @@ from ficc.adapters.keys import ClusterKey
 from ficc.services.peer_channel import KnownPeer, PeerIdentity
 
 
-async def echo(peer: PeerIdentity, operation: str, body: dict[str, Any]) -> dict[str, Any]:
+async def echo(
+    peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
+) -> dict[str, Any]:
     return {"operation": operation, "body": body}
 
 

@@ -69,7 +69,7 @@ class Cluster:
         return (*(() if known is None else (known,)), *self.more_known.get(hypernet_id, []))
 
     async def handle(
-        self, peer: PeerIdentity, operation: str, body: dict[str, Any]
+        self, peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
     ) -> RequestResult:
         self.seen.append(peer)
         if operation == "echo":

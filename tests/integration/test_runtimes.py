@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import signal
 import socket
@@ -24,14 +23,8 @@ import pytest_asyncio
 from tests.support.example_model import end_token_ids
 from tests.support.tiny_gguf import write_tiny_gguf
 
-from ficc.adapters.engine_client import (
-    CHAT_COMPLETIONS,
-    COMPLETIONS,
-    EngineClient,
-    assemble_chat_completion,
-    assemble_text_completion,
-    safe_engine_message,
-)
+from ficc.adapters.engines.client import CHAT_COMPLETIONS, COMPLETIONS, EngineClient
+from ficc.adapters.engines.errors import safe_engine_message
 from ficc.adapters.example_model import EXAMPLE_MODEL_BYTES, example_model_path
 from ficc.adapters.runtimes import LlamaCppRuntime, OpenAIRuntime, VllmRuntime
 from ficc.adapters.runtimes.processes import free_loopback_port, read_start_ticks
@@ -338,120 +331,6 @@ async def test_only_the_completion_paths_can_be_reached_on_an_engine(path: str) 
 )
 def test_engine_error_text_is_reduced_to_a_short_safe_sentence(text: str, safe: str) -> None:
     assert safe_engine_message(text) == safe
-
-
-def test_streamed_tool_calls_are_joined_into_one_message() -> None:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": "c1",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-
-    call = {"index": 0, "id": "t1", "type": "function", "function": {"name": "get"}}
-    chunks = [
-        chunk({"role": "assistant", "tool_calls": [call]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
-        chunk({}, "tool_calls"),
-    ]
-    message = assemble_chat_completion(chunks)["choices"][0]["message"]
-    assert message["content"] is None
-    assert message["tool_calls"] == [
-        {
-            "id": "t1",
-            "type": "function",
-            "function": {"name": "get", "arguments": '{"city": "Paris"}'},
-        }
-    ]
-    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
-
-
-def test_llama_cpps_streamed_tool_call_repeating_its_name_is_joined_as_its_plain_answer() -> None:
-    """llama.cpp's server repeats the name and id in every delta, and sends function_call too."""
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": "c",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }
-
-    def piece(arguments: str) -> dict[str, Any]:
-        function = {"name": "get_weather", "arguments": arguments}
-        call = {"index": 0, "id": "call_0", "type": "function", "function": function}
-        return chunk(
-            {"role": None, "content": None, "function_call": function, "tool_calls": [call]}
-        )
-
-    chunks = [
-        chunk({"role": "assistant", "content": None}),
-        piece("{"),
-        piece('"city": '),
-        piece('"Paris"}'),
-        chunk({}, "tool_calls"),
-    ]
-    choice = assemble_chat_completion(chunks)["choices"][0]
-    arguments = '{"city": "Paris"}'
-    assert choice["finish_reason"] == "tool_calls"
-    assert choice["message"] == {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_0",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": arguments},
-            }
-        ],
-        "function_call": {"name": "get_weather", "arguments": arguments},
-    }
-
-
-def test_choices_and_their_logprobs_are_assembled_each_under_its_own_index() -> None:
-    def token(text: str) -> dict[str, Any]:
-        return {"content": [{"token": text, "logprob": -0.5, "bytes": None, "top_logprobs": []}]}
-
-    def chunk(index: int, text: str, finish: str | None = None) -> dict[str, Any]:
-        choice = {
-            "index": index,
-            "delta": {"content": text},
-            "logprobs": token(text),
-            "finish_reason": finish,
-        }
-        return {"id": "c", "created": 1, "model": "m", "choices": [choice]}
-
-    chunks = [chunk(1, "B"), chunk(0, "A"), chunk(1, "b", "stop"), chunk(0, "a", "length")]
-    choices = assemble_chat_completion(chunks)["choices"]
-    assert [c["index"] for c in choices] == [0, 1]
-    assert [c["message"]["content"] for c in choices] == ["Aa", "Bb"]
-    assert [c["finish_reason"] for c in choices] == ["length", "stop"]
-    assert [t["token"] for t in choices[1]["logprobs"]["content"]] == ["B", "b"]
-
-    def text_chunk(index: int, text: str, offset: int) -> dict[str, Any]:
-        logprobs = {
-            "tokens": [text],
-            "text_offset": [offset],
-            "token_logprobs": [-1.0],
-            "top_logprobs": [{text: -1.0}],
-        }
-        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}
-        return {"id": "t", "created": 1, "model": "m", "choices": [choice]}
-
-    text = assemble_text_completion(
-        [text_chunk(0, " of", 11), text_chunk(1, "x", 0), text_chunk(0, " the", 14)]
-    )
-    first = text["choices"][0]
-    assert first["text"] == " of the"
-    assert first["logprobs"] == {
-        "tokens": [" of", " the"],
-        "text_offset": [11, 14],
-        "token_logprobs": [-1.0, -1.0],
-        "top_logprobs": [{" of": -1.0}, {" the": -1.0}],
-    }
-    assert text["choices"][1]["text"] == "x"
 
 
 # --- supervision: crashes, stop, fencing ----------------------------------------------------

@@ -417,7 +417,9 @@ class _InProcess:
         self.client = self._endpoint(directory / "client", self.client_key, self._client_knows)
 
     def _endpoint(self, directory: Path, key: ClusterKey, lookup: Any) -> HyperNetEndpoint:
-        async def echo(_: PeerIdentity, operation: str, body: dict[str, Any]) -> RequestResult:
+        async def echo(
+            _: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
+        ) -> RequestResult:
             return {"echo": body}
 
         return HyperNetEndpoint(
@@ -576,7 +578,9 @@ class Victim:
         known = self.known.get(hypernet_id)
         return () if known is None else (known,)
 
-    async def handle(self, peer: PeerIdentity, operation: str, body: dict[str, Any]) -> Any:
+    async def handle(
+        self, peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
+    ) -> Any:
         self.handled.append(operation)
         return {"echo": len(body)}
 

@@ -32,7 +32,7 @@ from tests.support.isolation import (
     stored_grant,
 )
 
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.sql.database import LoopConnection
 from ficc.adapters.sql.repositories import SqlGrants
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, Unavailable

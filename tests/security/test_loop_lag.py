@@ -24,11 +24,12 @@ from tests.support.cluster import RunningCluster
 from tests.support.hostile_peer import memory_kib
 from tests.support.loop_watchdog import loop_watchdog
 
-from ficc.adapters.engine_client import EMBEDDINGS, EngineClient
+from ficc.adapters.engines.client import EMBEDDINGS, EngineClient
 from ficc.base.errors import LimitExceeded
 from ficc.base.units import MiB
+from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
-from ficc.services.remote.inference_ops import shaped_answer
+from ficc.services.inference.invoke import encoded_answer
 
 ATTACKERS = 20
 TRIES_EACH = 5
@@ -216,8 +217,8 @@ async def test_a_large_embeddings_answer_is_bounded_by_response_bytes_and_decode
     figures: Figures,
 ) -> None:
     """G7 (embeddings): the engine's answer counts against the grant's response_bytes while it
-    is read; within it, a 36 MiB answer of per-token vectors is decoded, averaged and measured
-    in a worker thread while the loop goes on ticking."""
+    is read; within it, a 36 MiB answer of per-token vectors is decoded, averaged and encoded
+    (the encoding that measures it and is sent) in a worker thread while the loop ticks."""
     answer = _per_token_embeddings(1900, 3, 576)
     body = {"model": "m", "input": ["x"] * 1900}
     async with embeddings_engine(answer) as url, EngineClient(url) as client:
@@ -227,10 +228,11 @@ async def test_a_large_embeddings_answer_is_bounded_by_response_bytes_and_decode
         async with loop_watchdog() as lag:
             ticks_before = lag.ticks
             value = await client.complete(EMBEDDINGS, body, max_bytes=64 * MiB)
-            shaped, size = await asyncio.to_thread(
-                shaped_answer, "llama.cpp", EMBEDDINGS_PATH, body, value
+            content, size = await asyncio.to_thread(
+                encoded_answer, RuntimeName.LLAMA_CPP, EMBEDDINGS_PATH, body, value, gradual=True
             )
         served = lag.ticks - ticks_before
+    shaped = json.loads(content)
     figures.record(
         answer_mib=round(len(answer) / MiB),
         shaped_kib=round(size / 1024),

@@ -23,13 +23,9 @@ from tests.support.remote import ALL_REMOTE_SCOPES, local_node
 from tests.support.tiny_gguf import write_tiny_gguf
 from tests.support.upstream import hostile_upstream, peak_rss_growth, table_rows
 
-from ficc.adapters.engine_client import (
-    CHAT_COMPLETIONS,
-    MAX_LINE_BYTES,
-    MAX_MODELS_BODY_BYTES,
-    EngineClient,
-)
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.client import CHAT_COMPLETIONS, MAX_MODELS_BODY_BYTES, EngineClient
+from ficc.adapters.engines.pool import EngineClients
+from ficc.adapters.engines.sse import MAX_LINE_BYTES
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import FiccError, Unavailable
 from ficc.services.runtimes import LaunchRequest, NodeInfo

@@ -30,7 +30,9 @@ async def main(mode: str, directory: Path, peer_key: bytes, size: int, count: in
     async def lookup(hypernet_id: str) -> tuple[KnownPeer, ...]:
         return (KnownPeer(peer_key, GENERATION),)
 
-    async def handle(peer: PeerIdentity, operation: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def handle(
+        peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
+    ) -> dict[str, Any]:
         return {"text": "z" * size}
 
     key = ClusterKey.generate()

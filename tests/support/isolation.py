@@ -8,6 +8,7 @@ them. A fake runtime stands in for engines: admission rules refuse before any la
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -25,8 +26,9 @@ from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.receipts import b64
+from ficc.protocol.canonical import canonical_json
 from ficc.services.inference import InferenceServices
-from ficc.services.peer_channel import PeerIdentity
+from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
 from ficc.services.runtimes import (
     Availability,
     FenceResult,
@@ -125,7 +127,11 @@ async def serve(
     wire: dict[str, Any] = {"grant": grant_id, "body": body}
     if mutation_id is not None:
         wire["mutation_id"] = mutation_id
-    answer = await cluster.federation.operations.serve(peer.identity, operation, wire)
+    answer = await cluster.federation.operations.serve(
+        peer.identity, operation, wire, len(canonical_json(wire))
+    )
+    if isinstance(answer, EncodedAnswer):
+        return dict(json.loads(answer.content))
     if isinstance(answer, dict):
         return answer
     received = 0

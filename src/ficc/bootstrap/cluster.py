@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.passwords import Argon2Hasher

@@ -28,16 +28,17 @@ MAX_TRANSFER_BYTES: Final = 16 * TiB
 DEFAULT_REQUEST_BYTES: Final = 512 * KiB
 MAX_REQUEST_BYTES: Final = 64 * MiB  # the contract's bound: one request travels in memory
 WIRE_GROWTH: Final = (21, 5)
-"""A body within ``request_bytes`` or ``response_bytes`` (counted as compact JSON) takes at
-most 21/5 as many bytes of RFC 8785 JSON on the wire: RFC 8785 spells a double such as 1e+20
-in full (21 characters for 5); nothing else grows (non-ASCII text even shrinks, UTF-8 against
-escapes)."""
+"""How much larger than its limit a body may be on the wire, for the bounds applied before a
+body is assembled. ``response_bytes`` counts a plain answer as compact JSON, which RFC 8785
+grows at most 21/5 times (a double such as 1e+20 spelled in full, 21 characters for 5; nothing
+else grows: non-ASCII text shrinks, UTF-8 against escapes). ``request_bytes`` counts RFC 8785
+bytes, so for a request the factor is a margin."""
 WIRE_ENVELOPE_BYTES: Final = 1 * KiB
 """Room for what surrounds a body on the wire: the grant ID, a ``mutation_id``, the names."""
 
 
 def wire_bytes(json_bytes: int) -> int:
-    """The most bytes a body of ``json_bytes`` (compact JSON, as ``request_bytes`` and
+    """The most bytes a body of ``json_bytes`` (as ``request_bytes`` and
     ``response_bytes`` count) can take on the wire, envelope included: what the grantor lets
     follow a request before it knows the grant, what a requester takes as an answer."""
     grows, over = WIRE_GROWTH

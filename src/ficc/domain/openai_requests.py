@@ -10,18 +10,14 @@ JSON decoder runs, so a hostile body cannot blow the decoder's recursion) and
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import re
-import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
-from ficc.base.errors import InvalidInput, TooLarge, Unavailable
+from ficc.base.errors import InvalidInput, TooLarge
 from ficc.base.units import MiB
-from ficc.domain.inference import RuntimeName
 
 CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
@@ -353,169 +349,3 @@ def usage_requested(body: Mapping[str, Any]) -> bool:
     """Whether a streamed request asked for a final usage chunk."""
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
-
-
-@dataclass(frozen=True)
-class RuntimeCapabilities:
-    """What a runtime's engine does with the parameters that passed :func:`check_request`.
-
-    Where a runtime would drop a parameter silently, the request is refused with a 400 naming
-    it instead; where FICC can make up for the engine (a JSON schema, base64 embeddings), it
-    does, in :func:`engine_body` and :func:`shape_answer`.
-    """
-
-    many_choices: bool
-    """``n`` and ``best_of`` above 1 are honoured."""
-    tool_choices: frozenset[str]
-    """The ``tool_choice`` values honoured; ``function`` is an object naming one tool."""
-    embedding_dimensions: bool
-    """``dimensions`` of an embedding is honoured."""
-    token_embeddings: bool
-    """Embedding ``input`` may be token IDs."""
-    embeddings_option: bool
-    """Embeddings come only from a service started with ``options.embeddings: true``, and such a
-    service serves nothing else (llama.cpp's server)."""
-    translated: bool
-    """FICC turns ``json_schema`` formats and ``encoding_format`` into what the engine knows."""
-
-
-_EVERYTHING: Final = RuntimeCapabilities(
-    many_choices=True,
-    tool_choices=frozenset({"none", "auto", "required", "function"}),
-    embedding_dimensions=True,
-    token_embeddings=True,
-    embeddings_option=False,
-    translated=False,
-)
-
-RUNTIME_CAPABILITIES: Final[Mapping[RuntimeName, RuntimeCapabilities]] = {
-    # llama-cpp-python 0.3.36's server, measured: one choice whatever n; tools reach the model
-    # only through a grammar forcing one named function (auto and required answer text as if no
-    # tools were sent); response_format knows text and json_object (with an optional schema);
-    # embeddings take strings only, need --embedding, and have no dimensions.
-    RuntimeName.LLAMA_CPP: RuntimeCapabilities(
-        many_choices=False,
-        tool_choices=frozenset({"none", "function"}),
-        embedding_dimensions=False,
-        token_embeddings=False,
-        embeddings_option=True,
-        translated=True,
-    ),
-    RuntimeName.VLLM: _EVERYTHING,
-    RuntimeName.OPENAI: _EVERYTHING,
-}
-"""The one table both compatible URLs and the grantor check a request against."""
-
-
-def _unsupported(runtime: RuntimeName, param: str, rule: str) -> InvalidInput:
-    return _invalid(param, f"the {runtime.value} runtime {rule}")
-
-
-def _tool_choice_kind(body: Mapping[str, Any]) -> str:
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        return "function"
-    if isinstance(choice, str):
-        return choice
-    return "auto" if body.get("tools") else "none"
-
-
-def check_capabilities(
-    runtime: RuntimeName, options: Mapping[str, Any], path: str, body: Mapping[str, Any]
-) -> None:
-    """Refuse, naming the parameter, what the service's runtime would not do as asked.
-
-    Run after :func:`check_request`, by both compatible URLs and by the grantor.
-    """
-    able = RUNTIME_CAPABILITIES[runtime]
-    if able.embeddings_option:
-        embeddings_on = options.get("embeddings") is True
-        if path == EMBEDDINGS_PATH and not embeddings_on:
-            raise _invalid(
-                "model",
-                "this service was started without options.embeddings: true, so it serves no "
-                "embeddings",
-            )
-        if path != EMBEDDINGS_PATH and embeddings_on:
-            raise _invalid(
-                "model",
-                "this service was started with options.embeddings: true and serves embeddings "
-                "only; use a chat service",
-            )
-    if not able.many_choices:
-        for param in ("n", "best_of"):
-            value = body.get(param)
-            if isinstance(value, int) and value > 1:
-                raise _unsupported(runtime, param, "answers one choice; it must be 1")
-    if path == CHAT_COMPLETIONS_PATH and _tool_choice_kind(body) not in able.tool_choices:
-        honoured = ", ".join(
-            "an object naming one function" if kind == "function" else kind
-            for kind in sorted(able.tool_choices)
-        )
-        raise _unsupported(
-            runtime,
-            "tool_choice",
-            f"honours tools only when tool_choice is {honoured}; with "
-            f"{_tool_choice_kind(body)} the model would not see the tools",
-        )
-    if path == EMBEDDINGS_PATH:
-        if body.get("dimensions") is not None and not able.embedding_dimensions:
-            raise _unsupported(runtime, "dimensions", "cannot shorten embeddings")
-        value = body.get("input")
-        if not able.token_embeddings and isinstance(value, list) and not isinstance(value[0], str):
-            raise _unsupported(runtime, "input", "embeds text only, not token IDs")
-
-
-def engine_body(runtime: RuntimeName, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The body to send to the service's engine: OpenAI's forms it lacks, in the forms it has.
-
-    llama.cpp knows ``{"type": "json_object", "schema": ...}`` (a grammar from the schema) but
-    not OpenAI's ``json_schema`` type, and answers embeddings as floats only.
-    """
-    sent = dict(body)
-    if not RUNTIME_CAPABILITIES[runtime].translated:
-        return sent
-    response_format = body.get("response_format")
-    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-        schema = response_format["json_schema"].get("schema")
-        sent["response_format"] = (
-            {"type": "json_object"} if schema is None else {"type": "json_object", "schema": schema}
-        )
-    if path == EMBEDDINGS_PATH:
-        sent.pop("encoding_format", None)
-    return sent
-
-
-def _mean(vectors: list[Any]) -> list[float]:
-    """One vector from a model without pooling, which answers one vector per token."""
-    if not vectors or not all(isinstance(v, list) and v for v in vectors):
-        raise Unavailable("the engine answered an embedding with no values")
-    width = len(vectors[0])
-    return [sum(float(v[i]) for v in vectors) / len(vectors) for i in range(width)]
-
-
-def _base64_floats(vector: list[float]) -> str:
-    """OpenAI's base64 embedding: the little-endian float32 values, encoded."""
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-
-
-def shape_answer(
-    runtime: RuntimeName, path: str, body: Mapping[str, Any], answer: dict[str, Any]
-) -> dict[str, Any]:
-    """The engine's plain answer in OpenAI's shape, undoing what :func:`engine_body` changed.
-
-    llama.cpp answers a model without pooling (the example model) with one vector per token:
-    FICC averages them into the one vector OpenAI returns, and encodes it in base64 when asked.
-    """
-    if path != EMBEDDINGS_PATH or not RUNTIME_CAPABILITIES[runtime].translated:
-        return answer
-    encoded = body.get("encoding_format") == "base64"
-    data = []
-    for item in answer.get("data") or []:
-        vector = item.get("embedding") if isinstance(item, dict) else None
-        if isinstance(vector, list) and vector and isinstance(vector[0], list):
-            vector = _mean(vector)
-        if encoded and isinstance(vector, list):
-            vector = _base64_floats([float(x) for x in vector])
-        data.append({**item, "embedding": vector})
-    return {**answer, "data": data}

@@ -26,7 +26,7 @@ from ficc.protocol.messages import (
     Chunk,
     End,
     Request,
-    Response,
+    Tag,
     encode_chunk_frames,
     encode_message,
 )
@@ -38,11 +38,15 @@ MAX_JSON_ANSWER_BYTES: Final = 256 * MiB + MiB
 ``response_bytes`` (``ficc.domain.grants.MAX_RESPONSE_BYTES``), and room for the envelope."""
 
 
-def encode_answer(result: dict[str, Any]) -> tuple[bytes, bool]:
-    """A JSON answer's frames, and whether they are chunks and an end (it did not fit one)."""
-    content = canonical_json(result)
+def encode_answer(result: dict[str, Any] | bytes) -> tuple[bytes, bool]:
+    """A JSON answer's frames, and whether they are chunks and an end (it did not fit one).
+
+    ``result`` is the answer, or its canonical JSON already encoded (and measured) by the
+    serving side: either way it is encoded once.
+    """
+    content = result if isinstance(result, bytes) else canonical_json(result)
     if len(content) < MAX_FRAME_BYTES:
-        return encode_frame(encode_message(Response(result))), False
+        return encode_frame(bytes([Tag.RESPONSE]) + content), False
     end = encode_frame(encode_message(End(len(content))))
     return encode_chunk_frames(content) + end, True
 

@@ -40,10 +40,76 @@ def canonical_json(value: Any, *, gradual: bool = False) -> bytes:
     library's C encoder does the whole value in one call, stalling every other thread.
     """
     if _same_in_both(value):
-        if gradual:
-            return "".join(_ENCODER.iterencode(value)).encode("utf-8")
-        return _ENCODER.encode(value).encode("utf-8")
+        return _standard(value, gradual=gradual)
     return bytes(rfc8785.dumps(value))
+
+
+def _standard(value: Any, *, gradual: bool) -> bytes:
+    if gradual:
+        return "".join(_ENCODER.iterencode(value)).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+def canonical_json_and_compact_size(value: Any, *, gradual: bool = False) -> tuple[bytes, int]:
+    """``value`` as RFC 8785 JSON, and the size of its compact JSON with ASCII escapes (what
+    ``json.dumps(value, separators=(",", ":"))`` writes, as a compatible URL sends it).
+
+    Without floats the two spell everything alike but strings: the compact form escapes each
+    character from U+007F on, so its size is told from the RFC 8785 bytes by counting UTF-8
+    lead bytes, not by encoding again. A value with floats (spelled apart) is encoded twice.
+    """
+    if _same_in_both(value):
+        content = _standard(value, gradual=gradual)
+        return content, len(content) + _ascii_escape_growth(content)
+    content = bytes(rfc8785.dumps(value))
+    if gradual:
+        return content, sum(len(piece) for piece in _COMPACT_ASCII.iterencode(value))
+    return content, len(_COMPACT_ASCII.encode(value))
+
+
+_COMPACT_ASCII: Final = json.JSONEncoder(separators=(",", ":"))
+_GROWTH_CLASSES: Final = bytes.maketrans(
+    bytes(range(256)),
+    bytes(
+        ord("d")
+        if b == 0x7F
+        else ord("b")
+        if 0xC2 <= b <= 0xDF
+        else ord("c")
+        if 0xE0 <= b <= 0xEF
+        else ord("e")
+        if 0xF0 <= b <= 0xF4
+        else ord(".")
+        for b in range(256)
+    ),
+)
+"""Each byte of UTF-8 JSON by what the character it starts grows by in ASCII-escaped JSON:
+DEL (1 byte, ``\u007f``: +5), a two-byte character (+4), a three-byte one (+3), a four-byte
+one (a surrogate pair, 12 characters: +8); continuation bytes and ASCII start nothing."""
+
+
+def _ascii_escape_growth(content: bytes) -> int:
+    classes = content.translate(_GROWTH_CLASSES)
+    return (
+        5 * classes.count(b"d")
+        + 4 * classes.count(b"b")
+        + 3 * classes.count(b"c")
+        + 8 * classes.count(b"e")
+    )
+
+
+def first_member_bytes(doc_bytes: int, doc: dict[str, Any], key: str) -> int:
+    """The size of ``doc[key]``'s canonical JSON, from ``doc_bytes``, the size of ``doc``'s,
+    when ``key`` sorts before every other key: only the rest of ``doc`` is encoded (RFC 8785
+    spells a value alike wherever it stands), so a large member is measured without encoding
+    it again. ValueError if ``key`` is not the first key.
+    """
+    if key not in doc or any(other < key for other in doc):
+        raise ValueError(f"{key} is not the first key of the object")
+    rest = {name: value for name, value in doc.items() if name != key}
+    # '{' "key" ':' VALUE then ',' REST '}' (as long as REST's own encoding), or '}' alone.
+    tail = len(canonical_json(rest)) if rest else 1
+    return doc_bytes - 1 - len(canonical_json(key)) - 1 - tail
 
 
 def _same_in_both(value: Any) -> bool:

@@ -326,8 +326,9 @@ class PeerConnection:
         self._move(stream_id, "cancel")
         return encode_frame(encode_message(Cancel()))
 
-    def send_answer(self, stream_id: int, result: dict[str, Any]) -> bytes:
-        """A JSON answer: one frame when it fits, else its canonical JSON as chunks and an end."""
+    def send_answer(self, stream_id: int, result: dict[str, Any] | bytes) -> bytes:
+        """A JSON answer (or its canonical JSON): one frame when it fits, else chunks and an
+        end."""
         framed, chunked = encode_answer(result)
         self._move(stream_id, "end" if chunked else "response")
         return framed

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ficc.base.errors import FiccError, ProtocolError
-from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.canonical import canonical_json, first_member_bytes, parse_json_object
 from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES, join_parts
 
 PROTOCOL_VERSION: Final = 1
@@ -98,6 +98,9 @@ class Request:
     """Set when the body is too large for this frame: ``body`` is then ``{}`` and the body's
     canonical JSON follows as chunks and an end on the same stream, its size and SHA-256
     signed here."""
+    body_bytes: int = field(default=0, compare=False)
+    """A received request's body size in canonical JSON, as it travelled (in ``content`` or
+    following it): what the serving side counts against a limit without encoding it again."""
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,9 @@ def _decode_request(rest: bytes) -> Request:
         content=content,
         request_id=request_id,
         following=following,
+        body_bytes=(
+            first_member_bytes(len(content), doc, "body") if following is None else following.size
+        ),
     )
 
 

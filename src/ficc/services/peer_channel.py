@@ -21,6 +21,7 @@ from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
     "BodyBound",
+    "EncodedAnswer",
     "KnownPeer",
     "PeerChannel",
     "PeerIdentity",
@@ -45,12 +46,22 @@ class PeerIdentity:
     transport knows it: where per-source limits count a stranger. Not part of who it is."""
 
 
-RequestResult = dict[str, Any] | AsyncIterator[bytes]
-"""A handler answers with a JSON object, or with chunks of bytes to stream."""
+@dataclass(frozen=True)
+class EncodedAnswer:
+    """A JSON answer already encoded as RFC 8785 JSON: measured against a limit by the
+    encoding that sends it, so it is never encoded twice."""
 
-RequestHandler = Callable[[PeerIdentity, str, dict[str, Any]], Awaitable[RequestResult]]
-"""``handler(peer, operation, body)``; cancelled when the requester abandons the request.
-Raise a :class:`~ficc.base.errors.FiccError` to refuse: the requester receives it."""
+    content: bytes
+
+
+RequestResult = dict[str, Any] | EncodedAnswer | AsyncIterator[bytes]
+"""A handler answers with a JSON object (or its encoding), or with chunks of bytes to stream."""
+
+RequestHandler = Callable[[PeerIdentity, str, dict[str, Any], int], Awaitable[RequestResult]]
+"""``handler(peer, operation, body, body_bytes)``: ``body_bytes`` is the size of ``body``'s
+canonical JSON as it travelled (limits count it, nothing encodes it again). Cancelled when the
+requester abandons the request. Raise a :class:`~ficc.base.errors.FiccError` to refuse: the
+requester receives it."""
 
 
 BodyBound = Callable[[PeerIdentity], int]

@@ -1,4 +1,5 @@
-"""Server-sent events straight from an engine, and plain answers that stop when the caller goes.
+"""Server-sent events straight from an engine, and plain answers that stop when the caller goes:
+:func:`relay` answers either, for every URL that invokes a service or a peer.
 
 Nothing is buffered: each event is sent as it arrives. Whatever ends the response — the last
 event, an error, or the caller closing the connection, before the first byte or after it —
@@ -11,17 +12,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TypeVar
+from typing import Any, Final, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ficc.base.errors import FiccError
-from ficc.services.ports import EngineEvent
-from ficc.services.remote.views import error_event
+from ficc.domain.openai_answers import error_event
+from ficc.web.responses import FiccJSONResponse
 
 T = TypeVar("T")
+
+CLIENT_CLOSED_REQUEST: Final = 499
+"""What a request answers when its caller left before the answer (nginx's code): nobody reads it."""
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -40,16 +44,6 @@ async def wait_for_disconnect(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
-
-
-def sse_bytes(events: AsyncIterator[EngineEvent]) -> AsyncIterator[bytes]:
-    """Engine events as the bytes of server-sent events."""
-
-    async def encode() -> AsyncIterator[bytes]:
-        async for event in events:
-            yield b"data: " + event.data.encode() + b"\n\n"
-
-    return encode()
 
 
 class EventStreamResponse(Response):
@@ -141,3 +135,24 @@ async def open_unless_disconnected(
         await stack.aclose()
         return None
     return EventStreamResponse(chunks, stack.aclose, octets=octets)
+
+
+Opening = AbstractAsyncContextManager[AsyncIterator[bytes]]
+"""A stream not yet opened: entering it sends the request, leaving it cancels it."""
+
+
+async def relay(
+    request: Request, call: Opening | Awaitable[Any], *, octets: bool = False
+) -> Response:
+    """The one stream-or-plain relay: ``call`` is a stream to open, or a plain answer's work.
+
+    Either way the caller leaving cancels it, before the first byte or after; a plain answer
+    is sent as compact JSON, a stream as it comes (raw bytes with ``octets``).
+    """
+    if isinstance(call, AbstractAsyncContextManager):
+        opened = await open_unless_disconnected(request, call, octets=octets)
+        return Response(status_code=CLIENT_CLOSED_REQUEST) if opened is None else opened
+    answer = await unless_disconnected(request, call)
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return FiccJSONResponse(answer)

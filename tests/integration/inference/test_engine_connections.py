@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.support.engine_connections import scripted_engine
 
-from ficc.adapters.engine_client import COMPLETIONS, EngineClient
+from ficc.adapters.engines.client import COMPLETIONS, EngineClient
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import FiccError, Unavailable
 from ficc.services.runtimes import LaunchRequest, NodeInfo

@@ -28,8 +28,9 @@ from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
+from ficc.protocol.canonical import canonical_json
 from ficc.services.companion import Transport, TransportFactory
-from ficc.services.peer_channel import PeerIdentity
+from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
 
 
 class FakeTransport:
@@ -127,9 +128,13 @@ class FakeTransport:
         if generation and generation not in {pairing.generation for pairing in known}:
             raise ProtocolError(f"pairing generation mismatch: the peer is at {generation}")
         identity = PeerIdentity(self.hypernet_id, self.cluster_key.public_key, generation)
-        return await server.federation.operations.serve(
-            identity, operation, json.loads(json.dumps(dict(body)))
+        wire = json.loads(json.dumps(dict(body)))
+        answer = await server.federation.operations.serve(
+            identity, operation, wire, len(canonical_json(wire))
         )
+        if isinstance(answer, EncodedAnswer):
+            return json.loads(answer.content)
+        return answer
 
 
 def channel(count: int) -> list[FakeTransport]:

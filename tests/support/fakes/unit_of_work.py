@@ -150,6 +150,26 @@ class FakeTokens(_Repository):
         if token is not None and token.revoked_at is None:
             self._s.tokens[token_id] = replace(token, revoked_at=at)
 
+    async def revoke_minted_by(self, token_id: str, at: datetime) -> Sequence[str]:
+        revoked: list[str] = []
+        seen = {token_id}
+        level = [token_id]
+        while level:
+            children = sorted(
+                (t for t in self._s.tokens.values() if t.created_by in level and t.id not in seen),
+                key=lambda t: (t.created_at, t.id),
+            )
+            live = [t.id for t in children if t.revoked_at is None]
+            for child in live:
+                self._s.tokens[child] = replace(self._s.tokens[child], revoked_at=at)
+            revoked += live
+            level = [t.id for t in children]
+            seen.update(level)
+        return revoked
+
+    async def lock(self, token_id: str) -> None:
+        """One writer at a time already: nothing more to hold."""
+
     async def mark_owner(self, secret_hash: str) -> bool:
         token = await self.by_secret_hash(secret_hash)
         if token is None or token.revoked_at is not None or token.owner:
@@ -177,6 +197,12 @@ class FakeSessions(_Repository):
             del self._s.sessions[session_id]
         return len(ended)
 
+    async def purge(self, *, now: datetime) -> int:
+        ended = [s.id for s in self._s.sessions.values() if s.expires_at <= now]
+        for session_id in ended:
+            del self._s.sessions[session_id]
+        return len(ended)
+
 
 class FakeLoginLinks(_Repository):
     async def add(self, link: LoginLink) -> None:
@@ -195,6 +221,13 @@ class FakeLoginLinks(_Repository):
             return False
         self._s.login_links[link_id] = replace(link, used_at=at)
         return True
+
+    async def purge(self, *, now: datetime) -> int:
+        links = self._s.login_links.values()
+        ended = [k.id for k in links if k.used_at is not None or k.expires_at <= now]
+        for link_id in ended:
+            del self._s.login_links[link_id]
+        return len(ended)
 
 
 class FakeProjects(_Repository):

@@ -14,20 +14,18 @@ from hypothesis import strategies as st
 
 from ficc.base.errors import InvalidInput, TooLarge
 from ficc.domain.inference import RuntimeName
+from ficc.domain.openai_answers import shape_answer
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
     MAX_NESTING_DEPTH,
-    RUNTIME_CAPABILITIES,
-    check_capabilities,
     check_request,
-    engine_body,
     nesting_depth_exceeds,
     parse_request_body,
-    shape_answer,
     usage_requested,
 )
+from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities, engine_body
 
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
 COMPLETION: dict[str, Any] = {"model": "m", "prompt": "Once"}

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ficc.base.errors import InvalidInput
+from ficc.protocol.canonical import canonical_json
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.remote.table import OPERATIONS, Handlers, PeerOperations
 
@@ -27,6 +28,11 @@ VALID_OWN_BODIES: dict[str, dict[str, Any]] = {
     "grant.revoked": {"grant": GRANT},
     "grants.list": {},
 }
+
+
+def sized(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A request's body and its canonical size, as the transport hands them over."""
+    return wire, len(canonical_json(wire))
 
 
 class Recorder:
@@ -73,16 +79,16 @@ def test_every_operation_outside_a_grant_has_a_valid_body_here() -> None:
 async def test_an_own_body_reaches_its_handler_only_with_known_fields(operation: str) -> None:
     operations, recorder, _ = dispatcher()
     body = VALID_OWN_BODIES[operation]
-    await operations.serve(IDENTITY, operation, body)
+    await operations.serve(IDENTITY, operation, *sized(body))
     assert recorder.reached == [body]
     with pytest.raises(InvalidInput) as caught:
-        await operations.serve(IDENTITY, operation, {**body, "bogus": 1})
+        await operations.serve(IDENTITY, operation, *sized({**body, "bogus": 1}))
     assert caught.value.details["field"] == "bogus"
     assert "bogus is not a field of " + operation in caught.value.message
     for missing in sorted(set(body) - {"label", "expires_at"}):
         with pytest.raises(InvalidInput) as caught:
             await operations.serve(
-                IDENTITY, operation, {k: v for k, v in body.items() if k != missing}
+                IDENTITY, operation, *sized({k: v for k, v in body.items() if k != missing})
             )
         assert caught.value.details["field"] == missing
     assert recorder.reached == [body]
@@ -102,6 +108,6 @@ async def test_a_request_under_a_grant_has_exactly_its_envelope(
 ) -> None:
     operations, _, gate = dispatcher()
     with pytest.raises(InvalidInput) as caught:
-        await operations.serve(IDENTITY, "discover", wire)
+        await operations.serve(IDENTITY, "discover", *sized(wire))
     assert caught.value.details["field"] == field
     assert gate.asked == 0

@@ -20,6 +20,7 @@ from ficc.base.ids import new_id
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import Streaming
+from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.grant_slots import Slot
 from ficc.services.mutations import MutationKey
@@ -73,6 +74,11 @@ MUTATIONS = {
 }
 
 
+def sized(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A request's body and its canonical size, as the transport hands them over."""
+    return wire, len(canonical_json(wire))
+
+
 class AdmitAll:
     """A gate that admits every request under ``GRANT`` (the rules are tested elsewhere)."""
 
@@ -88,6 +94,7 @@ class AdmitAll:
         mutation: bool,
         wire: dict[str, Any],
         body: dict[str, Any],
+        body_bytes: int,
     ) -> AsyncIterator[Call]:
         mutation_id = wire.get("mutation_id")
         self.seen.append((operation, mutation_id))
@@ -189,9 +196,9 @@ def test_streaming_follows_the_row() -> None:
 async def test_a_mutation_retried_after_a_lost_answer_runs_once_and_answers_the_same() -> None:
     operations, models, factory = dispatcher()
     body = {"manifest": {"name": "m"}}
-    first = await operations.serve(IDENTITY, "models.create", wire(body))
+    first = await operations.serve(IDENTITY, "models.create", *sized(wire(body)))
     # The answer is lost on the way back; the requester retries with the same mutation_id.
-    again = await operations.serve(IDENTITY, "models.create", wire(body))
+    again = await operations.serve(IDENTITY, "models.create", *sized(wire(body)))
     assert isinstance(first, dict)
     assert isinstance(again, dict)
     assert models.effects == 1
@@ -207,7 +214,7 @@ async def test_a_refused_effect_is_certain_and_refused_again_without_running() -
     body = {"manifest": {"name": "m"}}
     for _ in range(2):
         with pytest.raises(NotFound) as caught:
-            await operations.serve(IDENTITY, "models.create", wire(body))
+            await operations.serve(IDENTITY, "models.create", *sized(wire(body)))
         assert caught.value.details == {"model": "x"}
     assert models.effects == 1
     [receipt] = factory.store.receipts.values()
@@ -217,7 +224,9 @@ async def test_a_refused_effect_is_certain_and_refused_again_without_running() -
 async def test_an_unknown_field_is_refused_before_any_receipt_or_effect() -> None:
     operations, models, factory = dispatcher()
     with pytest.raises(InvalidInput) as caught:
-        await operations.serve(IDENTITY, "models.create", wire({"manifest": {}, "extra": 1}))
+        await operations.serve(
+            IDENTITY, "models.create", *sized(wire({"manifest": {}, "extra": 1}))
+        )
     assert caught.value.details["field"] == "body.extra"
     assert models.effects == 0
     assert factory.store.receipts == {}
@@ -226,5 +235,5 @@ async def test_an_unknown_field_is_refused_before_any_receipt_or_effect() -> Non
 async def test_an_unknown_operation_is_refused_naming_the_field() -> None:
     operations, _, _ = dispatcher()
     with pytest.raises(InvalidInput) as caught:
-        await operations.serve(IDENTITY, "grant.request", wire({}, None))
+        await operations.serve(IDENTITY, "grant.request", *sized(wire({}, None)))
     assert caught.value.details["field"] == "operation"

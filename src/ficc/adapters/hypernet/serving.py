@@ -30,7 +30,7 @@ from ficc.protocol.events import (
 )
 from ficc.protocol.messages import Error
 from ficc.protocol.stream_states import CANCELLED_CODE, LocalProtocolError, reset_code
-from ficc.services.peer_channel import ending_reason
+from ficc.services.peer_channel import EncodedAnswer, ending_reason
 
 if TYPE_CHECKING:
     from ficc.adapters.hypernet.session import PeerSession
@@ -124,11 +124,14 @@ async def _answer(
     with counted("in", label) as outcome:
         try:
             try:
-                result = await session.handler(session.identity, request.operation, request.body)
+                result = await session.handler(
+                    session.identity, request.operation, request.body, request.body_bytes
+                )
             except (Unavailable, OutcomeUnknown) as exc:
                 raise _HandlerFailed(exc) from exc
-            if isinstance(result, dict):
-                await stream.write(protocol.send_answer(stream_id, result))
+            if isinstance(result, dict | EncodedAnswer):
+                answer = result.content if isinstance(result, EncodedAnswer) else result
+                await stream.write(protocol.send_answer(stream_id, answer))
                 return
             async with _closing(result):
                 while True:

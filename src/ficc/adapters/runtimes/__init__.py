@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.llama_cpp import LlamaCppRuntime
 from ficc.adapters.runtimes.openai import OpenAIRuntime
 from ficc.adapters.runtimes.sandbox import EngineSandbox

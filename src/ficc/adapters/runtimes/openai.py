@@ -11,8 +11,8 @@ from typing import Final
 
 import httpx
 
-from ficc.adapters.engine_client import EngineClient
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.client import EngineClient
+from ficc.adapters.engines.pool import EngineClients
 from ficc.base.errors import FiccError, InvalidInput
 from ficc.domain.inference import RuntimeName, ServiceSpec, UpstreamAllowList, parse_base_url
 from ficc.services.runtimes import (

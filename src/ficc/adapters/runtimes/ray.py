@@ -33,7 +33,7 @@ from ray.exceptions import RayError, RayTaskError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.ray_nodes import RayNode, RayNodes
 from ficc.adapters.runtimes.processes import fence as fence_local_process
 from ficc.adapters.runtimes.ray_replica import EngineHost, ModelFileRefused

@@ -17,8 +17,8 @@ from typing import Final
 
 import httpx
 
-from ficc.adapters.engine_client import EngineClient
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.client import EngineClient
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.processes import (
     EngineProcess,
     bound_loopback_socket,

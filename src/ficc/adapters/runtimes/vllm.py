@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ficc.adapters.engine_connector import EngineClients
+from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
 from ficc.domain.inference import RuntimeName

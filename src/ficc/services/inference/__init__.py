@@ -1,6 +1,6 @@
 """Managed inference services: commands, supervision, routing and admission.
 
-:class:`InferenceServices` wires four collaborators, each owning its own state and use cases;
+:class:`InferenceServices` wires five collaborators, each owning its own state and use cases;
 callers reach the one that owns theirs (``inference.commands.create_service``,
 ``inference.router.complete``, ``inference.admission.preview``), so that no method here
 repeats a collaborator's signature:
@@ -9,7 +9,9 @@ repeats a collaborator's signature:
 - :class:`~.supervisor.ReplicaSupervisor`: engine replicas, background tasks, per-service locks;
 - :class:`~.router.InvocationRouter`: endpoints, streamed and plain invocation, in-flight
   counts, the running services;
-- :class:`~.admission.Admission`: spec checks, preview, prepare and the start's fit.
+- :class:`~.admission.Admission`: spec checks, preview, prepare and the start's fit;
+- :class:`~.invoke.Invocations`: one invocation of a service's OpenAI path, for local callers
+  and peers alike (checks, routing, the answer's shape and size).
 
 Only FICC's own lifecycle (recover, close) and what spans the collaborators stay here.
 """
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.commands import ServiceCommands
+from ficc.services.inference.invoke import Invocations
 from ficc.services.inference.records import (
     ACTIVE_STATES,
     START_TIMEOUT_SECONDS,
@@ -44,6 +47,7 @@ __all__ = [
     "Endpoint",
     "InferenceServices",
     "InvocationRouter",
+    "Invocations",
     "ModelPath",
     "ReplicaSupervisor",
     "ServiceCommands",
@@ -52,7 +56,7 @@ __all__ = [
 
 
 class InferenceServices:
-    """Managed inference composed of its four collaborators, each a public attribute."""
+    """Managed inference composed of its five collaborators, each a public attribute."""
 
     def __init__(
         self,
@@ -70,6 +74,7 @@ class InferenceServices:
     ) -> None:
         self.engines = engines
         self.router = InvocationRouter(uow_factory, engines)
+        self.invocations = Invocations(self.router)
         self.supervisor = ReplicaSupervisor(
             uow_factory,
             clock,

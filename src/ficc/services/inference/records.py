@@ -6,7 +6,7 @@ each other for a helper.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -36,12 +36,14 @@ AttemptFence = Callable[[str, float], Awaitable[int]]
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a running service answers, and the name its engine knows it by."""
+    """Where a running service answers, the name its engine knows it by, and what of its spec
+    an invocation needs (its runtime and options), so that routing reads no record."""
 
     service_id: str
     base_url: str
     model_name: str
     runtime: RuntimeName
+    options: Mapping[str, Any]
 
 
 @dataclass(frozen=True)

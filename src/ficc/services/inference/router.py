@@ -24,11 +24,13 @@ from ficc.services.runtimes import ReplicaHandle
 
 @dataclass(frozen=True)
 class _Admission:
-    """A service this process saw become ready, and the replicas it became ready with."""
+    """A service this process saw become ready, the replicas it became ready with, and its
+    spec's runtime and options (a spec changes only while the service is stopped)."""
 
     project: str
     runtime: RuntimeName
     handles: tuple[ReplicaHandle, ...]
+    options: Mapping[str, Any]
 
 
 class InvocationRouter:
@@ -48,9 +50,10 @@ class InvocationRouter:
         project: str,
         runtime: RuntimeName,
         handles: tuple[ReplicaHandle, ...],
+        options: Mapping[str, Any],
     ) -> None:
         """Admit requests to ``handles``: the supervisor saw every one of them become ready."""
-        self._admitting[service_id] = _Admission(project, runtime, handles)
+        self._admitting[service_id] = _Admission(project, runtime, handles, options)
 
     def close(self, service_id: str) -> None:
         """No new request for ``service_id`` from now on; requests in flight go on."""
@@ -80,7 +83,8 @@ class InvocationRouter:
         return frozenset({*self._admitting, *self._next_replica, *self._in_flight, *self._idle})
 
     async def endpoint(self, project: str, service_id: str) -> Endpoint:
-        """Where a running service of ``project`` answers; refused unless it is running."""
+        """Where a running service of ``project`` answers, with its runtime and options; refused
+        unless it is running. Read from memory while the service is admitted."""
         admission = self._admitting.get(service_id)
         if admission is None or admission.project != project or not admission.handles:
             async with self._uow_factory() as uow:
@@ -96,7 +100,9 @@ class InvocationRouter:
         replica = self._next_replica.get(service_id, 0) % len(handles)
         self._next_replica[service_id] = replica + 1
         handle = handles[replica]
-        return Endpoint(service_id, handle.base_url, handle.model_name, admission.runtime)
+        return Endpoint(
+            service_id, handle.base_url, handle.model_name, admission.runtime, admission.options
+        )
 
     @contextlib.asynccontextmanager
     async def in_flight(self, service_id: str) -> AsyncIterator[None]:

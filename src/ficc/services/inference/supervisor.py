@@ -372,4 +372,6 @@ class ReplicaSupervisor:
             )
             await uow.commit()
             if admits_requests(state) and ready:
-                self._router.open(service_id, service.project, service.spec.runtime, ready)
+                self._router.open(
+                    service_id, service.project, service.spec.runtime, ready, service.spec.options
+                )

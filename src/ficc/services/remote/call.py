@@ -13,7 +13,7 @@ from ficc.domain.receipts import b64
 from ficc.services.grant_slots import Slot
 from ficc.services.inference import Actor
 from ficc.services.mutations import MutationKey
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.peer_channel import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.remote.views import peer_answer
 
 
@@ -61,8 +61,8 @@ class Call:
 
 Effect = Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
 """A checked mutation, ready to run exactly once: its result and whether it was a replay."""
-Answer = Callable[[Call], Awaitable[dict[str, Any]]]
-"""A read under a grant: its result."""
+Answer = Callable[[Call], Awaitable[dict[str, Any] | EncodedAnswer]]
+"""A read under a grant: its result (or its encoding, when a limit measured it)."""
 Mutate = Callable[[Call], Awaitable[Effect]]
 """A mutation under a grant: checks the body, then gives the effect to run once."""
 Stream = Callable[[Call], AsyncIterator[bytes]]

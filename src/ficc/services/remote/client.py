@@ -7,7 +7,6 @@ mutation_id to inspect (``operation.status``) or to retry with, and nothing else
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
@@ -200,14 +199,15 @@ def _wire(
     if checked_id is not None:
         wire["mutation_id"] = checked_id
     try:
-        canonical_json(wire["body"])
+        # The one encoding made here: it proves the wire can carry the body, and measures it
+        # as request_bytes counts it (RFC 8785 bytes, as the grantor counts them).
+        size = len(canonical_json(wire["body"]))
     except ValueError as exc:
         raise InvalidInput(
             "body must be JSON the wire can carry (RFC 8785): finite numbers, integers within "
             "±(2**53 - 1)",
             field="body",
         ) from exc
-    size = len(json.dumps(wire["body"], separators=(",", ":")).encode())
     allowed = _term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
     if size > allowed:
         raise TooLarge(

@@ -6,31 +6,21 @@ the body and give back the effect the table runs exactly once, streams yield byt
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
-from ficc.base.json_text import compact_size_gradually
 from ficc.domain import grants as g
-from ficc.domain.inference import RuntimeName, ServiceSpec, parse_service_spec, uses_local_model
-from ficc.domain.openai_requests import (
-    EMBEDDINGS_PATH,
-    check_capabilities,
-    engine_body,
-    shape_answer,
-)
-from ficc.domain.openai_requests import check_request as check_openai_request
+from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
-from ficc.services.inference.records import load_service
 from ficc.services.mutations import MutationKey
+from ficc.services.peer_channel import EncodedAnswer
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
-from ficc.services.remote.views import error_event, peer_view, upstream_in_spec
+from ficc.services.remote.views import peer_view, upstream_in_spec
 
 
 class InferenceOperations:
@@ -145,67 +135,28 @@ class InferenceOperations:
 
         return effect
 
-    async def invoke(self, call: Call) -> dict[str, Any]:
-        service_id, path, inner, runtime = await self._invoke_args(call)
-        # The text is counted while it arrives: an answer whose text alone passes
-        # response_bytes stops the engine at once instead of being held whole, then refused.
-        answer = await self._inference.router.complete(
+    async def invoke(self, call: Call) -> EncodedAnswer:
+        service_id, path, inner = _invocation(call)
+        content = await self._inference.invocations.encoded(
             call.grant.project,
             service_id,
             path,
-            engine_body(runtime, path, inner),
+            inner,
             max_bytes=call.grant.terms.response_bytes,
         )
-        if path == EMBEDDINGS_PATH:
-            # Vectors averaged and measured in a worker thread, value by value: tens of MiB
-            # of floats would otherwise hold the loop for seconds.
-            answer, size = await asyncio.to_thread(shaped_answer, runtime, path, inner, answer)
-        else:
-            answer = shape_answer(runtime, path, inner, answer)
-            # Encoded as the caller's compatible URL will send it: the limit counts those bytes.
-            size = len(json.dumps(answer, separators=(",", ":")).encode())
-        if size > call.grant.terms.response_bytes:
-            raise LimitExceeded(
-                f"the response is {size} bytes; the grant allows {call.grant.terms.response_bytes}",
-                details={"limit": "response_bytes", "allowed": call.grant.terms.response_bytes},
-            )
-        return answer
+        return EncodedAnswer(content)
 
     async def invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
-        service_id, path, inner, runtime = await self._invoke_args(call)
-        limit = call.grant.terms.response_bytes
-        sent = 0
-        inner = engine_body(runtime, path, inner)
-        async with self._inference.router.stream(
-            call.grant.project, service_id, path, inner
-        ) as events:
-            async for event in events:
-                chunk = b"data: " + event.data.encode() + b"\n\n"
-                if sent + len(chunk) > limit:
-                    yield error_event(
-                        LimitExceeded(
-                            f"the response would pass the grant's {limit} response bytes",
-                            details={"limit": "response_bytes", "allowed": limit},
-                        )
-                    )
-                    return
-                sent += len(chunk)
+        service_id, path, inner = _invocation(call)
+        async with self._inference.invocations.stream(
+            call.grant.project,
+            service_id,
+            path,
+            inner,
+            max_bytes=call.grant.terms.response_bytes,
+        ) as chunks:
+            async for chunk in chunks:
                 yield chunk
-
-    async def _invoke_args(self, call: Call) -> tuple[str, str, dict[str, Any], RuntimeName]:
-        service_id = _service(call)
-        path = invoke_path(call.body["path"])
-        inner = call.body["body"]
-        if not isinstance(inner, dict):
-            raise InvalidInput("body.body must be a JSON object", field="body.body")
-        # A hostile peer's body is checked as the compatible URLs check their callers', and
-        # against what the service's runtime honours (never a silent drop).
-        check_openai_request(path, inner)
-        # The service's record alone (not the owner's view, which reads every attempt too).
-        async with self._uow_factory() as uow:
-            spec = (await load_service(uow, call.grant.project, service_id)).spec
-        check_capabilities(spec.runtime, spec.options, path, inner)
-        return service_id, path, inner, spec.runtime
 
     async def _check_spec(self, call: Call, spec_data: object) -> ServiceSpec:
         """The spec a peer sends: granted model and node, and never an upstream URL.
@@ -235,6 +186,16 @@ class InferenceOperations:
         return spec
 
 
+def _invocation(call: Call) -> tuple[str, str, dict[str, Any]]:
+    """The granted service, the engine path and the OpenAI body of an ``inference.invoke``."""
+    service_id = _service(call)
+    path = invoke_path(call.body["path"])
+    inner = call.body["body"]
+    if not isinstance(inner, dict):
+        raise InvalidInput("body.body must be a JSON object", field="body.body")
+    return service_id, path, inner
+
+
 def _service(call: Call) -> str:
     service_id = parse_id("service", call.body.get("service"), field="body.service")
     call.require("services", service_id, "body.service")
@@ -250,11 +211,3 @@ def _require_created(call: Call, service_id: str, operation: str) -> None:
             f"{service_id} was granted, not created",
             details={"field": "body.service", "reason": "service_not_created_by_grant"},
         )
-
-
-def shaped_answer(
-    runtime: RuntimeName, path: str, inner: dict[str, Any], answer: dict[str, Any]
-) -> tuple[dict[str, Any], int]:
-    """The answer in OpenAI's shape and its compact size, for a worker thread."""
-    shaped = shape_answer(runtime, path, inner, answer)
-    return shaped, compact_size_gradually(shaped)

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
 from ficc.domain.operations import ANY_SCOPE, Streaming, only_fields, parse_body
+from ficc.protocol.canonical import first_member_bytes
 from ficc.services import mutations
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.peer_channel import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
 from ficc.services.remote.gate import Gate
@@ -209,8 +210,9 @@ class PeerOperations:
         self._tries = mutations.InFlight()
 
     async def serve(
-        self, identity: PeerIdentity, operation: str, wire: dict[str, Any]
+        self, identity: PeerIdentity, operation: str, wire: dict[str, Any], wire_bytes: int
     ) -> RequestResult:
+        """Serve one request; ``wire_bytes`` is ``wire``'s canonical size as it travelled."""
         row = OPERATIONS.get(operation)
         if row is None:
             raise InvalidInput(f"unknown operation {operation}", field="operation")
@@ -220,10 +222,12 @@ class PeerOperations:
         assert row.scopes is not None
         _exact_fields(wire, ENVELOPE_FIELDS, ENVELOPE_REQUIRED, "of a request under a grant")
         body = parse_body(wire.get("body", {}))
+        # The operation's own body as it travelled, measured from the envelope alone.
+        body_bytes = first_member_bytes(wire_bytes, wire, "body")
         if row.stream is not None and row.streaming.streams(body):
-            return self._serve_stream(identity, operation, row, row.stream, wire, body)
+            return self._serve_stream(identity, operation, row, row.stream, wire, body, body_bytes)
         async with self._gate.admitted(
-            identity, operation, row.scopes, row.mutation, wire, body
+            identity, operation, row.scopes, row.mutation, wire, body, body_bytes
         ) as call:
             if row.mutate is not None:
                 async with self._tries.one_at_a_time(call.key()):
@@ -240,6 +244,9 @@ class PeerOperations:
             assert row.answer is not None
             row.check_fields(body)
             result = await call.slot.race(row.answer(self._handlers)(call))
+            if isinstance(result, EncodedAnswer):
+                # RFC 8785 sorts "replayed" before "result" and spells each value alone.
+                return EncodedAnswer(b'{"replayed":false,"result":' + result.content + b"}")
             return {"replayed": False, "result": result}
 
     async def _serve_stream(
@@ -250,9 +257,12 @@ class PeerOperations:
         stream: Callable[[Handlers], Stream],
         wire: dict[str, Any],
         body: dict[str, Any],
+        body_bytes: int,
     ) -> AsyncIterator[bytes]:
         assert row.scopes is not None
-        async with self._gate.admitted(identity, operation, row.scopes, False, wire, body) as call:
+        async with self._gate.admitted(
+            identity, operation, row.scopes, False, wire, body, body_bytes
+        ) as call:
             row.check_fields(body)
             chunks = call.slot.guard(stream(self._handlers)(call))
             # Closed on every exit (``async for`` alone leaves an abandoned iterator open).

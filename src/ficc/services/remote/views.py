@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
-from ficc.base.errors import FiccError, NotFound
+from ficc.base.errors import NotFound
 from ficc.base.times import with_times_formatted
 
 
@@ -15,18 +14,6 @@ def unpublished(service: object) -> NotFound:
         f"the model {service} is not a service published by this peer's selected grant",
         details={"field": "model"},
     )
-
-
-def error_event(error: FiccError) -> bytes:
-    body = {
-        "error": {
-            "message": error.message,
-            "type": "server_error",
-            "code": error.code,
-            "details": error.details,
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 PEER_SPEC_FIELDS: Final = ("name", "model", "runtime", "node", "replicas")

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request
 
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
 from ficc.services.remote.table import is_streaming, streams_octets
+from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
-from ficc.web.responses import FiccJSONResponse
-from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas import (
     Configuration,
     OfferApprove,
@@ -31,7 +30,6 @@ from ficc.web.schemas_responses import (
     OpenObject,
     answer,
 )
-from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
 
@@ -136,11 +134,10 @@ async def request(
 ) -> Any:
     # Authenticated first (a fast route): only then may the body pass 1 MiB (G2).
     body = await read_json_body(request, RemoteRequest)
-    http = request
     remote = ctx.cluster.remote
     if is_streaming(body.operation, body.body):
-        opened = await open_unless_disconnected(
-            http,
+        return await sse.relay(
+            request,
             remote.open_stream(
                 ctx.principal,
                 ctx.project,
@@ -151,11 +148,8 @@ async def request(
             ),
             octets=streams_octets(body.operation),
         )
-        if opened is None:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        return opened
-    answer = await unless_disconnected(
-        http,
+    return await sse.relay(
+        request,
         remote.request(
             ctx.principal,
             ctx.project,
@@ -165,9 +159,6 @@ async def request(
             mutation_id=body.mutation_id,
         ),
     )
-    if answer is None:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return FiccJSONResponse(answer)
 
 
 @router.get(f"{PREFIX}/audit", responses=answer(AuditPage))

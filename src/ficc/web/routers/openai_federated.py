@@ -23,12 +23,10 @@ from ficc.domain.openai_requests import (
     parse_request_body,
 )
 from ficc.services.remote.views import unpublished
+from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.fast_routes import fast_path
-from ficc.web.responses import FiccJSONResponse
-from ficc.web.routers.openai_local import CLIENT_CLOSED_REQUEST
 from ficc.web.schemas_responses import OPENAI_ANSWER
-from ficc.web.sse import open_unless_disconnected, unless_disconnected
 
 router = APIRouter()
 
@@ -91,6 +89,7 @@ async def get_model(model_id: str, peer_id: str, ctx: Context = scoped("federati
 
 
 async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Response:
+    """One ``inference.invoke`` through the selected grant, plain or streamed."""
     # Checked here as the grantor checks it again: a bad request never costs the grant one.
     body = parse_request_body(await request.body())
     model = body.get("model")
@@ -100,7 +99,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
-        opened = await open_unless_disconnected(
+        return await sse.relay(
             request,
             remote.open_stream(
                 ctx.principal,
@@ -111,23 +110,19 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
                 service=model,
             ),
         )
-        if opened is None:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        return opened
-    answer = await unless_disconnected(
-        request,
-        remote.request(
+
+    async def result() -> Any:
+        answer = await remote.request(
             ctx.principal,
             ctx.project,
             peer_id,
             operation="inference.invoke",
             body=invocation,
             service=model,
-        ),
-    )
-    if answer is None:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return FiccJSONResponse(answer["result"])
+        )
+        return answer["result"]
+
+    return await sse.relay(request, result())
 
 
 @router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)

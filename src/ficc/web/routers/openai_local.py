@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Awaitable
 from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
@@ -12,24 +12,18 @@ from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
-    check_capabilities,
-    check_request,
-    engine_body,
     parse_request_body,
-    shape_answer,
 )
 from ficc.domain.service_records import ServiceRecord
-from ficc.services.inference.records import load_service
+from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.fast_routes import fast_path
-from ficc.web.responses import FiccJSONResponse
 from ficc.web.schemas_responses import OPENAI_ANSWER
-from ficc.web.sse import EventStreamResponse, sse_bytes, unless_disconnected
+from ficc.web.sse import Opening
 
 router = APIRouter()
 
 PREFIX: Final = "/api/v1/inference/v1"
-CLIENT_CLOSED_REQUEST: Final = 499
 
 
 def model_object(service: ServiceRecord, owner: str) -> dict[str, Any]:
@@ -67,44 +61,24 @@ async def get_model(model_id: str, ctx: Context = scoped("inference:invoke")) ->
     raise unknown_model(model_id, [service.id for service in services])
 
 
-async def _read_body(request: Request, engine_path: str) -> dict[str, Any]:
-    """The body, checked as OpenAI checks it, before anything reaches an engine."""
-    body = parse_request_body(await request.body())
-    if not isinstance(body.get("model"), str):
-        raise InvalidInput("model must be the ID of a running service", field="model")
-    check_request(engine_path, body)
-    return body
-
-
 async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
-    body = await _read_body(request, engine_path)
-    service_id = body["model"]
-    invocations = ctx.cluster.inference.router
+    """One invocation of a local service, plain or streamed, as the caller asked."""
+    body = parse_request_body(await request.body())
+    service_id = body.get("model")
+    if not isinstance(service_id, str):
+        raise InvalidInput("model must be the ID of a running service", field="model")
+    invocations = ctx.cluster.inference.invocations
+    call: Opening | Awaitable[dict[str, Any]]
+    if body.get("stream") is True:
+        call = invocations.stream(ctx.project, service_id, engine_path, body)
+    else:
+        call = invocations.complete(ctx.project, service_id, engine_path, body)
     try:
-        # Resolved once and handed on: each resolution takes the next replica in turn.
-        endpoint = await invocations.endpoint(ctx.project, service_id)
-        # The record alone: the owner's view would read every attempt of the service too.
-        async with ctx.cluster.uow_factory() as uow:
-            spec = (await load_service(uow, ctx.project, service_id)).spec
+        return await sse.relay(request, call)
     except NotFound as exc:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
-        usable = [service.id for service in await invocations.running_services(ctx.project)]
-        raise unknown_model(service_id, usable) from exc
-    check_capabilities(endpoint.runtime, spec.options, engine_path, body)
-    sent = engine_body(endpoint.runtime, engine_path, body)
-    if body.get("stream") is True:
-        stack = contextlib.AsyncExitStack()
-        events = await stack.enter_async_context(
-            invocations.stream(ctx.project, service_id, engine_path, sent, endpoint=endpoint)
-        )
-        return EventStreamResponse(sse_bytes(events), stack.aclose)
-    answer = await unless_disconnected(
-        request,
-        invocations.complete(ctx.project, service_id, engine_path, sent, endpoint=endpoint),
-    )
-    if answer is None:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return FiccJSONResponse(shape_answer(endpoint.runtime, engine_path, body, answer))
+        running = await ctx.cluster.inference.router.running_services(ctx.project)
+        raise unknown_model(service_id, [service.id for service in running]) from exc
 
 
 @router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)

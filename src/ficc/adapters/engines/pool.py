@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ficc.adapters.engine_client import EngineClient, EngineStream
+from ficc.adapters.engines.client import EngineClient
+from ficc.adapters.engines.sse import EngineStream
 
 MAX_IDLE_CLIENTS: Final = 32
 """Clients kept for reuse with no request in flight; the oldest beyond this are closed."""

@@ -1,0 +1,244 @@
+"""Reading an engine's server-sent events: bounded lines and events, errors raised, usage
+added where the engine streams none, and the connection judged reusable or not at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+
+import httpx
+
+from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
+from ficc.base.errors import Unavailable
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
+
+END_DRAIN_SECONDS: Final = 1.0
+"""After ``[DONE]``, how long the end of the body may take; later, the connection is closed."""
+MAX_LINE_BYTES: Final = 1024 * 1024
+MAX_EVENT_BYTES: Final = 1024 * 1024
+"""One event's data: a streamed chunk is a few hundred bytes, and a peer receives an event in
+one frame of at most 1 MiB anyway."""
+MAX_ASSEMBLED_EVENTS: Final = 65_536
+MAX_ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
+"""What a plain answer may be assembled from (the grant's default ``response_bytes``)."""
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event as the engine sent it; ``data`` is its joined data lines."""
+
+    data: str
+    event: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """The OpenAI stream's end marker."""
+        return self.data == "[DONE]"
+
+    def payload(self) -> dict[str, Any]:
+        """The event's JSON object; Unavailable if the engine sent something else."""
+        try:
+            value = json.loads(self.data)
+        except ValueError as exc:
+            raise Unavailable("the engine sent an event that is not JSON") from exc
+        if not isinstance(value, dict):
+            raise Unavailable("the engine sent an event that is not a JSON object")
+        return value
+
+
+UsageCounter = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
+"""Counts the usage of a finished stream from its chunks, for engines that stream none."""
+
+
+class EngineStream:
+    """An open streamed response: iterate it for events; closing it stops the generation.
+
+    With ``count_usage``, a stream whose engine sent no usage gets a final usage chunk before
+    ``[DONE]``, counted by the engine itself, as OpenAI sends one for ``include_usage``.
+    """
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        path: str,
+        count_usage: UsageCounter | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+        *,
+        release: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        self._response = response
+        self._path = path
+        self._count_usage = count_usage
+        self._on_close = on_close
+        self._release = release
+        self._clean = False
+        """``[DONE]`` arrived and the body ended right after it: the connection can be reused."""
+        self._ended = False
+        """The engine finished the body (HTTP's end, whatever it held)."""
+
+    async def aclose(self) -> None:
+        """Close the engine's response now; the engine stops generating within a second."""
+        try:
+            await self._finish()
+        finally:
+            on_close, self._on_close = self._on_close, None
+            if on_close is not None:
+                await on_close()
+
+    async def _finish(self) -> None:
+        """Close the response (an unfinished one closes its connection) and tell the client
+        whether the connection may be dead though finished (see :meth:`EngineClient._release`)."""
+        try:
+            await self._response.aclose()
+        finally:
+            release, self._release = self._release, None
+            if release is not None:
+                await release(self._ended and not self._clean)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncIterator[SseEvent]:
+        return self._events()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
+        by content encoding (the request asks for ``identity``), so nothing inflates."""
+        buffer = bytearray()
+        async for piece in self._response.aiter_raw():
+            buffer += piece
+            start = 0
+            while (end := _LINE_END.search(buffer, start)) is not None:
+                if end.group() == b"\r" and end.end() == len(buffer):
+                    break  # the "\n" of a "\r\n" may come with the next piece
+                yield buffer[start : end.start()].decode("utf-8", "replace")
+                start = end.end()
+            del buffer[:start]
+            if len(buffer) > MAX_LINE_BYTES:
+                raise Unavailable(f"the engine sent a line longer than {MAX_LINE_BYTES} bytes")
+        self._ended = True
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+
+    async def _events(self) -> AsyncIterator[SseEvent]:
+        """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
+
+        An ``error`` event or an error object from the engine raises Unavailable with a safe
+        message; so does a stream that ends without ``[DONE]``, and an event or line over its
+        bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
+        """
+        data: list[str] = []
+        size = 0
+        event: str | None = None
+        received = False
+        chunks: list[dict[str, Any]] = []
+        lines = self._lines()
+        try:
+            async for line in lines:
+                if line:
+                    name, _, value = line.partition(":")
+                    value = value.removeprefix(" ")
+                    if name == "data":
+                        data.append(value)
+                        size += len(value) + 1
+                        if size > MAX_EVENT_BYTES:
+                            raise Unavailable(
+                                f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
+                            )
+                    elif name == "event":
+                        event = value
+                    continue
+                if not data:
+                    event = None
+                    continue
+                item = SseEvent("\n".join(data), event)
+                data, size, event = [], 0, None
+                if item.done:
+                    if self._count_usage is not None and not _has_usage(chunks):
+                        usage_chunk = await self._usage_chunk(chunks)
+                        if usage_chunk is not None:
+                            yield usage_chunk
+                    yield item
+                    self._clean = await _ends_after_done(lines)
+                    return
+                _raise_for_error_event(item)
+                received = True
+                if self._count_usage is not None and len(chunks) < MAX_ASSEMBLED_EVENTS:
+                    chunks.append(item.payload())
+                yield item
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from exc
+        finally:
+            await self._finish()
+        if not received:
+            # llama.cpp's server reports errors found after the stream began (a prompt longer
+            # than the context) only by ending the stream.
+            raise Unavailable(
+                "the engine ended the stream without an answer; the prompt may be longer than "
+                "the model's context"
+            )
+        raise Unavailable("the engine ended the stream before it was complete")
+
+    async def _usage_chunk(self, chunks: list[dict[str, Any]]) -> SseEvent | None:
+        """The usage chunk OpenAI ends a stream with, or None when it cannot be counted."""
+        if self._count_usage is None or not chunks:
+            return None
+        usage = await self._count_usage(chunks)
+        if usage is None:
+            return None
+        first = chunks[0]
+        kind = "chat.completion.chunk" if self._path == CHAT_COMPLETIONS_PATH else "text_completion"
+        chunk: dict[str, Any] = {
+            "id": first.get("id"),
+            "object": kind,
+            "created": first.get("created"),
+            "model": first.get("model"),
+            "choices": [],
+            "usage": usage,
+        }
+        return SseEvent(json.dumps(chunk, separators=(",", ":")))
+
+
+async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
+    """Whether the body ends, with nothing but blank lines, soon after ``[DONE]``.
+
+    Only then is the connection left as HTTP expects it, ready for the next request.
+    """
+    try:
+        async with asyncio.timeout(END_DRAIN_SECONDS):
+            async for line in lines:
+                if line:
+                    return False
+    except (TimeoutError, httpx.HTTPError, Unavailable):
+        return False
+    return True
+
+
+def _has_usage(chunks: list[dict[str, Any]]) -> bool:
+    return any(chunk.get("usage") for chunk in chunks)
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _raise_for_error_event(item: SseEvent) -> None:
+    if item.event == "error":
+        raise Unavailable(f"the engine failed: {safe_engine_message(item.data)}")
+    if item.data.startswith("{") and '"error"' in item.data:
+        payload = item.payload()
+        if "error" in payload and "choices" not in payload:
+            text = engine_error_text(item.data.encode())
+            raise Unavailable(f"the engine failed: {safe_engine_message(text)}")
