@@ -28,8 +28,10 @@ from ficc.base.errors import (
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import KnownPeer, Session
+from ficc.protocol.limits import MAX_PEER_STREAMS
 from ficc.protocol.messages import Error, Request, Response
 from ficc.protocol.requests import RequestSigner
+from ficc.protocol.stream_states import CANCELLED_CODE
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 LOOPBACK = "127.0.0.1:0"
@@ -503,6 +505,32 @@ async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_u
     assert plain.value.details == {"engine": "down"}
     assert streamed.value.details == {"engine": "gone"}
     assert received == [b"data: {}\n\n"]
+
+
+async def test_a_paired_peer_holds_128_request_streams_and_one_more_is_reset_with_code_1(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """The cap is 128 request streams, the control stream not counted, and a stream past it
+    is reset with code 1 at once rather than the peer's ``open_bi`` waiting (interop review:
+    the 128th ``open_bi`` used to block)."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        session = await client.endpoint.connect(
+            server.endpoint.hypernet_id, generation=4, ticket=server.endpoint.ticket
+        )
+        held = []
+        for _ in range(MAX_PEER_STREAMS):
+            stream = await session.connection.open_bi()
+            await stream.send().write_all(b"\x00")  # half a frame header: the server sees it
+            held.append(stream)
+        past = await session.connection.open_bi()
+        await past.send().write_all(b"\x00")
+        with pytest.raises(iroh.IrohError):
+            await past.recv().read(16)
+        assert await past.recv().received_reset() == CANCELLED_CODE
+        assert not session.closed.is_set()
 
 
 async def test_abandoning_a_request_cancels_the_handler_on_the_peer(

@@ -87,7 +87,7 @@ class PeerSession:
     def start(self) -> None:
         """Begin heartbeats and serving the peer's requests."""
         with contextlib.suppress(IrohError):
-            self.connection.set_max_concurrent_bi_streams(self.protocol.max_streams)
+            self.connection.set_max_concurrent_bi_streams(self.protocol.stream_credit)
         self.spawn(self._send_heartbeats())
         self.spawn(self._read_control())
         self.spawn(self._accept_streams())
