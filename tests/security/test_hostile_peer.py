@@ -53,7 +53,6 @@ from ficc.adapters.hypernet import (
     UNPAIRED_IDLE_VARIABLE,
     HyperNetEndpoint,
 )
-from ficc.adapters.hypernet.admission import MAX_HANDSHAKES_PER_SOURCE
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import OutcomeUnknown, ProtocolError, Unavailable
@@ -68,6 +67,7 @@ from ficc.protocol import ALPN
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import MAX_UNPAIRED_STREAMS, SILENT_CONNECTION_SECONDS
 from ficc.protocol.messages import Error, Response
+from ficc.protocol.sessions import MAX_HANDSHAKES_PER_SOURCE
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 READ_DEADLINE_SECONDS = 1.0

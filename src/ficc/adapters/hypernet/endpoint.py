@@ -8,10 +8,8 @@ iroh: the bindings' event loop is process-global.
 
 Sessions are kept per HyperNet ID and pairing generation: two clusters may hold several
 pairings (one per project), each on its own sessions, and generation 0 carries the pairing
-operations. Anyone who can reach the UDP port may try a handshake, so what a stranger can hold
-is capped: handshakes in progress, connections per HyperNet ID and pairing (a newer session
-closes the older one of the same direction and generation), and sessions without a pairing in
-total.
+operations. What a stranger may hold and which session replaces which are the rules of
+:class:`~ficc.protocol.sessions.SessionTable`; this module only asks it.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -27,12 +25,6 @@ from typing import Any, Final
 import iroh
 
 from ficc.adapters import metrics
-from ficc.adapters.hypernet.admission import (
-    Admission,
-    HandshakePlace,
-    UnpairedSession,
-    source_of,
-)
 from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
@@ -44,6 +36,7 @@ from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
     FiccError,
@@ -53,15 +46,13 @@ from ficc.base.errors import (
     Unavailable,
 )
 from ficc.protocol import ALPN
-from ficc.protocol.handshake import Role
+from ficc.protocol.handshake import Role, Session
 from ficc.protocol.limits import SessionLimits
+from ficc.protocol.sessions import HandshakePlace, SessionKey, SessionTable, source_of
 from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import BodyBound, PeerIdentity, PeerLookup, RequestHandler
 
 log = logging.getLogger(__name__)
-
-SessionKey = tuple[str, int]
-"""A session's place in the registry: the peer's HyperNet ID and the pairing generation."""
 
 DEFAULT_BIND_ADDRESS: Final = "0.0.0.0:0"
 DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
@@ -110,11 +101,7 @@ class HyperNetEndpoint:
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
         self._limits = limits or SessionLimits()
-        self._sessions: dict[SessionKey, PeerSession] = {}
-        """The session requests to a peer's pairing go on: the newest of either direction."""
-        self._incoming: dict[SessionKey, PeerSession] = {}
-        self._outgoing: dict[SessionKey, PeerSession] = {}
-        self._admission = Admission(self._incoming)
+        self._table: SessionTable[PeerSession] = SessionTable()
         self._connecting: dict[SessionKey, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -144,8 +131,7 @@ class HyperNetEndpoint:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is None:
             return
-        everyone = {*self._sessions.values(), *self._incoming.values(), *self._outgoing.values()}
-        for session in everyone:
+        for session in self._table.everyone():
             session.close(Unavailable("the HyperNet endpoint stopped"))
         for task in list(self._tasks):
             task.cancel()
@@ -190,19 +176,15 @@ class HyperNetEndpoint:
 
     def session(self, hypernet_id: str, generation: int = 0) -> PeerSession | None:
         """The open session with a peer's pairing at ``generation`` (0: none), if any."""
-        session = self._sessions.get((hypernet_id, generation))
-        return session if session is not None and not session.closed.is_set() else None
+        return self._table.current((hypernet_id, generation))
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close the sessions of a pairing that ended (both directions); every request on
         them stops. The peer's other pairings keep theirs."""
-        key = (hypernet_id, generation)
-        for sessions in (self._sessions, self._incoming, self._outgoing):
-            session = sessions.get(key)
-            if session is not None:
-                session.close(reason)
+        for session in self._table.of((hypernet_id, generation)):
+            session.close(reason)
 
-    def _spawn(self, coroutine: Any) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -210,34 +192,33 @@ class HyperNetEndpoint:
     # -- sessions -------------------------------------------------------------------------
 
     def _register(self, session: PeerSession) -> None:
-        """Make ``session`` its pairing's; the older one of the same direction is closed."""
-        key = _key_of(session)
-        same_direction = self._incoming if session.incoming else self._outgoing
-        older = same_direction.get(key)
-        same_direction[key] = session
-        self._sessions[key] = session
-        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
+        """Make ``session`` its pairing's; close what the table says it replaces."""
+        identity = session.identity
+        session.entry, closing = self._table.register(
+            (identity.hypernet_id, identity.generation),
+            session,
+            incoming=session.incoming,
+            now=asyncio.get_running_loop().time(),
+            source=identity.source,
+        )
+        metrics.HYPERNET_SESSIONS.set(len(self._table))
         session.start()
-        if older is not None and older is not session:
-            older.close(Unavailable("a newer connection with the peer replaced this one"))
+        for older, reason in closing:
+            older.close(reason)
 
     def _forget(self, session: PeerSession, reason: FiccError) -> None:
-        key = _key_of(session)
-        for sessions in (self._incoming, self._outgoing):
-            if sessions.get(key) is session:
-                del sessions[key]
-        if self._sessions.get(key) is session:
-            del self._sessions[key]
-            other = self._incoming.get(key) or self._outgoing.get(key)
-            if other is not None and not other.closed.is_set():
-                self._sessions[key] = other
-        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
+        if session.entry is not None:
+            self._table.forget(session.entry)
+        metrics.HYPERNET_SESSIONS.set(len(self._table))
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
 
     def _new_session(
-        self, connection: iroh.Connection, handshake: Any, source: str | None = None
+        self,
+        connection: iroh.Connection,
+        handshake: tuple[Session, FrameStream],
+        source: str | None = None,
     ) -> PeerSession:
         session_state, control = handshake
         return PeerSession(
@@ -264,7 +245,7 @@ class HyperNetEndpoint:
             if incoming is None:
                 return
             source = await _source_of(incoming)
-            place = self._admission.begin_handshake(source)
+            place = self._table.begin_handshake(source)
             if place is None:
                 self._spawn(_refuse_incoming(incoming))
                 continue
@@ -274,7 +255,7 @@ class HyperNetEndpoint:
         try:
             await self._accept_one(incoming, place)
         finally:
-            self._admission.end_handshake(place)
+            self._table.end_handshake(place)
 
     async def _accept_one(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
         """TLS, then the handshake; a connection silent past ``silent_seconds`` at either
@@ -286,21 +267,18 @@ class HyperNetEndpoint:
                 connection = await (await incoming.accept()).connect()
             remote = bytes(connection.remote_id().to_bytes()).hex()
             pairings = len(await self._lookup(remote))
-            if not self._admission.identify(place, paired=pairings > 0):
+            if not self._table.identify(place, paired=pairings > 0):
                 raise LimitExceeded(
                     "too many handshakes in progress; try again shortly",
                     details={"limit": "handshakes_in_progress"},
                 )
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
-                with self._admission.admitted(remote, pairings=pairings):
-                    handshake = await self._handshake(
-                        connection, Role.RESPONDER, first_message_seconds=silent
-                    )
-                    session = self._new_session(connection, handshake, place.source)
-                    self._register(session)
-                    if not pairings:
-                        self._make_unpaired_room(session)
-                    return
+                self._table.admit(place, remote, pairings=pairings)
+                handshake = await self._handshake(
+                    connection, Role.RESPONDER, first_message_seconds=silent
+                )
+                self._register(self._new_session(connection, handshake, place.source))
+                return
         except TimeoutError:
             log.info("an incoming HyperNet handshake timed out")
             if connection is not None:
@@ -321,7 +299,7 @@ class HyperNetEndpoint:
         generation: int = 0,
         *,
         first_message_seconds: float | None = None,
-    ) -> Any:
+    ) -> tuple[Session, FrameStream]:
         try:
             return await run_handshake(
                 connection,
@@ -406,26 +384,6 @@ class HyperNetEndpoint:
         self._register(session)
         return session
 
-    def _make_unpaired_room(self, arriving: PeerSession) -> None:
-        """Past the cap of unpaired sessions, close the idlest of the source holding the most
-        (G5): a stranger flooding sessions loses its own, and a newcomer is never refused."""
-        open_unpaired = {
-            key: session
-            for key, session in self._incoming.items()
-            if key[1] == 0 and not session.closed.is_set()
-        }
-        victim = self._admission.unpaired_to_close(
-            _key_of(arriving),
-            [
-                UnpairedSession(key, session.source or key[0], session.idle_since)
-                for key, session in open_unpaired.items()
-            ],
-        )
-        if victim is not None:
-            open_unpaired[victim.key].close(
-                Unavailable("this cluster made room for a newer session without a pairing")
-            )
-
     # -- the PeerChannel port -------------------------------------------------------------
 
     async def request(
@@ -471,10 +429,6 @@ class HyperNetEndpoint:
         session = await self.connect(peer, generation=generation, ticket=ticket)
         async with session.stream(operation, body, timeout_seconds) as chunks:
             yield chunks
-
-
-def _key_of(session: PeerSession) -> SessionKey:
-    return session.identity.hypernet_id, session.identity.generation
 
 
 def connect_backoff_seconds(attempt: int) -> float:

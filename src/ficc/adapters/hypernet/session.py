@@ -28,6 +28,7 @@ from ficc.protocol.frames import encode_frame
 from ficc.protocol.handshake import Session
 from ficc.protocol.limits import MAX_REQUESTS_IN_FLIGHT, MIN_READ_BYTES, SessionLimits
 from ficc.protocol.messages import Error, encode_message
+from ficc.protocol.sessions import Entry
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import (
     CANCELLED_CODE,
@@ -67,9 +68,8 @@ class PeerSession:
             source=source,
         )
         self.source = source
-        self.idle_since = self.loop.time()
-        """When the peer's last request ended (or the session opened): the idlest unpaired
-        session is the one closed for a newcomer."""
+        self.entry: Entry[PeerSession] | None = None
+        """Its place in the endpoint's session table, where ``idle_since`` is kept."""
         self.incoming = self.protocol.incoming
         self.handler = handler
         self._body_bound = body_bound
@@ -178,12 +178,18 @@ class PeerSession:
         return self.protocol.receive(stream_id, data, self.loop.time())
 
     async def _serve(self, stream_id: int, stream: FrameStream) -> None:
-        self.idle_since = self.loop.time()
+        self._touch()
         try:
             await serve_stream(self, stream_id, stream)
         finally:
-            self.idle_since = self.loop.time()
+            self._touch()
             self.protocol.close_stream(stream_id, self.loop.time())
+
+    def _touch(self) -> None:
+        """The peer's requests began or ended now: the idlest unpaired session is the one
+        closed for a newcomer."""
+        if self.entry is not None:
+            self.entry.idle_since = self.loop.time()
 
     async def read(self, stream_id: int, stream: FrameStream) -> bytes:
         """The stream's next bytes, within the read deadline the connection sets for it."""

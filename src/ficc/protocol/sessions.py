@@ -1,4 +1,4 @@
-"""What a stranger can hold of the HyperNet port: handshakes, connections, unpaired sessions.
+"""The sessions of one endpoint, sans-IO: what a stranger may hold, and which session is whose.
 
 Anyone who can reach the UDP port may try a handshake, so what a stranger can hold is counted
 here, and so that strangers cannot lock out friends the places are kept fair (G3, G5):
@@ -14,21 +14,22 @@ here, and so that strangers cannot lock out friends the places are kept fair (G3
   unpaired session of the source that holds the most (:func:`unpaired_to_evict`), rather than
   being refused.
 
-Every rule here is pure: no iroh, no clock (times are arguments).
+Sessions are kept per HyperNet ID and pairing generation and per direction: a newer session
+closes the older one of its direction, so a peer that reconnects (a restart, a new address) is
+served at once rather than after its dead session's heartbeats lapse. Requests go on the
+newest open session of either direction. The transport closes the sessions
+:meth:`SessionTable.register` returns, and calls :meth:`SessionTable.forget` once one closed.
+No clock: times are arguments.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Generic, TypeVar
 
-from ficc.base.errors import LimitExceeded
-
-if TYPE_CHECKING:
-    from ficc.adapters.hypernet.session import PeerSession
+from ficc.base.errors import FiccError, LimitExceeded, Unavailable
 
 MAX_TLS_HANDSHAKES: Final = 64
 """Incoming connections still in their TLS handshake, from every source together; the next
@@ -41,13 +42,18 @@ MAX_HANDSHAKES_IN_PROGRESS: Final = 16
 refused. Paired HyperNet IDs never count here."""
 MAX_CONNECTIONS_PER_HYPERNET_ID: Final = 2
 """Incoming connections from one HyperNet ID, established or handshaking, for each of its
-pairings and for generation 0 (a HyperNet ID never paired: 2 in all); a newer session closes
-the older one of its generation, so two exist only while a reconnection completes."""
+pairings and for generation 0 (a HyperNet ID never paired: 2 in all). A newer session closes
+the older one of its generation, so one is established and one may be replacing it."""
 MAX_UNPAIRED_SESSIONS: Final = 32
 """Incoming sessions of HyperNet IDs without a pairing; one more closes the idlest unpaired
 session of the source holding the most (each also idles out after ``UNPAIRED_IDLE_SECONDS``)."""
 IPV6_SOURCE_PREFIX: Final = 64
 """An IPv6 source is its /64: one host is commonly given a whole /64."""
+
+SessionKey = tuple[str, int]
+"""A session's place in the table: the peer's HyperNet ID and the pairing generation."""
+
+S = TypeVar("S")
 
 
 def source_of(address: str) -> str:
@@ -73,13 +79,15 @@ class HandshakePlace:
     source: str
     stage: str = "tls"
     """``tls`` (TLS in progress), ``stranger`` or ``paired`` (after TLS), ``ended``."""
+    hypernet_id: str | None = None
+    """Set once :meth:`SessionTable.admit` counted it against its HyperNet ID."""
 
 
 @dataclass(frozen=True)
 class UnpairedSession:
     """What the eviction rule needs of an unpaired session."""
 
-    key: tuple[str, int]
+    key: SessionKey
     source: str
     idle_since: float
     """When it last carried a request (or opened)."""
@@ -101,16 +109,36 @@ def unpaired_to_evict(sessions: Sequence[UnpairedSession]) -> UnpairedSession | 
     return min(heaviest, key=lambda s: s.idle_since)
 
 
-class Admission:
-    """The counts behind the caps; ``incoming`` is the endpoint's incoming sessions by ID."""
+@dataclass(eq=False)
+class Entry(Generic[S]):
+    """One registered session; the transport keeps it and sets ``idle_since``."""
 
-    def __init__(self, incoming: Mapping[tuple[str, int], PeerSession]) -> None:
-        self._incoming = incoming
+    key: SessionKey
+    incoming: bool
+    session: S
+    source: str | None
+    idle_since: float
+    """When the peer's last request ended (or the session opened)."""
+
+
+REPLACED: Final = "a newer connection with the peer replaced this one"
+MADE_ROOM: Final = "this cluster made room for a newer session without a pairing"
+
+
+class SessionTable(Generic[S]):
+    """The handshake counts behind the caps, and the sessions per key and direction."""
+
+    def __init__(self) -> None:
+        self._incoming: dict[SessionKey, Entry[S]] = {}
+        self._outgoing: dict[SessionKey, Entry[S]] = {}
+        self._current: dict[SessionKey, Entry[S]] = {}
         self._tls = 0
         self._strangers = 0
         self._from: dict[str, int] = {}
         self._handshakes_of: dict[str, int] = {}
         self.refused_connections = 0
+
+    # -- handshakes -------------------------------------------------------------------------
 
     def begin_handshake(self, source: str) -> HandshakePlace | None:
         """Count one more incoming connection from ``source`` before its TLS handshake, or
@@ -142,6 +170,20 @@ class Admission:
         place.stage = "stranger"
         return True
 
+    def admit(self, place: HandshakePlace, hypernet_id: str, *, pairings: int) -> None:
+        """Count ``place`` against ``hypernet_id`` (with ``pairings`` pairings recorded
+        here) until :meth:`end_handshake`, or LimitExceeded past its connections."""
+        connections = self._handshakes_of.get(hypernet_id, 0) + sum(
+            1 for owner, _ in self._incoming if owner == hypernet_id
+        )
+        if connections >= MAX_CONNECTIONS_PER_HYPERNET_ID * (1 + pairings):
+            raise LimitExceeded(
+                "too many connections from this HyperNet ID",
+                details={"limit": "connections_per_hypernet_id"},
+            )
+        self._handshakes_of[hypernet_id] = self._handshakes_of.get(hypernet_id, 0) + 1
+        place.hypernet_id = hypernet_id
+
     def end_handshake(self, place: HandshakePlace) -> None:
         """The handshake ended, whichever way: free what it still held (idempotent)."""
         if place.stage == "tls":
@@ -151,40 +193,78 @@ class Admission:
             self._strangers -= 1
             self._leave_source(place.source)
         place.stage = "ended"
+        if place.hypernet_id is not None:
+            left = self._handshakes_of.pop(place.hypernet_id) - 1
+            if left:
+                self._handshakes_of[place.hypernet_id] = left
+            place.hypernet_id = None
 
     def _leave_source(self, source: str) -> None:
         left = self._from.pop(source) - 1
         if left:
             self._from[source] = left
 
-    @contextmanager
-    def admitted(self, hypernet_id: str, *, pairings: int) -> Iterator[None]:
-        """Reserve a place for an incoming handshake of ``hypernet_id``, which has
-        ``pairings`` pairings recorded with this cluster, or LimitExceeded."""
-        connections = self._handshakes_of.get(hypernet_id, 0) + sum(
-            1
-            for (owner, _), session in self._incoming.items()
-            if owner == hypernet_id and not session.closed.is_set()
-        )
-        if connections >= MAX_CONNECTIONS_PER_HYPERNET_ID * (1 + pairings):
-            raise LimitExceeded(
-                "too many connections from this HyperNet ID",
-                details={"limit": "connections_per_hypernet_id"},
-            )
-        self._handshakes_of[hypernet_id] = self._handshakes_of.get(hypernet_id, 0) + 1
-        try:
-            yield
-        finally:
-            left = self._handshakes_of.pop(hypernet_id) - 1
-            if left:
-                self._handshakes_of[hypernet_id] = left
+    # -- sessions ---------------------------------------------------------------------------
 
-    def unpaired_to_close(
-        self, arriving: tuple[str, int], sessions: Sequence[UnpairedSession]
-    ) -> UnpairedSession | None:
-        """The unpaired session to close so that ``arriving`` (just registered) fits under
-        :data:`MAX_UNPAIRED_SESSIONS`, if it does not already."""
-        others = [s for s in sessions if s.key != arriving]
+    def register(
+        self,
+        key: SessionKey,
+        session: S,
+        *,
+        incoming: bool,
+        now: float,
+        source: str | None = None,
+    ) -> tuple[Entry[S], list[tuple[S, FiccError]]]:
+        """Make ``session`` its key's; the sessions to close (and why): the older one of the
+        same direction, and past :data:`MAX_UNPAIRED_SESSIONS` the one :func:`unpaired_to_evict`
+        picks."""
+        entry = Entry(key, incoming, session, source, now)
+        same_direction = self._incoming if incoming else self._outgoing
+        older = same_direction.get(key)
+        same_direction[key] = entry
+        self._current[key] = entry
+        closing: list[tuple[S, FiccError]] = []
+        if older is not None:
+            closing.append((older.session, Unavailable(REPLACED)))
+        if incoming and key[1] == 0:
+            victim = self._unpaired_to_close(key)
+            if victim is not None:
+                closing.append((victim.session, Unavailable(MADE_ROOM)))
+        return entry, closing
+
+    def _unpaired_to_close(self, arriving: SessionKey) -> Entry[S] | None:
+        others = {k: e for k, e in self._incoming.items() if k[1] == 0 and k != arriving}
         if len(others) < MAX_UNPAIRED_SESSIONS:
             return None
-        return unpaired_to_evict(others)
+        victim = unpaired_to_evict(
+            [UnpairedSession(k, e.source or k[0], e.idle_since) for k, e in others.items()]
+        )
+        return None if victim is None else others[victim.key]
+
+    def forget(self, entry: Entry[S]) -> None:
+        """``entry``'s session closed: requests go on the other direction's, if open."""
+        for entries in (self._incoming, self._outgoing):
+            if entries.get(entry.key) is entry:
+                del entries[entry.key]
+        if self._current.get(entry.key) is entry:
+            del self._current[entry.key]
+            other = self._incoming.get(entry.key) or self._outgoing.get(entry.key)
+            if other is not None:
+                self._current[entry.key] = other
+
+    def current(self, key: SessionKey) -> S | None:
+        """The session requests to ``key`` go on: the newest open one of either direction."""
+        entry = self._current.get(key)
+        return None if entry is None else entry.session
+
+    def of(self, key: SessionKey) -> list[S]:
+        """Every session of ``key``, both directions."""
+        entries = (self._incoming.get(key), self._outgoing.get(key))
+        return [entry.session for entry in entries if entry is not None]
+
+    def everyone(self) -> list[S]:
+        """Every registered session."""
+        return [e.session for e in (*self._incoming.values(), *self._outgoing.values())]
+
+    def __len__(self) -> int:
+        return len(self._incoming) + len(self._outgoing)

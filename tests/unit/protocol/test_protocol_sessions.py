@@ -1,68 +1,86 @@
-"""What one HyperNet ID may hold of the port (two connections per pairing it has, plus two),
-and what strangers may hold of the places friends need (G3)."""
+"""The endpoint's session table, sans-IO: what one HyperNet ID may hold of the port (two
+connections per pairing it has, plus two), what strangers may hold of the places friends need
+(G3, G5), and which session replaces which."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, cast
-
 import pytest
 
-from ficc.adapters.hypernet.admission import (
+from ficc.base.errors import LimitExceeded
+from ficc.protocol.sessions import (
+    MADE_ROOM,
     MAX_CONNECTIONS_PER_HYPERNET_ID,
     MAX_HANDSHAKES_IN_PROGRESS,
     MAX_HANDSHAKES_PER_SOURCE,
     MAX_TLS_HANDSHAKES,
     MAX_UNPAIRED_SESSIONS,
-    Admission,
+    REPLACED,
     HandshakePlace,
+    SessionTable,
     UnpairedSession,
     source_of,
     unpaired_to_evict,
 )
-from ficc.adapters.hypernet.endpoint import connect_backoff_seconds
-from ficc.base.errors import LimitExceeded
 
 PEER = "ab" * 32
+Admission = SessionTable[str]
 
 
-class _Open:
-    """An established incoming session, as the admission sees it: open or closed."""
-
-    def __init__(self) -> None:
-        self.closed = asyncio.Event()
-
-
-def _admit(admission: Admission, pairings: int) -> Any:
-    return admission.admitted(PEER, pairings=pairings)
+def _admit(table: Admission, pairings: int) -> HandshakePlace:
+    """A paired (or stranger) handshake of ``PEER`` past TLS, counted against its ID."""
+    place = table.begin_handshake("192.0.2.1")
+    assert place is not None
+    assert table.identify(place, paired=pairings > 0)
+    try:
+        table.admit(place, PEER, pairings=pairings)
+    except LimitExceeded:
+        table.end_handshake(place)
+        raise
+    return place
 
 
 @pytest.mark.parametrize("pairings", [0, 1, 3])
 def test_each_pairing_and_generation_zero_may_hold_two_connections(pairings: int) -> None:
-    incoming: dict[tuple[str, int], Any] = {}
-    admission = Admission(cast(Any, incoming))
+    table = Admission()
     allowed = MAX_CONNECTIONS_PER_HYPERNET_ID * (1 + pairings)
     for generation in range(1 + pairings):
-        incoming[(PEER, generation)] = _Open()
-    with _admit(admission, pairings):  # one reconnection of each, one after another
-        pass
-    held = [_admit(admission, pairings) for _ in range(allowed - len(incoming))]
-    for place in held:
-        place.__enter__()
+        table.register((PEER, generation), f"g{generation}", incoming=True, now=0.0)
+    table.end_handshake(_admit(table, pairings))  # one reconnection of each, one after another
+    held = [_admit(table, pairings) for _ in range(allowed - (1 + pairings))]
     with pytest.raises(LimitExceeded, match="too many connections"):
-        _admit(admission, pairings).__enter__()
+        _admit(table, pairings)
     for place in held:
-        place.__exit__(None, None, None)
-    with _admit(admission, pairings):
-        pass
+        table.end_handshake(place)
+        table.end_handshake(place)  # ending twice frees once
+    table.end_handshake(_admit(table, pairings))
 
 
-def test_a_closed_session_holds_no_place() -> None:
-    ended = _Open()
-    ended.closed.set()
-    admission = Admission(cast(Any, {(PEER, 0): ended, (PEER, 7): _Open()}))
-    with _admit(admission, 0), pytest.raises(LimitExceeded):
-        _admit(admission, 0).__enter__()
+def test_a_forgotten_session_holds_no_place() -> None:
+    table = Admission()
+    ended, _ = table.register((PEER, 0), "ended", incoming=True, now=0.0)
+    table.register((PEER, 7), "open", incoming=True, now=0.0)
+    table.forget(ended)
+    _admit(table, 0)
+    with pytest.raises(LimitExceeded):
+        _admit(table, 0)
+
+
+def test_a_newer_session_closes_the_older_of_its_direction_and_requests_follow_it() -> None:
+    table = Admission()
+    first, closing = table.register((PEER, 3), "in-1", incoming=True, now=0.0)
+    assert closing == []
+    outgoing, closing = table.register((PEER, 3), "out-1", incoming=False, now=1.0)
+    assert closing == []  # the other direction lives on beside it
+    assert table.current((PEER, 3)) == "out-1"
+    second, closing = table.register((PEER, 3), "in-2", incoming=True, now=2.0)
+    assert [(s, e.message) for s, e in closing] == [("in-1", REPLACED)]
+    table.forget(first)  # the replaced one closes: nothing of the newer is lost
+    assert sorted(table.of((PEER, 3))) == ["in-2", "out-1"]
+    table.forget(second)
+    assert table.current((PEER, 3)) == "out-1"  # requests go on the other direction's
+    table.forget(outgoing)
+    assert table.current((PEER, 3)) is None
+    assert len(table) == 0
 
 
 # -- fairness (G3): strangers cannot lock out friends ---------------------------------------
@@ -80,7 +98,7 @@ def _fill_stranger_places(admission: Admission) -> list[HandshakePlace]:
 
 
 def test_one_source_holds_at_most_its_places_and_another_source_still_gets_in() -> None:
-    admission = Admission({})
+    admission = Admission()
     held = [admission.begin_handshake("198.51.100.7") for _ in range(MAX_HANDSHAKES_PER_SOURCE)]
     assert all(held)
     assert admission.begin_handshake("198.51.100.7") is None
@@ -94,7 +112,7 @@ def test_one_source_holds_at_most_its_places_and_another_source_still_gets_in() 
 
 
 def test_a_paired_hypernet_id_gets_in_while_strangers_hold_every_stranger_place() -> None:
-    admission = Admission({})
+    admission = Admission()
     _fill_stranger_places(admission)
     stranger = admission.begin_handshake("192.0.2.1")
     assert stranger is not None
@@ -105,7 +123,7 @@ def test_a_paired_hypernet_id_gets_in_while_strangers_hold_every_stranger_place(
 
 
 def test_a_paired_connection_leaves_its_source_places_after_tls() -> None:
-    admission = Admission({})
+    admission = Admission()
     for _ in range(MAX_HANDSHAKES_PER_SOURCE):
         place = admission.begin_handshake("192.0.2.9")
         assert place is not None
@@ -114,7 +132,7 @@ def test_a_paired_connection_leaves_its_source_places_after_tls() -> None:
 
 
 def test_tls_handshakes_are_capped_in_total() -> None:
-    admission = Admission({})
+    admission = Admission()
     for index in range(MAX_TLS_HANDSHAKES):
         assert admission.begin_handshake(f"10.0.{index}.1") is not None
     assert admission.begin_handshake("10.1.0.1") is None
@@ -144,14 +162,25 @@ def test_a_full_set_of_unpaired_sessions_closes_the_idlest_of_the_busiest_source
         UnpairedSession(("bb" * 32, 0), "192.0.2.2", idle_since=2.0),
     ]
     newcomer = UnpairedSession(("cc" * 32, 0), "192.0.2.3", idle_since=99.0)
-    admission = Admission({})
-    assert admission.unpaired_to_close(newcomer.key, [*flood[1:], *others, newcomer]) is None
-    victim = admission.unpaired_to_close(newcomer.key, [*flood, *others, newcomer])
-    assert victim == flood[0]  # the flooding source loses its own, not the idler friends
+    assert unpaired_to_evict([*flood, *others, newcomer]) == flood[0]
     assert unpaired_to_evict(others) == others[0]
     assert unpaired_to_evict([]) is None
 
 
-def test_a_refused_connect_is_tried_again_after_a_doubling_pause() -> None:
-    pauses = [connect_backoff_seconds(attempt) for attempt in range(7)]
-    assert pauses == [0.1, 0.2, 0.4, 0.8, 1.6, 1.6, 1.6]
+def test_past_the_unpaired_cap_a_newcomer_closes_the_idlest_of_the_busiest_source() -> None:
+    table = Admission()
+    for index in range(MAX_UNPAIRED_SESSIONS - 1):
+        _, closing = table.register(
+            (f"{index:064x}", 0),
+            f"flood-{index}",
+            incoming=True,
+            now=10.0 + index,
+            source="198.51.100.7",
+        )
+        assert closing == []
+    _, closing = table.register(("aa" * 32, 0), "friend", incoming=True, now=1.0, source="a")
+    assert closing == []  # exactly at the cap
+    _, closing = table.register(("cc" * 32, 0), "new", incoming=True, now=99.0, source="b")
+    assert [(s, e.message) for s, e in closing] == [("flood-0", MADE_ROOM)]
+    _, closing = table.register(("dd" * 32, 5), "paired", incoming=True, now=99.0, source="b")
+    assert closing == []  # paired sessions are never counted nor closed for room
