@@ -14,7 +14,7 @@ from ficc.adapters.hypernet.binding import (
     relay_mode,
 )
 from ficc.adapters.hypernet.endpoint import HyperNetEndpoint
-from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import WRITE_STALL_VARIABLE, FrameStream
 from ficc.protocol.limits import SessionLimits
 from ficc.protocol.sessions import (

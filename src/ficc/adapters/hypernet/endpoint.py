@@ -35,7 +35,7 @@ from ficc.adapters.hypernet.binding import (
 from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
-from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
