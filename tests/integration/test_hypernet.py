@@ -158,7 +158,8 @@ async def still_serves(server: Cluster, client: Cluster, generation: int = 0) ->
         generation=generation,
         ticket=server.endpoint.ticket,
     )
-    assert result == {"echo": {"n": 1}}
+    assert result.body == {"echo": {"n": 1}}
+    assert result.identity.cluster_key == server.key.public_key
 
 
 async def raw_session(
@@ -183,7 +184,8 @@ async def test_two_clusters_complete_the_handshake_and_answer_requests_both_ways
     async with asyncio.timeout(DEADLINE_SECONDS):
         await still_serves(server, client)
         back = await server.endpoint.request(client.endpoint.hypernet_id, "echo", {"back": True})
-    assert back == {"echo": {"back": True}}
+    assert back.body == {"echo": {"back": True}}
+    assert back.identity == PeerIdentity(client.endpoint.hypernet_id, client.key.public_key, 0)
     assert server.seen[0] == PeerIdentity(client.endpoint.hypernet_id, client.key.public_key, 0)
     assert client.seen[0].cluster_key == server.key.public_key
     assert len(server.endpoint.hypernet_id) == 64
@@ -413,7 +415,7 @@ async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
                 generation=4,
                 ticket=server.endpoint.ticket,
             )
-            assert answer == {"text": "x" * size}
+            assert answer.body == {"text": "x" * size}
         await still_serves(server, client, generation=4)
 
 
@@ -452,7 +454,10 @@ async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_sess
                 generation=4,
                 ticket=server.endpoint.ticket,
             )
-            assert answer == {"chars": size, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+            assert answer.body == {
+                "chars": size,
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
         await still_serves(server, client, generation=4)
 
 
@@ -598,7 +603,7 @@ async def test_a_peer_killed_with_sigkill_is_noticed_within_five_seconds(
             result = await client.endpoint.request(
                 peer["hypernet_id"], "echo", {"x": 1}, ticket=peer["ticket"]
             )
-            assert result == {"operation": "echo", "body": {"x": 1}}
+            assert result.body == {"operation": "echo", "body": {"x": 1}}
             session = client.endpoint.session(peer["hypernet_id"])
             assert session is not None
         loop = asyncio.get_running_loop()

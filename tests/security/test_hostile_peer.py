@@ -447,9 +447,10 @@ class _InProcess:
         generation = GENERATION if self.paired else 0
         self.client.disconnect(self.server.hypernet_id, generation, Unavailable("reconnect"))
         ticket = str(iroh.EndpointTicket.from_addr(self.address))
-        return await self.client.request(
+        answer = await self.client.request(
             self.server.hypernet_id, "echo", {"n": 1}, generation=generation, ticket=ticket
         )
+        return answer.body
 
 
 @pytest.fixture
@@ -642,7 +643,7 @@ async def served_until(friend: Victim, victim: Victim, done: asyncio.Future[Any]
             ticket=victim.endpoint.ticket,
             timeout_seconds=5,
         )
-        assert answer == {"echo": 1}
+        assert answer.body == {"echo": 1}
         served += 1
     return served
 

@@ -23,7 +23,7 @@ from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
-from ficc.services.peer_channel import PeerIdentity
+from ficc.services.peer_channel import Answer, PeerIdentity
 
 
 class FakeTransport:
@@ -47,12 +47,6 @@ class FakeTransport:
     async def stop(self) -> None:
         return None
 
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
-        other = self.others.get(hypernet_id)
-        if other is None:
-            return None
-        return PeerIdentity(hypernet_id, other.cluster.cluster_key.public_key, generation)
-
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         return None
 
@@ -66,7 +60,7 @@ class FakeTransport:
         ticket: str | None = None,
         timeout_seconds: float | None = None,
         max_answer_bytes: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Answer:
         answer = await self._served(peer, generation, operation, body)
         if not isinstance(answer, dict):
             raise AssertionError(f"{operation} answered a stream")
@@ -75,7 +69,8 @@ class FakeTransport:
             self.lose_answer_of.discard(operation)
             self.lost[operation] = crossed
             raise OutcomeUnknown(f"the outcome of {operation} is unknown: the answer was lost")
-        return crossed
+        server = self.others[peer].cluster.cluster_key.public_key
+        return Answer(PeerIdentity(peer, server, generation), crossed)
 
     @contextlib.asynccontextmanager
     async def stream(

@@ -50,7 +50,13 @@ from ficc.protocol.handshake import Role, Session
 from ficc.protocol.limits import SessionLimits
 from ficc.protocol.sessions import HandshakePlace, SessionKey, SessionTable, source_of
 from ficc.protocol.signing import Signer, Verify
-from ficc.services.peer_channel import BodyBound, PeerIdentity, PeerLookup, RequestHandler
+from ficc.services.peer_channel import (
+    Answer,
+    BodyBound,
+    PeerIdentity,
+    PeerLookup,
+    RequestHandler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +174,6 @@ class HyperNetEndpoint:
     def ticket(self) -> str:
         """The HyperNet ID plus current addresses, as one string for a peer."""
         return str(iroh.EndpointTicket.from_addr(self._bound.addr()))
-
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
-        """The proven identity of the open session with a peer's pairing, if any."""
-        session = self.session(hypernet_id, generation)
-        return None if session is None else session.identity
 
     def session(self, hypernet_id: str, generation: int = 0) -> PeerSession | None:
         """The open session with a peer's pairing at ``generation`` (0: none), if any."""
@@ -396,11 +397,13 @@ class HyperNetEndpoint:
         ticket: str | None = None,
         timeout_seconds: float | None = None,
         max_answer_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        """Send ``operation`` to ``peer``'s pairing at ``generation``; return its JSON result."""
+    ) -> Answer:
+        """Send ``operation`` to ``peer``'s pairing at ``generation``; return who answered
+        (as the session's handshake proved it) and its JSON result."""
         session = await self.connect(peer, generation=generation, ticket=ticket)
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return await session.request(operation, body, timeout, max_answer_bytes)
+        body = await session.request(operation, body, timeout, max_answer_bytes)
+        return Answer(session.identity, body)
 
     def stream(
         self,
