@@ -49,6 +49,11 @@ MAX_UNPAIRED_SESSIONS: Final = 32
 session of the source holding the most (each also idles out after ``UNPAIRED_IDLE_SECONDS``)."""
 IPV6_SOURCE_PREFIX: Final = 64
 """An IPv6 source is its /64: one host is commonly given a whole /64."""
+CONNECT_BACKOFF_SECONDS: Final = 0.1
+"""A refused or failed connect is tried again after 0.1 s, then 0.2, 0.4 … s (doubling, at most
+``MAX_CONNECT_BACKOFF_SECONDS``), as long as the connect deadline allows: a peer whose handshake
+places are briefly full is reached. No request has been sent, so nothing is replayed."""
+MAX_CONNECT_BACKOFF_SECONDS: Final = 1.6
 
 SessionKey = tuple[str, int]
 """A session's place in the table: the peer's HyperNet ID and the pairing generation."""
@@ -70,6 +75,11 @@ def source_of(address: str) -> str:
             return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/{IPV6_SOURCE_PREFIX}", strict=False))
     return str(ip)
+
+
+def connect_backoff_seconds(attempt: int) -> float:
+    """The pause after failed connect attempt ``attempt`` (0 first): 0.1, 0.2, 0.4 … 1.6 s."""
+    return float(min(CONNECT_BACKOFF_SECONDS * 2.0**attempt, MAX_CONNECT_BACKOFF_SECONDS))
 
 
 @dataclass
@@ -152,23 +162,25 @@ class SessionTable(Generic[S]):
         self._from[source] = self._from.get(source, 0) + 1
         return HandshakePlace(source)
 
-    def identify(self, place: HandshakePlace, *, paired: bool) -> bool:
+    def identify(self, place: HandshakePlace, *, paired: bool) -> None:
         """TLS proved the HyperNet ID: a paired one leaves the stranger counts; a stranger
-        takes a stranger place, or False when all are taken (refuse it; the place is ended)."""
+        takes a stranger place, or LimitExceeded when all are taken (the place is ended)."""
         assert place.stage == "tls"
         self._tls -= 1
         if paired:
             self._leave_source(place.source)
             place.stage = "paired"
-            return True
+            return
         if self._strangers >= MAX_HANDSHAKES_IN_PROGRESS:
             self._leave_source(place.source)
             place.stage = "ended"
             self.refused_connections += 1
-            return False
+            raise LimitExceeded(
+                "too many handshakes in progress; try again shortly",
+                details={"limit": "handshakes_in_progress"},
+            )
         self._strangers += 1
         place.stage = "stranger"
-        return True
 
     def admit(self, place: HandshakePlace, hypernet_id: str, *, pairings: int) -> None:
         """Count ``place`` against ``hypernet_id`` (with ``pairings`` pairings recorded

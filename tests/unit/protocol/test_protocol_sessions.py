@@ -18,6 +18,7 @@ from ficc.protocol.sessions import (
     HandshakePlace,
     SessionTable,
     UnpairedSession,
+    connect_backoff_seconds,
     source_of,
     unpaired_to_evict,
 )
@@ -30,7 +31,7 @@ def _admit(table: Admission, pairings: int) -> HandshakePlace:
     """A paired (or stranger) handshake of ``PEER`` past TLS, counted against its ID."""
     place = table.begin_handshake("192.0.2.1")
     assert place is not None
-    assert table.identify(place, paired=pairings > 0)
+    table.identify(place, paired=pairings > 0)
     try:
         table.admit(place, PEER, pairings=pairings)
     except LimitExceeded:
@@ -92,7 +93,7 @@ def _fill_stranger_places(admission: Admission) -> list[HandshakePlace]:
     for index in range(MAX_HANDSHAKES_IN_PROGRESS):
         place = admission.begin_handshake(f"203.0.113.{index // MAX_HANDSHAKES_PER_SOURCE}")
         assert place is not None
-        assert admission.identify(place, paired=False)
+        admission.identify(place, paired=False)
         places.append(place)
     return places
 
@@ -116,10 +117,11 @@ def test_a_paired_hypernet_id_gets_in_while_strangers_hold_every_stranger_place(
     _fill_stranger_places(admission)
     stranger = admission.begin_handshake("192.0.2.1")
     assert stranger is not None
-    assert not admission.identify(stranger, paired=False)  # refused after TLS, place freed
+    with pytest.raises(LimitExceeded, match="handshakes in progress"):
+        admission.identify(stranger, paired=False)  # refused after TLS, place freed
     friend = admission.begin_handshake("192.0.2.1")
     assert friend is not None
-    assert admission.identify(friend, paired=True)
+    admission.identify(friend, paired=True)
 
 
 def test_a_paired_connection_leaves_its_source_places_after_tls() -> None:
@@ -127,7 +129,7 @@ def test_a_paired_connection_leaves_its_source_places_after_tls() -> None:
     for _ in range(MAX_HANDSHAKES_PER_SOURCE):
         place = admission.begin_handshake("192.0.2.9")
         assert place is not None
-        assert admission.identify(place, paired=True)
+        admission.identify(place, paired=True)
     assert admission.begin_handshake("192.0.2.9") is not None
 
 
@@ -184,3 +186,8 @@ def test_past_the_unpaired_cap_a_newcomer_closes_the_idlest_of_the_busiest_sourc
     assert [(s, e.message) for s, e in closing] == [("flood-0", MADE_ROOM)]
     _, closing = table.register(("dd" * 32, 5), "paired", incoming=True, now=99.0, source="b")
     assert closing == []  # paired sessions are never counted nor closed for room
+
+
+def test_a_refused_connect_is_tried_again_after_a_doubling_pause() -> None:
+    pauses = [connect_backoff_seconds(attempt) for attempt in range(7)]
+    assert pauses == [0.1, 0.2, 0.4, 0.8, 1.6, 1.6, 1.6]

@@ -1,15 +1,10 @@
 """The HyperNet companion endpoint: iroh glue that drives the ficc.federation/1 core.
 
-Nothing above the adapters touches iroh. This module binds the endpoint (always with an
-explicit minimal preset and explicit bind addresses), accepts connections for our ALPN,
-runs the handshake, keeps one registry of peer sessions, and implements the
-:class:`~ficc.services.peer_channel.PeerChannel` port. One asyncio loop per process owns
-iroh: the bindings' event loop is process-global.
-
-Sessions are kept per HyperNet ID and pairing generation: two clusters may hold several
-pairings (one per project), each on its own sessions, and generation 0 carries the pairing
-operations. What a stranger may hold and which session replaces which are the rules of
-:class:`~ficc.protocol.sessions.SessionTable`; this module only asks it.
+Nothing above the adapters touches iroh. This module binds the endpoint (an explicit minimal
+preset and explicit bind addresses), accepts connections for our ALPN, runs the handshake and
+implements the :class:`~ficc.services.peer_channel.PeerChannel` port; which session is whose
+and what a stranger may hold are asked of :class:`~ficc.protocol.sessions.SessionTable`. One
+asyncio loop per process owns iroh: the bindings' event loop is process-global.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,7 +25,9 @@ from ficc.adapters.hypernet.binding import (
     bind_addresses,
     claim_event_loop,
     peer_address,
+    refuse_incoming,
     relay_mode,
+    source_of_incoming,
 )
 from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
@@ -48,7 +45,12 @@ from ficc.base.errors import (
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role, Session
 from ficc.protocol.limits import SessionLimits
-from ficc.protocol.sessions import HandshakePlace, SessionKey, SessionTable, source_of
+from ficc.protocol.sessions import (
+    HandshakePlace,
+    SessionKey,
+    SessionTable,
+    connect_backoff_seconds,
+)
 from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import (
     Answer,
@@ -67,11 +69,6 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
 """An incoming handshake must complete this long after TLS (each step has the shorter silent
 deadline of ``SessionLimits.silent_seconds``)."""
-CONNECT_BACKOFF_SECONDS: Final = 0.1
-"""A refused or failed connect is tried again after 0.1 s, then 0.2, 0.4 … s (doubling, at most
-``MAX_CONNECT_BACKOFF_SECONDS``), as long as the connect deadline allows: a peer whose handshake
-places are briefly full is reached. No request has been sent, so nothing is replayed."""
-MAX_CONNECT_BACKOFF_SECONDS: Final = 1.6
 
 
 class HyperNetEndpoint:
@@ -147,13 +144,6 @@ class HyperNetEndpoint:
             with contextlib.suppress(asyncio.CancelledError, FiccError):
                 await task
 
-    async def __aenter__(self) -> HyperNetEndpoint:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.stop()
-
     @property
     def _bound(self) -> iroh.Endpoint:
         if self._endpoint is None:
@@ -192,8 +182,26 @@ class HyperNetEndpoint:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def _register(self, session: PeerSession) -> None:
-        """Make ``session`` its pairing's; close what the table says it replaces."""
+    def _register(
+        self,
+        connection: iroh.Connection,
+        handshake: tuple[Session, FrameStream],
+        source: str | None = None,
+    ) -> PeerSession:
+        """Start the session a handshake made, its pairing's now; close what it replaces."""
+        session_state, control = handshake
+        session = PeerSession(
+            source=source,
+            connection=connection,
+            control=control,
+            session=session_state,
+            signer=self._signer,
+            verify=self._verify,
+            handler=self._handler,
+            on_closed=self._forget,
+            limits=self._limits,
+            body_bound=self._body_bound,
+        )
         identity = session.identity
         session.entry, closing = self._table.register(
             (identity.hypernet_id, identity.generation),
@@ -206,6 +214,7 @@ class HyperNetEndpoint:
         session.start()
         for older, reason in closing:
             older.close(reason)
+        return session
 
     def _forget(self, session: PeerSession, reason: FiccError) -> None:
         if session.entry is not None:
@@ -214,26 +223,6 @@ class HyperNetEndpoint:
         log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
         if self._on_peer_lost is not None:
             self._on_peer_lost(session.identity, reason)
-
-    def _new_session(
-        self,
-        connection: iroh.Connection,
-        handshake: tuple[Session, FrameStream],
-        source: str | None = None,
-    ) -> PeerSession:
-        session_state, control = handshake
-        return PeerSession(
-            source=source,
-            connection=connection,
-            control=control,
-            session=session_state,
-            signer=self._signer,
-            verify=self._verify,
-            handler=self._handler,
-            on_closed=self._forget,
-            limits=self._limits,
-            body_bound=self._body_bound,
-        )
 
     async def _accept_loop(self) -> None:
         endpoint = self._bound
@@ -245,20 +234,14 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
-            source = await _source_of(incoming)
+            source = await source_of_incoming(incoming)
             place = self._table.begin_handshake(source)
             if place is None:
-                self._spawn(_refuse_incoming(incoming))
+                self._spawn(refuse_incoming(incoming))
                 continue
             self._spawn(self._accept(incoming, place))
 
     async def _accept(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
-        try:
-            await self._accept_one(incoming, place)
-        finally:
-            self._table.end_handshake(place)
-
-    async def _accept_one(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
         """TLS, then the handshake; a connection silent past ``silent_seconds`` at either
         step is dropped, and a stranger past the stranger places is refused after TLS."""
         connection: iroh.Connection | None = None
@@ -268,30 +251,25 @@ class HyperNetEndpoint:
                 connection = await (await incoming.accept()).connect()
             remote = bytes(connection.remote_id().to_bytes()).hex()
             pairings = len(await self._lookup(remote))
-            if not self._table.identify(place, paired=pairings > 0):
-                raise LimitExceeded(
-                    "too many handshakes in progress; try again shortly",
-                    details={"limit": "handshakes_in_progress"},
-                )
+            self._table.identify(place, paired=pairings > 0)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
                 self._table.admit(place, remote, pairings=pairings)
                 handshake = await self._handshake(
                     connection, Role.RESPONDER, first_message_seconds=silent
                 )
-                self._register(self._new_session(connection, handshake, place.source))
-                return
+                self._register(connection, handshake, place.source)
         except TimeoutError:
             log.info("an incoming HyperNet handshake timed out")
             if connection is not None:
                 await refuse(connection, None, ProtocolError("the handshake timed out"))
-            return
         except iroh.IrohError as exc:
             log.info("an incoming HyperNet connection failed: %s", describe(exc))
-            return
         except FiccError as exc:
             log.info("an incoming HyperNet handshake failed: %s", exc.message)
             if connection is not None:
                 await refuse(connection, None, exc)
+        finally:
+            self._table.end_handshake(place)
 
     async def _handshake(
         self,
@@ -381,9 +359,7 @@ class HyperNetEndpoint:
             raise
         except iroh.IrohError as exc:
             raise translate(exc, f"connecting to the peer {peer}") from exc
-        session = self._new_session(connection, handshake)
-        self._register(session)
-        return session
+        return self._register(connection, handshake)
 
     # -- the PeerChannel port -------------------------------------------------------------
 
@@ -405,7 +381,8 @@ class HyperNetEndpoint:
         body = await session.request(operation, body, timeout, max_answer_bytes)
         return Answer(session.identity, body)
 
-    def stream(
+    @asynccontextmanager
+    async def stream(
         self,
         peer: str,
         operation: str,
@@ -414,45 +391,9 @@ class HyperNetEndpoint:
         generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
-    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Send ``operation`` and iterate the chunks it streams back."""
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return self._stream(peer, operation, body, generation, ticket, timeout)
-
-    @asynccontextmanager
-    async def _stream(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, Any],
-        generation: int,
-        ticket: str | None,
-        timeout_seconds: float,
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
         session = await self.connect(peer, generation=generation, ticket=ticket)
-        async with session.stream(operation, body, timeout_seconds) as chunks:
+        async with session.stream(operation, body, timeout) as chunks:
             yield chunks
-
-
-def connect_backoff_seconds(attempt: int) -> float:
-    """The pause after failed connect attempt ``attempt`` (0 first): 0.1, 0.2, 0.4 … 1.6 s."""
-    return float(min(CONNECT_BACKOFF_SECONDS * 2.0**attempt, MAX_CONNECT_BACKOFF_SECONDS))
-
-
-async def _source_of(incoming: iroh.Incoming) -> str:
-    """The source an incoming connection is counted under, before its TLS handshake."""
-    try:
-        address = await incoming.remote_addr()
-    except iroh.IrohError:
-        return "unknown"
-    if isinstance(address, iroh.IncomingAddr.IP):
-        return source_of(address.addr)
-    if isinstance(address, iroh.IncomingAddr.RELAY):
-        return f"relay:{address.endpoint_id}"
-    return "other"
-
-
-async def _refuse_incoming(incoming: iroh.Incoming) -> None:
-    """Refuse a connection before its TLS handshake (too many handshakes in progress)."""
-    with contextlib.suppress(iroh.IrohError):
-        await incoming.refuse()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,18 +23,12 @@ from iroh import Connection, IrohError
 from ficc.adapters import metrics
 from ficc.adapters.hypernet.accounting import counted
 from ficc.adapters.hypernet.errors import describe
+from ficc.adapters.hypernet.requesting import Exchange
+from ficc.adapters.hypernet.serving import answer
 from ficc.adapters.hypernet.streams import ABANDON_SECONDS, FrameStream
-from ficc.adapters.logs import current_request_id, new_request_id
-from ficc.base.errors import FiccError, ProtocolError, Unavailable, error_from_code
-from ficc.protocol.answers import complete_request, parse_large_answer
+from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import (
-    AnswerEnded,
-    AnswerReceived,
-    DataReceived,
-    ErrorReceived,
-    Event,
-    LargeAnswerReceived,
     LargeBodyReceived,
     PeerClosed,
     RequestCancelled,
@@ -46,11 +40,11 @@ from ficc.protocol.frames import encode_frame
 from ficc.protocol.handshake import Session
 from ficc.protocol.limits import MAX_REQUESTS_IN_FLIGHT, MIN_READ_BYTES, SessionLimits
 from ficc.protocol.messages import Error, encode_message
-from ficc.protocol.outcomes import ending, refusal, unanswered
+from ficc.protocol.outcomes import unanswered
 from ficc.protocol.sessions import Entry
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import CANCELLED_CODE, PROTOCOL_ERROR_CODE, LocalProtocolError
-from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler, ending_reason
+from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +202,12 @@ class PeerSession:
                     self.protocol.max_body_bytes = self._body_bound(self.identity)
                 for event in self.protocol.receive(stream_id, data, self._loop.time()):
                     if isinstance(event, RequestReceived | LargeBodyReceived | RequestRefused):
-                        work = asyncio.ensure_future(self._answer(stream_id, stream, event))
-                        work.add_done_callback(lambda done: self._answered(stream_id, done, reader))
+                        work = asyncio.ensure_future(
+                            answer(self.protocol, stream, event, self._handler, self.identity)
+                        )
+                        work.add_done_callback(
+                            lambda done: self._answered(stream_id, stream, done, reader)
+                        )
                     elif isinstance(event, RequestCancelled):
                         if work is not None:
                             work.cancel()
@@ -241,11 +239,18 @@ class PeerSession:
             self.entry.idle_since = self._loop.time()
 
     def _answered(
-        self, stream_id: int, work: asyncio.Future[None], reader: asyncio.Task[Any] | None
+        self,
+        stream_id: int,
+        stream: FrameStream,
+        work: asyncio.Future[None],
+        reader: asyncio.Task[Any] | None,
     ) -> None:
-        """A handler's task ended: its own I/O failing ends the stream; else a pending read
-        now has the next request's deadline."""
+        """A request's task ended: a protocol error in its body closes the session, its own
+        I/O failing ends the stream; else a pending read has the next request's deadline."""
         failure = None if work.cancelled() else work.exception()
+        if isinstance(failure, ProtocolError):
+            self._spawn(self._fail(stream, failure))
+            return
         if failure is not None:
             log.debug("serving a request of %s ended: %r", self.identity.hypernet_id, failure)
             if reader is not None:
@@ -255,95 +260,6 @@ class PeerSession:
         timer = self._read_timers.get(stream_id)
         if timer is not None:
             timer.reschedule(self.protocol.read_deadline(stream_id))
-
-    async def _answer(
-        self,
-        stream_id: int,
-        stream: FrameStream,
-        received: RequestReceived | LargeBodyReceived | RequestRefused,
-    ) -> None:
-        request = received.request
-        if isinstance(received, LargeBodyReceived):
-            # Checked and decoded in a worker thread, gradually: the loop serves everyone else
-            # meanwhile. A body that fails is a protocol error, terminal like any.
-            try:
-                request = await asyncio.to_thread(complete_request, request, received.data)
-            except ProtocolError as exc:
-                await self._fail(stream, exc)
-                return
-        current_request_id.set(request.request_id or new_request_id())
-        with counted("in", metrics.operation_label(request.operation)) as outcome:
-            if isinstance(received, RequestRefused):  # its body was larger than grants allow
-                outcome.append(received.error.code)
-                await stream.write(self.protocol.send_error(stream_id, received.error))
-                return
-            try:
-                frames = self._handle(stream_id, request.operation, request.body)
-                async with contextlib.aclosing(frames):
-                    async for frame in frames:
-                        await stream.write(frame)
-            except asyncio.CancelledError as cancelled:
-                reason = ending_reason(cancelled)
-                if reason is None:
-                    raise  # the requester abandoned it, or the session is closing
-                # The serving side ended the request (its grant ended). The handler has
-                # unwound: its slot and engine request are freed; now tell the requester why.
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-                outcome.append(reason.code)
-                await self._tell_ended(stream_id, stream, reason)
-            except _HandlerFailed as failed:
-                # The handler's own failure (an engine down, a refusal, a bug): the requester
-                # is told; only this stream's own I/O failing leaves the outcome unknown.
-                error = refusal(failed.error)
-                if not isinstance(failed.error, FiccError):
-                    log.error("handler for %s failed", request.operation, exc_info=failed.error)
-                outcome.append(error.code)
-                await stream.write(self.protocol.send_error(stream_id, error))
-
-    async def _handle(
-        self, stream_id: int, operation: str, body: dict[str, Any]
-    ) -> AsyncGenerator[bytes, None]:
-        """The frames of the handler's answer, each made as it is to be written; whatever
-        the handler raises comes as :class:`_HandlerFailed`."""
-        protocol = self.protocol
-        transfer = metrics.is_transfer(metrics.operation_label(operation))
-        try:
-            result = await self._handler(self.identity, operation, body)
-        except Exception as exc:
-            raise _HandlerFailed(exc) from exc
-        if isinstance(result, dict):
-            yield protocol.send_answer(stream_id, result)
-            return
-        try:
-            while True:
-                try:
-                    chunk = await anext(result)
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    raise _HandlerFailed(exc) from exc
-                yield protocol.send_chunk(stream_id, chunk)
-                if transfer:
-                    metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
-        finally:
-            close = getattr(result, "aclose", None)
-            if close is not None:  # its ``finally`` runs now, whichever way this ends
-                await close()
-        yield protocol.send_end(stream_id)
-
-    async def _tell_ended(self, stream_id: int, stream: FrameStream, reason: FiccError) -> None:
-        """The frame :func:`~ficc.protocol.outcomes.ending` names if it goes out within
-        ``ABANDON_SECONDS``; else the reset code it names."""
-        told = ending(reason, torn=stream.torn)
-        if told.frame is not None:
-            with contextlib.suppress(FiccError, TimeoutError, LocalProtocolError):
-                frame = self.protocol.send_error(stream_id, told.frame)
-                async with asyncio.timeout(ABANDON_SECONDS):
-                    await stream.write(frame)
-                    return
-        await stream.reset_sending(told.code)
 
     # -- requesting -----------------------------------------------------------------------
 
@@ -356,19 +272,11 @@ class PeerSession:
     ) -> dict[str, Any]:
         """Send one request and return its JSON result (at most ``max_answer_bytes``)."""
         with counted("out", metrics.operation_label(operation)):
-            exchange = _Exchange(self, operation, timeout_seconds, per_message=False)
-            async with exchange.running():
-                await exchange.send(dict(body), streaming=False, max_answer_bytes=max_answer_bytes)
-                event = await exchange.next_event()
-                if isinstance(event, LargeAnswerReceived):
-                    # Decoded in a worker thread, gradually: the loop serves everyone else.
-                    answer = await asyncio.to_thread(parse_large_answer, event.data)
-                elif isinstance(event, AnswerReceived):
-                    answer = event.body
-                else:
-                    raise exchange.unexpected(event)
-                exchange.complete = True
-                return answer
+            async with self._exchange(operation, timeout_seconds, per_message=False) as exchange:
+                await exchange.send(
+                    operation, dict(body), streaming=False, max_answer_bytes=max_answer_bytes
+                )
+                return await exchange.json_answer()
         raise AssertionError("unreachable")  # pragma: no cover
 
     @asynccontextmanager
@@ -378,28 +286,51 @@ class PeerSession:
         """Send one request and iterate the chunks it streams back; ``timeout_seconds``
         bounds the wait for each."""
         label = metrics.operation_label(operation)
-        transfer = metrics.is_transfer(label)
         with counted("out", label):
-            exchange = _Exchange(self, operation, timeout_seconds, per_message=True)
-            async with exchange.running():
-                await exchange.send(dict(body), streaming=True)
-                first = await exchange.next_event()
-                if not isinstance(first, DataReceived | AnswerEnded):
-                    raise exchange.unexpected(first)
-
-                async def chunks() -> AsyncGenerator[bytes, None]:
-                    event: Event = first
-                    while isinstance(event, DataReceived):
-                        if transfer:
-                            metrics.TRANSFER_BYTES.labels(direction="in").inc(len(event.data))
-                        yield event.data
-                        event = await exchange.next_event()
-                    if not isinstance(event, AnswerEnded):
-                        raise exchange.unexpected(event)
-                    exchange.complete = True
-
-                async with contextlib.aclosing(chunks()) as iterator:
+            async with self._exchange(operation, timeout_seconds, per_message=True) as exchange:
+                await exchange.send(operation, dict(body), streaming=True)
+                chunks = await exchange.streamed(transfer=metrics.is_transfer(label))
+                async with contextlib.aclosing(chunks) as iterator:
                     yield iterator
+
+    @asynccontextmanager
+    async def _exchange(
+        self, operation: str, timeout_seconds: float, *, per_message: bool
+    ) -> AsyncIterator[Exchange]:
+        """A stream for one request, its deadline (over the whole answer, or per message),
+        and its cleanup on every exit: an answered stream is kept for the next request, an
+        unanswered one cancelled and reset."""
+        exchange: Exchange | None = None
+        try:
+            async with asyncio.timeout(None if per_message else timeout_seconds):
+                async with self._slots:
+                    stream_id, stream = await self._take_stream()
+                    exchange = Exchange(
+                        self.protocol,
+                        stream_id,
+                        stream,
+                        self._read,
+                        self._loop.time,
+                        message_timeout=timeout_seconds if per_message else None,
+                    )
+                    yield exchange
+        except TimeoutError as exc:
+            why = f"no answer from the peer within {timeout_seconds} s"
+            raise unanswered(operation, why, sent=exchange is not None and exchange.sent) from exc
+        except Unavailable as exc:
+            if exchange is not None and exchange.sent and not exchange.complete:
+                raise unanswered(operation, exc.message, sent=True) from exc
+            raise
+        except ProtocolError as exc:
+            if exchange is None or not exchange.complete:
+                await self._fail(None if exchange is None else exchange.stream, exc)
+            raise
+        finally:
+            if exchange is not None:
+                if exchange.complete:
+                    self._return_stream(exchange.stream_id)
+                else:
+                    self._abandon(exchange.stream_id, sent=exchange.sent)
 
     async def _take_stream(self) -> tuple[int, FrameStream]:
         """An idle stream to reuse, else a new one."""
@@ -443,98 +374,6 @@ class PeerSession:
             await stream.reset(CANCELLED_CODE)
 
         self._spawn(abandon())
-
-
-class _Exchange:
-    """One request of ours on one stream: its deadline, and its cleanup on every exit (an
-    answered stream is kept for the next request, an unanswered one cancelled and reset)."""
-
-    def __init__(
-        self, session: PeerSession, operation: str, timeout_seconds: float, *, per_message: bool
-    ) -> None:
-        self._session = session
-        self._operation = operation
-        self._timeout = timeout_seconds
-        self._per_message = per_message
-        self._stream_id = 0
-        self._stream: FrameStream | None = None
-        self._events: list[Event] = []
-        self._sent = False
-        self.complete = False
-        """The answer is whole: the stream may carry the next request."""
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        session = self._session
-        try:
-            async with asyncio.timeout(None if self._per_message else self._timeout):
-                async with session._slots:
-                    self._stream_id, self._stream = await session._take_stream()
-                    yield
-        except TimeoutError as exc:
-            raise self._unanswered(f"no answer from the peer within {self._timeout} s") from exc
-        except Unavailable as exc:
-            if self._sent and not self.complete:
-                raise self._unanswered(exc.message) from exc
-            raise
-        except ProtocolError as exc:
-            if not self.complete:
-                await session._fail(self._stream, exc)
-            raise
-        finally:
-            if self._stream is not None:
-                if self.complete:
-                    session._return_stream(self._stream_id)
-                else:
-                    session._abandon(self._stream_id, sent=self._sent)
-
-    def _unanswered(self, why: str) -> FiccError:
-        return unanswered(self._operation, why, sent=self._sent)
-
-    async def send(
-        self, body: dict[str, Any], *, streaming: bool, max_answer_bytes: int | None = None
-    ) -> None:
-        """The request in one frame; a body too large for it follows as chunks and an end."""
-        assert self._stream is not None
-        frames = self._session.protocol.send_request(
-            self._stream_id,
-            self._operation,
-            body,
-            current_request_id.get(),
-            streaming=streaming,
-            max_answer_bytes=max_answer_bytes,
-        )
-        self._sent = True
-        await self._stream.write(frames)
-
-    async def next_event(self) -> Event:
-        """What the peer's next bytes on the stream come to."""
-        assert self._stream is not None
-        session = self._session
-        while not self._events:
-            async with asyncio.timeout(self._timeout if self._per_message else None):
-                data = await session._read(self._stream_id, self._stream)
-            events = session.protocol.receive(self._stream_id, data, session._loop.time())
-            self._events = events[::-1]
-        return self._events.pop()
-
-    def unexpected(self, event: Event) -> FiccError:
-        """The error for an event that does not answer a request of this kind."""
-        if isinstance(event, ErrorReceived):
-            self.complete = True
-            return error_from_code(event.error.code, event.error.message, event.error.details)
-        if isinstance(event, StreamEnded):
-            return Unavailable("the peer ended the request's stream without an answer")
-        return ProtocolError(f"unexpected {type(event).__name__} in answer to a request")
-
-
-class _HandlerFailed(Exception):
-    """What the handler raised, to tell the requester as an error frame (unlike the same
-    error raised by this stream's own reads and writes)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _stop(task: asyncio.Task[None] | None) -> None:
