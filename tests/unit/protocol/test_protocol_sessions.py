@@ -5,6 +5,9 @@ connections per pairing it has, plus two), what strangers may hold of the places
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ficc.base.errors import LimitExceeded
 from ficc.protocol.sessions import (
@@ -15,7 +18,9 @@ from ficc.protocol.sessions import (
     MAX_TLS_HANDSHAKES,
     MAX_UNPAIRED_SESSIONS,
     REPLACED,
+    Entry,
     HandshakePlace,
+    SessionKey,
     SessionTable,
     UnpairedSession,
     connect_backoff_seconds,
@@ -191,3 +196,118 @@ def test_past_the_unpaired_cap_a_newcomer_closes_the_idlest_of_the_busiest_sourc
 def test_a_refused_connect_is_tried_again_after_a_doubling_pause() -> None:
     pauses = [connect_backoff_seconds(attempt) for attempt in range(7)]
     assert pauses == [0.1, 0.2, 0.4, 0.8, 1.6, 1.6, 1.6]
+
+
+PEERS = [f"{index:02x}" * 32 for index in range(40)]
+SOURCES = ["192.0.2.1", "192.0.2.2", "198.51.100.7"]
+
+
+class SessionsMachine(RuleBasedStateMachine):
+    """Any order of handshakes, registrations and closes keeps the caps, frees every place
+    it took, keeps one session per key and direction, and sends requests to a live one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table: SessionTable[int] = SessionTable()
+        self.places: list[HandshakePlace] = []
+        self.entries: dict[tuple[SessionKey, bool], Entry[int]] = {}
+        self.serial = 0
+
+    def _at(self, *stages: str) -> list[HandshakePlace]:
+        return [place for place in self.places if place.stage in stages]
+
+    @rule(source=st.sampled_from(SOURCES))
+    def begin(self, source: str) -> None:
+        held = [p for p in self._at("tls", "stranger") if p.source == source]
+        full = len(self._at("tls")) >= MAX_TLS_HANDSHAKES or len(held) >= MAX_HANDSHAKES_PER_SOURCE
+        place = self.table.begin_handshake(source)
+        assert (place is None) == full
+        if place is not None:
+            self.places.append(place)
+
+    @precondition(lambda self: self._at("tls"))
+    @rule(data=st.data(), paired=st.booleans())
+    def identify(self, data: st.DataObject, paired: bool) -> None:
+        place = data.draw(st.sampled_from(self._at("tls")))
+        if not paired and len(self._at("stranger")) >= MAX_HANDSHAKES_IN_PROGRESS:
+            with pytest.raises(LimitExceeded):
+                self.table.identify(place, paired=paired)
+            assert place.stage == "ended"
+            return
+        self.table.identify(place, paired=paired)
+        assert place.stage == ("paired" if paired else "stranger")
+
+    @precondition(lambda self: [p for p in self._at("paired", "stranger") if not p.hypernet_id])
+    @rule(data=st.data(), peer=st.sampled_from(PEERS[:3]), pairings=st.integers(0, 2))
+    def admit(self, data: st.DataObject, peer: str, pairings: int) -> None:
+        place = data.draw(
+            st.sampled_from([p for p in self._at("paired", "stranger") if not p.hypernet_id])
+        )
+        held = sum(p.hypernet_id == peer for p in self.places) + sum(
+            incoming and key[0] == peer for key, incoming in self.entries
+        )
+        if held >= MAX_CONNECTIONS_PER_HYPERNET_ID * (1 + pairings):
+            with pytest.raises(LimitExceeded, match="too many connections"):
+                self.table.admit(place, peer, pairings=pairings)
+            return
+        self.table.admit(place, peer, pairings=pairings)
+        assert place.hypernet_id == peer
+
+    @precondition(lambda self: self._at("tls", "stranger", "paired"))
+    @rule(data=st.data())
+    def end(self, data: st.DataObject) -> None:
+        place = data.draw(st.sampled_from(self._at("tls", "stranger", "paired")))
+        self.table.end_handshake(place)
+        assert (place.stage, place.hypernet_id) == ("ended", None)
+
+    @rule(
+        peer=st.sampled_from(PEERS), generation=st.sampled_from([0, 0, 3]), incoming=st.booleans()
+    )
+    def register(self, peer: str, generation: int, incoming: bool) -> None:
+        self.serial += 1
+        key = (peer, generation)
+        entry, closing = self.table.register(
+            key, self.serial, incoming=incoming, now=float(self.serial), source=peer[:2]
+        )
+        older = self.entries.get((key, incoming))
+        closed = [session for session, _ in closing]
+        assert older is None or older.session in closed
+        assert self.serial not in closed
+        self.entries[(key, incoming)] = entry
+        for place, known in list(self.entries.items()):
+            if known.session in closed and known is not entry:  # the transport closes it
+                self.table.forget(known)
+                del self.entries[place]
+
+    @precondition(lambda self: self.entries)
+    @rule(data=st.data())
+    def forget(self, data: st.DataObject) -> None:
+        place = data.draw(st.sampled_from(sorted(self.entries)))
+        self.table.forget(self.entries.pop(place))
+
+    @invariant()
+    def one_session_per_key_and_direction_and_requests_go_on_a_live_one(self) -> None:
+        assert len(self.table) == len(self.entries)
+        for key in {key for key, _ in self.entries} | {(PEERS[0], 0)}:
+            live = [e.session for (k, _), e in self.entries.items() if k == key]
+            assert sorted(self.table.of(key)) == sorted(live)
+            current = self.table.current(key)
+            assert (current is None) == (not live)
+            assert current is None or current in live
+        unpaired = [key for key, incoming in self.entries if incoming and key[1] == 0]
+        assert len(unpaired) <= MAX_UNPAIRED_SESSIONS
+
+    @invariant()
+    def every_place_is_counted_once_and_freed_when_it_ends(self) -> None:
+        assert self.table._tls == len(self._at("tls"))
+        assert self.table._strangers == len(self._at("stranger"))
+        for source in SOURCES:
+            held = [p for p in self._at("tls", "stranger") if p.source == source]
+            assert self.table._from.get(source, 0) == len(held)
+        for peer in PEERS[:3]:
+            admitted = sum(p.hypernet_id == peer for p in self.places)
+            assert self.table._handshakes_of.get(peer, 0) == admitted
+
+
+SessionsMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+test_sessions_machine = SessionsMachine.TestCase
