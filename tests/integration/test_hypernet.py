@@ -461,6 +461,35 @@ async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_sess
         await still_serves(server, client, generation=4)
 
 
+async def test_a_served_stream_is_read_by_one_task_not_a_task_per_read(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """An 8 MiB body takes many reads on the serving side; they are made by the stream's one
+    reader task, so the request costs that task and its handler's, whatever its size."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        created.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    text = "y" * (8 << 20)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        await still_serves(server, client, generation=4)  # the session, and a stream to reuse
+        loop.set_task_factory(counting)
+        try:
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id, "measure", {"text": text}, generation=4
+            )
+        finally:
+            loop.set_task_factory(None)
+    assert answer.body["chars"] == len(text)
+    assert len(created) <= 3, created
+
+
 async def test_a_request_body_in_chunks_is_refused_before_a_pairing(
     make_cluster: Callable[[], Awaitable[Cluster]],
 ) -> None:
