@@ -25,6 +25,7 @@ No clock: times are arguments.
 from __future__ import annotations
 
 import ipaddress
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
@@ -129,6 +130,27 @@ class Entry(Generic[S]):
     source: str | None
     idle_since: float
     """When the peer's last request ended (or the session opened)."""
+
+
+REMEMBERED_NONCES: Final = 65536
+"""Remote challenge nonces an endpoint remembers (the oldest forgotten first)."""
+
+
+class NonceMemory:
+    """Remote challenge nonces seen recently, over every session: a repeated one is a replay."""
+
+    def __init__(self, capacity: int = REMEMBERED_NONCES) -> None:
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._capacity = capacity
+
+    def fresh(self, nonce: bytes) -> bool:
+        """True the first time ``nonce`` is offered; remembers it."""
+        if nonce in self._seen:
+            return False
+        self._seen[nonce] = None
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return True
 
 
 REPLACED: Final = "a newer connection with the peer replaced this one"

@@ -20,6 +20,7 @@ from ficc.protocol.sessions import (
     REPLACED,
     Entry,
     HandshakePlace,
+    NonceMemory,
     SessionKey,
     SessionTable,
     UnpairedSession,
@@ -311,3 +312,13 @@ class SessionsMachine(RuleBasedStateMachine):
 
 SessionsMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
 test_sessions_machine = SessionsMachine.TestCase
+
+
+def test_a_nonce_is_fresh_once_and_the_oldest_are_forgotten_first() -> None:
+    nonces = NonceMemory(capacity=2)
+    assert nonces.fresh(b"a")
+    assert not nonces.fresh(b"a")  # a replayed challenge
+    assert nonces.fresh(b"b")
+    assert nonces.fresh(b"c")
+    assert nonces.fresh(b"a")  # forgotten past the capacity
+    assert not nonces.fresh(b"c")

@@ -30,7 +30,7 @@ from ficc.adapters.hypernet.binding import (
     source_of_incoming,
 )
 from ficc.adapters.hypernet.errors import describe, translate
-from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
+from ficc.adapters.hypernet.handshake import refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import FrameStream
@@ -47,6 +47,7 @@ from ficc.protocol.handshake import Role, Session
 from ficc.protocol.limits import SessionLimits
 from ficc.protocol.sessions import (
     HandshakePlace,
+    NonceMemory,
     SessionKey,
     SessionTable,
     connect_backoff_seconds,
