@@ -139,7 +139,7 @@ async def test_a_third_clusters_own_offer_is_separate_from_the_pairing(
         ticket=who["ticket"],
         timeout_seconds=10,
     )
-    assert answer["offer"] == own
+    assert answer.body["offer"] == own
     view = overview(beta.owner())
     incoming = offer_in(view, own)
     assert incoming is not None

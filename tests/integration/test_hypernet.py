@@ -28,8 +28,10 @@ from ficc.base.errors import (
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import KnownPeer, Session
+from ficc.protocol.limits import MAX_PEER_STREAMS
 from ficc.protocol.messages import Error, Request, Response
 from ficc.protocol.requests import RequestSigner
+from ficc.protocol.stream_states import CANCELLED_CODE
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 LOOPBACK = "127.0.0.1:0"
@@ -156,7 +158,8 @@ async def still_serves(server: Cluster, client: Cluster, generation: int = 0) ->
         generation=generation,
         ticket=server.endpoint.ticket,
     )
-    assert result == {"echo": {"n": 1}}
+    assert result.body == {"echo": {"n": 1}}
+    assert result.identity.cluster_key == server.key.public_key
 
 
 async def raw_session(
@@ -181,7 +184,8 @@ async def test_two_clusters_complete_the_handshake_and_answer_requests_both_ways
     async with asyncio.timeout(DEADLINE_SECONDS):
         await still_serves(server, client)
         back = await server.endpoint.request(client.endpoint.hypernet_id, "echo", {"back": True})
-    assert back == {"echo": {"back": True}}
+    assert back.body == {"echo": {"back": True}}
+    assert back.identity == PeerIdentity(client.endpoint.hypernet_id, client.key.public_key, 0)
     assert server.seen[0] == PeerIdentity(client.endpoint.hypernet_id, client.key.public_key, 0)
     assert client.seen[0].cluster_key == server.key.public_key
     assert len(server.endpoint.hypernet_id) == 64
@@ -411,7 +415,7 @@ async def test_a_plain_answer_larger_than_a_frame_arrives_whole(
                 generation=4,
                 ticket=server.endpoint.ticket,
             )
-            assert answer == {"text": "x" * size}
+            assert answer.body == {"text": "x" * size}
         await still_serves(server, client, generation=4)
 
 
@@ -450,8 +454,40 @@ async def test_a_request_body_larger_than_a_frame_arrives_whole_on_a_paired_sess
                 generation=4,
                 ticket=server.endpoint.ticket,
             )
-            assert answer == {"chars": size, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+            assert answer.body == {
+                "chars": size,
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
         await still_serves(server, client, generation=4)
+
+
+async def test_a_served_stream_is_read_by_one_task_not_a_task_per_read(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """An 8 MiB body takes many reads on the serving side; they are made by the stream's one
+    reader task, so the request costs that task and its handler's, whatever its size."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        created.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    text = "y" * (8 << 20)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        await still_serves(server, client, generation=4)  # the session, and a stream to reuse
+        loop.set_task_factory(counting)
+        try:
+            answer = await client.endpoint.request(
+                server.endpoint.hypernet_id, "measure", {"text": text}, generation=4
+            )
+        finally:
+            loop.set_task_factory(None)
+    assert answer.body["chars"] == len(text)
+    assert len(created) <= 3, created
 
 
 async def test_a_request_body_in_chunks_is_refused_before_a_pairing(
@@ -503,6 +539,32 @@ async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_u
     assert plain.value.details == {"engine": "down"}
     assert streamed.value.details == {"engine": "gone"}
     assert received == [b"data: {}\n\n"]
+
+
+async def test_a_paired_peer_holds_128_request_streams_and_one_more_is_reset_with_code_1(
+    make_cluster: Callable[[], Awaitable[Cluster]],
+) -> None:
+    """The cap is 128 request streams, the control stream not counted, and a stream past it
+    is reset with code 1 at once rather than the peer's ``open_bi`` waiting (interop review:
+    the 128th ``open_bi`` used to block)."""
+    server, client = await make_cluster(), await make_cluster()
+    server.known[client.endpoint.hypernet_id] = KnownPeer(client.key.public_key, 4)
+    client.known[server.endpoint.hypernet_id] = KnownPeer(server.key.public_key, 4)
+    async with asyncio.timeout(DEADLINE_SECONDS):
+        session = await client.endpoint.connect(
+            server.endpoint.hypernet_id, generation=4, ticket=server.endpoint.ticket
+        )
+        held = []
+        for _ in range(MAX_PEER_STREAMS):
+            stream = await session.connection.open_bi()
+            await stream.send().write_all(b"\x00")  # half a frame header: the server sees it
+            held.append(stream)
+        past = await session.connection.open_bi()
+        await past.send().write_all(b"\x00")
+        with pytest.raises(iroh.IrohError):
+            await past.recv().read(16)
+        assert await past.recv().received_reset() == CANCELLED_CODE
+        assert not session.closed.is_set()
 
 
 async def test_abandoning_a_request_cancels_the_handler_on_the_peer(
@@ -570,7 +632,7 @@ async def test_a_peer_killed_with_sigkill_is_noticed_within_five_seconds(
             result = await client.endpoint.request(
                 peer["hypernet_id"], "echo", {"x": 1}, ticket=peer["ticket"]
             )
-            assert result == {"operation": "echo", "body": {"x": 1}}
+            assert result.body == {"operation": "echo", "body": {"x": 1}}
             session = client.endpoint.session(peer["hypernet_id"])
             assert session is not None
         loop = asyncio.get_running_loop()

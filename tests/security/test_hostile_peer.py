@@ -53,7 +53,6 @@ from ficc.adapters.hypernet import (
     UNPAIRED_IDLE_VARIABLE,
     HyperNetEndpoint,
 )
-from ficc.adapters.hypernet.admission import MAX_HANDSHAKES_PER_SOURCE
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import OutcomeUnknown, ProtocolError, Unavailable
@@ -68,6 +67,7 @@ from ficc.protocol import ALPN
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import MAX_UNPAIRED_STREAMS, SILENT_CONNECTION_SECONDS
 from ficc.protocol.messages import Error, Response
+from ficc.protocol.sessions import MAX_HANDSHAKES_PER_SOURCE
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 READ_DEADLINE_SECONDS = 1.0
@@ -449,9 +449,10 @@ class _InProcess:
         generation = GENERATION if self.paired else 0
         self.client.disconnect(self.server.hypernet_id, generation, Unavailable("reconnect"))
         ticket = str(iroh.EndpointTicket.from_addr(self.address))
-        return await self.client.request(
+        answer = await self.client.request(
             self.server.hypernet_id, "echo", {"n": 1}, generation=generation, ticket=ticket
         )
+        return answer.body
 
 
 @pytest.fixture
@@ -646,7 +647,7 @@ async def served_until(friend: Victim, victim: Victim, done: asyncio.Future[Any]
             ticket=victim.endpoint.ticket,
             timeout_seconds=5,
         )
-        assert answer == {"echo": 1}
+        assert answer.body == {"echo": 1}
         served += 1
     return served
 

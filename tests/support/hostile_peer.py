@@ -17,7 +17,7 @@ from iroh import iroh_ffi
 from tests.support.cluster import RunningCluster
 from tests.support.federation import identity
 
-from ficc.adapters.hypernet.handshake import NonceMemory, run_handshake
+from ficc.adapters.hypernet.handshake import run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
@@ -28,6 +28,7 @@ from ficc.protocol.handshake import KnownPeer, Role, Session
 from ficc.protocol.liveness import HEARTBEAT_INTERVAL_SECONDS
 from ficc.protocol.messages import Heartbeat, Message
 from ficc.protocol.requests import RequestSigner
+from ficc.protocol.sessions import NonceMemory
 
 LOOPBACK = "127.0.0.1:0"
 

@@ -35,6 +35,7 @@ from ficc.protocol.limits import (
     MAX_UNPAIRED_BUFFERED_BYTES,
     MAX_UNPAIRED_STREAMS,
     MIN_READ_BYTES,
+    STREAM_CREDIT_MARGIN,
     SessionLimits,
 )
 from ficc.protocol.liveness import Liveness
@@ -112,6 +113,13 @@ class PeerConnection:
     def serving_streams(self) -> int:
         """Incoming request streams open now."""
         return sum(1 for s in self._streams.values() if s.side is Side.SERVING)
+
+    @property
+    def stream_credit(self) -> int:
+        """The concurrent bi-streams the transport lets the peer open: the request streams
+        of the cap, the control stream when the peer opened it (we are the responder), and
+        :data:`STREAM_CREDIT_MARGIN` to be reset at once rather than wait."""
+        return self.max_streams + (1 if self.incoming else 0) + STREAM_CREDIT_MARGIN
 
     def accept_stream(self, now: float) -> int | None:
         """A stream the peer opened; ``None`` past the cap (reset it: QUIC cannot refuse it)."""

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 from ficc.base.errors import FiccError, InvalidInput, Unavailable
 from ficc.domain.principals import Principal
 from ficc.services import audit
-from ficc.services.peer_channel import PeerChannel, PeerIdentity
+from ficc.services.peer_channel import Answer, PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 log = logging.getLogger("ficc.companion")
@@ -41,7 +41,6 @@ class Transport(PeerChannel, Protocol):
     def ticket(self) -> str: ...
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None: ...
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
 
 
@@ -236,7 +235,7 @@ class CompanionChannel:
 
     async def request(
         self, peer: str, operation: str, body: Mapping[str, Any], **options: Any
-    ) -> dict[str, Any]:
+    ) -> Answer:
         """The running endpoint's :meth:`PeerChannel.request` (``ticket``, ``timeout_seconds``)."""
         return await self._companion.transport.request(peer, operation, body, **options)
 
@@ -245,9 +244,6 @@ class CompanionChannel:
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
         """The running endpoint's :meth:`PeerChannel.stream` (``ticket``, ``timeout_seconds``)."""
         return self._companion.transport.stream(peer, operation, body, **options)
-
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
-        return self._companion.transport.identity_of(hypernet_id, generation)
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close a pairing's sessions; without a companion there is none to close."""

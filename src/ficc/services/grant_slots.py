@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
@@ -46,41 +45,25 @@ class Slot:
             end_request(task, reason)
 
     def check(self) -> None:
+        """Raise the reason the grant ended, if it did (before work the task begins)."""
         if self.reason is not None:
             raise self.reason
-
-    async def race(self, work: Awaitable[T]) -> T:
-        """``work``'s result, unless the grant ends first (then ``work`` is cancelled)."""
-        if self.reason is not None:
-            if inspect.iscoroutine(work):
-                work.close()  # never started: nothing to cancel, and no "never awaited" warning
-            raise self.reason
-        task = asyncio.ensure_future(work)
-        ended = asyncio.ensure_future(self.ended.wait())
-        try:
-            await asyncio.wait({task, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            ended.cancel()
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        if task.cancelled():
-            self.check()
-            raise asyncio.CancelledError
-        return task.result()
 
     async def guard(self, items: AsyncIterator[T]) -> AsyncGenerator[T, None]:
         """The items of ``items`` until it ends or the grant ends.
 
-        ``items`` is closed on every exit, at once: when the grant ends while ``items`` waits
-        at a ``yield`` (its last item still being sent), nothing cancels it, and left to the
-        garbage collector it would keep its engine stream generating.
+        The serving task is cancelled by :meth:`end` wherever it waits, so each item costs
+        no task; the reason is checked before each. ``items`` is closed on every exit, at
+        once: when the grant ends while ``items`` waits at a ``yield`` (its last item still
+        being sent), nothing cancels it, and left to the garbage collector it would keep its
+        engine stream generating.
         """
         iterator = aiter(items)
         try:
             while True:
+                self.check()
                 try:
-                    item = await self.race(anext(iterator))
+                    item = await anext(iterator)
                 except StopAsyncIteration:
                     return
                 yield item

@@ -1,11 +1,12 @@
 """The port through which services talk to peer clusters; only adapters know the transport.
 
 A service sends a request to a peer (named by its HyperNet ID, and by the generation of the
-pairing it goes under: 0 before any) and gets either a JSON result or an async stream of byte
-chunks. The serving side is a :data:`RequestHandler` the adapter
-calls with the peer's proven identity. Errors the caller sees are :mod:`ficc.base.errors`:
-``Unavailable`` (nothing was sent or the peer is unreachable), ``OutcomeUnknown`` (sent, but
-no answer in time), ``ProtocolError``, or the error the peer's handler raised.
+pairing it goes under: 0 before any) and gets either an :class:`Answer` (the JSON result and
+who answered, as its session proved) or an async stream of byte chunks. The serving side is a
+:data:`RequestHandler` the adapter calls with the peer's proven identity. Errors the caller
+sees are :mod:`ficc.base.errors`: ``Unavailable`` (nothing was sent or the peer is
+unreachable), ``OutcomeUnknown`` (sent, but no answer in time), ``ProtocolError``, or the
+error the peer's handler raised.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ficc.base.errors import FiccError
 from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
+    "Answer",
     "BodyBound",
     "EncodedAnswer",
     "KnownPeer",
@@ -44,6 +46,15 @@ class PeerIdentity:
     source: str | None = field(default=None, compare=False)
     """The source address the session came from (an IPv4 address, an IPv6 /64), when the
     transport knows it: where per-source limits count a stranger. Not part of who it is."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A peer's JSON answer, with who answered as the session's handshake proved it: the
+    caller needs no second look-up that a reconnection could race."""
+
+    identity: PeerIdentity
+    body: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,9 @@ class PeerChannel(Protocol):
         ticket: str | None = None,
         timeout_seconds: float | None = None,
         max_answer_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result.
+    ) -> Answer:
+        """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result
+        and who answered.
 
         It goes on a session bound to the pairing at ``generation`` (0: a session of no
         pairing, for the pairing operations). ``ticket`` is an address hint only; the peer's

@@ -30,7 +30,7 @@ from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
 from ficc.protocol.canonical import canonical_json
 from ficc.services.companion import Transport, TransportFactory
-from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
+from ficc.services.peer_channel import Answer, EncodedAnswer, PeerIdentity
 
 
 class FakeTransport:
@@ -70,12 +70,6 @@ class FakeTransport:
     async def stop(self) -> None:
         return None
 
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
-        other = self.others.get(hypernet_id)
-        if other is None:
-            return None
-        return PeerIdentity(hypernet_id, other.cluster_key.public_key, generation)
-
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         return None
 
@@ -89,7 +83,7 @@ class FakeTransport:
         ticket: str | None = None,
         timeout_seconds: float | None = None,
         max_answer_bytes: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Answer:
         answer = await self._served(peer, generation, operation, body)
         if not isinstance(answer, dict):
             raise AssertionError(f"{operation} answered a stream")
@@ -98,7 +92,8 @@ class FakeTransport:
             self.lose_answer_of.discard(operation)
             self.lost[operation] = crossed
             raise OutcomeUnknown(f"the outcome of {operation} is unknown: the answer was lost")
-        return crossed
+        server = self.others[peer].cluster_key.public_key
+        return Answer(PeerIdentity(peer, server, generation), crossed)
 
     @contextlib.asynccontextmanager
     async def stream(

@@ -44,10 +44,12 @@ from ficc.protocol.events import (
 from ficc.protocol.frames import MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import (
+    MAX_PEER_STREAMS,
     MAX_UNPAIRED_ANSWER_BYTES,
     MAX_UNPAIRED_STREAMS,
     OFF_LOOP_JSON_BYTES,
     READ_DEADLINE_SECONDS,
+    STREAM_CREDIT_MARGIN,
 )
 from ficc.protocol.liveness import PEER_SILENCE_LIMIT_SECONDS
 from ficc.protocol.messages import (
@@ -224,6 +226,17 @@ def test_an_unpaired_peer_holds_few_streams_and_few_unfinished_bytes() -> None:
     server.close_stream(streams[1] or 0, START)
     assert server._budget.held_bytes == MAX_FRAME_BYTES - 1
     assert server.accept_stream(START) is not None
+
+
+def test_the_stream_credit_holds_the_cap_and_the_peers_control_stream_with_room_to_reset() -> None:
+    """128 request streams fit beside the control stream the initiator opened; the margin
+    past them is what a peer past the cap sees reset with code 1 instead of waiting."""
+    requester, server = connected()
+    assert server.stream_credit == MAX_PEER_STREAMS + 1 + STREAM_CREDIT_MARGIN
+    assert requester.stream_credit == MAX_PEER_STREAMS + STREAM_CREDIT_MARGIN
+    streams = [server.accept_stream(START) for _ in range(MAX_PEER_STREAMS)]
+    assert None not in streams
+    assert server.accept_stream(START) is None
 
 
 def test_an_unpaired_peer_may_not_send_a_body_in_chunks() -> None:

@@ -6,13 +6,15 @@ figures."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from tests.support.fakes.loop_clock import run_virtual
 
-from ficc.base.errors import GrantExpired, LimitExceeded
-from ficc.services.grant_slots import FULL_WAIT_SECONDS, GrantSlots
+from ficc.base.errors import GrantExpired, GrantRevoked, LimitExceeded
+from ficc.services.grant_slots import FULL_WAIT_SECONDS, GrantSlots, Slot
 from ficc.services.peer_channel import ending_reason
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -93,3 +95,46 @@ def test_a_request_still_in_flight_when_its_grant_expires_is_ended_naming_grant_
         assert slots.in_flight("grt_x") == 0
 
     run_virtual(main())
+
+
+async def test_a_guarded_stream_starts_no_task_per_item_and_ending_its_grant_stops_it() -> None:
+    """One way to end a request: ending the grant cancels the serving task wherever it waits
+    (here on a stalled engine), with the reason; the chunks cost no task each."""
+    slots = GrantSlots()
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **options)
+
+    delivered, closed = asyncio.Event(), asyncio.Event()
+    held: list[Slot] = []
+
+    async def engine() -> AsyncIterator[bytes]:
+        try:
+            for _ in range(100):
+                yield b"x"
+            delivered.set()
+            await asyncio.Event().wait()  # the engine stalls
+        finally:
+            closed.set()
+
+    async def serve() -> int:
+        async with slots.slot("grt_x", 1, LATER, NOW) as slot:
+            held.append(slot)
+            return len([chunk async for chunk in slot.guard(engine())])
+
+    loop.set_task_factory(counting)
+    try:
+        serving = asyncio.create_task(serve())
+        await delivered.wait()
+    finally:
+        loop.set_task_factory(None)
+    assert len(created) == 1  # the serving task alone
+    held[0].end(GrantRevoked("the grant was revoked"))
+    with pytest.raises(asyncio.CancelledError) as ended:
+        await serving
+    assert isinstance(ending_reason(ended.value), GrantRevoked)
+    assert closed.is_set()
+    assert slots.in_flight("grt_x") == 0

@@ -6,11 +6,6 @@ session moves bytes between iroh streams and a sans-IO
 :class:`~ficc.protocol.connection.PeerConnection`, which holds every rule.
 """
 
-from ficc.adapters.hypernet.admission import (
-    MAX_CONNECTIONS_PER_HYPERNET_ID,
-    MAX_HANDSHAKES_IN_PROGRESS,
-    MAX_UNPAIRED_SESSIONS,
-)
 from ficc.adapters.hypernet.binding import (
     READ_DEADLINE_VARIABLE,
     UNPAIRED_IDLE_VARIABLE,
@@ -19,9 +14,14 @@ from ficc.adapters.hypernet.binding import (
     relay_mode,
 )
 from ficc.adapters.hypernet.endpoint import HyperNetEndpoint
-from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import WRITE_STALL_VARIABLE, FrameStream
 from ficc.protocol.limits import SessionLimits
+from ficc.protocol.sessions import (
+    MAX_CONNECTIONS_PER_HYPERNET_ID,
+    MAX_HANDSHAKES_IN_PROGRESS,
+    MAX_UNPAIRED_SESSIONS,
+)
 
 __all__ = [
     "MAX_CONNECTIONS_PER_HYPERNET_ID",

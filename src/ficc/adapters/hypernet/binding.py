@@ -7,6 +7,7 @@ Always an explicit minimal preset (no relays, no DNS discovery) and explicit bin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from ficc.adapters.hypernet.errors import describe
 from ficc.base.errors import InvalidInput
 from ficc.base.units import seconds_setting
 from ficc.protocol.limits import SessionLimits
+from ficc.protocol.sessions import source_of
 
 READ_DEADLINE_VARIABLE: Final = "FICC_HYPERNET_READ_DEADLINE_SECONDS"
 UNPAIRED_IDLE_VARIABLE: Final = "FICC_HYPERNET_UNPAIRED_IDLE_SECONDS"
@@ -119,3 +121,22 @@ def peer_address(peer: str, ticket: str | None) -> iroh.EndpointAddr:
     except iroh.IrohError as exc:
         raise InvalidInput(f"malformed HyperNet ID or ticket: {describe(exc)}") from exc
     return iroh.EndpointAddr(remote, None, [])
+
+
+async def source_of_incoming(incoming: iroh.Incoming) -> str:
+    """The source an incoming connection is counted under, before its TLS handshake."""
+    try:
+        address = await incoming.remote_addr()
+    except iroh.IrohError:
+        return "unknown"
+    if isinstance(address, iroh.IncomingAddr.IP):
+        return source_of(address.addr)
+    if isinstance(address, iroh.IncomingAddr.RELAY):
+        return f"relay:{address.endpoint_id}"
+    return "other"
+
+
+async def refuse_incoming(incoming: iroh.Incoming) -> None:
+    """Refuse a connection before its TLS handshake (too many handshakes in progress)."""
+    with contextlib.suppress(iroh.IrohError):
+        await incoming.refuse()

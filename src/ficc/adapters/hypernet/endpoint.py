@@ -1,17 +1,10 @@
 """The HyperNet companion endpoint: iroh glue that drives the ficc.federation/1 core.
 
-Nothing above the adapters touches iroh. This module binds the endpoint (always with an
-explicit minimal preset and explicit bind addresses), accepts connections for our ALPN,
-runs the handshake, keeps one registry of peer sessions, and implements the
-:class:`~ficc.services.peer_channel.PeerChannel` port. One asyncio loop per process owns
-iroh: the bindings' event loop is process-global.
-
-Sessions are kept per HyperNet ID and pairing generation: two clusters may hold several
-pairings (one per project), each on its own sessions, and generation 0 carries the pairing
-operations. Anyone who can reach the UDP port may try a handshake, so what a stranger can hold
-is capped: handshakes in progress, connections per HyperNet ID and pairing (a newer session
-closes the older one of the same direction and generation), and sessions without a pairing in
-total.
+Nothing above the adapters touches iroh. This module binds the endpoint (an explicit minimal
+preset and explicit bind addresses), accepts connections for our ALPN, runs the handshake and
+implements the :class:`~ficc.services.peer_channel.PeerChannel` port; which session is whose
+and what a stranger may hold are asked of :class:`~ficc.protocol.sessions.SessionTable`. One
+asyncio loop per process owns iroh: the bindings' event loop is process-global.
 """
 
 from __future__ import annotations
@@ -19,31 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import iroh
 
 from ficc.adapters import metrics
-from ficc.adapters.hypernet.admission import (
-    Admission,
-    HandshakePlace,
-    UnpairedSession,
-    source_of,
-)
 from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
     claim_event_loop,
     peer_address,
+    refuse_incoming,
     relay_mode,
+    source_of_incoming,
 )
 from ficc.adapters.hypernet.errors import describe, translate
-from ficc.adapters.hypernet.handshake import NonceMemory, refuse, run_handshake
+from ficc.adapters.hypernet.handshake import refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
-from ficc.adapters.hypernet.session import PeerSession
+from ficc.adapters.hypernet.shovel import PeerSession
+from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
     FiccError,
@@ -53,15 +43,25 @@ from ficc.base.errors import (
     Unavailable,
 )
 from ficc.protocol import ALPN
-from ficc.protocol.handshake import Role
+from ficc.protocol.handshake import Role, Session
 from ficc.protocol.limits import SessionLimits
+from ficc.protocol.sessions import (
+    HandshakePlace,
+    NonceMemory,
+    SessionKey,
+    SessionTable,
+    connect_backoff_seconds,
+)
 from ficc.protocol.signing import Signer, Verify
-from ficc.services.peer_channel import BodyBound, PeerIdentity, PeerLookup, RequestHandler
+from ficc.services.peer_channel import (
+    Answer,
+    BodyBound,
+    PeerIdentity,
+    PeerLookup,
+    RequestHandler,
+)
 
 log = logging.getLogger(__name__)
-
-SessionKey = tuple[str, int]
-"""A session's place in the registry: the peer's HyperNet ID and the pairing generation."""
 
 DEFAULT_BIND_ADDRESS: Final = "0.0.0.0:0"
 DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
@@ -70,11 +70,6 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
 """An incoming handshake must complete this long after TLS (each step has the shorter silent
 deadline of ``SessionLimits.silent_seconds``)."""
-CONNECT_BACKOFF_SECONDS: Final = 0.1
-"""A refused or failed connect is tried again after 0.1 s, then 0.2, 0.4 … s (doubling, at most
-``MAX_CONNECT_BACKOFF_SECONDS``), as long as the connect deadline allows: a peer whose handshake
-places are briefly full is reached. No request has been sent, so nothing is replayed."""
-MAX_CONNECT_BACKOFF_SECONDS: Final = 1.6
 
 
 class HyperNetEndpoint:
@@ -110,11 +105,7 @@ class HyperNetEndpoint:
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
         self._limits = limits or SessionLimits()
-        self._sessions: dict[SessionKey, PeerSession] = {}
-        """The session requests to a peer's pairing go on: the newest of either direction."""
-        self._incoming: dict[SessionKey, PeerSession] = {}
-        self._outgoing: dict[SessionKey, PeerSession] = {}
-        self._admission = Admission(self._incoming)
+        self._table: SessionTable[PeerSession] = SessionTable()
         self._connecting: dict[SessionKey, asyncio.Future[PeerSession]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -144,8 +135,7 @@ class HyperNetEndpoint:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is None:
             return
-        everyone = {*self._sessions.values(), *self._incoming.values(), *self._outgoing.values()}
-        for session in everyone:
+        for session in self._table.everyone():
             session.close(Unavailable("the HyperNet endpoint stopped"))
         for task in list(self._tasks):
             task.cancel()
@@ -154,13 +144,6 @@ class HyperNetEndpoint:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, FiccError):
                 await task
-
-    async def __aenter__(self) -> HyperNetEndpoint:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.stop()
 
     @property
     def _bound(self) -> iroh.Endpoint:
@@ -183,64 +166,32 @@ class HyperNetEndpoint:
         """The HyperNet ID plus current addresses, as one string for a peer."""
         return str(iroh.EndpointTicket.from_addr(self._bound.addr()))
 
-    def identity_of(self, hypernet_id: str, generation: int = 0) -> PeerIdentity | None:
-        """The proven identity of the open session with a peer's pairing, if any."""
-        session = self.session(hypernet_id, generation)
-        return None if session is None else session.identity
-
     def session(self, hypernet_id: str, generation: int = 0) -> PeerSession | None:
         """The open session with a peer's pairing at ``generation`` (0: none), if any."""
-        session = self._sessions.get((hypernet_id, generation))
-        return session if session is not None and not session.closed.is_set() else None
+        return self._table.current((hypernet_id, generation))
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close the sessions of a pairing that ended (both directions); every request on
         them stops. The peer's other pairings keep theirs."""
-        key = (hypernet_id, generation)
-        for sessions in (self._sessions, self._incoming, self._outgoing):
-            session = sessions.get(key)
-            if session is not None:
-                session.close(reason)
+        for session in self._table.of((hypernet_id, generation)):
+            session.close(reason)
 
-    def _spawn(self, coroutine: Any) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- sessions -------------------------------------------------------------------------
 
-    def _register(self, session: PeerSession) -> None:
-        """Make ``session`` its pairing's; the older one of the same direction is closed."""
-        key = _key_of(session)
-        same_direction = self._incoming if session.incoming else self._outgoing
-        older = same_direction.get(key)
-        same_direction[key] = session
-        self._sessions[key] = session
-        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
-        session.start()
-        if older is not None and older is not session:
-            older.close(Unavailable("a newer connection with the peer replaced this one"))
-
-    def _forget(self, session: PeerSession, reason: FiccError) -> None:
-        key = _key_of(session)
-        for sessions in (self._incoming, self._outgoing):
-            if sessions.get(key) is session:
-                del sessions[key]
-        if self._sessions.get(key) is session:
-            del self._sessions[key]
-            other = self._incoming.get(key) or self._outgoing.get(key)
-            if other is not None and not other.closed.is_set():
-                self._sessions[key] = other
-        metrics.HYPERNET_SESSIONS.set(len(self._incoming) + len(self._outgoing))
-        log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
-        if self._on_peer_lost is not None:
-            self._on_peer_lost(session.identity, reason)
-
-    def _new_session(
-        self, connection: iroh.Connection, handshake: Any, source: str | None = None
+    def _register(
+        self,
+        connection: iroh.Connection,
+        handshake: tuple[Session, FrameStream],
+        source: str | None = None,
     ) -> PeerSession:
+        """Start the session a handshake made, its pairing's now; close what it replaces."""
         session_state, control = handshake
-        return PeerSession(
+        session = PeerSession(
             source=source,
             connection=connection,
             control=control,
@@ -252,6 +203,27 @@ class HyperNetEndpoint:
             limits=self._limits,
             body_bound=self._body_bound,
         )
+        identity = session.identity
+        session.entry, closing = self._table.register(
+            (identity.hypernet_id, identity.generation),
+            session,
+            incoming=session.incoming,
+            now=asyncio.get_running_loop().time(),
+            source=identity.source,
+        )
+        metrics.HYPERNET_SESSIONS.set(len(self._table))
+        session.start()
+        for older, reason in closing:
+            older.close(reason)
+        return session
+
+    def _forget(self, session: PeerSession, reason: FiccError) -> None:
+        if session.entry is not None:
+            self._table.forget(session.entry)
+        metrics.HYPERNET_SESSIONS.set(len(self._table))
+        log.info("session with %s closed: %s", session.identity.hypernet_id, reason.message)
+        if self._on_peer_lost is not None:
+            self._on_peer_lost(session.identity, reason)
 
     async def _accept_loop(self) -> None:
         endpoint = self._bound
@@ -263,20 +235,14 @@ class HyperNetEndpoint:
                 return
             if incoming is None:
                 return
-            source = await _source_of(incoming)
-            place = self._admission.begin_handshake(source)
+            source = await source_of_incoming(incoming)
+            place = self._table.begin_handshake(source)
             if place is None:
-                self._spawn(_refuse_incoming(incoming))
+                self._spawn(refuse_incoming(incoming))
                 continue
             self._spawn(self._accept(incoming, place))
 
     async def _accept(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
-        try:
-            await self._accept_one(incoming, place)
-        finally:
-            self._admission.end_handshake(place)
-
-    async def _accept_one(self, incoming: iroh.Incoming, place: HandshakePlace) -> None:
         """TLS, then the handshake; a connection silent past ``silent_seconds`` at either
         step is dropped, and a stranger past the stranger places is refused after TLS."""
         connection: iroh.Connection | None = None
@@ -286,33 +252,25 @@ class HyperNetEndpoint:
                 connection = await (await incoming.accept()).connect()
             remote = bytes(connection.remote_id().to_bytes()).hex()
             pairings = len(await self._lookup(remote))
-            if not self._admission.identify(place, paired=pairings > 0):
-                raise LimitExceeded(
-                    "too many handshakes in progress; try again shortly",
-                    details={"limit": "handshakes_in_progress"},
-                )
+            self._table.identify(place, paired=pairings > 0)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
-                with self._admission.admitted(remote, pairings=pairings):
-                    handshake = await self._handshake(
-                        connection, Role.RESPONDER, first_message_seconds=silent
-                    )
-                    session = self._new_session(connection, handshake, place.source)
-                    self._register(session)
-                    if not pairings:
-                        self._make_unpaired_room(session)
-                    return
+                self._table.admit(place, remote, pairings=pairings)
+                handshake = await self._handshake(
+                    connection, Role.RESPONDER, first_message_seconds=silent
+                )
+                self._register(connection, handshake, place.source)
         except TimeoutError:
             log.info("an incoming HyperNet handshake timed out")
             if connection is not None:
                 await refuse(connection, None, ProtocolError("the handshake timed out"))
-            return
         except iroh.IrohError as exc:
             log.info("an incoming HyperNet connection failed: %s", describe(exc))
-            return
         except FiccError as exc:
             log.info("an incoming HyperNet handshake failed: %s", exc.message)
             if connection is not None:
                 await refuse(connection, None, exc)
+        finally:
+            self._table.end_handshake(place)
 
     async def _handshake(
         self,
@@ -321,7 +279,7 @@ class HyperNetEndpoint:
         generation: int = 0,
         *,
         first_message_seconds: float | None = None,
-    ) -> Any:
+    ) -> tuple[Session, FrameStream]:
         try:
             return await run_handshake(
                 connection,
@@ -402,29 +360,7 @@ class HyperNetEndpoint:
             raise
         except iroh.IrohError as exc:
             raise translate(exc, f"connecting to the peer {peer}") from exc
-        session = self._new_session(connection, handshake)
-        self._register(session)
-        return session
-
-    def _make_unpaired_room(self, arriving: PeerSession) -> None:
-        """Past the cap of unpaired sessions, close the idlest of the source holding the most
-        (G5): a stranger flooding sessions loses its own, and a newcomer is never refused."""
-        open_unpaired = {
-            key: session
-            for key, session in self._incoming.items()
-            if key[1] == 0 and not session.closed.is_set()
-        }
-        victim = self._admission.unpaired_to_close(
-            _key_of(arriving),
-            [
-                UnpairedSession(key, session.source or key[0], session.idle_since)
-                for key, session in open_unpaired.items()
-            ],
-        )
-        if victim is not None:
-            open_unpaired[victim.key].close(
-                Unavailable("this cluster made room for a newer session without a pairing")
-            )
+        return self._register(connection, handshake)
 
     # -- the PeerChannel port -------------------------------------------------------------
 
@@ -438,13 +374,16 @@ class HyperNetEndpoint:
         ticket: str | None = None,
         timeout_seconds: float | None = None,
         max_answer_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        """Send ``operation`` to ``peer``'s pairing at ``generation``; return its JSON result."""
+    ) -> Answer:
+        """Send ``operation`` to ``peer``'s pairing at ``generation``; return who answered
+        (as the session's handshake proved it) and its JSON result."""
         session = await self.connect(peer, generation=generation, ticket=ticket)
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return await session.request(operation, body, timeout, max_answer_bytes)
+        body = await session.request(operation, body, timeout, max_answer_bytes)
+        return Answer(session.identity, body)
 
-    def stream(
+    @asynccontextmanager
+    async def stream(
         self,
         peer: str,
         operation: str,
@@ -453,49 +392,9 @@ class HyperNetEndpoint:
         generation: int = 0,
         ticket: str | None = None,
         timeout_seconds: float | None = None,
-    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Send ``operation`` and iterate the chunks it streams back."""
         timeout = self._request_timeout if timeout_seconds is None else timeout_seconds
-        return self._stream(peer, operation, body, generation, ticket, timeout)
-
-    @asynccontextmanager
-    async def _stream(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, Any],
-        generation: int,
-        ticket: str | None,
-        timeout_seconds: float,
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
         session = await self.connect(peer, generation=generation, ticket=ticket)
-        async with session.stream(operation, body, timeout_seconds) as chunks:
+        async with session.stream(operation, body, timeout) as chunks:
             yield chunks
-
-
-def _key_of(session: PeerSession) -> SessionKey:
-    return session.identity.hypernet_id, session.identity.generation
-
-
-def connect_backoff_seconds(attempt: int) -> float:
-    """The pause after failed connect attempt ``attempt`` (0 first): 0.1, 0.2, 0.4 … 1.6 s."""
-    return float(min(CONNECT_BACKOFF_SECONDS * 2.0**attempt, MAX_CONNECT_BACKOFF_SECONDS))
-
-
-async def _source_of(incoming: iroh.Incoming) -> str:
-    """The source an incoming connection is counted under, before its TLS handshake."""
-    try:
-        address = await incoming.remote_addr()
-    except iroh.IrohError:
-        return "unknown"
-    if isinstance(address, iroh.IncomingAddr.IP):
-        return source_of(address.addr)
-    if isinstance(address, iroh.IncomingAddr.RELAY):
-        return f"relay:{address.endpoint_id}"
-    return "other"
-
-
-async def _refuse_incoming(incoming: iroh.Incoming) -> None:
-    """Refuse a connection before its TLS handshake (too many handshakes in progress)."""
-    with contextlib.suppress(iroh.IrohError):
-        await incoming.refuse()

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections import OrderedDict
 from typing import Final
 
 from iroh import Connection, IrohError
@@ -16,31 +15,14 @@ from ficc.adapters.hypernet.streams import FrameStream
 from ficc.base.errors import FiccError, ProtocolError, Unavailable
 from ficc.protocol.handshake import Handshake, Role, Session, State
 from ficc.protocol.messages import NONCE_BYTES, Error, Message
+from ficc.protocol.sessions import NonceMemory
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import PROTOCOL_ERROR_CODE
 from ficc.services.peer_channel import PeerLookup
 
 log = logging.getLogger(__name__)
 
-REMEMBERED_NONCES: Final = 65536
 GOODBYE_SECONDS: Final = 1.0
-
-
-class NonceMemory:
-    """Remote challenge nonces seen recently: a repeated one is a replay."""
-
-    def __init__(self, capacity: int = REMEMBERED_NONCES) -> None:
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self._capacity = capacity
-
-    def fresh(self, nonce: bytes) -> bool:
-        """True the first time ``nonce`` is offered; remembers it."""
-        if nonce in self._seen:
-            return False
-        self._seen[nonce] = None
-        if len(self._seen) > self._capacity:
-            self._seen.popitem(last=False)
-        return True
 
 
 async def refuse(connection: Connection, stream: FrameStream | None, error: FiccError) -> None:

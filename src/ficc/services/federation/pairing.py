@@ -86,15 +86,13 @@ class Pairing:
             ticket=ticket if isinstance(ticket, str) else None,
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
-        identity = self._ctx.link.identity_of(service_id)
-        if identity is None or identity.hypernet_id != service_id:
-            raise Conflict("the service's identity could not be proven; try again")
+        identity = answer.identity
         offer = o.Offer(
             id=offer_id,
             direction=o.OUTGOING,
             project=project,
             service=service_id,
-            peer_label=o.clean_label(answer.get("label")),
+            peer_label=o.clean_label(answer.body.get("label")),
             peer_cluster_key=b64(identity.cluster_key),
             scopes=requested,
             state=o.SENT,
@@ -138,7 +136,7 @@ class Pairing:
                 ticket=offer.ticket,
                 timeout_seconds=PAIRING_TIMEOUT_SECONDS,
             )
-            stored = fetched.get("receipt")
+            stored = fetched.body.get("receipt")
         if not isinstance(stored, dict) or stored.get("digest") != receipt:
             raise Conflict(
                 "that digest is not the receipt this offer received",

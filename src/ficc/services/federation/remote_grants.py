@@ -48,7 +48,7 @@ class RemoteGrantCopies:
             timeout_seconds=timeout_seconds,
             max_answer_bytes=GRANTS_LIST_ANSWER_BYTES,
         )
-        listed = answer.get("grants")
+        listed = answer.body.get("grants")
         if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):
             raise Conflict("the peer answered grants.list with something else")
         async with self._ctx.uow_factory() as uow:

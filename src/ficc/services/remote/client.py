@@ -82,15 +82,17 @@ class RemoteClient:
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         try:
-            answer = await self._channel.request(
-                peer.hypernet_id,
-                name,
-                wire,
-                generation=peer.generation,
-                ticket=peer.ticket,
-                timeout_seconds=timeout,
-                max_answer_bytes=answer_bytes(name, terms),
-            )
+            answer = (
+                await self._channel.request(
+                    peer.hypernet_id,
+                    name,
+                    wire,
+                    generation=peer.generation,
+                    ticket=peer.ticket,
+                    timeout_seconds=timeout,
+                    max_answer_bytes=answer_bytes(name, terms),
+                )
+            ).body
         except OutcomeUnknown as exc:
             # The transport knows only that an answer was lost; which mutation that leaves in
             # doubt is this layer's to say.

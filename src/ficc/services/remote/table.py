@@ -240,10 +240,12 @@ class PeerOperations:
                         return {"replayed": True, "result": peer_answer(earlier.result)}
                     row.check_fields(body)
                     effect = await row.mutate(self._handlers)(call)
-                    return await call.slot.race(self._once(call, effect))
+                    call.slot.check()
+                    return await self._once(call, effect)
             assert row.answer is not None
             row.check_fields(body)
-            result = await call.slot.race(row.answer(self._handlers)(call))
+            call.slot.check()
+            result = await row.answer(self._handlers)(call)
             if isinstance(result, EncodedAnswer):
                 # RFC 8785 sorts "replayed" before "result" and spells each value alone.
                 return EncodedAnswer(b'{"replayed":false,"result":' + result.content + b"}")
