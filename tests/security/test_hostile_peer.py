@@ -658,17 +658,25 @@ def reset_peak_rss() -> int:
     return memory_kib(os.getpid())["VmRSS"]
 
 
+BODY_MIB = 24
+
+
 async def test_a_paired_peer_announcing_bodies_over_its_grants_is_refused_before_assembly(
     tmp_path: Path, figures: Figures
 ) -> None:
-    """G7: a paired peer whose grants allow the default 512 KiB announces two 60 MiB bodies at
-    once. Each is answered too_large as its chunks arrive, dropped, never assembled or decoded,
-    and the friend's requests are answered throughout."""
+    """G7: a paired peer whose grants allow the default 512 KiB announces two 24 MiB bodies at
+    once (eleven times what its grants can ever admit). Each is answered too_large as its chunks
+    arrive, dropped, never assembled or decoded, and the friend's requests are answered
+    throughout. (The size does not matter to the rule; 60 MiB, as in the review, took most of
+    the 45 s deadline through iroh on a loaded two-core machine.)"""
     bound = g.wire_bytes(g.DEFAULT_REQUEST_BYTES)
     async with victim_and_friend(tmp_path, body_bound=bound) as (victim, friend):
         rss_before = reset_peak_rss()
         async with asyncio.timeout(DEADLINE_SECONDS):
-            async with flood_peer(victim, tmp_path / "flood", "body", 60 * MiB, 2) as (child, _):
+            async with flood_peer(victim, tmp_path / "flood", "body", BODY_MIB * MiB, 2) as (
+                child,
+                _,
+            ):
                 assert child.stdout is not None
                 outcome = asyncio.ensure_future(child.stdout.readline())
                 async with loop_watchdog() as lag:
@@ -677,7 +685,7 @@ async def test_a_paired_peer_announcing_bodies_over_its_grants_is_refused_before
         peak_kib = memory_kib(os.getpid())["VmHWM"]
     figures.record(
         bodies=len(outcomes),
-        body_mib=60,
+        body_mib=BODY_MIB,
         peak_growth_mib=round((peak_kib - rss_before) / 1024),
         worst_stall_ms=round(lag.worst_seconds * 1000, 1),
         friends_served=served,
