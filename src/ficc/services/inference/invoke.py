@@ -178,8 +178,10 @@ async def _relayed(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, 
 
 async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
     """A Responses stream passed through, each event framed with its ``event:`` name (its
-    ``type``), as OpenAI frames them."""
+    ``type``), as OpenAI frames them; a ``[DONE]`` is not passed on (OpenAI sends none)."""
     async for event in events:
+        if event.data == "[DONE]":
+            continue
         kind = _payload(event.data).get("type")
         yield b"event: " + str(kind).encode() + b"\n" + sse_event(event.data)
 
