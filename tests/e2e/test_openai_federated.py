@@ -227,6 +227,10 @@ def test_the_responses_api_is_one_more_path_of_the_grant_and_a_cancelled_one_fre
     last = events[-1].response  # type: ignore[union-attr]
     assert last.output_text == plain.output_text
     assert last.usage == plain.usage
+    # Refused by alpha before it spends one of the grant's requests.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(previous_response_id=plain.id, **short)
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
     story = {
         "model": fed.service,
         "input": endless["messages"][0]["content"],
