@@ -103,13 +103,17 @@ class Invocations:
         async with self._router.stream(
             project, service_id, plan.engine_path, plan.sent, endpoint=plan.endpoint
         ) as events:
+            framed: AsyncGenerator[bytes, None]
             if plan.translated:
                 framed = _typed(events, body)
             elif path == RESPONSES_PATH:
                 framed = _named(events)
             else:
                 framed = _relayed(events)
-            async with contextlib.aclosing(_bounded(framed, max_bytes)) as chunks:
+            async with (
+                contextlib.aclosing(framed),
+                contextlib.aclosing(_bounded(framed, max_bytes)) as chunks,
+            ):
                 yield chunks
 
     async def _answer(
