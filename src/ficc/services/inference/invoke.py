@@ -193,12 +193,16 @@ async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, No
 async def _typed(
     events: AsyncIterator[EngineEvent], body: Mapping[str, Any]
 ) -> AsyncGenerator[bytes, None]:
-    """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them."""
+    """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
+
+    The events one chunk makes go on together, as one piece (one frame to a peer): a Responses
+    stream has about twice as many events as the chat stream it comes from.
+    """
     state = ResponseEvents(body)
     async for event in events:
         produced = state.finish() if event.done else state.feed(_payload(event.data))
-        for item in produced:
-            yield typed_event(item)
+        if produced:
+            yield b"".join(map(typed_event, produced))
 
 
 def _payload(data: str) -> dict[str, Any]:
