@@ -209,6 +209,47 @@ def test_twenty_cancelled_streams_under_one_concurrent_slot_leave_nothing_in_fli
     assert fed.grantor_view(grant)["remaining"]["requests"] == 1000 - 21
 
 
+def test_the_responses_api_is_one_more_path_of_the_grant_and_a_cancelled_one_frees_its_slot(
+    fed: Federated, endless: dict[str, Any]
+) -> None:
+    """``responses.create`` through the grant, plain and streamed with usage; a stream left
+    mid-way stops the engine and frees the ``concurrent`` slot on both sides."""
+    grant = invoking(fed, concurrent=1)
+    client = fed.federated_openai()
+    short: dict[str, Any] = {"model": fed.service, "input": "Hi", "max_output_tokens": 4}
+    plain = client.responses.create(temperature=0, **short)
+    assert plain.output_text
+    assert plain.usage is not None
+    assert plain.usage.input_tokens > 0
+    assert plain.usage.output_tokens > 0
+    events = list(client.responses.create(temperature=0, stream=True, **short))
+    assert events[0].type == "response.created"
+    last = events[-1].response  # type: ignore[union-attr]
+    assert last.output_text == plain.output_text
+    assert last.usage == plain.usage
+    # Refused by alpha before it spends one of the grant's requests.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(previous_response_id=plain.id, **short)
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    story = {
+        "model": fed.service,
+        "input": endless["messages"][0]["content"],
+        "max_output_tokens": ENDLESS_MAX_TOKENS,
+        "temperature": 0,
+    }
+    with client.responses.create(
+        stream=True, extra_body={"logit_bias": endless["logit_bias"]}, **story
+    ) as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                break
+        assert fed.grantor_view(grant)["in_flight"] == 1
+    fed.wait_idle(grant, seconds=5)
+    assert fed.requester_view(grant)["in_flight"] == 0
+    assert fed.local_chat_seconds() < QUICK_SECONDS
+    assert fed.grantor_view(grant)["remaining"]["requests"] == 1000 - 3
+
+
 def test_a_client_that_disconnects_before_the_first_byte_cancels_at_the_engine(
     fed: Federated, endless: dict[str, Any]
 ) -> None:

@@ -33,6 +33,23 @@ ANSWERS: dict[str, bytes] = {
 }
 """Every answer keeps the connection open, as llama.cpp's server does."""
 
+RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
+ANSWERS["responses"] = (
+    # vLLM's Responses API: typed events, the last one carrying the response, no [DONE].
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + _chunked(
+        b"event: response.created\ndata: "
+        + json.dumps({"type": "response.created", "response": RESPONSE}).encode()
+        + b"\n\n"
+    )
+    + _chunked(
+        b"event: response.completed\ndata: "
+        + json.dumps({"type": "response.completed", "response": RESPONSE}).encode()
+        + b"\n\n"
+    )
+    + b"0\r\n\r\n"
+)
+
 
 @dataclass
 class ScriptedEngine:

@@ -7,7 +7,7 @@ invocation use case, for local callers and peers alike.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ficc.base.errors import InvalidInput
@@ -41,6 +41,9 @@ class RuntimeCapabilities:
     service serves nothing else (llama.cpp's server)."""
     translated: bool
     """FICC turns ``json_schema`` formats and ``encoding_format`` into what the engine knows."""
+    responses_api: bool = False
+    """The engine serves OpenAI's Responses API itself (``/v1/responses`` is passed through);
+    otherwise FICC translates it to chat completions (:mod:`ficc.domain.openai_responses`)."""
 
 
 _EVERYTHING: Final = RuntimeCapabilities(
@@ -65,7 +68,8 @@ RUNTIME_CAPABILITIES: Final[Mapping[RuntimeName, RuntimeCapabilities]] = {
         embeddings_option=True,
         translated=True,
     ),
-    RuntimeName.VLLM: _EVERYTHING,
+    # vLLM's OpenAI server serves /v1/responses itself.
+    RuntimeName.VLLM: replace(_EVERYTHING, responses_api=True),
     RuntimeName.OPENAI: _EVERYTHING,
 }
 """The one table both compatible URLs and the grantor check a request against."""

@@ -33,8 +33,11 @@ class Streaming(Enum):
         return self is Streaming.ALWAYS
 
 
-INVOKE_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-"""The inference paths a peer may reach; ``chat/completions`` is accepted for the first."""
+INVOKE_PATHS: Final = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
+)
+"""The inference paths a peer may reach; ``chat/completions`` is accepted for the first.
+``/v1/responses`` is answered by chat completions where the runtime lacks the Responses API."""
 
 
 def check_scope(operation: str, needed: frozenset[str], granted: frozenset[str]) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.engine_connections import scripted_engine
+from tests.support.engine_connections import RESPONSE, scripted_engine
 
 from ficc.adapters.engines.client import COMPLETIONS, EngineClient
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import FiccError, Unavailable
+from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.services.runtimes import LaunchRequest, NodeInfo
 
 CHAT = "/v1/chat/completions"
@@ -67,6 +68,22 @@ async def test_a_stream_closed_mid_way_closes_its_connection() -> None:
         await engine.wait_closed_by_client(1)
         assert (await _chat(client, "clean"))[-1] == "[DONE]"
         assert engine.opened == 2
+
+
+async def test_a_responses_stream_ends_at_its_last_typed_event_and_keeps_its_connection() -> None:
+    """vLLM's Responses API sends no ``[DONE]``: its ``response.completed`` ends the stream
+    (not "ended before it was complete"), and a plain answer is the response it carries."""
+    body = {"model": "responses", "input": "Hi"}
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        async with await client.open_stream(RESPONSES_PATH, body) as stream:
+            events = [event async for event in stream]
+        assert [(event.event, event.done) for event in events] == [
+            ("response.created", False),
+            ("response.completed", True),
+        ]
+        assert await client.complete(RESPONSES_PATH, body) == RESPONSE
+        assert engine.requests == 2
+        assert engine.opened == 1
 
 
 @pytest.mark.engine

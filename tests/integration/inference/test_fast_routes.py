@@ -26,7 +26,7 @@ CHAT = {"model": "svc_unknown", "messages": [{"role": "user", "content": "Hi"}]}
 FAST = {
     f"{prefix}/{path}"
     for prefix in ("/api/v1/inference/v1", FEDERATED)
-    for path in ("chat/completions", "completions", "embeddings")
+    for path in ("chat/completions", "completions", "embeddings", "responses")
 } | {"/api/v1/federation/peers/{peer_id}/request"}
 """The OpenAI POST routes, and the federated request route: it authenticates before it reads
 a body that may be 65 MiB (G2)."""

@@ -270,3 +270,93 @@ def test_an_embeddings_service_serves_embeddings_only_and_a_chat_service_none(
     # Nothing was lost: both services still answer.
     assert client.embeddings.create(model=embedder["id"], input="Hi").data
     assert plain_chat(client, running["id"])["choices"]
+
+
+RESPONSES_ARGS: dict[str, Any] = {
+    "input": "Say hello.",
+    "instructions": "You answer in one short sentence.",
+    "max_output_tokens": 8,
+    "temperature": 0,
+}
+"""The chat of ``RESPONSES_CHAT`` as a Responses request."""
+RESPONSES_CHAT: dict[str, Any] = {
+    "messages": [
+        {"role": "system", "content": "You answer in one short sentence."},
+        {"role": "user", "content": "Say hello."},
+    ],
+    "max_tokens": 8,
+    "temperature": 0,
+}
+
+
+def _chat_usage_in_responses_names(client: OpenAI, model: str) -> dict[str, Any]:
+    usage = client.chat.completions.create(model=model, **RESPONSES_CHAT).usage
+    assert usage is not None
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def test_the_responses_api_answers_plain_and_streamed_with_the_chat_answers_usage(
+    cluster: RunningCluster, running: dict[str, Any]
+) -> None:
+    """llama.cpp's server has no Responses API: FICC answers it with chat completions, through
+    the official client's ``responses.create``, plain and streamed, usage included."""
+    client = openai_client(cluster)
+    expected = _chat_usage_in_responses_names(client, running["id"])
+    plain = client.responses.create(model=running["id"], **RESPONSES_ARGS)
+    assert plain.object == "response"
+    assert plain.status in {"completed", "incomplete"}
+    assert plain.output_text
+    assert plain.usage is not None
+    usage = plain.usage.model_dump(include={"input_tokens", "output_tokens", "total_tokens"})
+    assert usage == expected
+    events = list(client.responses.create(model=running["id"], stream=True, **RESPONSES_ARGS))
+    kinds = [event.type for event in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:-1] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    assert kinds[-1] == f"response.{plain.status}"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == plain.output_text
+    last = events[-1].response  # type: ignore[union-attr]
+    assert last.output_text == plain.output_text
+    assert last.usage is not None
+    assert last.usage.model_dump(include=set(expected)) == expected
+
+
+def test_the_responses_api_formats_json_by_schema_and_keeps_no_state(
+    cluster: RunningCluster, running: dict[str, Any]
+) -> None:
+    client = openai_client(cluster)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+    }
+    answer = client.responses.create(
+        model=running["id"],
+        input="Give a number as JSON.",
+        max_output_tokens=16,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "number", "schema": schema}},
+    )
+    assert isinstance(json.loads(answer.output_text)["n"], int)
+    for param, value in (("store", True), ("previous_response_id", answer.id)):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(
+                model=running["id"], input="Hi", max_output_tokens=4, **{param: value}
+            )
+        assert refused.value.body["param"] == param  # type: ignore[index]
+        assert refused.value.body["type"] == "invalid_request_error"  # type: ignore[index]

@@ -175,6 +175,8 @@ class FakeEngine:
     def __init__(self, chunks: list[str] | None = None) -> None:
         self.chunks = chunks or ["hello"]
         self.calls: list[str] = []
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        """Each request's engine path and body, in order."""
         self.streams: list[FakeStream] = []
         self.release = asyncio.Event()
         self.release.set()
@@ -183,6 +185,7 @@ class FakeEngine:
         self, base_url: str, model: str, path: str, body: Mapping[str, Any]
     ) -> FakeStream:
         self.calls.append(base_url)
+        self.requests.append((path, dict(body)))
         stream = FakeStream(list(self.chunks))
         self.streams.append(stream)
         return stream
@@ -197,6 +200,7 @@ class FakeEngine:
         max_bytes: int | None = None,
     ) -> dict[str, Any]:
         self.calls.append(base_url)
+        self.requests.append((path, dict(body)))
         await self.release.wait()
         return {"id": secrets.token_hex(4), "model": model, "text": "".join(self.chunks)}
 

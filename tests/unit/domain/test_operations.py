@@ -65,6 +65,8 @@ def test_mutations_require_a_mutation_id_and_reads_refuse_one(name: str) -> None
         ("/v1/chat/completions", "/v1/chat/completions"),
         ("chat/completions", "/v1/chat/completions"),
         ("/completions", "/v1/completions"),
+        ("/v1/responses", "/v1/responses"),
+        ("responses", "/v1/responses"),
     ],
 )
 def test_invoke_paths_are_normalised(given: str, path: str) -> None:

@@ -16,16 +16,18 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.support.fakes.inference import PROJECT, Bench, bench
+from tests.support.fakes.inference import PROJECT, Bench, FakeRuntime, bench
 from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFactory
 
 from ficc.base.errors import InvalidInput, LimitExceeded
 from ficc.base.ids import new_id
-from ficc.base.units import MiB
+from ficc.base.units import GiB, MiB
 from ficc.domain import grants as g
 from ficc.domain import peers as p
-from ficc.domain.inference import ServiceState
-from ficc.domain.openai_requests import COMPLETIONS_PATH
+from ficc.domain.inference import RuntimeName, ServiceState
+from ficc.domain.nodes import Gpu
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH
+from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.protocol import canonical, messages
 from ficc.protocol.answers import encode_answer
 from ficc.services.grant_slots import Slot
@@ -247,3 +249,93 @@ def test_a_received_request_knows_its_bodys_size_as_it_travelled() -> None:
     assert isinstance(received, messages.Request)
     assert received.body_bytes == len(canonical.canonical_json(body))
     assert dataclasses.replace(received, body_bytes=0) == received  # not part of its identity
+
+
+def _chat_chunk(content: str, finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": {"content": content}, "finish_reason": finish}
+    return json.dumps({"id": "chatcmpl-r1", "created": 1700, "model": "m", "choices": [choice]})
+
+
+async def test_a_responses_stream_is_the_chat_stream_as_typed_events_counted_against_the_bound(
+    tmp_path: Path,
+) -> None:
+    """llama.cpp has no Responses API: the engine is sent the chat request that answers it,
+    and its chunks come back as OpenAI's typed events, bounded by ``max_bytes`` like any."""
+    b = bench(tmp_path)
+    service_id = await running(b)
+    b.engine.chunks = [_chat_chunk("Hel"), _chat_chunk("lo", "stop")]
+    body = {"model": "m", "input": "Hi", "instructions": "Be brief.", "stream": True}
+    invocations = b.services.invocations
+    async with invocations.stream(PROJECT, service_id, RESPONSES_PATH, body) as chunks:
+        sent = [chunk async for chunk in chunks]
+    path, chat = b.engine.requests[-1]
+    assert path == CHAT_COMPLETIONS_PATH
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
+    assert chat["stream_options"] == {"include_usage": True}
+    frames = b"".join(sent).removesuffix(b"\n\n").split(b"\n\n")
+    kinds = [frame.split(b"\n")[0].removeprefix(b"event: ").decode() for frame in frames]
+    assert kinds[0] == "response.created"
+    assert kinds[-1] == "response.completed"
+    assert kinds.count("response.output_text.delta") == 2
+    # The events of one engine chunk go on as one piece: three chunks, three pieces.
+    assert len(sent) == 3
+    last = json.loads(frames[-1].split(b"\n")[1].removeprefix(b"data: "))
+    assert last["response"]["output"][0]["content"][0]["text"] == "Hello"
+    bound = len(sent[0]) + len(sent[1])
+    async with invocations.stream(
+        PROJECT, service_id, RESPONSES_PATH, body, max_bytes=bound
+    ) as chunks:
+        cut = [chunk async for chunk in chunks]
+    assert cut[:2] == sent[:2]
+    assert json.loads(cut[2].removeprefix(b"data: "))["error"]["code"] == "limit_exceeded"
+    assert len(cut) == 3
+    assert b.engine.streams[-1].closed.is_set()
+
+
+async def test_a_plain_responses_answer_is_a_response_object_and_statefulness_is_refused(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path)
+    service_id = await running(b)
+    invocations = b.services.invocations
+    b.engine.chunks = ["ok"]
+    answer = await invocations.encoded(
+        PROJECT, service_id, RESPONSES_PATH, {"input": "Hi", "max_output_tokens": 4}, max_bytes=MiB
+    )
+    response = json.loads(answer)
+    assert response["object"] == "response"
+    assert response["store"] is False
+    assert b.engine.requests[-1][0] == CHAT_COMPLETIONS_PATH
+    assert b.engine.requests[-1][1]["max_tokens"] == 4
+    before = len(b.engine.calls)
+    for param, value in (("store", True), ("previous_response_id", "resp_1")):
+        with pytest.raises(InvalidInput) as refused:
+            await invocations.complete(
+                PROJECT, service_id, RESPONSES_PATH, {"input": "Hi", param: value}
+            )
+        assert refused.value.details["field"] == param
+    assert len(b.engine.calls) == before
+
+
+async def test_a_responses_request_to_vllm_is_passed_through_with_its_events_named(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path, runtime=FakeRuntime(RuntimeName.VLLM))
+    node = await b.add_node()
+    b.store.nodes[node.id] = dataclasses.replace(node, gpus=(Gpu(0, "gpu", 80 * GiB, 0),))
+    model = await b.add_model(MiB)
+    service = await b.create(model, runtime="vllm")
+    await b.control(service["id"], "start")
+    await b.until(lambda: b.service(service["id"]).state is ServiceState.RUNNING)
+    event = {"type": "response.created", "sequence_number": 0, "response": {}}
+    b.engine.chunks = [json.dumps(event)]
+    body = {"input": "Hi", "stream": True}
+    async with b.services.invocations.stream(
+        PROJECT, service["id"], RESPONSES_PATH, body
+    ) as chunks:
+        sent = [chunk async for chunk in chunks]
+    assert b.engine.requests[-1] == (RESPONSES_PATH, body)
+    assert sent[0] == b"event: response.created\ndata: " + json.dumps(event).encode() + b"\n\n"

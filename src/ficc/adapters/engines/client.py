@@ -32,13 +32,15 @@ from ficc.domain.openai_requests import (
     INFERENCE_PATHS,
     usage_requested,
 )
+from ficc.domain.openai_responses import RESPONSES_PATH
 
 CHAT_COMPLETIONS: Final = CHAT_COMPLETIONS_PATH
 COMPLETIONS: Final = COMPLETIONS_PATH
 EMBEDDINGS: Final = EMBEDDINGS_PATH
 MODELS: Final = "/v1/models"
-ALLOWED_PATHS: Final = INFERENCE_PATHS
-"""The only paths a caller can reach on an engine; everything else the engine serves is private."""
+ALLOWED_PATHS: Final = INFERENCE_PATHS | {RESPONSES_PATH}
+"""The only paths a caller can reach on an engine; everything else the engine serves is private.
+``/v1/responses`` is sent only to a runtime that serves it (vLLM); others get chat requests."""
 
 DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
 """``read`` bounds the silence between two events: a long prompt on a CPU takes minutes."""
@@ -284,6 +286,8 @@ class EngineClient:
         """
         if path == EMBEDDINGS:
             return await self._embeddings(body, max_bytes)
+        if path == RESPONSES_PATH:
+            return await self._response(body, max_bytes)
         request_body = dict(body)
         request_body["stream_options"] = {"include_usage": True}
         chunks: list[dict[str, Any]] = []
@@ -310,6 +314,33 @@ class EngineClient:
         if path == CHAT_COMPLETIONS:
             return assemble_chat_completion(chunks)
         return assemble_text_completion(chunks)
+
+    async def _response(self, body: Mapping[str, Any], max_bytes: int | None) -> dict[str, Any]:
+        """A plain ``response`` from an engine with the Responses API: streamed (so a cancel
+        stops it), the finished response taken from its last event, which carries it whole.
+        ``max_bytes`` bounds the events' text as it arrives."""
+        size = 0
+        async with await self.open_stream(RESPONSES_PATH, body) as stream:
+            async for event in stream:
+                size += len(event.data)
+                if size > MAX_ASSEMBLED_BYTES or (max_bytes is not None and size > 2 * max_bytes):
+                    # Each text arrives twice (its deltas, then the response): half the events'
+                    # bytes is a lower bound of the answer's.
+                    if max_bytes is not None and size <= MAX_ASSEMBLED_BYTES:
+                        raise LimitExceeded(
+                            f"the response would pass the grant's {max_bytes} response bytes",
+                            details={"limit": "response_bytes", "allowed": max_bytes},
+                        )
+                    raise Unavailable(
+                        f"the engine's answer passed {MAX_ASSEMBLED_BYTES} bytes; ask for a "
+                        "stream or fewer tokens"
+                    )
+                if event.done:
+                    response = event.payload().get("response")
+                    if not isinstance(response, dict):
+                        raise Unavailable("the engine's last event carries no response")
+                    return response
+        raise Unavailable("the engine ended the stream before it was complete")
 
     async def _embeddings(
         self, body: Mapping[str, Any], max_bytes: int | None = None

@@ -16,6 +16,7 @@ import httpx
 from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
 from ficc.base.errors import Unavailable
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
+from ficc.domain.openai_responses import RESPONSES_PATH, TERMINAL_EVENTS
 
 END_DRAIN_SECONDS: Final = 1.0
 """After ``[DONE]``, how long the end of the body may take; later, the connection is closed."""
@@ -34,11 +35,13 @@ class SseEvent:
 
     data: str
     event: str | None = None
+    last: bool = False
+    """The Responses API's last event (``response.completed``...), which ends its stream."""
 
     @property
     def done(self) -> bool:
-        """The OpenAI stream's end marker."""
-        return self.data == "[DONE]"
+        """The OpenAI stream's end marker (the Responses API's last event for its stream)."""
+        return self.last or self.data == "[DONE]"
 
     def payload(self) -> dict[str, Any]:
         """The event's JSON object; Unavailable if the engine sent something else."""
@@ -164,7 +167,7 @@ class EngineStream:
                 if not data:
                     event = None
                     continue
-                item = SseEvent("\n".join(data), event)
+                item = SseEvent("\n".join(data), event, self._last_event(event))
                 data, size, event = [], 0, None
                 if item.done:
                     if self._count_usage is not None and not _has_usage(chunks):
@@ -191,6 +194,10 @@ class EngineStream:
                 "the model's context"
             )
         raise Unavailable("the engine ended the stream before it was complete")
+
+    def _last_event(self, event: str | None) -> bool:
+        """Whether an event of this name ends a Responses stream (no ``[DONE]`` follows it)."""
+        return self._path == RESPONSES_PATH and event in TERMINAL_EVENTS
 
     async def _usage_chunk(self, chunks: list[dict[str, Any]]) -> SseEvent | None:
         """The usage chunk OpenAI ends a stream with, or None when it cannot be counted."""

@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ficc.base.errors import LimitExceeded, Unavailable
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
-from ficc.domain.openai_requests import EMBEDDINGS_PATH, check_request
-from ficc.domain.openai_runtimes import check_capabilities, engine_body
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH
+from ficc.domain.openai_responses import (
+    RESPONSES_PATH,
+    ResponseEvents,
+    chat_request,
+    check_invocation,
+    response_object,
+    typed_event,
+)
+from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities, engine_body
 from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
@@ -35,11 +45,11 @@ class Invocations:
         self, project: str, service_id: str, path: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The plain answer in OpenAI's shape."""
-        endpoint, answer = await self._answer(project, service_id, path, body, None)
+        plan, answer = await self._answer(project, service_id, path, body, None)
         if path == EMBEDDINGS_PATH:
             # Vectors averaged in a worker thread: tens of MiB of floats would hold the loop.
-            return await asyncio.to_thread(shape_answer, endpoint.runtime, path, body, answer)
-        return shape_answer(endpoint.runtime, path, body, answer)
+            return await asyncio.to_thread(plan.shape, body, answer)
+        return plan.shape(body, answer)
 
     async def encoded(
         self,
@@ -57,15 +67,15 @@ class Invocations:
         stops the engine at once); the shaped answer is measured from the one encoding that
         sends it on.
         """
-        endpoint, answer = await self._answer(project, service_id, path, body, max_bytes)
+        plan, answer = await self._answer(project, service_id, path, body, max_bytes)
         if path == EMBEDDINGS_PATH:
             # Averaged, encoded and measured in a worker thread, value by value: tens of MiB
             # of floats would otherwise hold the loop for seconds.
             content, size = await asyncio.to_thread(
-                encoded_answer, endpoint.runtime, path, body, answer, gradual=True
+                encode_shaped, plan.shape(body, answer), gradual=True
             )
         else:
-            content, size = encoded_answer(endpoint.runtime, path, body, answer)
+            content, size = encode_shaped(plan.shape(body, answer))
         # Counted as the caller's compatible URL will send it (compact JSON, ASCII escapes).
         if size > max_bytes:
             raise LimitExceeded(
@@ -89,12 +99,22 @@ class Invocations:
         With ``max_bytes`` the bytes sent are counted: the event that would pass it is replaced
         by an error event naming ``response_bytes``, and the stream ends.
         """
-        endpoint, sent = await self._prepare(project, service_id, path, body)
-        async with (
-            self._router.stream(project, service_id, path, sent, endpoint=endpoint) as events,
-            contextlib.aclosing(_framed(events, max_bytes)) as chunks,
-        ):
-            yield chunks
+        plan = await self._prepare(project, service_id, path, body)
+        async with self._router.stream(
+            project, service_id, plan.engine_path, plan.sent, endpoint=plan.endpoint
+        ) as events:
+            framed: AsyncGenerator[bytes, None]
+            if plan.translated:
+                framed = _typed(events, body)
+            elif path == RESPONSES_PATH:
+                framed = _named(events)
+            else:
+                framed = _relayed(events)
+            async with (
+                contextlib.aclosing(framed),
+                contextlib.aclosing(_bounded(framed, max_bytes)) as chunks,
+            ):
+                yield chunks
 
     async def _answer(
         self,
@@ -103,34 +123,104 @@ class Invocations:
         path: str,
         body: Mapping[str, Any],
         max_bytes: int | None,
-    ) -> tuple[Endpoint, dict[str, Any]]:
-        endpoint, sent = await self._prepare(project, service_id, path, body)
+    ) -> tuple[_Plan, dict[str, Any]]:
+        plan = await self._prepare(project, service_id, path, body)
         answer = await self._router.complete(
-            project, service_id, path, sent, endpoint=endpoint, max_bytes=max_bytes
+            project,
+            service_id,
+            plan.engine_path,
+            plan.sent,
+            endpoint=plan.endpoint,
+            max_bytes=max_bytes,
         )
-        return endpoint, answer
+        return plan, answer
 
     async def _prepare(
         self, project: str, service_id: str, path: str, body: Mapping[str, Any]
-    ) -> tuple[Endpoint, dict[str, Any]]:
+    ) -> _Plan:
         """The replica and the body its engine is sent, or the refusal naming the parameter.
 
         A caller's body (a hostile peer's too) is checked as OpenAI checks it and against
-        what the service's runtime honours: never a silent drop.
+        what the service's runtime honours: never a silent drop. A Responses request goes to
+        an engine without that API as the chat request that answers it.
         """
-        check_request(path, body)
+        check_invocation(path, body)
         endpoint = await self._router.endpoint(project, service_id)
-        check_capabilities(endpoint.runtime, endpoint.options, path, body)
-        return endpoint, engine_body(endpoint.runtime, path, body)
+        translated = (
+            path == RESPONSES_PATH and not RUNTIME_CAPABILITIES[endpoint.runtime].responses_api
+        )
+        engine_path, request = (
+            (CHAT_COMPLETIONS_PATH, chat_request(body)) if translated else (path, body)
+        )
+        check_capabilities(endpoint.runtime, endpoint.options, engine_path, request)
+        sent = engine_body(endpoint.runtime, engine_path, request)
+        return _Plan(endpoint, engine_path, sent, translated)
 
 
-async def _framed(
-    events: AsyncIterator[EngineEvent], max_bytes: int | None
-) -> AsyncGenerator[bytes, None]:
-    """Each event framed once; the bytes counted as they go, against ``max_bytes``."""
-    sent = 0
+@dataclass(frozen=True)
+class _Plan:
+    """Where an invocation goes: the replica, the engine's path and body, and whether the
+    answer is translated back (a Responses request answered by chat completions)."""
+
+    endpoint: Endpoint
+    engine_path: str
+    sent: dict[str, Any]
+    translated: bool
+
+    def shape(self, body: Mapping[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        """The engine's plain answer in the shape the caller asked for."""
+        if self.translated:
+            return response_object(body, answer)
+        return shape_answer(self.endpoint.runtime, self.engine_path, body, answer)
+
+
+async def _relayed(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+    """Each engine event framed once, as it came."""
     async for event in events:
-        chunk = sse_event(event.data)
+        yield sse_event(event.data)
+
+
+async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+    """A Responses stream passed through, each event framed with its ``event:`` name (its
+    ``type``), as OpenAI frames them; a ``[DONE]`` is not passed on (OpenAI sends none)."""
+    async for event in events:
+        if event.data == "[DONE]":
+            continue
+        kind = _payload(event.data).get("type")
+        yield b"event: " + str(kind).encode() + b"\n" + sse_event(event.data)
+
+
+async def _typed(
+    events: AsyncIterator[EngineEvent], body: Mapping[str, Any]
+) -> AsyncGenerator[bytes, None]:
+    """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
+
+    The events one chunk makes go on together, as one piece (one frame to a peer): a Responses
+    stream has about twice as many events as the chat stream it comes from.
+    """
+    state = ResponseEvents(body)
+    async for event in events:
+        produced = state.finish() if event.done else state.feed(_payload(event.data))
+        if produced:
+            yield b"".join(map(typed_event, produced))
+
+
+def _payload(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise Unavailable("the engine sent an event that is not JSON") from exc
+    if not isinstance(value, dict):
+        raise Unavailable("the engine sent an event that is not a JSON object")
+    return value
+
+
+async def _bounded(
+    chunks: AsyncIterator[bytes], max_bytes: int | None
+) -> AsyncGenerator[bytes, None]:
+    """The chunks, counted as they go against ``max_bytes``."""
+    sent = 0
+    async for chunk in chunks:
         if max_bytes is not None and sent + len(chunk) > max_bytes:
             yield error_event(
                 LimitExceeded(
@@ -152,12 +242,16 @@ def encoded_answer(
     gradual: bool = False,
 ) -> tuple[bytes, int]:
     """The answer in OpenAI's shape as RFC 8785 JSON, and the size of its compact JSON (what
-    ``response_bytes`` counts); ``gradual`` in a worker thread.
+    ``response_bytes`` counts); ``gradual`` in a worker thread."""
+    return encode_shaped(shape_answer(runtime, path, body, answer), gradual=gradual)
+
+
+def encode_shaped(shaped: dict[str, Any], *, gradual: bool = False) -> tuple[bytes, int]:
+    """A shaped answer as RFC 8785 JSON and the size of its compact JSON.
 
     An engine's answer the wire cannot carry (a NaN, an integer past 2**53) is the engine's
     failure.
     """
-    shaped = shape_answer(runtime, path, body, answer)
     try:
         return canonical_json_and_compact_size(shaped, gradual=gradual)
     except ValueError as exc:

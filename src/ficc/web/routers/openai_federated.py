@@ -19,9 +19,9 @@ from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
-    check_request,
     parse_request_body,
 )
+from ficc.domain.openai_responses import RESPONSES_PATH, check_invocation
 from ficc.services.remote.views import unpublished
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
@@ -95,7 +95,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     model = body.get("model")
     if not isinstance(model, str):
         raise unpublished(model)
-    check_request(path, body)
+    check_invocation(path, body)
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
@@ -147,3 +147,11 @@ async def embeddings(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
 ) -> Any:
     return await relay(ctx, request, peer_id, EMBEDDINGS_PATH)
+
+
+@router.post(f"{PREFIX}/responses", responses=OPENAI_ANSWER)
+@fast_path
+async def responses(
+    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
+) -> Any:
+    return await relay(ctx, request, peer_id, RESPONSES_PATH)

@@ -14,6 +14,7 @@ from ficc.domain.openai_requests import (
     EMBEDDINGS_PATH,
     parse_request_body,
 )
+from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.domain.service_records import ServiceRecord
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
@@ -97,3 +98,9 @@ async def completions(request: Request, ctx: Context = scoped("inference:invoke"
 @fast_path
 async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, EMBEDDINGS_PATH)
+
+
+@router.post(f"{PREFIX}/responses", responses=OPENAI_ANSWER)
+@fast_path
+async def responses(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
+    return await relay(ctx, request, RESPONSES_PATH)
