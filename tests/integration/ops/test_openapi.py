@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -152,7 +153,7 @@ fuzzed_api.config.generation.update(
 
 @fuzzed_api.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_answers_as_the_document_says(case: Case, fuzzed: FuzzTarget) -> None:
+def test_every_operation_answers_as_the_document_says(case: Case[Any], fuzzed: FuzzTarget) -> None:
     """Generated requests, valid and invalid, to every operation, as the owner of a cluster
     with a running service and a peer whose grant publishes another: no server error, and
     every status, content type and body is one the document gives."""
