@@ -1,4 +1,5 @@
-"""The OpenAPI document covers every /api/v1 route with typed bodies; /api/v1/docs lists them."""
+"""The OpenAPI document covers every /api/v1 route with typed bodies; /api/v1/docs lists them;
+real answers, and those to requests a fuzzer generates from the document, are as it says."""
 
 from __future__ import annotations
 
@@ -143,6 +144,9 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
         yield target
 
 
+# The schema is made when the module loads (the document depends on the routes alone), so that
+# Schemathesis makes one test per operation; its fixture-loaded schema needs a pytest older
+# than this suite's. Examples are derived from the operation, the same on every run.
 API_DOCUMENT = api_document()
 fuzzed_api = schemathesis.openapi.from_dict(API_DOCUMENT)
 fuzzed_api.config.update(base_url=FUZZ_BASE_URL)
