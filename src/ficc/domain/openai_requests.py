@@ -298,7 +298,9 @@ def _embedding_options(body: Mapping[str, Any]) -> None:
     if body.get("stream") is True:
         raise _invalid("stream", "embeddings are answered whole, never streamed")
     encoding = body.get("encoding_format")
-    if encoding is not None and encoding not in EMBEDDING_FORMATS:
+    if encoding is not None and (
+        not isinstance(encoding, str) or encoding not in EMBEDDING_FORMATS
+    ):
         raise _invalid("encoding_format", "expected float or base64")
     _integer(body, "dimensions", 1)
 

@@ -45,6 +45,31 @@ ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
 """Documented on every API route: any refusal has the contract's error envelope."""
 
 
+class OpenAIError(BaseModel):
+    message: str
+    type: str
+    code: str | None
+    param: str | None
+    """The request parameter the error names, where it names one."""
+
+
+class OpenAIErrorEnvelope(BaseModel):
+    """OpenAI's error shape, which the OpenAI-compatible URLs answer in (CONTRACT §4)."""
+
+    error: OpenAIError
+
+
+_OPENAI_ERROR_ANSWER: Final[dict[str, Any]] = {
+    "model": OpenAIErrorEnvelope,
+    "description": "Refused: OpenAI's error shape.",
+}
+OPENAI_ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    "4XX": _OPENAI_ERROR_ANSWER,
+    "5XX": _OPENAI_ERROR_ANSWER,
+}
+"""In place of :data:`ERROR_RESPONSES` on the OpenAI-compatible routes."""
+
+
 def _operation_rows(document: dict[str, Any]) -> str:
     rows = []
     for path, item in sorted(document.get("paths", {}).items()):

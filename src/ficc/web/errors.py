@@ -117,7 +117,8 @@ def unexpected_error_response(request: Request, exc: Exception) -> JSONResponse:
         f"internal error; the server log has the details under request id {request_id}",
         details={"request_id": request_id},
     )
-    return JSONResponse(envelope(error), status_code=500, headers={REQUEST_ID_HEADER: request_id})
+    body = openai_envelope(error, 500) if _is_openai_path(request.url.path) else envelope(error)
+    return JSONResponse(body, status_code=500, headers={REQUEST_ID_HEADER: request_id})
 
 
 def install_error_handlers(app: FastAPI) -> None:

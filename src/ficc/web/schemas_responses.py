@@ -8,9 +8,11 @@ answer must be added here too. Open values (manifests, options, details) are fre
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from ficc.web.api_docs import OPENAI_ERROR_RESPONSES
 
 Time = str
 """An RFC 3339 UTC time."""
@@ -111,7 +113,8 @@ class Replica(Shape):
     pid: int | None
     port: int | None
     exit_code: int | None
-    log_tail: list[str]
+    log_tail: str | None
+    """The engine's last log lines, one string; null until the replica has ended."""
     created_at: Time
     ended_at: Time | None
 
@@ -273,10 +276,45 @@ def answer(model: type[BaseModel], status: int = 200) -> dict[int | str, dict[st
 
 
 NO_CONTENT: Final[dict[int | str, dict[str, Any]]] = {204: {"description": "Done; no body."}}
+
+
+class OpenAIModel(Shape):
+    """A service as OpenAI's ``model`` object."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(Shape):
+    """The services a ``model`` may name, as OpenAI lists models."""
+
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
+SERVER_SENT_EVENT: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "One event of the stream (before OpenAPI 3.2, `schema` describes each event).",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": "An OpenAI chunk or error object as JSON; `[DONE]` ends the stream.",
+        },
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+    },
+}
 OPENAI_ANSWER: Final[dict[int | str, dict[str, Any]]] = {
     200: {
         "model": OpenObject,
         "description": "The engine's OpenAI-compatible answer, or its event stream.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
+        "content": {"text/event-stream": {"schema": SERVER_SENT_EVENT}},
+    },
 }
+OPENAI_INVOCATION: Final = {**OPENAI_ANSWER, **OPENAI_ERROR_RESPONSES}
+"""An OpenAI-compatible route's invocation: the engine's answer, or OpenAI's error shape."""
+OPENAI_MODELS: Final = {**answer(OpenAIModelList), **OPENAI_ERROR_RESPONSES}
+OPENAI_MODEL: Final = {**answer(OpenAIModel), **OPENAI_ERROR_RESPONSES}

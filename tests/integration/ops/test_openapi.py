@@ -1,17 +1,32 @@
-"""The OpenAPI document covers every /api/v1 route with typed bodies; /api/v1/docs lists them."""
+"""The OpenAPI document covers every /api/v1 route with typed bodies; /api/v1/docs lists them;
+real answers, and those to requests a fuzzer generates from the document, are as it says."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import schemathesis
 from fastapi.routing import APIRoute
+from hypothesis import HealthCheck, settings
 from pydantic import ValidationError
+from schemathesis import Case, GenerationMode
 from tests.support.cluster import RunningCluster
 from tests.support.federation import add_service
-from tests.support.openapi import check_answer, documented_model
+from tests.support.openapi import (
+    FUZZ_BASE_URL,
+    FUZZ_CHECKS,
+    FuzzTarget,
+    api_document,
+    check_answer,
+    documented_model,
+    fuzz_target,
+)
 
 from ficc.web.app import ROUTERS
+from ficc.web.errors import OPENAI_PATH
 
 API_PREFIX = "/api/v1"
 
@@ -41,10 +56,18 @@ def test_every_api_route_is_documented_with_its_body_and_errors(
                 # A service spec and a grant's terms are free-form objects checked by the
                 # domain; every other body is a named model.
                 assert named in schemas or body.get("type") == "object", f"{method} {route.path}"
-            error = operation["responses"]["4XX"]["content"]["application/json"]["schema"]
-            assert error["$ref"].endswith("/ErrorEnvelope")
-    envelope = schemas["ErrorBody"]
-    assert set(envelope["required"]) == {"code", "message", "details"}
+            # The OpenAI-compatible URLs answer errors in OpenAI's shape, and take OpenAI's
+            # bodies, read raw but documented.
+            compatible = OPENAI_PATH.match(route.path) is not None
+            envelope = "/OpenAIErrorEnvelope" if compatible else "/ErrorEnvelope"
+            for status in ("4XX", "5XX"):
+                error = operation["responses"][status]["content"]["application/json"]["schema"]
+                assert error["$ref"].endswith(envelope), f"{method} {route.path}"
+            if compatible and method == "POST":
+                body = operation["requestBody"]["content"]["application/json"]["schema"]
+                assert {"model"} < set(body["required"]), f"{method} {route.path}"
+    assert set(schemas["ErrorBody"]["required"]) == {"code", "message", "details"}
+    assert set(schemas["OpenAIError"]["required"]) == {"message", "type", "code", "param"}
 
 
 def test_the_docs_page_lists_every_operation_and_loads_nothing_from_elsewhere(
@@ -112,3 +135,31 @@ def test_real_answers_match_the_documented_models(
         model.model_validate({**created, "secret": "x"})
     with pytest.raises(ValidationError):
         model.model_validate({k: v for k, v in created.items() if k != "token"})
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
+    with fuzz_target(tmp_path_factory.mktemp("fuzzed")) as target:
+        assert target.document == API_DOCUMENT
+        yield target
+
+
+# The schema is made when the module loads (the document depends on the routes alone), so that
+# Schemathesis makes one test per operation; its fixture-loaded schema needs a pytest older
+# than this suite's. Examples are derived from the operation, the same on every run.
+API_DOCUMENT = api_document()
+fuzzed_api = schemathesis.openapi.from_dict(API_DOCUMENT)
+fuzzed_api.config.update(base_url=FUZZ_BASE_URL)
+fuzzed_api.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=10, deterministic=True
+)
+
+
+@fuzzed_api.parametrize()
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
+def test_every_operation_answers_as_the_document_says(case: Case[Any], fuzzed: FuzzTarget) -> None:
+    """Generated requests, valid and invalid, to every operation, as the owner of a cluster
+    with a running service and a peer whose grant publishes another: no server error, and
+    every status, content type and body is one the document gives."""
+    response = fuzzed.send(case)
+    case.validate_response(response, checks=FUZZ_CHECKS)

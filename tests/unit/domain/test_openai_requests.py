@@ -209,12 +209,25 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
     max_leaves=10,
 )
-KNOWN = ["messages", "prompt", "max_tokens", "n", "temperature", "stop", "logit_bias", "tools"]
+KNOWN = [
+    "messages",
+    "prompt",
+    "input",
+    "max_tokens",
+    "n",
+    "temperature",
+    "stop",
+    "logit_bias",
+    "tools",
+    "encoding_format",
+    "response_format",
+    "tool_choice",
+]
 
 
 @given(st.dictionaries(st.sampled_from(KNOWN) | st.text(max_size=4), JSON_VALUES, max_size=6))
 def test_any_json_body_is_passed_or_refused_as_invalid_input(body: dict[str, Any]) -> None:
-    for path in (CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH):
+    for path in (CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH):
         with contextlib.suppress(InvalidInput):
             check_request(path, body)
 
@@ -235,6 +248,8 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
         ({"input": ["a", 1]}, "input"),
         ({"input": ["a"] * 2049}, "input"),
         ({"encoding_format": "hex"}, "encoding_format"),
+        ({"encoding_format": {}}, "encoding_format"),
+        ({"encoding_format": ["float"]}, "encoding_format"),
         ({"dimensions": 0}, "dimensions"),
         ({"stream": True}, "stream"),
     ],

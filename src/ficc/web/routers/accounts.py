@@ -158,7 +158,12 @@ async def create_login_link(
     return {"url": f"{base}/login/{secret}", "expires_in": LOGIN_LINK_LIFETIME_SECONDS}
 
 
-@router.get("/login/{secret}")
+@router.get(
+    "/login/{secret}",
+    status_code=303,
+    response_class=RedirectResponse,
+    responses={303: {"description": "Signed in: the session cookie is set; to the console."}},
+)
 async def open_login_link(secret: str, request: Request, cluster: Cluster = public()) -> Response:
     issued = await accounts.consume_login_link(
         cluster.uow_factory, cluster.clock, secret, _session_lifetime(request)

@@ -26,7 +26,8 @@ from ficc.services.remote.views import unpublished
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.fast_routes import fast_path
-from ficc.web.schemas_responses import OPENAI_ANSWER
+from ficc.web.schemas import openai_request
+from ficc.web.schemas_responses import OPENAI_INVOCATION, OPENAI_MODEL, OPENAI_MODELS
 
 router = APIRouter()
 
@@ -59,7 +60,7 @@ async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) 
     return {"id": service, "object": "model", "created": created, "owned_by": peer_id}
 
 
-@router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
+@router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
     data = []
@@ -75,7 +76,7 @@ async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) 
     return {"object": "list", "data": data}
 
 
-@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_ANSWER)
+@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_MODEL)
 async def get_model(model_id: str, peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
     published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
     if model_id not in published:
@@ -125,7 +126,11 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     return await sse.relay(request, result())
 
 
-@router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/chat/completions",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(CHAT_COMPLETIONS_PATH),
+)
 @fast_path
 async def chat_completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
@@ -133,7 +138,11 @@ async def chat_completions(
     return await relay(ctx, request, peer_id, CHAT_COMPLETIONS_PATH)
 
 
-@router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/completions",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(COMPLETIONS_PATH),
+)
 @fast_path
 async def completions(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
@@ -141,7 +150,11 @@ async def completions(
     return await relay(ctx, request, peer_id, COMPLETIONS_PATH)
 
 
-@router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/embeddings",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(EMBEDDINGS_PATH),
+)
 @fast_path
 async def embeddings(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")

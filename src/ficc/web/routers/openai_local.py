@@ -19,7 +19,8 @@ from ficc.domain.service_records import ServiceRecord
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.fast_routes import fast_path
-from ficc.web.schemas_responses import OPENAI_ANSWER
+from ficc.web.schemas import openai_request
+from ficc.web.schemas_responses import OPENAI_INVOCATION, OPENAI_MODEL, OPENAI_MODELS
 from ficc.web.sse import Opening
 
 router = APIRouter()
@@ -47,13 +48,13 @@ def unknown_model(model: str, usable: list[str]) -> NotFound:
     )
 
 
-@router.get(f"{PREFIX}/models", responses=OPENAI_ANSWER)
+@router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.router.running_services(ctx.project)
     return {"object": "list", "data": [model_object(s, ctx.project) for s in services]}
 
 
-@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_ANSWER)
+@router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_MODEL)
 async def get_model(model_id: str, ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.router.running_services(ctx.project)
     for service in services:
@@ -82,19 +83,31 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
         raise unknown_model(service_id, [service.id for service in running]) from exc
 
 
-@router.post(f"{PREFIX}/chat/completions", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/chat/completions",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(CHAT_COMPLETIONS_PATH),
+)
 @fast_path
 async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, CHAT_COMPLETIONS_PATH)
 
 
-@router.post(f"{PREFIX}/completions", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/completions",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(COMPLETIONS_PATH),
+)
 @fast_path
 async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, COMPLETIONS_PATH)
 
 
-@router.post(f"{PREFIX}/embeddings", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/embeddings",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(EMBEDDINGS_PATH),
+)
 @fast_path
 async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, EMBEDDINGS_PATH)

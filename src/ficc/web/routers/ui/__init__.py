@@ -16,5 +16,6 @@ from ficc.web.routers.ui import accounts, entry, federation, work
 router = APIRouter()
 """Every console route, in the order of its pages (the routes themselves, not nested routers:
 the app's middlewares read each route)."""
+router.routes.extend(entry.front.routes)
 for pages in (entry, federation, work, accounts):
     router.routes.extend(pages.router.routes)

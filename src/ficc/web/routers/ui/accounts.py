@@ -13,7 +13,8 @@ from ficc.web.routers import federation as federation_api
 from ficc.web.routers.ui.rendering import P, action_done, projects_of, render, render_page
 from ficc.web.schemas import TokenCreate
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)
+"""Console pages: HTML for a browser session, not part of the API document."""
 
 
 @router.get(f"{P}/tokens", response_class=HTMLResponse)

@@ -19,12 +19,20 @@ from ficc.web.routers.ui.rendering import (
     render_page,
 )
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)
+"""Console pages: HTML for a browser session, not part of the API document."""
+front = APIRouter()
+"""``GET /``, documented: where a browser, or a script finding its way, is sent."""
 
 # --- entry, static files, session ------------------------------------------------------------
 
 
-@router.get("/")
+@front.get(
+    "/",
+    status_code=303,
+    response_class=RedirectResponse,
+    responses={303: {"description": "To the console, `/ui` (`Location` says so)."}},
+)
 async def root(cluster: Cluster = public()) -> Response:
     return RedirectResponse("/ui", status_code=303)
 

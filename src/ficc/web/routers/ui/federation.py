@@ -20,7 +20,8 @@ from ficc.web.console import (
 )
 from ficc.web.routers.ui.rendering import P, action_done, projects_of, render_page
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)
+"""Console pages: HTML for a browser session, not part of the API document."""
 
 
 @router.get(f"{P}/federation", response_class=HTMLResponse)

@@ -21,7 +21,8 @@ from ficc.web.routers.ui.rendering import (
 )
 from ficc.web.schemas import ServiceControl
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)
+"""Console pages: HTML for a browser session, not part of the API document."""
 
 
 @router.get(f"{P}/transfers", response_class=HTMLResponse)
