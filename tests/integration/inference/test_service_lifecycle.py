@@ -174,6 +174,12 @@ def test_a_crashed_engine_is_started_again_by_the_default_restart_policy(
     restarts = [e for e in audit["entries"] if e["action"] == "service.restart"]
     assert [e["target"] for e in restarts] == [service["id"]]
     assert "signal 9" in restarts[0]["details"]["reason"]
+    counted = [
+        line
+        for line in owner.get("/metrics").text.splitlines()
+        if line.startswith('ficc_inference_restarts_total{policy="on-failure"}')
+    ]
+    assert [float(line.split()[-1]) for line in counted] == [1.0]
     stop(owner, service["id"])
 
 

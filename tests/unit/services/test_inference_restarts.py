@@ -215,3 +215,17 @@ def test_after_a_kill_every_service_desired_running_runs_again_once_fenced(
     tmp_path: Path,
 ) -> None:
     run_virtual(_restored(tmp_path, clean=False))
+
+
+@virtual
+async def test_a_clean_shutdown_during_the_backoff_records_the_service_stopped(
+    tmp_path: Path,
+) -> None:
+    b = bench(tmp_path, clock=LoopWallClock())
+    service_id = await running(b)
+    b.runtime.replicas[0].crash()
+    await eventually(lambda: state(b, service_id) is ServiceState.STARTING)
+    await b.services.close()
+    assert state(b, service_id) is ServiceState.STOPPED
+    assert b.service(service_id).desired is DesiredState.RUNNING
+    assert len(b.runtime.replicas) == 1

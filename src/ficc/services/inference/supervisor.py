@@ -91,6 +91,8 @@ class ReplicaSupervisor:
         self._on_restart = on_restart
         self._loops: dict[str, CrashLoop] = {}
         self._running_since: dict[str, datetime] = {}
+        self._backoff: set[str] = set()
+        """Services waiting to be started again after a crash."""
         self._launches: dict[str, tuple[Node, Path | None]] = {}
         """What each service's last launch ran with: a restart launches the same again."""
 
@@ -126,6 +128,7 @@ class ReplicaSupervisor:
         self._loops.pop(service_id, None)
         self._running_since.pop(service_id, None)
         self._launches.pop(service_id, None)
+        self._backoff.discard(service_id)
         self._router.forget(service_id)
 
     def tracked_services(self) -> frozenset[str]:
@@ -138,6 +141,7 @@ class ReplicaSupervisor:
                 *self._loops,
                 *self._running_since,
                 *self._launches,
+                *self._backoff,
                 *self._router.tracked_services(),
             }
         )
@@ -189,12 +193,13 @@ class ReplicaSupervisor:
             await uow.commit()
 
     async def close(self) -> None:
-        """At a clean shutdown: stop every engine and record the services as stopped."""
+        """At a clean shutdown: stop every engine and record the services as stopped (those
+        waiting out a restart's backoff too); their desired state stays."""
         self._router.close_all()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for service_id in list(self._handles):
+        for service_id in sorted({*self._handles, *self._backoff}):
             await self.stop_replicas(service_id)
             async with self._uow_factory() as uow:
                 service = await uow.services.get(service_id)
@@ -389,11 +394,13 @@ class ReplicaSupervisor:
             )
             await uow.services.update(replace(service, state=state, error=error, updated_at=now))
             await uow.commit()
+        self._backoff.add(service_id)
         self.spawn(self._restart_later(service_id, service.revision, decision.delay_seconds))
 
     async def _restart_later(self, service_id: str, revision: int, delay_seconds: float) -> None:
         """After the backoff, start the service again, unless someone changed it meanwhile."""
         await asyncio.sleep(delay_seconds)
+        self._backoff.discard(service_id)  # not when cancelled: the shutdown records it stopped
         lock = await self.lock_of(service_id)
         launch = self._launches.get(service_id)
         if lock is None or launch is None:
