@@ -115,3 +115,37 @@ async def test_a_crashed_service_of_an_ended_grant_is_not_started_again(pair: Pa
     assert record.desired is DesiredState.RUNNING
     assert "its grant is no longer active" in (record.error or "")
     assert len(runtime.replicas) == 1
+
+
+async def test_after_ficc_restarts_a_service_of_an_ended_grant_stays_stopped_saying_why(
+    pair: Pair,
+) -> None:
+    peer_id, spec, runtime = await _peer(pair)
+    kept = await _request(pair, peer_id, "inference.create", {"spec": spec})
+    await _request(
+        pair,
+        peer_id,
+        "inference.control",
+        {"service": kept["id"], "revision": kept["revision"], "operation": "start"},
+    )
+
+    async def is_running() -> bool:
+        async with pair.grantor.uow_factory() as uow:
+            record = await uow.services.get(kept["id"])
+        return record is not None and record.state is ServiceState.RUNNING
+
+    await _until(is_running)
+    await pair.grantor.inference.close()
+    async with pair.grantor.uow_factory() as uow:
+        record = await uow.services.get(kept["id"])
+        assert record is not None
+        assert record.created_by_grant is not None
+        await uow.grants.set_state(record.created_by_grant, g.REVOKED, pair.grantor.clock())
+        await uow.commit()
+    await pair.grantor.inference.recover()
+    async with pair.grantor.uow_factory() as uow:
+        record = await uow.services.get(kept["id"])
+    assert record is not None
+    assert (record.state, record.desired) == (ServiceState.STOPPED, DesiredState.RUNNING)
+    assert "grant that created service" in (record.error or "")
+    assert len(runtime.replicas) == 1
