@@ -23,6 +23,7 @@ from prometheus_client import (
 from sqlalchemy import Subquery, func, select
 
 from ficc.adapters.sql import tables as t
+from ficc.domain.inference import RestartPolicy
 from ficc.services.remote.table import OPERATIONS
 
 if TYPE_CHECKING:
@@ -94,6 +95,12 @@ ENGINE_RESTARTS: Final = Gauge(
     "Engine attempts launched beyond the first for each replica, over the cluster's life.",
     registry=REGISTRY,
 )
+INFERENCE_RESTARTS: Final = Counter(
+    "ficc_inference_restarts",
+    "Services started again after an engine ended by itself, by restart policy.",
+    ["policy"],
+    registry=REGISTRY,
+)
 SQLITE_LOCK_WAIT: Final = Histogram(
     "ficc_sqlite_lock_wait_seconds",
     "Time a transaction waited for SQLite's single writer lock.",
@@ -161,6 +168,11 @@ async def refresh_state_gauges(
 def _distinct_replicas() -> Subquery:
     attempt = t.replica_attempts.c
     return select(attempt.service_id, attempt.replica).distinct().subquery()
+
+
+def count_restart(policy: RestartPolicy) -> None:
+    """One restart of a crashed service; the label is the policy (three values at most)."""
+    INFERENCE_RESTARTS.labels(policy=policy.value).inc()
 
 
 def exposition() -> bytes:

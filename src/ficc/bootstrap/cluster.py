@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ficc.adapters import metrics
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint
@@ -180,6 +181,7 @@ def build(
         connector,
         serve_instance=secrets.token_hex(8),
         upstream_allow=upstream_allow,
+        on_restart=metrics.count_restart,
     )
     federation: Federation | None = None
 

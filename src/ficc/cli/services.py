@@ -45,6 +45,8 @@ def service_rows(result: Any) -> Any:
             "id": service["id"],
             "name": service["spec"]["name"],
             "state": service["state"],
+            "desired": service.get("desired"),
+            "restart": service["spec"].get("restart"),
             "runtime": service["spec"]["runtime"],
             "model": service["spec"]["model"],
             "node": service.get("node"),
@@ -109,6 +111,11 @@ def service_show(state_dir: Path, project: str, service: str) -> None:
 @click.option("--node", help="Run it on this node (default: FICC chooses).")
 @click.option("--replicas", type=click.IntRange(min=1), help="How many replicas (default 1).")
 @click.option(
+    "--restart",
+    type=click.Choice(["on-failure", "always", "never"]),
+    help="Start a crashed engine again: on-failure (default), always or never.",
+)
+@click.option(
     "--option",
     "options",
     multiple=True,
@@ -125,6 +132,7 @@ def service_create(
     runtime: str | None,
     node: str | None,
     replicas: int | None,
+    restart: str | None,
     options: tuple[str, ...],
 ) -> None:
     """Create a stopped service (start it with service-start)."""
@@ -134,6 +142,7 @@ def service_create(
         "--runtime": runtime,
         "--node": node,
         "--replicas": replicas,
+        "--restart": restart,
         "--option": options,
     }
     body = input_or_flags(input_path, flags)
@@ -144,6 +153,8 @@ def service_create(
             body["node"] = node
         if replicas is not None:
             body["replicas"] = replicas
+        if restart is not None:
+            body["restart"] = restart
         if options:
             body["options"] = parse_assignments("--option", options)
     result = call(state_dir, project, "POST", PREFIX, body)

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -34,10 +35,33 @@ MAX_REPLICAS: Final = 16
 """More replicas than this on one node is a typo, not a plan."""
 
 MAX_MODEL_NAME_CHARS: Final = 256
-SPEC_FIELDS: Final = frozenset({"name", "model", "runtime", "node", "replicas", "options"})
+SPEC_FIELDS: Final = frozenset(
+    {"name", "model", "runtime", "node", "replicas", "options", "restart"}
+)
 _REQUIRED_FIELDS: Final = ("name", "model", "runtime")
 _SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _UPSTREAM_MODEL_NAME = re.compile(r"^[\x21-\x7e][\x20-\x7e]*$")
+
+
+class RestartPolicy(StrEnum):
+    """What FICC does when a replica's engine ends without being asked (systemd's words).
+
+    ``on-failure``: started again after an unclean end (an exit code other than 0, a signal, a
+    lost node); ``always``: after any end; ``never``: the service is ``failed`` at once.
+    """
+
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+    NEVER = "never"
+
+    def restarts(self, clean_exit: bool) -> bool:
+        """Whether an engine that ended by itself (cleanly or not) is started again."""
+        if self is RestartPolicy.NEVER:
+            return False
+        return self is RestartPolicy.ALWAYS or not clean_exit
+
+
+DEFAULT_RESTART: Final = RestartPolicy.ON_FAILURE
 
 
 @dataclass(frozen=True)
@@ -54,9 +78,10 @@ class ServiceSpec:
     node: str | None
     replicas: int
     options: Mapping[str, Any] = field(default_factory=dict)
+    restart: RestartPolicy = DEFAULT_RESTART
 
     def to_json(self) -> dict[str, Any]:
-        """The spec as the API shows it, options with their defaults filled in."""
+        """The spec as the API shows it, options and restart with their defaults filled in."""
         return {
             "name": self.name,
             "model": self.model,
@@ -64,6 +89,7 @@ class ServiceSpec:
             "node": self.node,
             "replicas": self.replicas,
             "options": dict(self.options),
+            "restart": self.restart.value,
         }
 
 
@@ -428,11 +454,25 @@ def parse_service_spec(data: object) -> ServiceSpec:
     replicas = _checked(
         problems, lambda: _integer(1, MAX_REPLICAS)("replicas", data.get("replicas", 1)), True
     )
+    restart = _checked(
+        problems, lambda: _parse_restart(data.get("restart", DEFAULT_RESTART.value)), True
+    )
     if problems or name is None or runtime is None or model is None:
         raise _all_of(problems)
-    if replicas is None or options is None:
+    if replicas is None or options is None or restart is None:
         raise _all_of(problems)
-    return ServiceSpec(name, model, runtime, node, replicas, options)
+    return ServiceSpec(name, model, runtime, node, replicas, options, restart)
+
+
+def _parse_restart(value: object) -> RestartPolicy:
+    allowed = [policy.value for policy in RestartPolicy]
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidInput(
+            f"restart must be one of {', '.join(allowed)}",
+            field="restart",
+            details={"allowed": allowed},
+        )
+    return RestartPolicy(value)
 
 
 _T = TypeVar("_T")
@@ -729,6 +769,7 @@ class ServiceEvent(StrEnum):
     CRASHED = "crashed"  # a replica's process ended without being asked to
     DRAINED = "drained"  # the last request in flight of a draining service ended
     INTERRUPTED = "interrupted"  # FICC restarted under the replicas; they were stopped
+    RESTARTING = "restarting"  # a replica ended by itself; its restart policy starts it again
 
 
 EVENT_TABLE: Final[Mapping[ServiceEvent, Mapping[ServiceState, ServiceState]]] = {
@@ -736,11 +777,15 @@ EVENT_TABLE: Final[Mapping[ServiceEvent, Mapping[ServiceState, ServiceState]]] =
     ServiceEvent.LAUNCH_FAILED: {_S.STARTING: _S.FAILED},
     ServiceEvent.CRASHED: {_S.STARTING: _S.FAILED, _S.RUNNING: _S.FAILED, _S.DRAINING: _S.FAILED},
     ServiceEvent.DRAINED: {_S.DRAINING: _S.STOPPED},
+    # Fenced replicas are provably over: the service is stopped, and started again by its
+    # desired state when that is running and no earlier attempt's outcome is unknown.
     ServiceEvent.INTERRUPTED: {
-        _S.STARTING: _S.FAILED,
-        _S.RUNNING: _S.FAILED,
-        _S.DRAINING: _S.FAILED,
+        _S.STARTING: _S.STOPPED,
+        _S.RUNNING: _S.STOPPED,
+        _S.DRAINING: _S.STOPPED,
     },
+    # Starting again holds the service's resources through the backoff: it is still active.
+    ServiceEvent.RESTARTING: {_S.STARTING: _S.STARTING, _S.RUNNING: _S.STARTING},
 }
 
 
@@ -756,6 +801,107 @@ def apply_event(state: ServiceState, event: ServiceEvent) -> ServiceState:
 def admits_requests(state: ServiceState) -> bool:
     """Only a running service takes new inference requests; draining finishes the old ones."""
     return state is ServiceState.RUNNING
+
+
+# --- desired state and restarts -------------------------------------------------------------
+
+
+class DesiredState(StrEnum):
+    """What the service's owner (or the grant that created it) last asked for, apart from what
+    it is: FICC brings a service whose desired state is ``running`` back after its own restart.
+    """
+
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+DESIRED_AFTER: Final[Mapping[Operation, DesiredState]] = {
+    Operation.START: DesiredState.RUNNING,
+    Operation.DRAIN: DesiredState.STOPPED,
+    Operation.STOP: DesiredState.STOPPED,
+}
+"""The desired state a control operation records; ``replace`` and ``remove`` keep it."""
+
+
+def desired_after(operation: Operation, desired: DesiredState) -> DesiredState:
+    """The desired state once ``operation`` is accepted."""
+    return DESIRED_AFTER.get(operation, desired)
+
+
+RESTART_FIRST_DELAY_SECONDS: Final = 1.0
+RESTART_MAX_DELAY_SECONDS: Final = 300.0
+"""The backoff doubles from 1 s to at most 5 minutes between a crash and the next start."""
+CRASH_WINDOW_SECONDS: Final = 600.0
+MAX_CRASHES_IN_WINDOW: Final = 5
+"""Five crashes within 10 minutes end the restarts: the service is ``failed``."""
+BACKOFF_RESET_SECONDS: Final = 600.0
+"""An engine that ran this long before it crashed starts the backoff again at 1 s."""
+
+
+@dataclass(frozen=True)
+class CrashLoop:
+    """A service's recent crashes (those within the window) and the crashes since its engines
+    last ran long enough to reset the backoff."""
+
+    crashes: tuple[datetime, ...] = ()
+    consecutive: int = 0
+
+    def after_crash(self, now: datetime, running_since: datetime | None) -> CrashLoop:
+        """The loop once a crash at ``now`` is counted; ``running_since``: when the service
+        last became running (None: it never did since the last start)."""
+        window = timedelta(seconds=CRASH_WINDOW_SECONDS)
+        recent = (*(t for t in self.crashes if now - t < window), now)
+        consecutive = self.consecutive
+        if running_since is not None and now - running_since >= timedelta(
+            seconds=BACKOFF_RESET_SECONDS
+        ):
+            consecutive = 0
+        return CrashLoop(recent, consecutive + 1)
+
+    @property
+    def gives_up(self) -> bool:
+        """Too many crashes within the window: no further restart."""
+        return len(self.crashes) >= MAX_CRASHES_IN_WINDOW
+
+    def delay_seconds(self) -> float:
+        """How long to wait before the next start: 1 s, 2 s, 4 s, … at most 5 minutes."""
+        exponent = min(max(self.consecutive - 1, 0), 32)
+        return min(RESTART_FIRST_DELAY_SECONDS * 2.0**exponent, RESTART_MAX_DELAY_SECONDS)
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """What to do after a replica ended by itself: start again after ``delay_seconds``, or not
+    (``reason`` says why, for the service's error)."""
+
+    restart: bool
+    loop: CrashLoop
+    delay_seconds: float = 0.0
+    reason: str | None = None
+
+
+def decide_restart(
+    policy: RestartPolicy,
+    *,
+    clean_exit: bool,
+    loop: CrashLoop,
+    now: datetime,
+    running_since: datetime | None,
+) -> RestartDecision:
+    """The restart policy and the crash loop's bound applied to one crash at ``now``."""
+    if not policy.restarts(clean_exit):
+        return RestartDecision(False, loop, reason=f"restart policy is {policy.value}")
+    counted = loop.after_crash(now, running_since)
+    if counted.gives_up:
+        return RestartDecision(
+            False,
+            counted,
+            reason=(
+                f"crashed {len(counted.crashes)} times within {int(CRASH_WINDOW_SECONDS)} s; "
+                "not restarted again"
+            ),
+        )
+    return RestartDecision(True, counted, delay_seconds=counted.delay_seconds())
 
 
 # --- replica attempts -----------------------------------------------------------------------
@@ -811,7 +957,14 @@ ATTEMPT_TABLE: Final[Mapping[AttemptEvent, Mapping[AttemptState, AttemptState]]]
         _A.HEALTHY: _A.STOPPED,
         _A.STOPPING: _A.STOPPED,
     },
-    AttemptEvent.LOST: {_A.PENDING: _A.UNKNOWN},
+    # Pending: a process may have been started. Launched but not fenced (the runtime could not
+    # be reached, or is not installed any more): the process may still run.
+    AttemptEvent.LOST: {
+        _A.PENDING: _A.UNKNOWN,
+        _A.LAUNCHED: _A.UNKNOWN,
+        _A.HEALTHY: _A.UNKNOWN,
+        _A.STOPPING: _A.UNKNOWN,
+    },
     AttemptEvent.ACKNOWLEDGE: {_A.UNKNOWN: _A.ACKNOWLEDGED},
 }
 

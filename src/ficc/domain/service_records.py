@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from ficc.domain.inference import AttemptState, ServiceSpec, ServiceState
+from ficc.domain.inference import (
+    ATTEMPT_FINAL_STATES,
+    AttemptState,
+    DesiredState,
+    ServiceSpec,
+    ServiceState,
+)
 
 
 @dataclass(frozen=True)
 class ServiceRecord:
-    """A managed service; ``revision`` grows on every change of spec or state."""
+    """A managed service; ``revision`` grows on every user change of spec or state.
+
+    ``state`` is what the service is; ``desired`` what its owner (or the grant that created it)
+    last asked for, kept across FICC's restarts and engine crashes.
+    """
 
     id: str
     project: str
@@ -23,6 +33,7 @@ class ServiceRecord:
     created_by_grant: str | None
     created_at: datetime
     updated_at: datetime
+    desired: DesiredState = DesiredState.STOPPED
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,22 @@ class AttemptRecord:
     exit_code: int | None = None
     log_tail: str | None = None
     ended_at: datetime | None = None
+
+
+MAX_ENDED_ATTEMPTS: Final = 32
+"""Ended attempts kept per service (with their exit and log lines): restarts add attempts,
+and a service restarted for months would otherwise keep every one."""
+
+
+def attempts_to_forget(attempts: list[AttemptRecord], keep: int = MAX_ENDED_ATTEMPTS) -> list[str]:
+    """The oldest ended attempts beyond ``keep``; an unknown one is kept until acknowledged."""
+    ended = [
+        a
+        for a in attempts
+        if a.state in ATTEMPT_FINAL_STATES and a.state is not AttemptState.UNKNOWN
+    ]
+    ended.sort(key=lambda a: (a.created_at, a.replica, a.id))
+    return [a.id for a in ended[: max(len(ended) - keep, 0)]]
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ class ServiceSpec(Shape):
     node: str | None
     replicas: int
     options: dict[str, Any]
+    restart: str
 
 
 class Replica(Shape):
@@ -124,6 +125,7 @@ class Service(Shape):
     spec: ServiceSpec
     node: str | None
     state: str
+    desired: str
     revision: int
     error: str | None
     created_by_grant: str | None

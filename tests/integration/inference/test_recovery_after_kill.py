@@ -1,9 +1,11 @@
 """FICC killed with SIGKILL while services run, then restarted on the same state directory.
 
-Two services run on the tiny model when FICC is killed. For one of them the database is then
+Three services run on the tiny model when FICC is killed. Two run again after the restart
+without any call, each with one engine (the old one fenced). For the third the database is
 altered (FICC is stopped, so nothing else writes it) to simulate the one fault a kill cannot
 produce on demand: FICC dying after it recorded a replica attempt but before it recorded the
-launch. That attempt's engine really runs, tagged FICC_ATTEMPT=<attempt>, with no pid on record.
+launch. That attempt's engine really runs, tagged FICC_ATTEMPT=<attempt>, with no pid on record:
+its service stays stopped, saying why, until a start acknowledges the unknown outcome.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from tests.support.cluster import RunningCluster, start_cluster
 from tests.support.inference import (
@@ -53,6 +54,8 @@ class Restarted:
     cluster: RunningCluster
     fenced: Engine
     """Its engine was running, with pid and start time on record, when FICC was killed."""
+    also_fenced: Engine
+    """Another such service: every service desired running comes back."""
     pending: Engine
     """Its attempt was set back to pending, without a pid, while FICC was down."""
 
@@ -93,15 +96,15 @@ def restarted(
         model = add_model(first, "tiny", tiny_model_file)
         owner = first.owner()
         fenced = _engine(start_running(owner, spec("fenced", model)))
+        also_fenced = _engine(start_running(owner, spec("also-fenced", model)))
         pending = _engine(start_running(owner, spec("pending", model)))
-        engines = [fenced, pending]
+        engines = [fenced, also_fenced, pending]
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
-        # SIGKILL gave FICC no chance to stop anything: both engines still run.
-        assert is_running(fenced.pid, fenced.ticks)
-        assert is_running(pending.pid, pending.ticks)
+        # SIGKILL gave FICC no chance to stop anything: every engine still runs.
+        assert all(is_running(engine.pid, engine.ticks) for engine in engines)
         simulate_death_before_the_launch_was_recorded(state_dir, pending.attempt)
         second = start_cluster(state_dir)
-        yield Restarted(second, fenced, pending)
+        yield Restarted(second, fenced, also_fenced, pending)
     finally:
         if second is not None:
             second.stop()
@@ -110,21 +113,29 @@ def restarted(
             _kill_leftover(engine)
 
 
-def test_a_service_running_when_ficc_was_killed_is_shown_failed_after_the_restart(
+def test_every_service_running_when_ficc_was_killed_runs_again_with_one_engine_per_replica(
     restarted: Restarted,
 ) -> None:
     owner = restarted.cluster.owner()
-    service = get(owner, restarted.fenced.service)
-    assert service["state"] == "failed"
-    assert "FICC restarted while the service was running" in service["error"]
-    assert service["revision"] == restarted.fenced.revision
-    assert service["unknown_attempts"] == 0
-    (replica,) = service["replicas"]
-    assert replica["state"] == "stopped"
-    client = openai_client(restarted.cluster)
-    assert restarted.fenced.service not in [m.id for m in client.models.list().data]
-    with pytest.raises(openai.ConflictError):
-        client.completions.create(model=restarted.fenced.service, prompt="x", max_tokens=1)
+    for engine in (restarted.fenced, restarted.also_fenced):
+        service = wait_for_state(owner, engine.service, "running")
+        assert service["desired"] == "running"
+        assert service["revision"] == engine.revision  # FICC's own start is no user change
+        assert service["unknown_attempts"] == 0
+        old, new = service["replicas"]
+        assert (old["attempt"], old["state"]) == (engine.attempt, "stopped")
+        assert new["state"] == "healthy"
+        assert live_processes_of_attempt(engine.attempt) == []
+        assert live_processes_of_attempt(new["attempt"]) == [new["pid"]]
+        assert not is_running(engine.pid, engine.ticks)
+        answer = openai_client(restarted.cluster).completions.create(
+            model=engine.service, prompt="the", max_tokens=2
+        )
+        assert answer.choices[0].finish_reason in {"stop", "length"}
+    listed = owner.get("/api/v1/inference/services").json()["services"]
+    shown = {s["id"]: (s["state"], s["desired"]) for s in listed}
+    assert shown[restarted.fenced.service] == ("running", "running")
+    assert shown[restarted.pending.service] == ("stopped", "running")
 
 
 def test_the_engine_left_by_the_killed_ficc_is_ended_at_the_restart(
@@ -139,25 +150,15 @@ def test_the_engine_left_by_the_killed_ficc_is_ended_at_the_restart(
     assert live_processes_of_attempt(engine.attempt) == []
 
 
-def test_a_service_whose_engine_was_ended_starts_again_without_acknowledgement(
-    restarted: Restarted,
-) -> None:
-    owner = restarted.cluster.owner()
-    failed = get(owner, restarted.fenced.service)
-    controlled(owner, failed["id"], failed["revision"], "start")
-    running = wait_for_state(owner, failed["id"], "running")
-    assert [r["state"] for r in running["replicas"]] == ["stopped", "healthy"]
-    stop(owner, failed["id"])
-
-
 def test_an_attempt_left_pending_by_a_simulated_crash_before_its_launch_was_recorded_is_unknown(
     restarted: Restarted,
 ) -> None:
     owner = restarted.cluster.owner()
     engine = restarted.pending
     service = get(owner, engine.service)
-    assert service["state"] == "failed"
+    assert (service["state"], service["desired"]) == ("stopped", "running")
     assert "unknown outcome" in service["error"]
+    assert "not started again after FICC's restart" in service["error"]
     assert service["unknown_attempts"] == 1
     (replica,) = service["replicas"]
     assert (replica["state"], replica["pid"]) == ("unknown", None)

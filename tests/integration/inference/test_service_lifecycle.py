@@ -147,10 +147,46 @@ def test_draining_lets_a_request_in_flight_finish_and_refuses_new_ones(
     wait_for_state(owner, service["id"], "stopped")
 
 
+def test_a_crashed_engine_is_started_again_by_the_default_restart_policy(
+    cluster: RunningCluster, owner: Any, model: str
+) -> None:
+    service = start_running(owner, spec("phoenix", model))
+    assert service["spec"]["restart"] == "on-failure"
+    (replica,) = service["replicas"]
+    os.kill(replica["pid"], signal.SIGKILL)
+    wait_for(
+        lambda: len(get(owner, service["id"])["replicas"]) == 2,
+        seconds=GONE_WITHIN_SECONDS,
+        what="a new attempt after the crash",
+    )
+    again = wait_for_state(owner, service["id"], "running")
+    assert again["revision"] == service["revision"]
+    crashed, healthy = again["replicas"]
+    assert (crashed["attempt"], crashed["state"]) == (replica["attempt"], "crashed")
+    assert "signal 9" not in (again["error"] or "")  # running again: the reason is audited
+    assert live_processes_of_attempt(crashed["attempt"]) == []
+    assert live_processes_of_attempt(healthy["attempt"]) == [healthy["pid"]]
+    answer = openai_client(cluster).completions.create(
+        model=service["id"], prompt="the", max_tokens=2
+    )
+    assert answer.choices[0].finish_reason in {"stop", "length"}
+    audit = owner.get("/api/v1/federation/audit", params={"limit": 500}).json()
+    restarts = [e for e in audit["entries"] if e["action"] == "service.restart"]
+    assert [e["target"] for e in restarts] == [service["id"]]
+    assert "signal 9" in restarts[0]["details"]["reason"]
+    counted = [
+        line
+        for line in owner.get("/metrics").text.splitlines()
+        if line.startswith('ficc_inference_restarts_total{policy="on-failure"}')
+    ]
+    assert [float(line.split()[-1]) for line in counted] == [1.0]
+    stop(owner, service["id"])
+
+
 def test_a_crashed_engine_is_shown_as_failed_with_its_last_log_lines(
     cluster: RunningCluster, owner: Any, model: str
 ) -> None:
-    service = start_running(owner, spec("crash", model))
+    service = start_running(owner, spec("crash", model, restart="never"))
     (replica,) = service["replicas"]
     os.kill(replica["pid"], signal.SIGKILL)
     failed = wait_for_state(owner, service["id"], "failed", seconds=GONE_WITHIN_SECONDS)

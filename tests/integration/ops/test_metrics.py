@@ -31,6 +31,7 @@ FAMILIES = {
     "ficc_hypernet_handshake_failures",
     "ficc_inference_services",
     "ficc_engine_restarts",
+    "ficc_inference_restarts",
     "ficc_sqlite_lock_wait_seconds",
 }
 

@@ -21,7 +21,7 @@ from ficc.base.errors import Conflict
 from ficc.base.ids import new_id
 from ficc.base.units import GiB
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.inference import RuntimeName
+from ficc.domain.inference import RestartPolicy, RuntimeName
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
@@ -226,6 +226,7 @@ class Bench:
     clock: FakeClock
     models_dir: Path
     fenced_attempts: list[str]
+    restarts: list[RestartPolicy] = field(default_factory=list)
 
     async def add_node(
         self, *, node_id: str = "", cpu_count: int = 8, memory_bytes: int = 16 * GiB
@@ -293,10 +294,14 @@ def bench(
     *,
     runtime: FakeRuntime | None = None,
     grace: float = 1.0,
+    clock: FakeClock | None = None,
+    store: FakeStore | None = None,
 ) -> Bench:
-    """Inference services whose every collaborator is a fake."""
-    store = FakeStore()
-    clock = FakeClock()
+    """Inference services whose every collaborator is a fake; ``store``: the database of an
+    earlier bench, as a FICC process started again finds it."""
+    store = store or FakeStore()
+    clock = clock or FakeClock()
+    restarts: list[RestartPolicy] = []
     runtime = runtime or FakeRuntime()
     engine = FakeEngine()
     fenced: list[str] = []
@@ -317,5 +322,6 @@ def bench(
         engine,
         serve_instance="bench",
         stop_grace_seconds=grace,
+        on_restart=restarts.append,
     )
-    return Bench(services, store, runtime, engine, clock, tmp_path, fenced)
+    return Bench(services, store, runtime, engine, clock, tmp_path, fenced, restarts)

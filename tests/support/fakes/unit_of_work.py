@@ -370,6 +370,9 @@ class FakeAttempts(_Repository):
         for attempt in await self.for_service(service_id):
             del self._s.attempts[attempt.id]
 
+    async def delete(self, attempt_id: str) -> None:
+        self._s.attempts.pop(attempt_id, None)
+
 
 class FakeReceipts(_Repository):
     """Counts its reads, so a test can hold a service to "read once per transaction"."""

@@ -13,7 +13,7 @@ from datetime import timedelta
 from tests.support.fakes.clock import FakeClock
 
 from ficc.base.ids import new_id
-from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
+from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.services.ports import UnitOfWorkFactory
@@ -70,6 +70,47 @@ async def test_services_round_trip_and_list_by_project(uow_factory: UnitOfWorkFa
         await uow.commit()
     async with uow_factory() as uow:
         assert await uow.services.get(mine.id) is None
+
+
+async def test_a_service_keeps_its_desired_state_and_restart_policy(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    service = await a_service(uow_factory)
+    assert service.desired is DesiredState.STOPPED
+    spec = parse_service_spec({**service.spec.to_json(), "restart": "always"})
+    changed = replace(service, spec=spec, state=ServiceState.RUNNING, desired=DesiredState.RUNNING)
+    async with uow_factory() as uow:
+        await uow.services.update(changed)
+        await uow.commit()
+    async with uow_factory() as uow:
+        stored = await uow.services.get(service.id)
+    assert stored == changed
+    assert stored.desired is DesiredState.RUNNING
+    assert stored.spec.restart.value == "always"
+
+
+async def test_one_attempt_is_deleted_alone(uow_factory: UnitOfWorkFactory) -> None:
+    service = await a_service(uow_factory)
+    kept, gone = (
+        AttemptRecord(
+            new_id("attempt", secrets.token_bytes(16)),
+            service.id,
+            0,
+            AttemptState.STOPPED,
+            "x",
+            CLOCK() + timedelta(seconds=index),
+        )
+        for index in range(2)
+    )
+    async with uow_factory() as uow:
+        await uow.attempts.add(kept)
+        await uow.attempts.add(gone)
+        await uow.commit()
+    async with uow_factory() as uow:
+        await uow.attempts.delete(gone.id)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.attempts.for_service(service.id) == [kept]
 
 
 async def test_attempts_are_kept_in_order_and_deleted_with_their_service(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,16 +12,24 @@ from hypothesis import strategies as st
 from ficc.base.errors import Conflict, InvalidInput, UnacknowledgedOutcome
 from ficc.domain.inference import (
     ATTEMPT_FINAL_STATES,
+    MAX_CRASHES_IN_WINDOW,
     MAX_REPLICAS,
+    RESTART_MAX_DELAY_SECONDS,
     AttemptEvent,
     AttemptState,
+    CrashLoop,
+    DesiredState,
     Operation,
+    RestartDecision,
+    RestartPolicy,
     RuntimeName,
     ServiceEvent,
     ServiceState,
     admits_requests,
     apply_event,
     check_start,
+    decide_restart,
+    desired_after,
     next_attempt_state,
     parse_base_url,
     parse_operation,
@@ -62,6 +71,7 @@ def test_a_minimal_llama_cpp_spec_gets_one_replica_the_local_node_and_default_op
         "node": None,
         "replicas": 1,
         "options": {"n_threads": 1, "n_ctx": 2048, "n_gpu_layers": 0},
+        "restart": "on-failure",
     }
 
 
@@ -301,10 +311,15 @@ EXPECTED_EVENTS: dict[tuple[ServiceState, ServiceEvent], ServiceState] = {
     (St.DRAINING, Ev.DRAINED): St.STOPPED,
     (St.FAILED, Ev.DRAINED): St.FAILED,
     (St.STOPPED, Ev.INTERRUPTED): St.STOPPED,
-    (St.STARTING, Ev.INTERRUPTED): St.FAILED,
-    (St.RUNNING, Ev.INTERRUPTED): St.FAILED,
-    (St.DRAINING, Ev.INTERRUPTED): St.FAILED,
+    (St.STARTING, Ev.INTERRUPTED): St.STOPPED,
+    (St.RUNNING, Ev.INTERRUPTED): St.STOPPED,
+    (St.DRAINING, Ev.INTERRUPTED): St.STOPPED,
     (St.FAILED, Ev.INTERRUPTED): St.FAILED,
+    (St.STOPPED, Ev.RESTARTING): St.STOPPED,
+    (St.STARTING, Ev.RESTARTING): St.STARTING,
+    (St.RUNNING, Ev.RESTARTING): St.STARTING,
+    (St.DRAINING, Ev.RESTARTING): St.DRAINING,
+    (St.FAILED, Ev.RESTARTING): St.FAILED,
 }
 
 
@@ -364,6 +379,9 @@ EXPECTED_ATTEMPTS: dict[tuple[AttemptEvent, AttemptState], AttemptState] = {
     (E.RECOVERED, A.HEALTHY): A.STOPPED,
     (E.RECOVERED, A.STOPPING): A.STOPPED,
     (E.LOST, A.PENDING): A.UNKNOWN,
+    (E.LOST, A.LAUNCHED): A.UNKNOWN,
+    (E.LOST, A.HEALTHY): A.UNKNOWN,
+    (E.LOST, A.STOPPING): A.UNKNOWN,
     (E.ACKNOWLEDGE, A.UNKNOWN): A.ACKNOWLEDGED,
 }
 
@@ -435,3 +453,94 @@ def test_a_start_checks_the_service_state_before_the_attempts() -> None:
     with pytest.raises(Conflict) as caught:
         check_start(ServiceState.RUNNING, [], acknowledge_unknown=False)
     assert not isinstance(caught.value, UnacknowledgedOutcome)
+
+
+# --- desired state and restart policies -----------------------------------------------------
+
+
+def test_a_spec_takes_a_restart_policy_on_failure_by_default() -> None:
+    assert parse_service_spec(spec()).restart is RestartPolicy.ON_FAILURE
+    assert parse_service_spec(spec(restart="always")).to_json()["restart"] == "always"
+    assert parse_service_spec(spec(restart="never")).restart is RestartPolicy.NEVER
+
+
+@pytest.mark.parametrize("value", ["sometimes", "", None, True, 1, ["always"]])
+def test_a_restart_policy_outside_the_three_is_refused_naming_the_field(value: object) -> None:
+    assert refused_field(spec(restart=value)) == "restart"
+
+
+def test_start_records_desired_running_and_stop_or_drain_desired_stopped() -> None:
+    assert desired_after(Operation.START, DesiredState.STOPPED) is DesiredState.RUNNING
+    assert desired_after(Operation.STOP, DesiredState.RUNNING) is DesiredState.STOPPED
+    assert desired_after(Operation.DRAIN, DesiredState.RUNNING) is DesiredState.STOPPED
+    assert desired_after(Operation.REPLACE, DesiredState.RUNNING) is DesiredState.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("policy", "clean", "restarts"),
+    [
+        (RestartPolicy.ON_FAILURE, False, True),
+        (RestartPolicy.ON_FAILURE, True, False),
+        (RestartPolicy.ALWAYS, False, True),
+        (RestartPolicy.ALWAYS, True, True),
+        (RestartPolicy.NEVER, False, False),
+        (RestartPolicy.NEVER, True, False),
+    ],
+)
+def test_each_policy_restarts_the_ends_it_names(
+    policy: RestartPolicy, clean: bool, restarts: bool
+) -> None:
+    decision = decide_restart(
+        policy, clean_exit=clean, loop=CrashLoop(), now=T0, running_since=None
+    )
+    assert decision.restart is restarts
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def crash_at(
+    loop: CrashLoop, seconds: float, running_since: float | None = None
+) -> RestartDecision:
+    return decide_restart(
+        RestartPolicy.ON_FAILURE,
+        clean_exit=False,
+        loop=loop,
+        now=T0 + timedelta(seconds=seconds),
+        running_since=None if running_since is None else T0 + timedelta(seconds=running_since),
+    )
+
+
+def test_the_backoff_doubles_from_one_second_and_the_fifth_crash_in_ten_minutes_fails() -> None:
+    loop, at, delays = CrashLoop(), 0.0, []
+    for _ in range(MAX_CRASHES_IN_WINDOW - 1):
+        decision = crash_at(loop, at)
+        assert decision.restart
+        delays.append(decision.delay_seconds)
+        loop, at = decision.loop, at + decision.delay_seconds
+    assert delays == [1.0, 2.0, 4.0, 8.0]
+    last = crash_at(loop, at)
+    assert not last.restart
+    assert last.reason == "crashed 5 times within 600 s; not restarted again"
+
+
+def test_crashes_older_than_ten_minutes_no_longer_count_but_the_backoff_grows_to_five_minutes() -> (
+    None
+):
+    loop, at, delays = CrashLoop(), 0.0, []
+    for _ in range(12):
+        decision = crash_at(loop, at, running_since=at - 179)  # 3 minutes of running each time
+        assert decision.restart
+        delays.append(decision.delay_seconds)
+        loop, at = decision.loop, at + decision.delay_seconds + 180
+    assert delays[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert delays[9:] == [RESTART_MAX_DELAY_SECONDS] * 3
+
+
+def test_ten_minutes_of_running_start_the_backoff_again_at_one_second() -> None:
+    first = crash_at(CrashLoop(), 0)
+    second = crash_at(first.loop, 1)
+    assert second.delay_seconds == 2
+    third = crash_at(second.loop, 2000, running_since=1400)
+    assert third.restart
+    assert third.delay_seconds == 1

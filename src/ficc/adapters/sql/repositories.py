@@ -27,7 +27,12 @@ from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant, parse_grant
-from ficc.domain.inference import AttemptState, ServiceState, parse_service_spec
+from ficc.domain.inference import (
+    AttemptState,
+    DesiredState,
+    ServiceState,
+    parse_service_spec,
+)
 from ficc.domain.nodes import Gpu, Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
@@ -564,6 +569,7 @@ class SqlServices(_Repository):
             spec=parse_service_spec(row.spec),
             node=row.node,
             state=ServiceState(row.state),
+            desired=DesiredState(row.desired),
             revision=row.revision,
             error=row.error,
             created_by_grant=row.created_by_grant,
@@ -580,6 +586,7 @@ class SqlServices(_Repository):
             "node": service.node,
             "spec": service.spec.to_json(),
             "state": service.state.value,
+            "desired": service.desired.value,
             "revision": service.revision,
             "error": service.error,
             "created_by_grant": service.created_by_grant,
@@ -670,6 +677,11 @@ class SqlAttempts(_Repository):
     async def delete_for_service(self, service_id: str) -> None:
         await self._c.execute(
             delete(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
+        )
+
+    async def delete(self, attempt_id: str) -> None:
+        await self._c.execute(
+            delete(t.replica_attempts).where(t.replica_attempts.c.id == attempt_id)
         )
 
 

@@ -155,6 +155,7 @@ services = Table(
     Column("node", String(40), nullable=False),
     Column("spec", JSON, nullable=False),
     Column("state", String(20), nullable=False),
+    Column("desired", String(20), nullable=False, server_default="stopped"),
     Column("revision", Integer, nullable=False),
     Column("error", Text, nullable=True),
     Column("created_by_grant", String(40), nullable=True),

@@ -35,7 +35,7 @@ from ficc.services.inference.records import (
     service_json,
 )
 from ficc.services.inference.router import InvocationRouter
-from ficc.services.inference.supervisor import ReplicaSupervisor
+from ficc.services.inference.supervisor import ReplicaSupervisor, RestartCounter
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
 from ficc.services.runtimes import Runtime
 
@@ -50,6 +50,7 @@ __all__ = [
     "Invocations",
     "ModelPath",
     "ReplicaSupervisor",
+    "RestartCounter",
     "ServiceCommands",
     "service_json",
 ]
@@ -71,6 +72,7 @@ class InferenceServices:
         start_timeout_seconds: float = START_TIMEOUT_SECONDS,
         stop_grace_seconds: float = STOP_GRACE_SECONDS,
         upstream_allow: UpstreamAllowList | None = None,
+        on_restart: RestartCounter | None = None,
     ) -> None:
         self.engines = engines
         self.router = InvocationRouter(uow_factory, engines)
@@ -81,8 +83,10 @@ class InferenceServices:
             runtimes,
             self.router,
             fence_attempt,
+            serve_instance=serve_instance,
             start_timeout_seconds=start_timeout_seconds,
             stop_grace_seconds=stop_grace_seconds,
+            on_restart=on_restart,
         )
         self.admission = Admission(
             uow_factory, self.supervisor, model_path, upstream_allow or UpstreamAllowList()
@@ -94,11 +98,14 @@ class InferenceServices:
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
     async def recover(self) -> None:
-        """At start: nothing from an earlier FICC process is believed running."""
+        """At start: nothing from an earlier FICC process is believed running; once its
+        attempts are fenced, every service whose desired state is running starts again."""
         await self.supervisor.recover()
+        await self.commands.restore()
 
     async def close(self) -> None:
-        """At a clean shutdown: stop every engine and record the services as stopped."""
+        """At a clean shutdown: stop every engine and record the services as stopped; their
+        desired state stays, so that the next start brings them back."""
         await self.supervisor.close()
 
     def tracked_services(self) -> frozenset[str]:

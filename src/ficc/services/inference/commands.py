@@ -11,33 +11,37 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
-from ficc.base.errors import Conflict, InvalidInput, NotFound
+from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import new_id
 from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
+    DesiredState,
     Operation,
     ServiceSpec,
     ServiceState,
     check_context,
     check_start,
+    desired_after,
     next_attempt_state,
     parse_operation,
     parse_service_spec,
     plan_operation,
 )
 from ficc.domain.mutations import derived_entropy
-from ficc.domain.service_records import AttemptRecord, ServiceRecord
+from ficc.domain.service_records import ServiceRecord
 from ficc.services import audit, mutations
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.records import (
     Actor,
     check_revision,
+    grant_lapsed,
     load_service,
     parse_revision,
+    record_attempts,
     record_audit,
     view_of,
 )
@@ -48,6 +52,9 @@ from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
 Outcome = tuple[dict[str, Any], bool]
 """A change's result view and whether it was replayed from its receipt."""
+
+RESTORE_ACTOR: Final = Actor("ficc:restore")
+"""Who starts a service again after FICC's own restart, in the audit log."""
 
 
 class ServiceCommands:
@@ -215,12 +222,18 @@ class ServiceCommands:
         expected: int,
         acknowledge: bool,
         key: MutationKey | None,
+        *,
+        restoring: bool = False,
     ) -> Outcome:
+        """A start; ``restoring``: FICC's own after its restart, which is no user change (the
+        revision stays, so that a caller's revision stays valid while the service comes up)."""
         async with self._uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
+            if restoring and await grant_lapsed(uow, service, self._clock()):
+                raise Conflict(f"the grant that created service {service_id} is no longer active")
             attempts = await uow.attempts.for_service(service_id)
             check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
             node = await uow.nodes.get(service.node)
@@ -246,28 +259,19 @@ class ServiceCommands:
                 if attempt.state is AttemptState.UNKNOWN and acknowledge:
                     state = next_attempt_state(attempt.state, AttemptEvent.ACKNOWLEDGE)
                     await uow.attempts.update(replace(attempt, state=state))
-            new_attempts = [
-                AttemptRecord(
-                    id=new_id("attempt", secrets.token_bytes(16)),
-                    service_id=service_id,
-                    replica=index,
-                    state=AttemptState.PENDING,
-                    serve_instance=self._serve_instance,
-                    created_at=now,
-                )
-                for index in range(service.spec.replicas)
-            ]
-            for attempt in new_attempts:
-                await uow.attempts.add(attempt)
+            new_attempts = await record_attempts(uow, service, self._serve_instance, now)
             started = replace(
                 service,
                 state=transition.to_state,
-                revision=service.revision + 1,
+                desired=desired_after(Operation.START, service.desired),
+                revision=service.revision + (0 if restoring else 1),
                 error=None,
                 updated_at=now,
             )
             await uow.services.update(started)
-            details = {"acknowledge_unknown": acknowledge}
+            details: dict[str, Any] = {"acknowledge_unknown": acknowledge}
+            if restoring:
+                details["restored"] = True
             await record_audit(
                 uow, self._clock, actor, project, "service.start", service_id, details
             )
@@ -300,6 +304,7 @@ class ServiceCommands:
                 changed = replace(
                     service,
                     state=transition.to_state,
+                    desired=desired_after(operation, service.desired),
                     revision=service.revision + 1,
                     updated_at=self._clock(),
                 )
@@ -348,11 +353,13 @@ class ServiceCommands:
                     if service is None:
                         continue
                     state = plan_operation(service.state, Operation.STOP).to_state
-                    if state is None or state is service.state:
+                    desired = desired_after(Operation.STOP, service.desired)
+                    if state is None or (state is service.state and desired is service.desired):
                         continue
                     changed = replace(
                         service,
                         state=state,
+                        desired=desired,
                         revision=service.revision + 1,
                         updated_at=self._clock(),
                     )
@@ -368,3 +375,45 @@ class ServiceCommands:
                     )
                     await uow.commit()
                 await self._supervisor.stop_replicas(service_id)
+
+    async def restore(self) -> None:
+        """After FICC's own restart: start again every stopped service whose desired state is
+        running. One whose earlier attempt's outcome is unknown (or that cannot start now)
+        stays stopped with the reason in its error; ``start`` with ``acknowledge_unknown``
+        then starts it, as for any unknown outcome."""
+        async with self._uow_factory() as uow:
+            waiting = [
+                s
+                for s in await uow.services.list_all()
+                if s.desired is DesiredState.RUNNING and s.state is ServiceState.STOPPED
+            ]
+        for service in waiting:
+            lock = await self._supervisor.lock_of(service.id)
+            if lock is None:
+                continue
+            async with lock:
+                try:
+                    await self._start(
+                        RESTORE_ACTOR,
+                        service.project,
+                        service.id,
+                        service.revision,
+                        False,
+                        None,
+                        restoring=True,
+                    )
+                except FiccError as exc:
+                    await self._not_restored(service.id, exc.message)
+
+    async def _not_restored(self, service_id: str, why: str) -> None:
+        async with self._uow_factory() as uow:
+            service = await uow.services.get(service_id)
+            if service is None or service.state is not ServiceState.STOPPED:
+                return
+            reason = f"not started again after FICC's restart: {why}"
+            if service.error and reason in service.error:
+                return
+            if service.error:
+                reason = f"{service.error}; {reason}"
+            await uow.services.update(replace(service, error=reason, updated_at=self._clock()))
+            await uow.commit()

@@ -6,17 +6,21 @@ each other for a helper.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from ficc.base.errors import InvalidInput, NotFound, RevisionMismatch
+from ficc.base.ids import new_id
 from ficc.base.times import format_time
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import ACTIVE
 from ficc.domain.inference import AttemptState, Capacity, RuntimeName, ServiceSpec, ServiceState
 from ficc.domain.nodes import Node
-from ficc.domain.service_records import AttemptRecord, ServiceRecord
+from ficc.domain.service_records import AttemptRecord, ServiceRecord, attempts_to_forget
 from ficc.services import audit
 from ficc.services.ports import Clock, UnitOfWork
 from ficc.services.runtimes import NodeInfo
@@ -102,6 +106,38 @@ async def record_audit(
     )
 
 
+async def record_attempts(
+    uow: UnitOfWork, service: ServiceRecord, serve_instance: str, now: datetime
+) -> list[AttemptRecord]:
+    """One pending attempt per replica, written before any launch (write-ahead); the oldest
+    ended attempts beyond those a service keeps are forgotten in the same transaction."""
+    for attempt_id in attempts_to_forget(await uow.attempts.for_service(service.id)):
+        await uow.attempts.delete(attempt_id)
+    attempts = [
+        AttemptRecord(
+            id=new_id("attempt", secrets.token_bytes(16)),
+            service_id=service.id,
+            replica=index,
+            state=AttemptState.PENDING,
+            serve_instance=serve_instance,
+            created_at=now,
+        )
+        for index in range(service.spec.replicas)
+    ]
+    for attempt in attempts:
+        await uow.attempts.add(attempt)
+    return attempts
+
+
+async def grant_lapsed(uow: UnitOfWork, service: ServiceRecord, now: datetime) -> bool:
+    """Whether the service was created by a grant that is no longer active: FICC starts such a
+    service again (after a crash or its own restart) only while the grant holds."""
+    if service.created_by_grant is None:
+        return False
+    grant = await uow.grants.get(service.created_by_grant)
+    return grant is None or grant.state_at(now) != ACTIVE
+
+
 def parse_revision(value: object) -> int:
     """A caller's expected revision: a positive JSON integer, never a boolean."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -162,6 +198,7 @@ def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> dict[
         "spec": service.spec.to_json(),
         "node": service.node,
         "state": service.state.value,
+        "desired": service.desired.value,
         "revision": service.revision,
         "error": service.error,
         "created_by_grant": service.created_by_grant,

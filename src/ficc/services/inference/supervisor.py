@@ -1,42 +1,63 @@
-"""Supervision of engine replicas: launch, watch, drain, stop, and FICC's own restart.
+"""Supervision of engine replicas: launch, watch, restart, drain, stop, and FICC's own restart.
 
 Every replica attempt is recorded before its engine is launched (write-ahead). After a FICC
 restart, an attempt with a recorded process is fenced (killed by pid and start time) and one
-without is *unknown*. Every state change goes through the domain's tables: ``apply_event`` for
-services, ``next_attempt_state`` for attempts, ``plan_operation`` for the shutdown's stop.
+without is *unknown*. An engine that ends by itself is started again as its service's restart
+policy says (``decide_restart``: backoff, and ``failed`` after too many crashes), once every
+replica of the service has ended. Every state change goes through the domain's tables:
+``apply_event`` for services, ``next_attempt_state`` for attempts, ``plan_operation`` for the
+shutdown's stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ficc.base.errors import Conflict, FiccError, Unavailable
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
+    CrashLoop,
+    DesiredState,
     Operation,
+    RestartPolicy,
     RuntimeName,
     ServiceEvent,
     ServiceState,
     admits_requests,
     apply_event,
+    decide_restart,
     next_attempt_state,
     plan_operation,
     recovery_event,
 )
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
-from ficc.services.inference.records import AttemptFence, node_info
+from ficc.services import audit
+from ficc.services.inference.records import (
+    AttemptFence,
+    grant_lapsed,
+    node_info,
+    record_attempts,
+)
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.runtimes import LaunchRequest, ProcessIdentity, ReplicaHandle, Runtime
 
 log = logging.getLogger("ficc.inference")
+
+SUPERVISOR_ACTOR: Final = "ficc:supervisor"
+"""Who restarts a crashed engine, in the audit log."""
+RESTARTABLE_STATES: Final = frozenset({ServiceState.STARTING, ServiceState.RUNNING})
+
+RestartCounter = Callable[[RestartPolicy], None]
+"""Told of every restart of a crashed service (the metrics' counter), by its policy."""
 
 
 class ReplicaSupervisor:
@@ -50,8 +71,10 @@ class ReplicaSupervisor:
         router: InvocationRouter,
         fence_attempt: AttemptFence,
         *,
+        serve_instance: str,
         start_timeout_seconds: float,
         stop_grace_seconds: float,
+        on_restart: RestartCounter | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
@@ -64,6 +87,14 @@ class ReplicaSupervisor:
         self._stopping: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._serve_instance = serve_instance
+        self._on_restart = on_restart
+        self._loops: dict[str, CrashLoop] = {}
+        self._running_since: dict[str, datetime] = {}
+        self._backoff: set[str] = set()
+        """Services waiting to be started again after a crash."""
+        self._launches: dict[str, tuple[Node, Path | None]] = {}
+        """What each service's last launch ran with: a restart launches the same again."""
 
     def runtime(self, name: RuntimeName) -> Runtime:
         """The installed runtime ``name``; Unavailable when this cluster has none."""
@@ -94,12 +125,25 @@ class ReplicaSupervisor:
         """A removed service leaves nothing behind; its caller holds (and drops) its lock."""
         self._locks.pop(service_id, None)
         self._stopping.discard(service_id)
+        self._loops.pop(service_id, None)
+        self._running_since.pop(service_id, None)
+        self._launches.pop(service_id, None)
+        self._backoff.discard(service_id)
         self._router.forget(service_id)
 
     def tracked_services(self) -> frozenset[str]:
         """The service IDs any per-service map holds; bounded by the services that exist."""
         return frozenset(
-            {*self._handles, *self._stopping, *self._locks, *self._router.tracked_services()}
+            {
+                *self._handles,
+                *self._stopping,
+                *self._locks,
+                *self._loops,
+                *self._running_since,
+                *self._launches,
+                *self._backoff,
+                *self._router.tracked_services(),
+            }
         )
 
     async def release_unknown(self, attempts: list[AttemptRecord]) -> None:
@@ -120,10 +164,14 @@ class ReplicaSupervisor:
                     if event is None:
                         continue
                     if event is AttemptEvent.RECOVERED and attempt.pid is not None:
-                        await self.runtime(service.spec.runtime).fence(
-                            ProcessIdentity(attempt.pid, attempt.pid_start_ticks or -1),
-                            self._grace,
-                        )
+                        try:
+                            await self.runtime(service.spec.runtime).fence(
+                                ProcessIdentity(attempt.pid, attempt.pid_start_ticks or -1),
+                                self._grace,
+                            )
+                        except FiccError:
+                            # Not fenced: whether its process still runs cannot be proved.
+                            event = AttemptEvent.LOST
                     if event is AttemptEvent.LOST:
                         lost += 1
                     await uow.attempts.update(
@@ -145,12 +193,13 @@ class ReplicaSupervisor:
             await uow.commit()
 
     async def close(self) -> None:
-        """At a clean shutdown: stop every engine and record the services as stopped."""
+        """At a clean shutdown: stop every engine and record the services as stopped (those
+        waiting out a restart's backoff too); their desired state stays."""
         self._router.close_all()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for service_id in list(self._handles):
+        for service_id in sorted({*self._handles, *self._backoff}):
             await self.stop_replicas(service_id)
             async with self._uow_factory() as uow:
                 service = await uow.services.get(service_id)
@@ -194,13 +243,23 @@ class ReplicaSupervisor:
         node: Node,
         model_path: Path | None,
         attempts: list[AttemptRecord],
+        *,
+        restarting: bool = False,
     ) -> None:
-        """Launch the recorded attempts, then wait for every replica to answer its health."""
+        """Launch the recorded attempts, then wait for every replica to answer its health.
+
+        ``restarting``: a restart after a crash, whose failure to come up counts as one more
+        crash of the loop (a user's start that fails is ``failed`` at once, for the user to see).
+        """
         runtime = self.runtime(service.spec.runtime)
         handles: list[ReplicaHandle] = []
         self._router.close(service.id)
         self._handles[service.id] = handles
         self._stopping.discard(service.id)
+        self._launches[service.id] = (node, model_path)
+        if not restarting:
+            self._loops.pop(service.id, None)
+        self._running_since.pop(service.id, None)
 
         def superseded() -> bool:
             """A stop, a crash or a newer start has taken this launch's replicas away."""
@@ -223,8 +282,7 @@ class ReplicaSupervisor:
                 await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
                 await self._never_launched(attempts[index + 1 :])
                 if not superseded():
-                    await self._service_event(service.id, ServiceEvent.LAUNCH_FAILED, exc.message)
-                    await self.stop_replicas(service.id)
+                    await self._launch_failed(service.id, exc.message, restarting)
                 return
             await self._attempt_launched(attempt.id, handle)
             if superseded():
@@ -239,12 +297,12 @@ class ReplicaSupervisor:
             if superseded():
                 return
             if not health.healthy:
+                claimed = self._claim(service.id)  # before any await: no watch takes it too
                 tail = "\n".join(runtime.log_tail(handle))
                 await self._attempt_event(handle.attempt_id, AttemptEvent.LAUNCH_FAILED, tail)
-                await self._service_event(
-                    service.id, ServiceEvent.LAUNCH_FAILED, health.reason or "engine not ready"
+                await self._launch_failed(
+                    service.id, health.reason or "engine not ready", restarting, claimed
                 )
-                await self.stop_replicas(service.id)
                 return
             await self._attempt_event(handle.attempt_id, AttemptEvent.HEALTHY)
         if not superseded():
@@ -258,15 +316,127 @@ class ReplicaSupervisor:
         for attempt in attempts:
             await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
 
+    def _claim(self, service_id: str) -> list[ReplicaHandle]:
+        """Take a service's replicas away from every other path, without awaiting anything:
+        the one path that claims them ends them and decides what the service becomes."""
+        self._stopping.add(service_id)
+        self._router.close(service_id)
+        return list(self._handles.pop(service_id, []))
+
+    async def _launch_failed(
+        self,
+        service_id: str,
+        reason: str,
+        restarting: bool,
+        claimed: list[ReplicaHandle] | None = None,
+    ) -> None:
+        handles = self._claim(service_id) if claimed is None else claimed
+        for other in handles:
+            await self._end_replica(other)
+        if restarting:
+            await self._ended_by_itself(service_id, reason, clean_exit=False)
+        else:
+            await self._service_event(service_id, ServiceEvent.LAUNCH_FAILED, reason)
+
     async def _watch(self, service_id: str, runtime: Runtime, handle: ReplicaHandle) -> None:
         ended = await runtime.wait_exited(handle)
         if service_id in self._stopping or handle not in self._handles.get(service_id, []):
             return
-        self._router.close(service_id)
+        handles = self._claim(service_id)
         tail = "\n".join(ended.log_tail or runtime.log_tail(handle))
         await self._attempt_event(handle.attempt_id, AttemptEvent.CRASHED, tail, ended.exit_code)
-        await self._service_event(service_id, ServiceEvent.CRASHED, ended.describe())
-        await self.stop_replicas(service_id)
+        for other in handles:
+            await self._end_replica(other)  # the crashed one too: its runtime lets go of it
+        clean = ended.exit_code == 0 and ended.signal is None and ended.reason is None
+        await self._ended_by_itself(service_id, ended.describe(), clean_exit=clean)
+
+    async def _ended_by_itself(
+        self, service_id: str, description: str, *, clean_exit: bool
+    ) -> None:
+        """Every replica of a service has ended after one ended without being asked: start it
+        again after the backoff, or record it ``failed`` (policy, crash loop, lapsed grant)."""
+        async with self._uow_factory() as uow:
+            service = await uow.services.get(service_id)
+            if service is None:
+                return
+            now = self._clock()
+            running_since = self._running_since.pop(service_id, None)
+            decision = None
+            if service.desired is DesiredState.RUNNING and service.state in RESTARTABLE_STATES:
+                decision = decide_restart(
+                    service.spec.restart,
+                    clean_exit=clean_exit,
+                    loop=self._loops.get(service_id, CrashLoop()),
+                    now=now,
+                    running_since=running_since,
+                )
+                self._loops[service_id] = decision.loop
+                if decision.restart and await grant_lapsed(uow, service, now):
+                    decision = replace(
+                        decision, restart=False, reason="its grant is no longer active"
+                    )
+            if decision is None or not decision.restart:
+                state = apply_event(service.state, ServiceEvent.CRASHED)
+                if state is service.state:
+                    return
+                error = description
+                if decision is not None and decision.reason is not None:
+                    error = f"{description}; {decision.reason}"
+                await uow.services.update(
+                    replace(service, state=state, error=error, updated_at=now)
+                )
+                await uow.commit()
+                return
+            state = apply_event(service.state, ServiceEvent.RESTARTING)
+            error = (
+                f"{description}; starting again in {decision.delay_seconds:g} s "
+                f"(restart {decision.loop.consecutive})"
+            )
+            await uow.services.update(replace(service, state=state, error=error, updated_at=now))
+            await uow.commit()
+        self._backoff.add(service_id)
+        self.spawn(self._restart_later(service_id, service.revision, decision.delay_seconds))
+
+    async def _restart_later(self, service_id: str, revision: int, delay_seconds: float) -> None:
+        """After the backoff, start the service again, unless someone changed it meanwhile."""
+        await asyncio.sleep(delay_seconds)
+        self._backoff.discard(service_id)  # not when cancelled: the shutdown records it stopped
+        lock = await self.lock_of(service_id)
+        launch = self._launches.get(service_id)
+        if lock is None or launch is None:
+            return
+        async with lock:
+            async with self._uow_factory() as uow:
+                service = await uow.services.get(service_id)
+                if (
+                    service is None
+                    or service.state is not ServiceState.STARTING
+                    or service.desired is not DesiredState.RUNNING
+                    or service.revision != revision
+                    or service_id in self._handles
+                ):
+                    return
+                attempts = await record_attempts(uow, service, self._serve_instance, self._clock())
+                loop = self._loops.get(service_id, CrashLoop())
+                await audit.record(
+                    uow,
+                    self._clock,
+                    action="service.restart",
+                    actor=SUPERVISOR_ACTOR,
+                    project=service.project,
+                    target=service_id,
+                    details={
+                        "restart": loop.consecutive,
+                        "policy": service.spec.restart.value,
+                        "delay_seconds": delay_seconds,
+                        "reason": service.error,
+                    },
+                )
+                await uow.commit()
+            if self._on_restart is not None:
+                self._on_restart(service.spec.restart)
+            node, model_path = launch
+            self.spawn(self.launch(service, node, model_path, attempts, restarting=True))
 
     def drain(self, service_id: str) -> None:
         """Stop the replicas once the requests in flight have ended (in the background)."""
@@ -362,15 +532,17 @@ class ReplicaSupervisor:
                 return
             if not admits_requests(state):
                 self._router.close(service_id)
-            await uow.services.update(
-                replace(
-                    service,
-                    state=state,
-                    error=error if state is ServiceState.FAILED else service.error,
-                    updated_at=self._clock(),
-                )
-            )
+            if state is ServiceState.FAILED:
+                shown = error
+            elif state is ServiceState.RUNNING:
+                shown = None  # a restart's reason is kept in the audit log, not here
+            else:
+                shown = service.error
+            now = self._clock()
+            await uow.services.update(replace(service, state=state, error=shown, updated_at=now))
             await uow.commit()
+            if state is ServiceState.RUNNING:
+                self._running_since[service_id] = now
             if admits_requests(state) and ready:
                 self._router.open(
                     service_id, service.project, service.spec.runtime, ready, service.spec.options

@@ -16,7 +16,7 @@ def unpublished(service: object) -> NotFound:
     )
 
 
-PEER_SPEC_FIELDS: Final = ("name", "model", "runtime", "node", "replicas")
+PEER_SPEC_FIELDS: Final = ("name", "model", "runtime", "node", "replicas", "restart")
 """What a peer sees of a spec: ``options`` may hold upstream URLs and internal names."""
 PEER_SERVICE_ERROR: Final = "the service failed; the grantor's operator can see why"
 """A failed service's reason holds engine text, addresses and paths; a peer sees only this."""
