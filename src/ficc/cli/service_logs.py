@@ -19,6 +19,8 @@ from ficc.cli.output import chosen_format
 PREFIX: Final = "/api/v1/inference/services"
 FOLLOW_POLL_SECONDS: Final = 1.0
 """How often ``--follow`` asks for new lines (it polls; the server holds no stream open)."""
+FOLLOW_READ_LINES: Final = 1000
+"""Lines ``--follow`` asks for after the first read: the most one read gives."""
 
 Reader = Callable[[dict[str, Any]], dict[str, Any]]
 Shower = Callable[[str | None, str], None]
@@ -41,6 +43,7 @@ def follow_log(
     if replica is not None:
         where["replica"] = replica
     answer = read(where)
+    where["lines"] = FOLLOW_READ_LINES
     while True:
         for line in answer["lines"]:
             show(answer["attempt"], line)

@@ -289,10 +289,10 @@ def test_following_moves_to_a_newer_attempt_and_waits_only_when_nothing_is_left(
     assert shown == [("att_a", "a1"), ("att_a", "a2"), ("att_b", "b1")]
     assert asked == [
         {"lines": 5},
-        {"lines": 5},
-        {"lines": 5, "replica": 0, "attempt": "att_a", "after": 3},
-        {"lines": 5, "replica": 0, "attempt": "att_b", "after": 0},
-        {"lines": 5, "replica": 0, "attempt": "att_b", "after": 3},
+        {"lines": 1000},
+        {"lines": 1000, "replica": 0, "attempt": "att_a", "after": 3},
+        {"lines": 1000, "replica": 0, "attempt": "att_b", "after": 0},
+        {"lines": 1000, "replica": 0, "attempt": "att_b", "after": 3},
     ]
     assert len(pauses) == 2  # before asking again with nothing ran, and after att_b's end
 
