@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ficc.adapters import metrics
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
+from ficc.adapters.engine_logs import EngineLogFiles
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey, verify_signature
@@ -43,6 +44,7 @@ from ficc.services.federation.peers import Peers
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
+from ficc.services.inference.logs import ServiceLogs
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
@@ -85,6 +87,8 @@ class Cluster:
     clock: Clock
     blobs: BlobStore
     inference: InferenceServices
+    service_logs: ServiceLogs
+    """Engines' logs for the operator (never a peer): ``run/SERVICE/ATTEMPT.log``."""
     companion: Companion
     federation: Federation
     remote: RemoteClient
@@ -247,6 +251,7 @@ def build(
         clock=clock,
         blobs=blobs,
         inference=inference,
+        service_logs=ServiceLogs(uow_factory, EngineLogFiles(state.runtime)),
         companion=companion,
         federation=federation,
         remote=remote,

@@ -366,7 +366,16 @@ def example_model(state_dir: Path, project: str) -> None:
 
 def main() -> None:
     # Importing a command module registers its commands.
-    from ficc.cli import accounts, backup, chat, federation, models, remote, services  # noqa: F401
+    from ficc.cli import (  # noqa: F401
+        accounts,
+        backup,
+        chat,
+        federation,
+        models,
+        remote,
+        service_logs,
+        services,
+    )
     from ficc.cli.output import run
 
     run(cli)

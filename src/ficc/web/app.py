@@ -31,6 +31,7 @@ from ficc.web.routers import (
     openai_federated,
     openai_local,
     projects,
+    service_logs,
     transfers,
     ui,
 )
@@ -43,6 +44,7 @@ ROUTERS = tuple(
         catalogue,
         nodes,
         inference,
+        service_logs,
         openai_local,
         openai_federated,
         federation,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import secrets
 import sys
 from abc import ABC, abstractmethod
@@ -17,6 +16,7 @@ from typing import Final
 
 import httpx
 
+from ficc.adapters.engine_logs import engine_log_path
 from ficc.adapters.engines.client import EngineClient
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.processes import (
@@ -49,7 +49,6 @@ READY_POLL_SECONDS: Final = 0.1
 """The engine offers no readiness event; between two polls a crash still ends the wait at once."""
 KEPT_LOGS_PER_SERVICE: Final = 5
 """Log files of a service's latest attempts kept; older ones are deleted at each launch."""
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class SupervisedRuntime(ABC):
@@ -100,9 +99,7 @@ class SupervisedRuntime(ABC):
 
     def log_path(self, attempt_id: str, service: str | None = None) -> Path:
         """Where the engine of an attempt writes its output: one folder per service."""
-        if service is None or not _SAFE_NAME.fullmatch(service):
-            return self._log_dir / f"{attempt_id}.log"
-        return self._log_dir / service / f"{attempt_id}.log"
+        return engine_log_path(self._log_dir, attempt_id, service)
 
     def _prune_logs(self, service: str) -> None:
         """Keep the logs of a service's latest attempts; older ones only fill the disk."""

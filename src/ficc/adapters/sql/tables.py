@@ -1,10 +1,13 @@
 """SQLAlchemy Core tables: the schema the Alembic migrations create.
 
-Times are stored as RFC 3339 UTC strings (sortable, portable across SQLite and PostgreSQL);
-JSON documents as JSON text.
+Times are stored as fixed-width RFC 3339 UTC strings (portable across SQLite and PostgreSQL,
+and sortable as text: see :class:`StoredTime`); JSON documents as JSON text.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -21,10 +24,40 @@ from sqlalchemy import (
     false,
     true,
 )
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+from ficc.base.times import format_stored_time, parse_time
 
 metadata = MetaData()
 
-TIME = String(40)
+
+class StoredTime(TypeDecorator[str]):
+    """A time column: every value bound to it, stored or compared, is written in the one
+    fixed-width form, so that SQL's text comparisons and ``ORDER BY`` follow time order.
+
+    Takes a datetime or an RFC 3339 string of any form (what ``format_time`` gives); reads
+    give the stored text, which ``parse_time`` reads in either form (rows written before
+    revision 0010 rewrote them lack the fraction).
+    """
+
+    impl = String(40)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = parse_time(value)
+        if not isinstance(value, datetime):
+            raise TypeError(f"a time column takes a datetime or an RFC 3339 string, not {value!r}")
+        return format_stored_time(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+
+TIME = StoredTime()
 
 projects = Table(
     "projects",

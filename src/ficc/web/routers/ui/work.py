@@ -60,6 +60,25 @@ async def services(request: Request, ctx: ConsoleContext = console("inference:re
     return await _listing(request, ctx, "services", "Services", found, LIVE_SERVICE_STATES)
 
 
+@router.get(f"{P}/services/{{service_id}}", response_class=HTMLResponse)
+async def service(
+    request: Request, service_id: str, ctx: ConsoleContext = console("inference:read")
+) -> Response:
+    """One service with its engine log, read-only (the template escapes every line)."""
+    found = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
+    log = await ctx.cluster.service_logs.read(ctx.project, service_id)
+    return render_page(
+        request,
+        ctx,
+        "service",
+        f"Service {found['spec']['name']}",
+        projects=await projects_of(ctx),
+        live=found["state"] in LIVE_SERVICE_STATES,
+        service=found,
+        log=log,
+    )
+
+
 async def _listing(
     request: Request,
     ctx: ConsoleContext,
