@@ -19,6 +19,7 @@ from ficc.domain.openai_requests import (
     RESPONSE_FORMATS,
     TOOL_CHOICES,
 )
+from ficc.domain.openai_responses import RESPONSES_PATH
 
 
 class Strict(BaseModel):
@@ -198,6 +199,27 @@ _BODIES: Final[dict[str, dict[str, Any]]] = {
             "echo": _nullable({"type": "boolean"}),
             "suffix": _nullable({"type": "string"}),
             "best_of": _integer(1, MAX_CHOICES),
+        },
+    },
+    RESPONSES_PATH: {
+        "title": "ResponseRequest",
+        "required": ["model", "input"],
+        "properties": {
+            "input": {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                ]
+            },
+            "instructions": _nullable({"type": "string"}),
+            "max_output_tokens": _integer(1),
+            "store": {"enum": [False, None], "description": "FICC keeps no responses."},
+            "background": {"enum": [False, None], "description": "Answers come at once."},
+            "previous_response_id": {
+                "type": "null",
+                "description": "FICC keeps no responses: send the whole conversation in input.",
+            },
+            "conversation": {"type": "null", "description": "FICC keeps no conversations."},
         },
     },
     EMBEDDINGS_PATH: {

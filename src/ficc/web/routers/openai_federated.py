@@ -162,7 +162,11 @@ async def embeddings(
     return await relay(ctx, request, peer_id, EMBEDDINGS_PATH)
 
 
-@router.post(f"{PREFIX}/responses", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/responses",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(RESPONSES_PATH),
+)
 @fast_path
 async def responses(
     peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")

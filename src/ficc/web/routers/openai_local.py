@@ -113,7 +113,11 @@ async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")
     return await relay(ctx, request, EMBEDDINGS_PATH)
 
 
-@router.post(f"{PREFIX}/responses", responses=OPENAI_ANSWER)
+@router.post(
+    f"{PREFIX}/responses",
+    responses=OPENAI_INVOCATION,
+    openapi_extra=openai_request(RESPONSES_PATH),
+)
 @fast_path
 async def responses(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
     return await relay(ctx, request, RESPONSES_PATH)

@@ -16,8 +16,8 @@ from typing import Final
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_stored_times"
-down_revision = "0009"
+revision = "0011_stored_times"
+down_revision = "0010_desired_state"
 
 WIDTH: Final = len("2026-11-29T12:00:00.000000Z")
 
