@@ -14,7 +14,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ficc.base.errors import FiccError, Unavailable
+from ficc.base.errors import EngineUnavailable, ErrorShape, FiccError, render
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES
@@ -39,7 +39,7 @@ def _merge_logprobs(old: Any, new: Any) -> Any:
 
 def _header(chunks: list[dict[str, Any]], obj: str) -> dict[str, Any]:
     if not chunks:
-        raise Unavailable("the engine sent no completion")
+        raise EngineUnavailable("the engine sent no completion")
     first = chunks[0]
     result: dict[str, Any] = {
         "id": first.get("id"),
@@ -167,7 +167,7 @@ def assemble_text_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 def _mean(vectors: list[Any]) -> list[float]:
     """One vector from a model without pooling, which answers one vector per token."""
     if not vectors or not all(isinstance(v, list) and v for v in vectors):
-        raise Unavailable("the engine answered an embedding with no values")
+        raise EngineUnavailable("the engine answered an embedding with no values")
     width = len(vectors[0])
     return [sum(float(v[i]) for v in vectors) / len(vectors) for i in range(width)]
 
@@ -205,13 +205,5 @@ def sse_event(data: str) -> bytes:
 
 
 def error_event(error: FiccError) -> bytes:
-    """The event that ends a stream with ``error``, in OpenAI's error shape."""
-    body = {
-        "error": {
-            "message": error.message,
-            "type": "server_error",
-            "code": error.code,
-            "details": error.details,
-        }
-    }
-    return sse_event(json.dumps(body))
+    """The event that ends a stream with ``error``: OpenAI's error shape with FICC's details."""
+    return sse_event(json.dumps(render(error, ErrorShape.EVENT)))

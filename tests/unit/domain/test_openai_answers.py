@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ficc.base.errors import Unavailable
+from ficc.base.errors import EngineUnavailable
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 
 
@@ -98,7 +98,7 @@ def test_a_chat_answer_takes_its_header_from_the_first_chunk_and_usage_from_the_
 
 @pytest.mark.parametrize("assemble", [assemble_chat_completion, assemble_text_completion])
 def test_no_chunk_at_all_is_an_engine_failure_not_an_empty_answer(assemble: Any) -> None:
-    with pytest.raises(Unavailable):
+    with pytest.raises(EngineUnavailable):
         assemble([])
 
 

@@ -22,7 +22,7 @@ import httpx
 from ficc.adapters.engines.errors import status_error, transport_error
 from ficc.adapters.engines.sse import MAX_ASSEMBLED_BYTES, MAX_ASSEMBLED_EVENTS, EngineStream
 from ficc.adapters.engines.usage import UsageProbe
-from ficc.base.errors import InvalidInput, LimitExceeded, Unavailable
+from ficc.base.errors import EngineUnavailable, InvalidInput, LimitExceeded
 from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 from ficc.domain.openai_requests import (
@@ -194,15 +194,17 @@ class EngineClient:
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         except TimeoutError as exc:
-            raise Unavailable("the engine did not answer in time") from exc
+            raise EngineUnavailable("the engine did not answer in time") from exc
         if len(body) > MAX_MODELS_BODY_BYTES:
-            raise Unavailable(f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes")
+            raise EngineUnavailable(
+                f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes"
+            )
         try:
             value = json.loads(body)
         except ValueError as exc:
-            raise Unavailable("the engine's model list is not JSON") from exc
+            raise EngineUnavailable("the engine's model list is not JSON") from exc
         if not isinstance(value, dict):
-            raise Unavailable("the engine's model list is not a JSON object")
+            raise EngineUnavailable("the engine's model list is not a JSON object")
         return value
 
     async def open_stream(
@@ -295,7 +297,7 @@ class EngineClient:
                     continue
                 size += len(event.data)
                 if len(chunks) >= MAX_ASSEMBLED_EVENTS or size > MAX_ASSEMBLED_BYTES:
-                    raise Unavailable(
+                    raise EngineUnavailable(
                         f"the engine's answer passed {MAX_ASSEMBLED_EVENTS} events or "
                         f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
                     )
@@ -335,16 +337,16 @@ class EngineClient:
                 details={"limit": "response_bytes", "allowed": limit},
             )
         if len(content) > MAX_ASSEMBLED_BYTES:
-            raise Unavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
+            raise EngineUnavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
         try:
             if len(content) > GRADUAL_JSON_BYTES:
                 value = await asyncio.to_thread(decode_gradually, content)
             else:
                 value = json.loads(content)
         except ValueError as exc:
-            raise Unavailable("the engine's embeddings are not JSON") from exc
+            raise EngineUnavailable("the engine's embeddings are not JSON") from exc
         if not isinstance(value, dict) or not isinstance(value.get("data"), list):
-            raise Unavailable("the engine's embeddings are not a list object")
+            raise EngineUnavailable("the engine's embeddings are not a list object")
         return value
 
     async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:

@@ -8,7 +8,7 @@ from typing import Final
 
 import httpx
 
-from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.base.errors import EngineUnavailable, FiccError, InvalidInput
 
 MAX_SAFE_MESSAGE_CHARS: Final = 200
 
@@ -82,12 +82,12 @@ def status_error(status: int, body: bytes) -> FiccError:
     message = safe_engine_message(text)
     if 400 <= status < 500:
         return InvalidInput(f"the engine refused the request: {message}", details=details)
-    return Unavailable(f"the engine failed: {message}", details=details)
+    return EngineUnavailable(f"the engine failed: {message}", details=details)
 
 
 def transport_error(exc: httpx.HTTPError) -> FiccError:
     if isinstance(exc, httpx.TimeoutException):
-        return Unavailable("the engine did not answer in time")
+        return EngineUnavailable("the engine did not answer in time")
     if isinstance(exc, httpx.ConnectError):
-        return Unavailable("the engine cannot be reached")
-    return Unavailable("the connection to the engine broke")
+        return EngineUnavailable("the engine cannot be reached")
+    return EngineUnavailable("the connection to the engine broke")

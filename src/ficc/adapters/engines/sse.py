@@ -14,7 +14,7 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
-from ficc.base.errors import Unavailable
+from ficc.base.errors import EngineUnavailable
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 
 END_DRAIN_SECONDS: Final = 1.0
@@ -41,13 +41,13 @@ class SseEvent:
         return self.data == "[DONE]"
 
     def payload(self) -> dict[str, Any]:
-        """The event's JSON object; Unavailable if the engine sent something else."""
+        """The event's JSON object; EngineUnavailable if the engine sent something else."""
         try:
             value = json.loads(self.data)
         except ValueError as exc:
-            raise Unavailable("the engine sent an event that is not JSON") from exc
+            raise EngineUnavailable("the engine sent an event that is not JSON") from exc
         if not isinstance(value, dict):
-            raise Unavailable("the engine sent an event that is not a JSON object")
+            raise EngineUnavailable("the engine sent an event that is not a JSON object")
         return value
 
 
@@ -128,7 +128,9 @@ class EngineStream:
                 start = end.end()
             del buffer[:start]
             if len(buffer) > MAX_LINE_BYTES:
-                raise Unavailable(f"the engine sent a line longer than {MAX_LINE_BYTES} bytes")
+                raise EngineUnavailable(
+                    f"the engine sent a line longer than {MAX_LINE_BYTES} bytes"
+                )
         self._ended = True
         if buffer:
             yield buffer.decode("utf-8", "replace")
@@ -136,7 +138,7 @@ class EngineStream:
     async def _events(self) -> AsyncIterator[SseEvent]:
         """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
 
-        An ``error`` event or an error object from the engine raises Unavailable with a safe
+        An ``error`` event or an error object from the engine raises EngineUnavailable with a safe
         message; so does a stream that ends without ``[DONE]``, and an event or line over its
         bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
         """
@@ -155,7 +157,7 @@ class EngineStream:
                         data.append(value)
                         size += len(value) + 1
                         if size > MAX_EVENT_BYTES:
-                            raise Unavailable(
+                            raise EngineUnavailable(
                                 f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
                             )
                     elif name == "event":
@@ -186,11 +188,11 @@ class EngineStream:
         if not received:
             # llama.cpp's server reports errors found after the stream began (a prompt longer
             # than the context) only by ending the stream.
-            raise Unavailable(
+            raise EngineUnavailable(
                 "the engine ended the stream without an answer; the prompt may be longer than "
                 "the model's context"
             )
-        raise Unavailable("the engine ended the stream before it was complete")
+        raise EngineUnavailable("the engine ended the stream before it was complete")
 
     async def _usage_chunk(self, chunks: list[dict[str, Any]]) -> SseEvent | None:
         """The usage chunk OpenAI ends a stream with, or None when it cannot be counted."""
@@ -222,7 +224,7 @@ async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
             async for line in lines:
                 if line:
                     return False
-    except (TimeoutError, httpx.HTTPError, Unavailable):
+    except (TimeoutError, httpx.HTTPError, EngineUnavailable):
         return False
     return True
 
@@ -236,9 +238,9 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 def _raise_for_error_event(item: SseEvent) -> None:
     if item.event == "error":
-        raise Unavailable(f"the engine failed: {safe_engine_message(item.data)}")
+        raise EngineUnavailable(f"the engine failed: {safe_engine_message(item.data)}")
     if item.data.startswith("{") and '"error"' in item.data:
         payload = item.payload()
         if "error" in payload and "choices" not in payload:
             text = engine_error_text(item.data.encode())
-            raise Unavailable(f"the engine failed: {safe_engine_message(text)}")
+            raise EngineUnavailable(f"the engine failed: {safe_engine_message(text)}")

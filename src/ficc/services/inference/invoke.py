@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from ficc.base.errors import LimitExceeded, Unavailable
+from ficc.base.errors import EngineUnavailable, LimitExceeded
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import EMBEDDINGS_PATH, check_request
@@ -161,4 +161,4 @@ def encoded_answer(
     try:
         return canonical_json_and_compact_size(shaped, gradual=gradual)
     except ValueError as exc:
-        raise Unavailable("the engine's answer holds a value JSON cannot carry") from exc
+        raise EngineUnavailable("the engine's answer holds a value JSON cannot carry") from exc

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ficc.base.errors import Conflict, FiccError, Unavailable
+from ficc.base.errors import Conflict, FiccError, RuntimeNotInstalled
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
@@ -66,10 +66,14 @@ class ReplicaSupervisor:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def runtime(self, name: RuntimeName) -> Runtime:
-        """The installed runtime ``name``; Unavailable when this cluster has none."""
+        """The installed runtime ``name``; RuntimeNotInstalled when this cluster has none."""
         runtime = self._runtimes.get(name)
         if runtime is None:
-            raise Unavailable(f"runtime {name.value} is not installed on this cluster")
+            raise RuntimeNotInstalled(
+                f"runtime {name.value} is not installed on this cluster",
+                field="spec.runtime",
+                details={"runtime": name.value},
+            )
         return runtime
 
     def runtimes(self) -> list[Runtime]:
