@@ -84,7 +84,9 @@ def _merge_function(target: dict[str, Any], function: Any) -> None:
 
 
 def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Join ``chat.completion.chunk`` objects into one ``chat.completion``."""
+    """Join ``chat.completion.chunk`` objects into one ``chat.completion``, with every field
+    OpenAI's schema requires (``message.refusal`` and each choice's ``logprobs``, ``null`` when
+    the engine sent none; a tool call's ``type``)."""
     result = _header(chunks, "chat.completion")
     merged: dict[int, dict[str, Any]] = {}
     tool_calls: dict[int, dict[int, dict[str, Any]]] = {}
@@ -99,6 +101,7 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                     "finish_reason": None,
                     "logprobs": None,
                     "function_call": None,
+                    "refusal": None,
                 },
             )
             delta = choice.get("delta") or {}
@@ -106,6 +109,8 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 slot["role"] = delta["role"]
             if delta.get("content"):
                 slot["content"].append(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                slot["refusal"] = (slot["refusal"] or "") + delta["refusal"]
             if delta.get("tool_calls"):
                 _merge_tool_calls(tool_calls.setdefault(index, {}), delta["tool_calls"])
             if isinstance(delta.get("function_call"), dict):
@@ -122,9 +127,10 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         message: dict[str, Any] = {
             "role": slot["role"] or "assistant",
             "content": "".join(slot["content"]) if slot["content"] or not calls else None,
+            "refusal": slot["refusal"],
         }
         if calls:
-            message["tool_calls"] = calls
+            message["tool_calls"] = [{"type": "function", **call} for call in calls]
         if slot["function_call"] is not None:
             message["function_call"] = slot["function_call"]
         choices.append(

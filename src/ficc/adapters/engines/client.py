@@ -20,9 +20,15 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.adapters.engines.errors import status_error, transport_error
-from ficc.adapters.engines.sse import MAX_ASSEMBLED_BYTES, MAX_ASSEMBLED_EVENTS, EngineStream
-from ficc.adapters.engines.usage import UsageProbe
-from ficc.base.errors import EngineUnavailable, InvalidInput, LimitExceeded
+from ficc.adapters.engines.sse import (
+    EMPTY_STREAM,
+    MAX_ASSEMBLED_BYTES,
+    MAX_ASSEMBLED_EVENTS,
+    EngineStream,
+    UsageCounter,
+)
+from ficc.adapters.engines.usage import PROBE_DROPPED_FIELDS, USAGE_PROBE_MAX_TOKENS, UsageProbe
+from ficc.base.errors import EngineUnavailable, FiccError, InvalidInput, LimitExceeded
 from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 from ficc.domain.openai_requests import (
@@ -50,6 +56,8 @@ server close one, so a kept connection is never one the engine is closing."""
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_MODELS_BODY_BYTES: Final = 1024 * 1024
 """A model list is a few hundred bytes; a megabyte is a hostile or broken server."""
+PROBE_DEADLINE_SECONDS: Final = 10.0
+"""The plain request that asks why a stream ended empty: a refusal comes before any token."""
 MODELS_DEADLINE_SECONDS: Final = 10.0
 """The whole ``/v1/models`` answer, however slowly it drips, arrives within this."""
 
@@ -246,13 +254,39 @@ class EngineClient:
                 await response.aclose()
                 await release(True)
             raise status_error(response.status_code, content)
-        if not usage_requested(body):
-            return EngineStream(response, path, on_close=on_close, release=release)
+        count_usage: UsageCounter | None = None
+        if usage_requested(body):
 
-        async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
-            return await self._usage.counted(path, body, chunks)
+            async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
+                return await self._usage.counted(path, body, chunks)
 
-        return EngineStream(response, path, count_usage, on_close, release=release)
+        async def why_empty() -> FiccError:
+            return await self._why_empty(path, body)
+
+        stream = EngineStream(
+            response, path, count_usage, on_close, release=release, why_empty=why_empty
+        )
+        await stream.start()
+        return stream
+
+    async def _why_empty(self, path: str, body: Mapping[str, Any]) -> FiccError:
+        """Why the engine ended a stream without any event: llama.cpp's server says it only
+        to a plain request (a prompt past the context is refused before any token), so the
+        same request is asked plainly for one token, within :data:`PROBE_DEADLINE_SECONDS`."""
+        probe = {k: v for k, v in body.items() if k not in PROBE_DROPPED_FIELDS}
+        probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
+        if self._model is not None:
+            probe["model"] = self._model
+        try:
+            async with (
+                asyncio.timeout(PROBE_DEADLINE_SECONDS),
+                self._exchange("POST", path, probe) as response,
+            ):
+                if response.status_code != httpx.codes.OK:
+                    return status_error(response.status_code, await _read_bounded(response))
+        except (httpx.HTTPError, TimeoutError):
+            pass
+        return EngineUnavailable(EMPTY_STREAM)
 
     async def _send(
         self, connections: _Connections, path: str, body: Mapping[str, Any]
