@@ -15,7 +15,7 @@ from tests.support.engine_connections import scripted_engine
 
 from ficc.adapters.engines.client import COMPLETIONS, EngineClient
 from ficc.adapters.runtimes import LlamaCppRuntime
-from ficc.base.errors import EngineUnavailable, FiccError
+from ficc.base.errors import ContextLengthExceeded, EngineUnavailable, FiccError
 from ficc.services.runtimes import LaunchRequest, NodeInfo
 
 CHAT = "/v1/chat/completions"
@@ -94,7 +94,7 @@ async def test_llama_cpp_answers_on_kept_connections_after_failed_streams(
             failures = 0
             for _ in range(3):
                 assert (await _chat(client, "any"))[-1] == "[DONE]"
-                with pytest.raises(EngineUnavailable):
+                with pytest.raises(ContextLengthExceeded):
                     await client.complete(COMPLETIONS, {"prompt": "x " * 3000, "max_tokens": 4})
                 failures += 1
                 stream = await client.open_stream(CHAT, {**_body("any"), "max_tokens": 64})
