@@ -7,6 +7,8 @@ and a dead engine, the envelope was spelled in seven places, and the CLI read ev
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ficc.base import errors as e
@@ -93,3 +95,20 @@ def test_local_protocol_errors_are_outside_the_tree() -> None:
     """Our own misuse of a stream is a bug, never an error a caller is shown."""
     assert not issubclass(e.LocalProtocolError, e.FiccError)
     assert "LocalProtocolError" in (e.__doc__ or "")
+
+
+def test_a_command_whose_outcome_is_unknown_exits_5_with_the_envelope_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ficc.cli.main import handles_errors
+
+    @handles_errors
+    def command() -> None:
+        raise e.OutcomeUnknown("no answer within 30 s", mutation_id="a" * 32)
+
+    with pytest.raises(SystemExit) as exited:
+        command()
+    assert exited.value.code == EXIT_OUTCOME_UNKNOWN
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "peer_timeout"
+    assert error["details"] == {"outcome": "unknown", "mutation_id": "a" * 32}
