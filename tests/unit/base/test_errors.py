@@ -8,6 +8,8 @@ and a dead engine, the envelope was spelled in seven places, and the CLI read ev
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +114,17 @@ def test_a_command_whose_outcome_is_unknown_exits_5_with_the_envelope_naming_it(
     error = json.loads(capsys.readouterr().err)["error"]
     assert error["code"] == "peer_timeout"
     assert error["details"] == {"outcome": "unknown", "mutation_id": "a" * 32}
+
+
+NEVER_ON_THE_WIRE = {"unauthenticated", "csrf_failed"}
+"""HTTP-only refusals: a peer is authenticated by its session, never by a credential."""
+
+
+def test_every_code_a_peer_can_be_sent_is_in_the_protocol_document() -> None:
+    """A requester written from ``docs/protocol.md`` alone must know ``engine_unavailable``."""
+    text = (Path(__file__).parents[3] / "docs" / "protocol.md").read_text()
+    section = text[text.index("- Request refusals use FICC's error codes") :]
+    section = section[: section.index("\n- ", 3)]
+    listed = set(re.findall(r"`([a-z_]+)`", section))
+    sent = {cls.code for cls in e.ERROR_CLASSES} - NEVER_ON_THE_WIRE - {"protocol_error"}
+    assert sent - listed == set()
