@@ -90,6 +90,15 @@ class RuntimeNotInstalled(InvalidInput):
 
     code = "runtime_not_installed"
 
+    @classmethod
+    def of(cls, runtime: str) -> RuntimeNotInstalled:
+        """The refusal of a spec naming ``runtime``."""
+        return cls(
+            f"runtime {runtime} is not installed on this cluster",
+            field="spec.runtime",
+            details={"runtime": runtime},
+        )
+
 
 class Unauthenticated(FiccError):
     """No credential, or one that is unknown, expired or revoked."""

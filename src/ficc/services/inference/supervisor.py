@@ -69,11 +69,7 @@ class ReplicaSupervisor:
         """The installed runtime ``name``; RuntimeNotInstalled when this cluster has none."""
         runtime = self._runtimes.get(name)
         if runtime is None:
-            raise RuntimeNotInstalled(
-                f"runtime {name.value} is not installed on this cluster",
-                field="spec.runtime",
-                details={"runtime": name.value},
-            )
+            raise RuntimeNotInstalled.of(name.value)
         return runtime
 
     def runtimes(self) -> list[Runtime]:
