@@ -22,7 +22,7 @@ from tests.unit.protocol.protocol_support import (
     verify,
 )
 
-from ficc.base.errors import LimitExceeded, PeerUnreachable, ProtocolError
+from ficc.base.errors import LimitExceeded, LocalProtocolError, PeerUnreachable, ProtocolError
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import MAX_RESPONSE_BYTES
 from ficc.protocol.answers import MAX_JSON_ANSWER_BYTES, complete_request, parse_large_answer
@@ -64,7 +64,6 @@ from ficc.protocol.messages import (
 from ficc.protocol.stream_states import (
     GRANT_EXPIRED_CODE,
     GRANT_REVOKED_CODE,
-    LocalProtocolError,
     StreamState,
     reset_code,
 )
