@@ -5,8 +5,7 @@ through the control socket, as the local owner. Results are JSON on stdout (tabl
 terminal, see ``--format``); errors, usage errors included, are the JSON error envelope on
 stderr. Exit status, by the error's class (:func:`exit_status`): 0 done, 1 refused by FICC, 2 usage
 error, 3 no server, 4 deadline reached, 5 outcome unknown (inspect, or retry with the same
-``mutation_id``: never read it as refused), 6 unavailable (the peer cannot be reached, or a
-service's engine failed: nothing was done, try later), 130 interrupted.
+``mutation_id``: never read it as refused), 130 interrupted.
 
 Start-up time matters (completion, scripts): this module and the command modules import only
 click and the standard library at the top; the server's libraries load inside the commands
@@ -26,13 +25,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import click
 
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, LOG_FORMATS, LOG_LEVELS
-from ficc.base.errors import (
-    EngineUnavailable,
-    FiccError,
-    OutcomeUnknown,
-    PeerUnreachable,
-    ProtocolError,
-)
+from ficc.base.errors import FiccError, OutcomeUnknown
 from ficc.cli.client import ControlClient, NoServer, ServerTimeout
 from ficc.cli.config import env_name, load_config_file
 from ficc.cli.output import fail_with, format_option
@@ -42,16 +35,11 @@ EXIT_USAGE = 2
 EXIT_NO_SERVER = 3
 EXIT_DEADLINE = 4
 EXIT_OUTCOME_UNKNOWN = 5
-EXIT_UNAVAILABLE = 6
 EXIT_INTERRUPTED = 130
 
-EXIT_BY_CLASS: Final[dict[type[FiccError], int]] = {
-    OutcomeUnknown: EXIT_OUTCOME_UNKNOWN,
-    PeerUnreachable: EXIT_UNAVAILABLE,
-    EngineUnavailable: EXIT_UNAVAILABLE,
-    ProtocolError: EXIT_UNAVAILABLE,
-}
-"""Errors a script handles otherwise than a refusal; every other FICC error is 1, refused."""
+EXIT_BY_CLASS: Final[dict[type[FiccError], int]] = {OutcomeUnknown: EXIT_OUTCOME_UNKNOWN}
+"""Errors a script must handle otherwise than a refusal; every other FICC error is 1. An
+unreachable peer or a failed engine stays 1, as the contract has it: nothing was done."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ficc.base import errors as e
-from ficc.cli.main import EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, EXIT_UNAVAILABLE, exit_status
+from ficc.cli.main import EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, exit_status
 
 
 def test_a_dead_engine_and_an_unreachable_peer_are_two_classes_with_their_own_codes() -> None:
@@ -79,16 +79,16 @@ def test_one_renderer_gives_each_shape() -> None:
     ("error", "status"),
     [
         (e.OutcomeUnknown("lost", mutation_id="0" * 32), EXIT_OUTCOME_UNKNOWN),
-        (e.PeerUnreachable("gone"), EXIT_UNAVAILABLE),
-        (e.EngineUnavailable("down"), EXIT_UNAVAILABLE),
-        (e.ProtocolError("broken"), EXIT_UNAVAILABLE),
+        (e.PeerUnreachable("gone"), EXIT_REFUSED),
+        (e.EngineUnavailable("down"), EXIT_REFUSED),
+        (e.ProtocolError("broken"), EXIT_REFUSED),
         (e.GrantRevoked("revoked"), EXIT_REFUSED),
         (e.InvalidInput("bad"), EXIT_REFUSED),
         (e.FiccError("bug"), EXIT_REFUSED),
     ],
 )
 def test_the_cli_exit_status_follows_the_errors_class(error: e.FiccError, status: int) -> None:
-    """``peer_timeout`` (outcome unknown) is never read as refused; unavailable is "try later"."""
+    """``peer_timeout`` (outcome unknown) is never read as refused (nothing happened)."""
     assert exit_status(error) == status
     assert exit_status(e.error_from_code(error.code, error.message, error.details)) == status
 
