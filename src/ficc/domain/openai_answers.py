@@ -170,6 +170,20 @@ def assemble_text_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def chunk_text_bytes(chunk: Mapping[str, Any]) -> int:
+    """The bytes of text a streamed chunk adds to its answer: a lower bound of what it adds
+    to the assembled JSON (which also carries the envelope and escapes)."""
+    total = 0
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            total += len(text.encode())
+    return total
+
+
 def _mean(vectors: list[Any]) -> list[float]:
     """One vector from a model without pooling, which answers one vector per token."""
     if not vectors or not all(isinstance(v, list) and v for v in vectors):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,12 +26,15 @@ from ficc.adapters.engines.sse import (
     MAX_ASSEMBLED_BYTES,
     MAX_ASSEMBLED_EVENTS,
     EngineStream,
-    UsageCounter,
 )
-from ficc.adapters.engines.usage import PROBE_DROPPED_FIELDS, USAGE_PROBE_MAX_TOKENS, UsageProbe
+from ficc.adapters.engines.usage import PROBE_DEADLINE_SECONDS, UsageProbe, plain_probe
 from ficc.base.errors import EngineUnavailable, FiccError, InvalidInput, LimitExceeded
 from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
-from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
+from ficc.domain.openai_answers import (
+    assemble_chat_completion,
+    assemble_text_completion,
+    chunk_text_bytes,
+)
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
@@ -56,8 +60,6 @@ server close one, so a kept connection is never one the engine is closing."""
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
 MAX_MODELS_BODY_BYTES: Final = 1024 * 1024
 """A model list is a few hundred bytes; a megabyte is a hostile or broken server."""
-PROBE_DEADLINE_SECONDS: Final = 10.0
-"""The plain request that asks why a stream ended empty: a refusal comes before any token."""
 MODELS_DEADLINE_SECONDS: Final = 10.0
 """The whole ``/v1/models`` answer, however slowly it drips, arrives within this."""
 
@@ -254,33 +256,22 @@ class EngineClient:
                 await response.aclose()
                 await release(True)
             raise status_error(response.status_code, content)
-        count_usage: UsageCounter | None = None
-        if usage_requested(body):
-
-            async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
-                return await self._usage.counted(path, body, chunks)
-
-        async def why_empty() -> FiccError:
-            return await self._why_empty(path, body)
-
+        counter = self._usage.counter(path, body) if usage_requested(body) else None
+        why_empty = functools.partial(self._why_empty, path, body)
         stream = EngineStream(
-            response, path, count_usage, on_close, release=release, why_empty=why_empty
+            response, path, counter, on_close, release=release, why_empty=why_empty
         )
         await stream.start()
         return stream
 
     async def _why_empty(self, path: str, body: Mapping[str, Any]) -> FiccError:
-        """Why the engine ended a stream without any event: llama.cpp's server says it only
-        to a plain request (a prompt past the context is refused before any token), so the
-        same request is asked plainly for one token, within :data:`PROBE_DEADLINE_SECONDS`."""
-        probe = {k: v for k, v in body.items() if k not in PROBE_DROPPED_FIELDS}
-        probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
-        if self._model is not None:
-            probe["model"] = self._model
+        """Why the engine ended a stream without any event: llama.cpp's server says it only to
+        a plain request (a prompt past the context is refused before any token): asked so, for
+        one token, within :data:`PROBE_DEADLINE_SECONDS`."""
         try:
             async with (
                 asyncio.timeout(PROBE_DEADLINE_SECONDS),
-                self._exchange("POST", path, probe) as response,
+                self._exchange("POST", path, plain_probe(body, self._model)) as response,
             ):
                 if response.status_code != httpx.codes.OK:
                     return status_error(response.status_code, await _read_bounded(response))
@@ -336,7 +327,7 @@ class EngineClient:
                         f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
                     )
                 payload = event.payload()
-                text_bytes += _text_bytes(payload)
+                text_bytes += chunk_text_bytes(payload)
                 if max_bytes is not None and text_bytes > max_bytes:
                     raise LimitExceeded(
                         f"the response would pass the grant's {max_bytes} response bytes",
@@ -391,20 +382,6 @@ class EngineClient:
         if len(content) > MAX_MODELS_BODY_BYTES:
             raise ValueError("the engine's answer is too large")
         return json.loads(content)
-
-
-def _text_bytes(chunk: Mapping[str, Any]) -> int:
-    """The bytes of text a streamed chunk adds to its answer: a lower bound of what it adds
-    to the assembled JSON (which also carries the envelope and escapes)."""
-    total = 0
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if isinstance(text, str):
-            total += len(text.encode())
-    return total
 
 
 async def _read_bounded(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:

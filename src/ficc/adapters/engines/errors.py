@@ -126,7 +126,9 @@ def status_error(status: int, body: bytes) -> FiccError:
         )
     if status in (401, 403):
         # The engine refused FICC's own credential: nothing the caller can fix.
-        return EngineUnavailable("the engine refused FICC's credential", details=details)
+        return EngineUnavailable(
+            f"the engine refused FICC's credential: {message}", details=details
+        )
     if status == 429:
         return LimitExceeded(
             f"the engine is busy: {message}", details={**details, "limit": "engine"}
