@@ -112,7 +112,7 @@ def test_a_streamed_chat_gives_the_text_of_the_plain_answer(fed: Federated) -> N
 
 
 def test_a_plain_chat_answer_has_every_field_openais_schema_requires(fed: Federated) -> None:
-    """Issue 27: the plain answer lacked ``message.refusal``, required by OpenAI's schema."""
+    """The plain answer lacked ``message.refusal``, required by OpenAI's schema."""
     grant = invoking(fed)
     raw = fed.federated_openai().chat.completions.with_raw_response.create(
         model=fed.service, messages=QUESTION, max_tokens=4, temperature=0
@@ -125,7 +125,7 @@ def test_a_plain_chat_answer_has_every_field_openais_schema_requires(fed: Federa
 
 
 def test_a_developer_message_is_answered(fed: Federated) -> None:
-    """Issue 27: llama.cpp's server refused OpenAI's ``developer`` role, and the federated URL
+    """llama.cpp's server refused OpenAI's ``developer`` role, and the federated URL
     answered 502 ``peer_unreachable`` from a peer that was reachable all along."""
     grant = invoking(fed)
     told = fed.federated_openai().chat.completions.create(
@@ -139,7 +139,7 @@ def test_a_developer_message_is_answered(fed: Federated) -> None:
 
 
 def test_a_prompt_past_the_context_is_context_length_exceeded(fed: Federated) -> None:
-    """Issue 27: llama.cpp's server ends such a stream empty, which the federated URL answered
+    """llama.cpp's server ends such a stream empty, which the federated URL answered
     502 ``peer_unreachable``; OpenAI and vLLM answer 400 ``context_length_exceeded``, plain or
     streamed (before any event)."""
     grant = invoking(fed)

@@ -276,7 +276,7 @@ def test_an_embeddings_service_serves_embeddings_only_and_a_chat_service_none(
 def test_a_developer_message_is_answered_as_the_system_message_it_replaces(
     cluster: RunningCluster, running: dict[str, Any]
 ) -> None:
-    """Issue 27: llama.cpp's server refuses OpenAI's ``developer`` role; FICC sends it as
+    """llama.cpp's server refuses OpenAI's ``developer`` role; FICC sends it as
     ``system``, so the answer is the system message's, word for word at temperature 0."""
     client = openai_client(cluster)
 
@@ -293,7 +293,7 @@ def test_a_developer_message_is_answered_as_the_system_message_it_replaces(
 def test_a_prompt_past_the_context_is_a_400_plain_or_streamed(
     cluster: RunningCluster, running: dict[str, Any]
 ) -> None:
-    """Issue 27: llama.cpp's server ends such a stream empty; the local URL answered it 502."""
+    """llama.cpp's server ends such a stream empty; the local URL answered it 502."""
     client = openai_client(cluster)
     too_long = [{"role": "user", "content": "x " * 3000}]
     for stream in (False, True):

@@ -1,5 +1,5 @@
 """An engine's refusal as the caller's error: its own 4xx a 4xx naming the parameter, a prompt
-past the context OpenAI's ``context_length_exceeded``, a failure its own code (issue 27)."""
+past the context OpenAI's ``context_length_exceeded``, a failure its own code."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The error tree: each class's code and status, its one body per shape, the CLI's exit status.
 
-Finding 5 of the structure review (aesthetics-3 §8): ``Unavailable`` meant both a dead peer
-and a dead engine, the envelope was spelled in seven places, and the CLI read every error,
-``peer_timeout`` included, as "refused".
+``Unavailable`` meant both a dead peer and a dead engine, the envelope was spelled in seven
+places, and the CLI read every error, ``peer_timeout`` included, as "refused".
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ choices, ``ChatCompletionResponseMessage`` and ``ChatCompletionMessageToolCall``
 
 
 def test_a_chat_answer_has_every_field_openais_schema_requires() -> None:
-    """Issue 27: a plain answer lacked ``message.refusal`` (required, nullable)."""
+    """A plain answer lacked ``message.refusal`` (required, nullable)."""
     plain = assemble_chat_completion([_chat(_delta(0, "stop", role="assistant", content="Hi"))])
     assert set(plain) >= CHAT_COMPLETION_REQUIRED
     (choice,) = plain["choices"]

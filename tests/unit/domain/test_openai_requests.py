@@ -355,7 +355,7 @@ def test_llama_cpp_embeddings_are_pooled_and_encoded_as_openai_answers_them() ->
 
 
 def test_a_developer_message_reaches_engines_that_know_only_system_as_system() -> None:
-    """Issue 27: llama.cpp's server refused ``developer`` (OpenAI's current name for the system
+    """llama.cpp's server refused ``developer`` (OpenAI's current name for the system
     role) with a 500 that reached the caller as 502 ``peer_unreachable``."""
     body = {
         "model": "m",
