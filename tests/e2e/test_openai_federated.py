@@ -111,6 +111,51 @@ def test_a_streamed_chat_gives_the_text_of_the_plain_answer(fed: Federated) -> N
     fed.wait_idle(grant)
 
 
+def test_a_plain_chat_answer_has_every_field_openais_schema_requires(fed: Federated) -> None:
+    """The plain answer lacked ``message.refusal``, required by OpenAI's schema."""
+    grant = invoking(fed)
+    raw = fed.federated_openai().chat.completions.with_raw_response.create(
+        model=fed.service, messages=QUESTION, max_tokens=4, temperature=0
+    )
+    (choice,) = raw.http_response.json()["choices"]
+    assert {"index", "message", "logprobs", "finish_reason"} <= set(choice)
+    assert {"role", "content", "refusal"} <= set(choice["message"])
+    assert choice["message"]["refusal"] is None
+    fed.wait_idle(grant)
+
+
+def test_a_developer_message_is_answered(fed: Federated) -> None:
+    """llama.cpp's server refused OpenAI's ``developer`` role, and the federated URL
+    answered 502 ``peer_unreachable`` from a peer that was reachable all along."""
+    grant = invoking(fed)
+    told = fed.federated_openai().chat.completions.create(
+        model=fed.service,
+        messages=[{"role": "developer", "content": "Answer in one word."}, *QUESTION],
+        max_tokens=8,
+        temperature=0,
+    )
+    assert told.choices[0].message.content
+    fed.wait_idle(grant)
+
+
+def test_a_prompt_past_the_context_is_context_length_exceeded(fed: Federated) -> None:
+    """llama.cpp's server ends such a stream empty, which the federated URL answered
+    502 ``peer_unreachable``; OpenAI and vLLM answer 400 ``context_length_exceeded``, plain or
+    streamed (before any event)."""
+    grant = invoking(fed)
+    client = fed.federated_openai()
+    too_long = [{"role": "user", "content": "x " * 3000}]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model=fed.service, messages=too_long, max_tokens=4, stream=stream
+            )
+        assert error_code(refused.value) == "context_length_exceeded"
+        assert refused.value.param == "messages"
+        assert "context" in refused.value.message
+    fed.wait_idle(grant)
+
+
 def test_an_unknown_model_is_not_found_with_the_code_in_the_error_body(fed: Federated) -> None:
     invoking(fed)
     client = fed.federated_openai()

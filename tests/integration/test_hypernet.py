@@ -19,11 +19,12 @@ from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import (
+    EngineUnavailable,
     NotFound,
     OutcomeUnknown,
+    PeerUnreachable,
     PermissionDenied,
     ProtocolError,
-    Unavailable,
 )
 from ficc.protocol import ALPN
 from ficc.protocol.frames import MAX_FRAME_BYTES
@@ -88,7 +89,7 @@ class Cluster:
                 "sha256": hashlib.sha256(body["text"].encode()).hexdigest(),
             }
         if operation == "engine_down":
-            raise Unavailable("the engine cannot be reached", details={"engine": "down"})
+            raise EngineUnavailable("the engine cannot be reached", details={"engine": "down"})
         if operation == "engine_dies":
             return self.dying_engine()
         if operation == "hang":
@@ -102,7 +103,7 @@ class Cluster:
     async def dying_engine(self) -> AsyncIterator[bytes]:
         """An engine that answers one event, then cannot be reached."""
         yield b"data: {}\n\n"
-        raise Unavailable("the engine stopped answering", details={"engine": "gone"})
+        raise EngineUnavailable("the engine stopped answering", details={"engine": "gone"})
 
     async def chunks(self, count: int, size: int) -> AsyncIterator[bytes]:
         for index in range(count):
@@ -226,7 +227,7 @@ async def test_two_pairings_with_one_cluster_hold_a_session_each_and_end_separat
         assert all(session is not None for session in sessions.values())
         assert len({id(session) for session in sessions.values()}) == 3
         client.more_known[peer] = [KnownPeer(server.key.public_key, 6)]
-        client.endpoint.disconnect(peer, 4, Unavailable("the pairing was removed"))
+        client.endpoint.disconnect(peer, 4, PeerUnreachable("the pairing was removed"))
         assert client.endpoint.session(peer, 4) is None
         assert client.endpoint.session(peer, 6) is sessions[6]
         await still_serves(server, client, generation=6)
@@ -281,7 +282,7 @@ async def request_on(connection: iroh.Connection, *requests: Request) -> list[An
         await stream.send(request)
         try:
             answers.append(await stream.receive())
-        except Unavailable as exc:
+        except PeerUnreachable as exc:
             answers.append(exc)
             break
     return answers
@@ -497,7 +498,7 @@ async def test_a_request_body_in_chunks_is_refused_before_a_pairing(
     is a protocol error, and the handler never sees it."""
     server, client = await make_cluster(), await make_cluster()
     async with asyncio.timeout(DEADLINE_SECONDS):
-        with pytest.raises((ProtocolError, Unavailable, OutcomeUnknown)):
+        with pytest.raises((ProtocolError, PeerUnreachable, OutcomeUnknown)):
             await client.endpoint.request(
                 server.endpoint.hypernet_id,
                 "measure",
@@ -521,21 +522,22 @@ async def read_stream(
 async def test_an_engine_failure_on_the_serving_side_is_an_engine_error_not_an_unknown_outcome(
     make_cluster: Callable[[], Awaitable[Cluster]],
 ) -> None:
-    """The handler's own ``Unavailable`` is answered as an error frame: the requester learns
-    the engine failed (502 ``peer_unreachable``), never ``peer_timeout`` (outcome unknown)."""
+    """The handler's own ``EngineUnavailable`` is answered as an error frame: the requester
+    learns the engine failed (503 ``engine_unavailable``), never ``peer_unreachable`` (the peer
+    answered) nor ``peer_timeout`` (outcome unknown)."""
     server, client = await make_cluster(), await make_cluster()
     received: list[bytes] = []
     async with asyncio.timeout(DEADLINE_SECONDS):
-        with pytest.raises(Unavailable) as plain:
+        with pytest.raises(EngineUnavailable) as plain:
             await client.endpoint.request(
                 server.endpoint.hypernet_id, "engine_down", {}, ticket=server.endpoint.ticket
             )
-        with pytest.raises(Unavailable) as streamed:
+        with pytest.raises(EngineUnavailable) as streamed:
             await read_stream(client, server, "engine_dies", received)
         await still_serves(server, client)
     for caught in (plain, streamed):
         assert not isinstance(caught.value, OutcomeUnknown)
-        assert caught.value.code == "peer_unreachable"
+        assert caught.value.code == "engine_unavailable"
     assert plain.value.details == {"engine": "down"}
     assert streamed.value.details == {"engine": "gone"}
     assert received == [b"data: {}\n\n"]
@@ -610,7 +612,7 @@ async def test_a_dead_address_fails_within_the_connect_deadline(
     await gone.close()
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with pytest.raises(Unavailable):
+    with pytest.raises(PeerUnreachable):
         await client.endpoint.request(hypernet_id, "echo", {}, ticket=ticket)
     assert loop.time() - started < 4
 

@@ -28,7 +28,7 @@ from ficc.adapters.engines.errors import safe_engine_message
 from ficc.adapters.example_model import EXAMPLE_MODEL_BYTES, example_model_path
 from ficc.adapters.runtimes import LlamaCppRuntime, OpenAIRuntime, VllmRuntime
 from ficc.adapters.runtimes.processes import free_loopback_port, read_start_ticks
-from ficc.base.errors import Conflict, InvalidInput, Unavailable
+from ficc.base.errors import Conflict, ContextLengthExceeded, InvalidInput
 from ficc.domain.inference import UpstreamAllowList
 from ficc.services.runtimes import (
     Availability,
@@ -279,22 +279,35 @@ async def test_a_malformed_request_is_refused_with_the_engines_reason_and_no_ser
             await client.complete(CHAT_COMPLETIONS, {"messages": "not a list"})
     message = caught.value.message
     assert message == "the engine refused the request: messages: Input should be a valid list"
-    assert caught.value.details == {"engine_status": 500}
+    # The parameter is named, as OpenAI's ``param`` (found by the engine's own check).
+    assert caught.value.details == {"engine_status": 500, "field": "messages"}
 
 
 @pytest.mark.engine
 @module_loop
-async def test_a_prompt_longer_than_the_context_is_reported_without_engine_internals(
+async def test_a_prompt_longer_than_the_context_is_context_length_exceeded_before_any_event(
     smollm: tuple[LlamaCppRuntime, ReplicaHandle],
 ) -> None:
+    """llama.cpp's server ends such a stream without a word (it tells only a plain request):
+    the client asks it plainly for one token, and relays OpenAI's code, before any event."""
     runtime, handle = smollm
     async with EngineClient(handle.base_url, api_key=runtime.api_key(handle)) as client:
-        with pytest.raises(Unavailable) as caught:
+        with pytest.raises(ContextLengthExceeded) as caught:
             await client.complete(COMPLETIONS, {"prompt": "x " * 3000, "max_tokens": 4})
+        with pytest.raises(ContextLengthExceeded) as streamed:
+            await client.open_stream(CHAT_COMPLETIONS, long_chat())
         # The engine is still usable afterwards.
         assert await follow_up_seconds(client) < FREED_WITHIN_SECONDS
-    assert "context" in caught.value.message
-    assert "/" not in caught.value.message
+    for error in (caught.value, streamed.value):
+        assert error.code == "context_length_exceeded"
+        assert error.status == 400
+        assert "context" in error.message
+        assert "/" not in error.message
+    assert streamed.value.details["field"] == "messages"
+
+
+def long_chat() -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": "x " * 3000}], "max_tokens": 4}
 
 
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/models", "/docs", "/v1/completions/"])

@@ -55,7 +55,7 @@ from ficc.adapters.hypernet import (
 )
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import OutcomeUnknown, ProtocolError, Unavailable
+from ficc.base.errors import OutcomeUnknown, PeerUnreachable, ProtocolError
 from ficc.base.units import KiB, MiB
 from ficc.domain import grants as g
 from ficc.domain.offers import (
@@ -447,7 +447,7 @@ class _InProcess:
     async def ask(self) -> dict[str, Any]:
         """One request from the client, on a new connection (as after a restart)."""
         generation = GENERATION if self.paired else 0
-        self.client.disconnect(self.server.hypernet_id, generation, Unavailable("reconnect"))
+        self.client.disconnect(self.server.hypernet_id, generation, PeerUnreachable("reconnect"))
         ticket = str(iroh.EndpointTicket.from_addr(self.address))
         answer = await self.client.request(
             self.server.hypernet_id, "echo", {"n": 1}, generation=generation, ticket=ticket

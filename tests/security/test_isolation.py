@@ -35,7 +35,7 @@ from tests.support.isolation import (
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.sql.database import LoopConnection
 from ficc.adapters.sql.repositories import SqlGrants
-from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, Unavailable
+from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PeerUnreachable
 from ficc.base.ids import new_id
 from ficc.base.units import GiB, MiB, TiB
 from ficc.bootstrap import Cluster, lifecycle
@@ -114,7 +114,7 @@ async def test_a_peer_record_naming_another_projects_blob_reads_no_byte_and_tell
 
         stored_answer = await ranged(borrowed, digest)
         absent_answer = await ranged(absent, never_stored)
-        assert isinstance(stored_answer, Unavailable)
+        assert isinstance(stored_answer, PeerUnreachable)
         # The same answer whether the bytes are stored for another project or not at all.
         assert (type(stored_answer), str(stored_answer)) == (
             type(absent_answer),
@@ -171,7 +171,7 @@ async def test_a_peer_record_naming_an_ungranted_model_of_the_project_reads_no_b
         absent_answer = await refusal(
             serve(cluster, peer, grant.id, "models.range", range_of(absent, never_stored))
         )
-        assert isinstance(stored_answer, Unavailable)
+        assert isinstance(stored_answer, PeerUnreachable)
         # The same answer whether the bytes are another model's of the project or not stored.
         assert (type(stored_answer), str(stored_answer), stored_answer.details) == (
             type(absent_answer),

@@ -27,7 +27,7 @@ from ficc.adapters.engines.client import CHAT_COMPLETIONS, MAX_MODELS_BODY_BYTES
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.engines.sse import MAX_LINE_BYTES
 from ficc.adapters.runtimes import LlamaCppRuntime
-from ficc.base.errors import FiccError, Unavailable
+from ficc.base.errors import EngineUnavailable, FiccError
 from ficc.services.runtimes import LaunchRequest, NodeInfo
 
 API = "/api/v1/federation"
@@ -247,14 +247,13 @@ def test_a_server_started_without_the_allow_flag_refuses_every_upstream(
 async def test_a_hostile_upstream_cannot_fill_memory(figures: Figures) -> None:
     async with hostile_upstream() as hostile, peak_rss_growth() as growth:
         async with EngineClient(hostile.url) as client:
-            with pytest.raises(Unavailable, match="model list"):
+            with pytest.raises(EngineUnavailable, match="model list"):
                 await client.list_models()
-            with pytest.raises(Unavailable, match="line longer"):
+            with pytest.raises(EngineUnavailable, match="line longer"):
                 await client.complete(CHAT_COMPLETIONS, {"messages": []})
-            stream = await client.open_stream(CHAT_COMPLETIONS, {"messages": []})
-            async with stream:
-                with pytest.raises(Unavailable, match="line longer"):
-                    await anext(aiter(stream))
+            # A stream is opened with its first event: the bound is passed before it returns.
+            with pytest.raises(EngineUnavailable, match="line longer"):
+                await client.open_stream(CHAT_COMPLETIONS, {"messages": []})
         async with EngineClient(hostile.url + "/error") as client:
             with pytest.raises(FiccError):
                 await client.list_models()
@@ -320,7 +319,7 @@ async def test_engine_clients_are_evicted_when_idle_or_over_the_bound() -> None:
     engines = EngineClients(max_idle_clients=2, idle_seconds=10, clock=lambda: now[0])
     async with hostile_upstream() as hostile:
         for model in ("a", "b", "c", "d"):
-            with pytest.raises(Unavailable):
+            with pytest.raises(EngineUnavailable):
                 await engines.complete(hostile.url, model, CHAT_COMPLETIONS, {"messages": []})
         assert len(engines) == 2
         now[0] = 11.0

@@ -17,7 +17,7 @@ from typing import Any, Final
 import ray
 import ray._private.state as ray_state
 
-from ficc.base.errors import InvalidInput, Unavailable
+from ficc.base.errors import EngineUnavailable, InvalidInput
 from ficc.base.ids import new_id
 from ficc.domain.nodes import Gpu, Node
 
@@ -81,7 +81,7 @@ class RayNodes:
         self._driver_node_id = ""
 
     def connect(self) -> None:
-        """Join the Ray cluster as a driver; Unavailable naming the address when it cannot."""
+        """Join the Ray cluster as a driver; EngineUnavailable naming the address when it cannot."""
         try:
             ray.init(
                 address=self.address,
@@ -90,7 +90,7 @@ class RayNodes:
                 log_to_driver=False,
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise Unavailable(
+            raise EngineUnavailable(
                 f"cannot join the Ray cluster at {self.address}: {exc}",
                 details={"ray": self.address},
             ) from exc

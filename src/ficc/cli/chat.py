@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import click
 
-from ficc.base.errors import FiccError, error_from_code
+from ficc.base.errors import ErrorShape, FiccError, error_from_code, render
 from ficc.cli.client import ControlClient
 from ficc.cli.main import cli, handles_errors, state_options
 from ficc.cli.output import chosen_format
@@ -184,5 +184,4 @@ def _session(
 
 def show_refusal(error: FiccError) -> None:
     """In an interactive session a refused question is shown, and the session goes on."""
-    envelope = {"error": {"code": error.code, "message": error.message, "details": error.details}}
-    click.echo(json.dumps(envelope), err=True)
+    click.echo(json.dumps(render(error, ErrorShape.FICC)), err=True)

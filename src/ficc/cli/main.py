@@ -3,8 +3,9 @@
 Every command but ``serve`` and ``init`` talks to the running server of its state directory
 through the control socket, as the local owner. Results are JSON on stdout (tables on a
 terminal, see ``--format``); errors, usage errors included, are the JSON error envelope on
-stderr. Exit status: 0 done, 1 refused by FICC, 2 usage error, 3 no server, 4 deadline reached,
-130 interrupted.
+stderr. Exit status, by the error's class (:func:`exit_status`): 0 done, 1 refused by FICC, 2 usage
+error, 3 no server, 4 deadline reached, 5 outcome unknown (inspect, or retry with the same
+``mutation_id``: never read it as refused), 130 interrupted.
 
 Start-up time matters (completion, scripts): this module and the command modules import only
 click and the standard library at the top; the server's libraries load inside the commands
@@ -19,12 +20,12 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, LOG_FORMATS, LOG_LEVELS
-from ficc.base.errors import FiccError
+from ficc.base.errors import FiccError, OutcomeUnknown
 from ficc.cli.client import ControlClient, NoServer, ServerTimeout
 from ficc.cli.config import env_name, load_config_file
 from ficc.cli.output import fail_with, format_option
@@ -33,7 +34,12 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_NO_SERVER = 3
 EXIT_DEADLINE = 4
+EXIT_OUTCOME_UNKNOWN = 5
 EXIT_INTERRUPTED = 130
+
+EXIT_BY_CLASS: Final[dict[type[FiccError], int]] = {OutcomeUnknown: EXIT_OUTCOME_UNKNOWN}
+"""Errors a script must handle otherwise than a refusal; every other FICC error is 1. An
+unreachable peer or a failed engine stays 1, as the contract has it: nothing was done."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,8 +62,16 @@ def state_options(function: F) -> F:
     return format_option(function)
 
 
+def exit_status(error: FiccError) -> int:
+    """The CLI's exit status for ``error``, by its class (the nearest listed in its MRO)."""
+    for cls in type(error).__mro__:
+        if cls in EXIT_BY_CLASS:
+            return EXIT_BY_CLASS[cls]
+    return EXIT_REFUSED
+
+
 def fail(error: FiccError) -> NoReturn:
-    fail_with(error.code, error.message, error.details, EXIT_REFUSED)
+    fail_with(error.code, error.message, error.details, exit_status(error))
 
 
 def emit(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import click
 
+from ficc.base.errors import ficc_envelope
 from ficc.base.times import parse_time
 from ficc.base.units import DAY_SECONDS, HOUR_SECONDS, MINUTE_SECONDS, KiB
 
@@ -78,8 +79,7 @@ def fail_with(
     code: str, message: str, details: Mapping[str, Any] | None, exit_code: int
 ) -> NoReturn:
     """The JSON error envelope on stderr, then exit with the CLI's status for it."""
-    envelope = {"error": {"code": code, "message": message, "details": dict(details or {})}}
-    click.echo(json.dumps(envelope), err=True)
+    click.echo(json.dumps(ficc_envelope(code, message, details)), err=True)
     sys.exit(exit_code)
 
 

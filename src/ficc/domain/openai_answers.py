@@ -14,7 +14,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ficc.base.errors import FiccError, Unavailable
+from ficc.base.errors import EngineUnavailable, ErrorShape, FiccError, render
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES
@@ -39,7 +39,7 @@ def _merge_logprobs(old: Any, new: Any) -> Any:
 
 def _header(chunks: list[dict[str, Any]], obj: str) -> dict[str, Any]:
     if not chunks:
-        raise Unavailable("the engine sent no completion")
+        raise EngineUnavailable("the engine sent no completion")
     first = chunks[0]
     result: dict[str, Any] = {
         "id": first.get("id"),
@@ -84,7 +84,9 @@ def _merge_function(target: dict[str, Any], function: Any) -> None:
 
 
 def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Join ``chat.completion.chunk`` objects into one ``chat.completion``."""
+    """Join ``chat.completion.chunk`` objects into one ``chat.completion``, with every field
+    OpenAI's schema requires (``message.refusal`` and each choice's ``logprobs``, ``null`` when
+    the engine sent none; a tool call's ``type``)."""
     result = _header(chunks, "chat.completion")
     merged: dict[int, dict[str, Any]] = {}
     tool_calls: dict[int, dict[int, dict[str, Any]]] = {}
@@ -99,6 +101,7 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                     "finish_reason": None,
                     "logprobs": None,
                     "function_call": None,
+                    "refusal": None,
                 },
             )
             delta = choice.get("delta") or {}
@@ -106,6 +109,8 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 slot["role"] = delta["role"]
             if delta.get("content"):
                 slot["content"].append(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                slot["refusal"] = (slot["refusal"] or "") + delta["refusal"]
             if delta.get("tool_calls"):
                 _merge_tool_calls(tool_calls.setdefault(index, {}), delta["tool_calls"])
             if isinstance(delta.get("function_call"), dict):
@@ -122,9 +127,10 @@ def assemble_chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         message: dict[str, Any] = {
             "role": slot["role"] or "assistant",
             "content": "".join(slot["content"]) if slot["content"] or not calls else None,
+            "refusal": slot["refusal"],
         }
         if calls:
-            message["tool_calls"] = calls
+            message["tool_calls"] = [{"type": "function", **call} for call in calls]
         if slot["function_call"] is not None:
             message["function_call"] = slot["function_call"]
         choices.append(
@@ -164,10 +170,24 @@ def assemble_text_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def chunk_text_bytes(chunk: Mapping[str, Any]) -> int:
+    """The bytes of text a streamed chunk adds to its answer: a lower bound of what it adds
+    to the assembled JSON (which also carries the envelope and escapes)."""
+    total = 0
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            total += len(text.encode())
+    return total
+
+
 def _mean(vectors: list[Any]) -> list[float]:
     """One vector from a model without pooling, which answers one vector per token."""
     if not vectors or not all(isinstance(v, list) and v for v in vectors):
-        raise Unavailable("the engine answered an embedding with no values")
+        raise EngineUnavailable("the engine answered an embedding with no values")
     width = len(vectors[0])
     return [sum(float(v[i]) for v in vectors) / len(vectors) for i in range(width)]
 
@@ -205,13 +225,5 @@ def sse_event(data: str) -> bytes:
 
 
 def error_event(error: FiccError) -> bytes:
-    """The event that ends a stream with ``error``, in OpenAI's error shape."""
-    body = {
-        "error": {
-            "message": error.message,
-            "type": "server_error",
-            "code": error.code,
-            "details": error.details,
-        }
-    }
-    return sse_event(json.dumps(body))
+    """The event that ends a stream with ``error``: OpenAI's error shape with FICC's details."""
+    return sse_event(json.dumps(render(error, ErrorShape.EVENT)))

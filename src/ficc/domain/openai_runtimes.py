@@ -44,6 +44,9 @@ class RuntimeCapabilities:
     responses_api: bool = False
     """The engine serves OpenAI's Responses API itself (``/v1/responses`` is passed through);
     otherwise FICC translates it to chat completions (:mod:`ficc.domain.openai_responses`)."""
+    developer_role: bool = True
+    """``developer`` messages (OpenAI's current name for ``system``) reach the engine as they
+    are; else they are sent as ``system``, the role they replace."""
 
 
 _EVERYTHING: Final = RuntimeCapabilities(
@@ -67,9 +70,12 @@ RUNTIME_CAPABILITIES: Final[Mapping[RuntimeName, RuntimeCapabilities]] = {
         token_embeddings=False,
         embeddings_option=True,
         translated=True,
+        developer_role=False,
     ),
-    # vLLM's OpenAI server serves /v1/responses itself.
-    RuntimeName.VLLM: replace(_EVERYTHING, responses_api=True),
+    # vLLM serves /v1/responses itself, and renders the model's chat template, which knows
+    # system, user and assistant: a developer message would reach it under a role the template
+    # does not expect.
+    RuntimeName.VLLM: replace(_EVERYTHING, responses_api=True, developer_role=False),
     RuntimeName.OPENAI: _EVERYTHING,
 }
 """The one table both compatible URLs and the grantor check a request against."""
@@ -134,14 +140,27 @@ def check_capabilities(
             raise _unsupported(runtime, "input", "embeds text only, not token IDs")
 
 
+def _as_system(message: Any) -> Any:
+    """A ``developer`` message as the ``system`` message it replaces; others as they are."""
+    if isinstance(message, dict) and message.get("role") == "developer":
+        return {**message, "role": "system"}
+    return message
+
+
 def engine_body(runtime: RuntimeName, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """The body to send to the service's engine: OpenAI's forms it lacks, in the forms it has.
 
     llama.cpp knows ``{"type": "json_object", "schema": ...}`` (a grammar from the schema) but
-    not OpenAI's ``json_schema`` type, and answers embeddings as floats only.
+    not OpenAI's ``json_schema`` type, answers embeddings as floats only, and refuses the
+    ``developer`` role (llama.cpp's server answers it with a 500).
     """
     sent = dict(body)
-    if not RUNTIME_CAPABILITIES[runtime].translated:
+    able = RUNTIME_CAPABILITIES[runtime]
+    if not able.developer_role and path == CHAT_COMPLETIONS_PATH:
+        messages = body["messages"]
+        if any(isinstance(m, dict) and m.get("role") == "developer" for m in messages):
+            sent["messages"] = [_as_system(message) for message in messages]
+    if not able.translated:
         return sent
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, LocalProtocolError, PeerUnreachable, ProtocolError
 from ficc.protocol.answers import (
     MAX_JSON_ANSWER_BYTES,
     AssemblyRoom,
@@ -54,7 +54,6 @@ from ficc.protocol.requests import RequestSigner, RequestVerifier
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import (
     TERMINAL,
-    LocalProtocolError,
     Side,
     StreamState,
     after_sending,
@@ -249,7 +248,7 @@ class PeerConnection:
             return None
         return None if stream is None else stream.read_deadline(self.limits.read_deadline_seconds)
 
-    def read_expired(self, stream_id: int) -> Unavailable:
+    def read_expired(self, stream_id: int) -> PeerUnreachable:
         """The error for a passed :meth:`read_deadline`; the stream is failed (reset it)."""
         limit = self.limits.read_deadline_seconds
         stream = self._streams.get(stream_id)
@@ -258,11 +257,11 @@ class PeerConnection:
             stream.state = StreamState.FAILED
             self._budget.release(stream_id)
             if frame_late:
-                return Unavailable(
+                return PeerUnreachable(
                     f"the peer began a frame and did not complete it within {limit:g} s",
                     details={"limit": "frame_read_seconds", "max": limit},
                 )
-        return Unavailable(
+        return PeerUnreachable(
             f"no request on the stream within {limit:g} s",
             details={"limit": "request_read_seconds", "max": limit},
         )
@@ -281,10 +280,10 @@ class PeerConnection:
     def check_alive(self, now: float) -> FiccError | None:
         """Why the session must close now: a silent peer, or an unpaired one left idle."""
         if self._liveness.is_dead(now):
-            return Unavailable("the peer stopped answering heartbeats")
+            return PeerUnreachable("the peer stopped answering heartbeats")
         limit = self._idle_limit
         if limit is not None and self._busy == 0 and now - self._last_busy > limit:
-            return Unavailable("a session without a pairing stayed idle")
+            return PeerUnreachable("a session without a pairing stayed idle")
         return None
 
     def next_deadline(self) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ficc.base.errors import FiccError, OutcomeUnknown, Unavailable
+from ficc.base.errors import FiccError, OutcomeUnknown, PeerUnreachable
 from ficc.protocol.messages import Error
 from ficc.protocol.stream_states import reset_code
 
@@ -44,5 +44,5 @@ def unanswered(operation: str, why: str, *, sent: bool) -> FiccError:
     """A request of ``operation`` that got no answer because of ``why``: unknown once sent
     (the service that built the request names what is in doubt), else unavailable."""
     if not sent:
-        return Unavailable(f"the request was not sent: {why}")
+        return PeerUnreachable(f"the request was not sent: {why}")
     return OutcomeUnknown(f"the outcome of {operation} is unknown: {why}")

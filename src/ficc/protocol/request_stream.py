@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from ficc.base.errors import ProtocolError, TooLarge, Unavailable
+from ficc.base.errors import PeerUnreachable, ProtocolError, TooLarge
 from ficc.protocol.answers import (
     MAX_JSON_ANSWER_BYTES,
     AssemblyRoom,
@@ -185,7 +185,7 @@ class RequestStream:
         """Fail the stream once a JSON answer passes what its request may be answered with."""
         if size > self.max_answer_bytes:
             self.parts.clear()
-            raise Unavailable(
+            raise PeerUnreachable(
                 f"the peer's answer passed {self.max_answer_bytes} bytes, the most this "
                 "request may be answered with",
                 details={"limit": "answer_bytes", "allowed": self.max_answer_bytes},

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from ficc.base.errors import FiccError, LimitExceeded, Unavailable
+from ficc.base.errors import FiccError, LimitExceeded, PeerUnreachable
 
 MAX_TLS_HANDSHAKES: Final = 64
 """Incoming connections still in their TLS handshake, from every source together; the next
@@ -259,11 +259,11 @@ class SessionTable(Generic[S]):
         self._current[key] = entry
         closing: list[tuple[S, FiccError]] = []
         if older is not None:
-            closing.append((older.session, Unavailable(REPLACED)))
+            closing.append((older.session, PeerUnreachable(REPLACED)))
         if incoming and key[1] == 0:
             victim = self._unpaired_to_close(key)
             if victim is not None:
-                closing.append((victim.session, Unavailable(MADE_ROOM)))
+                closing.append((victim.session, PeerUnreachable(MADE_ROOM)))
         return entry, closing
 
     def _unpaired_to_close(self, arriving: SessionKey) -> Entry[S] | None:

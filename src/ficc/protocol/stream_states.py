@@ -4,7 +4,7 @@ Each request travels on a bi-stream of its own (an answered stream may carry the
 The serving side sees ``IDLE → REQUEST_RECEIVED → ANSWERING → IDLE``; the requesting side
 ``IDLE → AWAITING → … → IDLE``. A move the table does not list is refused: by the peer, a
 :class:`~ficc.base.errors.ProtocolError` that ends the connection; by us, a
-:class:`LocalProtocolError` (a bug, or a stream that already ended).
+:class:`~ficc.base.errors.LocalProtocolError` (a bug, or a stream that already ended).
 """
 
 from __future__ import annotations
@@ -12,11 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from ficc.base.errors import ProtocolError
-
-
-class LocalProtocolError(RuntimeError):
-    """We tried a move the stream's state does not allow (the peer did nothing wrong)."""
+from ficc.base.errors import LocalProtocolError, ProtocolError
 
 
 class Side(enum.Enum):

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.peer_channel import Answer, PeerChannel
@@ -187,7 +187,7 @@ class Companion:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            raise Unavailable(
+            raise PeerUnreachable(
                 "the companion is not running; configure it with PUT /api/v1/federation/"
                 "configuration",
                 details={"companion": self.state},
@@ -218,7 +218,7 @@ class Companion:
 class CompanionChannel:
     """The peer channel of whichever endpoint the companion runs now.
 
-    Services hold this from construction; it refuses with ``Unavailable`` while no companion
+    Services hold this from construction; it refuses with ``PeerUnreachable`` while no companion
     runs, so no service reaches into the companion for its transport.
     """
 
@@ -249,6 +249,6 @@ class CompanionChannel:
         """Close a pairing's sessions; without a companion there is none to close."""
         try:
             transport = self._companion.transport
-        except Unavailable:
+        except PeerUnreachable:
             return
         transport.disconnect(hypernet_id, generation, reason)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from ficc.base.errors import FiccError, MutationConflict, error_from_code
+from ficc.base.errors import ErrorShape, FiccError, MutationConflict, error_from_code, render
 from ficc.domain.mutations import ReceiptState, arguments_sha256
 from ficc.domain.service_records import MutationReceipt
 from ficc.services.ports import Clock, UnitOfWork
@@ -181,10 +181,7 @@ class MutationScope:
 
     async def refuse(self, error: FiccError, now: datetime) -> None:
         """Nothing happened, certainly: the mutation holds no capacity and leaves no doubt."""
-        refusal = {
-            "error": {"code": error.code, "message": error.message, "details": error.details}
-        }
-        await self._write(ReceiptState.REFUSED, refusal, now)
+        await self._write(ReceiptState.REFUSED, render(error, ErrorShape.FICC), now)
 
     async def _write(
         self, state: ReceiptState, result: dict[str, Any] | None, now: datetime

@@ -4,7 +4,7 @@ A service sends a request to a peer (named by its HyperNet ID, and by the genera
 pairing it goes under: 0 before any) and gets either an :class:`Answer` (the JSON result and
 who answered, as its session proved) or an async stream of byte chunks. The serving side is a
 :data:`RequestHandler` the adapter calls with the peer's proven identity. Errors the caller
-sees are :mod:`ficc.base.errors`: ``Unavailable`` (nothing was sent or the peer is
+sees are :mod:`ficc.base.errors`: ``PeerUnreachable`` (nothing was sent or the peer is
 unreachable), ``OutcomeUnknown`` (sent, but no answer in time), ``ProtocolError``, or the
 error the peer's handler raised.
 """
@@ -121,7 +121,7 @@ class PeerChannel(Protocol):
         It goes on a session bound to the pairing at ``generation`` (0: a session of no
         pairing, for the pairing operations). ``ticket`` is an address hint only; the peer's
         identity is its HyperNet ID. ``max_answer_bytes``: the most the answer may be (the
-        operation's bound); a larger one is refused before it is decoded (``Unavailable``, or
+        operation's bound); a larger one is refused before it is decoded (``PeerUnreachable``, or
         ``OutcomeUnknown`` once sent). Before a pairing it is never above 64 KiB.
         """
         ...

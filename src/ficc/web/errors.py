@@ -21,27 +21,7 @@ from ficc.web.observability import REQUEST_ID_HEADER, request_id_of
 
 log = logging.getLogger("ficc.web")
 
-STATUS_BY_CLASS: dict[type[e.FiccError], int] = {
-    e.InvalidInput: 400,
-    e.TooLarge: 413,
-    e.Unauthenticated: 401,
-    e.PermissionDenied: 403,
-    e.NotFound: 404,
-    e.Conflict: 409,
-    e.LimitExceeded: 429,
-    e.Unavailable: 502,
-    e.OutcomeUnknown: 504,
-    e.ProtocolError: 502,
-}
-
 OPENAI_PATH = re.compile(r"^/api/v1/(inference|federation/peers/[^/]+)/v1(/|$)")
-
-
-def status_of(error: e.FiccError) -> int:
-    for cls in type(error).__mro__:
-        if cls in STATUS_BY_CLASS:
-            return STATUS_BY_CLASS[cls]
-    return 500
 
 
 def _is_openai_path(path: str) -> bool:
@@ -49,32 +29,22 @@ def _is_openai_path(path: str) -> bool:
 
 
 def envelope(error: e.FiccError) -> dict[str, Any]:
-    return {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    """FICC's envelope of ``error`` (see :func:`ficc.base.errors.render`)."""
+    return e.render(error, e.ErrorShape.FICC)
 
 
-def openai_envelope(error: e.FiccError, status: int) -> dict[str, Any]:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status in (401, 403):
-        kind = "authentication_error" if status == 401 else "permission_error"
-    return {
-        "error": {
-            "message": error.message,
-            "type": kind,
-            "code": error.code,
-            "param": error.details.get("field"),
-        }
-    }
+def error_body(error: e.FiccError, path: str, request_id: str | None) -> dict[str, Any]:
+    """The body answering ``error`` on ``path``: OpenAI's shape under the compatible URLs,
+    FICC's envelope (with the request's ID) everywhere else."""
+    if _is_openai_path(path):
+        return e.render(error, e.ErrorShape.OPENAI)
+    added = None if request_id is None else {"request_id": request_id}
+    return e.render(error, e.ErrorShape.FICC, details=added)
 
 
 def error_response(request: Request, error: e.FiccError) -> JSONResponse:
-    status = status_of(error)
-    request_id = request_id_of(request.scope)
-    if _is_openai_path(request.url.path):
-        body = openai_envelope(error, status)
-    else:
-        body = envelope(error)
-        if request_id is not None:
-            body["error"]["details"] = {**error.details, "request_id": request_id}
+    status = error.status
+    body = error_body(error, request.url.path, request_id_of(request.scope))
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
     if isinstance(error, e.LimitExceeded) and "retry_after_seconds" in error.details:
         headers["Retry-After"] = str(error.details["retry_after_seconds"])
@@ -117,7 +87,7 @@ def unexpected_error_response(request: Request, exc: Exception) -> JSONResponse:
         f"internal error; the server log has the details under request id {request_id}",
         details={"request_id": request_id},
     )
-    body = openai_envelope(error, 500) if _is_openai_path(request.url.path) else envelope(error)
+    body = error_body(error, request.url.path, None)  # its details name the request ID
     return JSONResponse(body, status_code=500, headers={REQUEST_ID_HEADER: request_id})
 
 

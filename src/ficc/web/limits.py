@@ -15,8 +15,10 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ficc.base.errors import TooLarge
 from ficc.base.units import MiB
 from ficc.domain.grants import MAX_REQUEST_BYTES
+from ficc.web.errors import error_body
 from ficc.web.observability import request_id_of
 
 DEFAULT_MAX_BODY_BYTES: Final = 1 * MiB
@@ -97,23 +99,15 @@ class _BodyTooLarge(Exception):
 
 
 async def _refuse(send: Send, limit: int, scope: Scope) -> None:
-    details: dict[str, object] = {"limit": "body_bytes", "max_bytes": limit}
-    request_id = request_id_of(scope)
-    if request_id is not None:
-        details["request_id"] = request_id
-    body = json.dumps(
-        {
-            "error": {
-                "code": "too_large",
-                "message": f"the request body exceeds the limit of {limit} bytes",
-                "details": details,
-            }
-        }
-    ).encode()
+    error = TooLarge(
+        f"the request body exceeds the limit of {limit} bytes",
+        details={"limit": "body_bytes", "max_bytes": limit},
+    )
+    body = json.dumps(error_body(error, scope["path"], request_id_of(scope))).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": error.status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

@@ -15,7 +15,7 @@ from tests.support.engine_connections import RESPONSE, scripted_engine
 
 from ficc.adapters.engines.client import COMPLETIONS, EngineClient
 from ficc.adapters.runtimes import LlamaCppRuntime
-from ficc.base.errors import FiccError, Unavailable
+from ficc.base.errors import ContextLengthExceeded, EngineUnavailable, FiccError
 from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.services.runtimes import LaunchRequest, NodeInfo
 
@@ -41,7 +41,9 @@ async def test_clean_streams_share_one_connection() -> None:
     assert engine.closed_by_client == 1
 
 
-@pytest.mark.parametrize(("answer", "error"), [("unfinished", Unavailable), ("refused", FiccError)])
+@pytest.mark.parametrize(
+    ("answer", "error"), [("unfinished", EngineUnavailable), ("refused", FiccError)]
+)
 async def test_a_failed_answer_the_engine_finished_never_carries_the_next_request(
     answer: str, error: type[FiccError]
 ) -> None:
@@ -109,7 +111,7 @@ async def test_llama_cpp_answers_on_kept_connections_after_failed_streams(
             failures = 0
             for _ in range(3):
                 assert (await _chat(client, "any"))[-1] == "[DONE]"
-                with pytest.raises(Unavailable):
+                with pytest.raises(ContextLengthExceeded):
                     await client.complete(COMPLETIONS, {"prompt": "x " * 3000, "max_tokens": 4})
                 failures += 1
                 stream = await client.open_stream(CHAT, {**_body("any"), "max_tokens": 64})

@@ -39,6 +39,7 @@ from tests.support.openai_conformance import (
     LLAMA_CPP_REFUSALS,
     LOGPROB_CHAT_ARGS,
     LOGPROB_COMPLETION_ARGS,
+    QUESTION,
     TOOL_CHAT_ARGS,
     assert_deep_body_refused,
     assert_models_shape,
@@ -360,3 +361,36 @@ def test_the_responses_api_formats_json_by_schema_and_keeps_no_state(
             )
         assert refused.value.body["param"] == param  # type: ignore[index]
         assert refused.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_a_developer_message_is_answered_as_the_system_message_it_replaces(
+    cluster: RunningCluster, running: dict[str, Any]
+) -> None:
+    """llama.cpp's server refuses OpenAI's ``developer`` role; FICC sends it as
+    ``system``, so the answer is the system message's, word for word at temperature 0."""
+    client = openai_client(cluster)
+
+    def answer(role: str) -> str | None:
+        asked = [{"role": role, "content": "Answer in one word."}, *QUESTION]
+        plain = client.chat.completions.create(
+            model=running["id"], messages=asked, max_tokens=8, temperature=0
+        )
+        return plain.choices[0].message.content
+
+    assert answer("developer") == answer("system")
+
+
+def test_a_prompt_past_the_context_is_a_400_plain_or_streamed(
+    cluster: RunningCluster, running: dict[str, Any]
+) -> None:
+    """llama.cpp's server ends such a stream empty; the local URL answered it 502."""
+    client = openai_client(cluster)
+    too_long = [{"role": "user", "content": "x " * 3000}]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model=running["id"], messages=too_long, max_tokens=4, stream=stream
+            )
+        assert refused.value.code == "context_length_exceeded"
+        assert refused.value.param == "messages"
+    assert plain_chat(client, running["id"])["choices"]  # the engine serves the next one

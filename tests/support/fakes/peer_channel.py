@@ -23,7 +23,7 @@ from tests.support.fakes.clock import FakeClock
 from tests.support.fakes.cluster import fake_cluster
 
 from ficc.adapters.keys import ClusterKey
-from ficc.base.errors import FiccError, OutcomeUnknown, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, OutcomeUnknown, PeerUnreachable, ProtocolError
 from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
@@ -117,7 +117,7 @@ class FakeTransport:
     ) -> Any:
         server = self.others.get(peer)
         if server is None:
-            raise Unavailable(f"no cluster {peer} on this channel")
+            raise PeerUnreachable(f"no cluster {peer} on this channel")
         self.sent.append(operation)
         known = await server.federation.known.lookup(self.hypernet_id)
         if generation and generation not in {pairing.generation for pairing in known}:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ficc.base.errors import Unavailable
+from ficc.base.errors import EngineUnavailable
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 
 
@@ -53,7 +53,39 @@ def test_a_chat_answer_joins_its_deltas_in_order(
     chunks: list[dict[str, Any]], message: dict[str, Any], finish: str | None
 ) -> None:
     choice = assemble_chat_completion(chunks)["choices"][0]
+    message = {**message, "refusal": None}
     assert choice == {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+
+
+CHAT_COMPLETION_REQUIRED = {"id", "object", "created", "model", "choices"}
+CHOICE_REQUIRED = {"index", "message", "logprobs", "finish_reason"}
+MESSAGE_REQUIRED = {"role", "content", "refusal"}
+TOOL_CALL_REQUIRED = {"id", "type", "function"}
+"""What OpenAI's published OpenAPI document requires of ``CreateChatCompletionResponse``, its
+choices, ``ChatCompletionResponseMessage`` and ``ChatCompletionMessageToolCall``."""
+
+
+def test_a_chat_answer_has_every_field_openais_schema_requires() -> None:
+    """A plain answer lacked ``message.refusal`` (required, nullable)."""
+    plain = assemble_chat_completion([_chat(_delta(0, "stop", role="assistant", content="Hi"))])
+    assert set(plain) >= CHAT_COMPLETION_REQUIRED
+    (choice,) = plain["choices"]
+    assert set(choice) >= CHOICE_REQUIRED
+    assert set(choice["message"]) >= MESSAGE_REQUIRED
+    assert choice["message"]["refusal"] is None
+    call = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}
+    tools = assemble_chat_completion([_chat(_delta(0, "tool_calls", tool_calls=[call]))])
+    (message,) = [c["message"] for c in tools["choices"]]
+    assert (message["content"], message["refusal"]) == (None, None)
+    (made,) = message["tool_calls"]
+    assert set(made) >= TOOL_CALL_REQUIRED
+    assert made["type"] == "function"
+
+
+def test_a_streamed_refusal_is_joined_into_the_messages_refusal() -> None:
+    chunks = [_chat(_delta(refusal="I can")), _chat(_delta(0, "stop", refusal="not."))]
+    message = assemble_chat_completion(chunks)["choices"][0]["message"]
+    assert message["refusal"] == "I cannot."
 
 
 @pytest.mark.parametrize(
@@ -98,7 +130,7 @@ def test_a_chat_answer_takes_its_header_from_the_first_chunk_and_usage_from_the_
 
 @pytest.mark.parametrize("assemble", [assemble_chat_completion, assemble_text_completion])
 def test_no_chunk_at_all_is_an_engine_failure_not_an_empty_answer(assemble: Any) -> None:
-    with pytest.raises(Unavailable):
+    with pytest.raises(EngineUnavailable):
         assemble([])
 
 
@@ -183,6 +215,7 @@ def test_llama_cpps_streamed_tool_call_repeating_its_name_is_joined_as_its_plain
     assert choice["message"] == {
         "role": "assistant",
         "content": None,
+        "refusal": None,
         "tool_calls": [
             {
                 "id": "call_0",

@@ -367,3 +367,23 @@ def test_llama_cpp_embeddings_are_pooled_and_encoded_as_openai_answers_them() ->
     assert struct.unpack("<2f", base64.b64decode(encoded)) == (2.0, 3.0)
     flat = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5]}]}
     assert shape_answer(LLAMA, EMBEDDINGS_PATH, EMBEDDING, flat) == flat
+
+
+def test_a_developer_message_reaches_engines_that_know_only_system_as_system() -> None:
+    """llama.cpp's server refused ``developer`` (OpenAI's current name for the system
+    role) with a 500 that reached the caller as 502 ``peer_unreachable``."""
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+        ],
+    }
+    check_request(CHAT_COMPLETIONS_PATH, body)
+    for runtime in (RuntimeName.LLAMA_CPP, RuntimeName.VLLM):
+        sent = engine_body(runtime, CHAT_COMPLETIONS_PATH, body)
+        assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+        assert sent["messages"][0]["content"] == "Be brief."
+    assert body["messages"][0]["role"] == "developer"  # the caller's body is left as it was
+    fronted = engine_body(RuntimeName.OPENAI, CHAT_COMPLETIONS_PATH, body)
+    assert fronted["messages"][0]["role"] == "developer"

@@ -22,7 +22,7 @@ from tests.unit.protocol.protocol_support import (
     verify,
 )
 
-from ficc.base.errors import LimitExceeded, ProtocolError, Unavailable
+from ficc.base.errors import LimitExceeded, LocalProtocolError, PeerUnreachable, ProtocolError
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import MAX_RESPONSE_BYTES
 from ficc.protocol.answers import MAX_JSON_ANSWER_BYTES, complete_request, parse_large_answer
@@ -64,7 +64,6 @@ from ficc.protocol.messages import (
 from ficc.protocol.stream_states import (
     GRANT_EXPIRED_CODE,
     GRANT_REVOKED_CODE,
-    LocalProtocolError,
     StreamState,
     reset_code,
 )
@@ -324,7 +323,7 @@ def test_an_answer_over_its_requests_bound_fails_the_stream_before_it_is_decoded
     assert served is not None
     frames = requester.send_request(asked, "x", {}, None, streaming=False, max_answer_bytes=KiB)
     server.receive(served, frames, START)
-    with pytest.raises(Unavailable) as caught:
+    with pytest.raises(PeerUnreachable) as caught:
         requester.receive(asked, server.send_answer(served, {"t": "y" * size}), START)
     assert caught.value.details == {"limit": "answer_bytes", "allowed": KiB}
     assert requester.state(asked) is StreamState.FAILED
@@ -338,7 +337,7 @@ def test_before_a_pairing_an_answer_is_at_most_64_kib_whatever_the_caller_asks()
     assert served is not None
     frames = requester.send_request(asked, "x", {}, None, streaming=False, max_answer_bytes=MiB)
     server.receive(served, frames, START)
-    with pytest.raises(Unavailable, match=f"passed {MAX_UNPAIRED_ANSWER_BYTES} bytes"):
+    with pytest.raises(PeerUnreachable, match=f"passed {MAX_UNPAIRED_ANSWER_BYTES} bytes"):
         requester.receive(asked, server.send_answer(served, {"t": "y" * (2 * MiB)}), START)
 
 

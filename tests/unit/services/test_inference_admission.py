@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.support.fakes.inference import PROJECT, Bench, FakeRuntime, bench
 
-from ficc.base.errors import Conflict, LimitExceeded
+from ficc.base.errors import Conflict, InvalidInput, LimitExceeded
 from ficc.base.units import GiB, MiB
 from ficc.domain.inference import (
     ENGINE_OVERHEAD_BYTES,
@@ -132,3 +132,20 @@ async def test_a_model_whose_file_is_missing_is_refused_at_start(tmp_path: Path)
         await b.control(service["id"], "start")
     assert refused.value.details == {"model": model.id, "reason": "files_missing"}
     unchanged(b, service["id"], 1)
+
+
+async def test_a_runtime_this_cluster_has_not_installed_is_invalid_input_naming_it(
+    tmp_path: Path,
+) -> None:
+    """It was ``Unavailable`` (502 ``peer_unreachable``): neither a peer nor an engine failed;
+    the spec names a runtime this cluster lacks (the fake cluster has llama.cpp only)."""
+    b = bench(tmp_path)
+    await b.add_node()
+    model = await b.add_model(MiB)
+    with pytest.raises(InvalidInput) as refused:
+        await b.services.admission.preview(
+            PROJECT, {"name": "gpu", "model": model.id, "runtime": "vllm"}
+        )
+    error = refused.value
+    assert (error.code, error.status) == ("runtime_not_installed", 400)
+    assert error.details == {"field": "spec.runtime", "runtime": "vllm"}

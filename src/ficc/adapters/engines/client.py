@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -20,11 +21,20 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.adapters.engines.errors import status_error, transport_error
-from ficc.adapters.engines.sse import MAX_ASSEMBLED_BYTES, MAX_ASSEMBLED_EVENTS, EngineStream
-from ficc.adapters.engines.usage import UsageProbe
-from ficc.base.errors import InvalidInput, LimitExceeded, Unavailable
+from ficc.adapters.engines.sse import (
+    EMPTY_STREAM,
+    MAX_ASSEMBLED_BYTES,
+    MAX_ASSEMBLED_EVENTS,
+    EngineStream,
+)
+from ficc.adapters.engines.usage import PROBE_DEADLINE_SECONDS, UsageProbe, plain_probe
+from ficc.base.errors import EngineUnavailable, FiccError, InvalidInput, LimitExceeded
 from ficc.base.json_text import GRADUAL_JSON_BYTES, decode_gradually
-from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
+from ficc.domain.openai_answers import (
+    assemble_chat_completion,
+    assemble_text_completion,
+    chunk_text_bytes,
+)
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
@@ -196,15 +206,17 @@ class EngineClient:
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         except TimeoutError as exc:
-            raise Unavailable("the engine did not answer in time") from exc
+            raise EngineUnavailable("the engine did not answer in time") from exc
         if len(body) > MAX_MODELS_BODY_BYTES:
-            raise Unavailable(f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes")
+            raise EngineUnavailable(
+                f"the engine's model list is over {MAX_MODELS_BODY_BYTES} bytes"
+            )
         try:
             value = json.loads(body)
         except ValueError as exc:
-            raise Unavailable("the engine's model list is not JSON") from exc
+            raise EngineUnavailable("the engine's model list is not JSON") from exc
         if not isinstance(value, dict):
-            raise Unavailable("the engine's model list is not a JSON object")
+            raise EngineUnavailable("the engine's model list is not a JSON object")
         return value
 
     async def open_stream(
@@ -246,13 +258,28 @@ class EngineClient:
                 await response.aclose()
                 await release(True)
             raise status_error(response.status_code, content)
-        if not usage_requested(body):
-            return EngineStream(response, path, on_close=on_close, release=release)
+        counter = self._usage.counter(path, body) if usage_requested(body) else None
+        why_empty = functools.partial(self._why_empty, path, body)
+        stream = EngineStream(
+            response, path, counter, on_close, release=release, why_empty=why_empty
+        )
+        await stream.start()
+        return stream
 
-        async def count_usage(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
-            return await self._usage.counted(path, body, chunks)
-
-        return EngineStream(response, path, count_usage, on_close, release=release)
+    async def _why_empty(self, path: str, body: Mapping[str, Any]) -> FiccError:
+        """Why the engine ended a stream without any event: llama.cpp's server says it only to
+        a plain request (a prompt past the context is refused before any token): asked so, for
+        one token, within :data:`PROBE_DEADLINE_SECONDS`."""
+        try:
+            async with (
+                asyncio.timeout(PROBE_DEADLINE_SECONDS),
+                self._exchange("POST", path, plain_probe(body, self._model)) as response,
+            ):
+                if response.status_code != httpx.codes.OK:
+                    return status_error(response.status_code, await _read_bounded(response))
+        except (httpx.HTTPError, TimeoutError):
+            pass
+        return EngineUnavailable(EMPTY_STREAM)
 
     async def _send(
         self, connections: _Connections, path: str, body: Mapping[str, Any]
@@ -299,12 +326,12 @@ class EngineClient:
                     continue
                 size += len(event.data)
                 if len(chunks) >= MAX_ASSEMBLED_EVENTS or size > MAX_ASSEMBLED_BYTES:
-                    raise Unavailable(
+                    raise EngineUnavailable(
                         f"the engine's answer passed {MAX_ASSEMBLED_EVENTS} events or "
                         f"{MAX_ASSEMBLED_BYTES} bytes; ask for a stream or fewer tokens"
                     )
                 payload = event.payload()
-                text_bytes += _text_bytes(payload)
+                text_bytes += chunk_text_bytes(payload)
                 if max_bytes is not None and text_bytes > max_bytes:
                     raise LimitExceeded(
                         f"the response would pass the grant's {max_bytes} response bytes",
@@ -331,16 +358,16 @@ class EngineClient:
                             f"the response would pass the grant's {max_bytes} response bytes",
                             details={"limit": "response_bytes", "allowed": max_bytes},
                         )
-                    raise Unavailable(
+                    raise EngineUnavailable(
                         f"the engine's answer passed {MAX_ASSEMBLED_BYTES} bytes; ask for a "
                         "stream or fewer tokens"
                     )
                 if event.done:
                     response = event.payload().get("response")
                     if not isinstance(response, dict):
-                        raise Unavailable("the engine's last event carries no response")
+                        raise EngineUnavailable("the engine's last event carries no response")
                     return response
-        raise Unavailable("the engine ended the stream before it was complete")
+        raise EngineUnavailable("the engine ended the stream before it was complete")
 
     async def _embeddings(
         self, body: Mapping[str, Any], max_bytes: int | None = None
@@ -366,16 +393,16 @@ class EngineClient:
                 details={"limit": "response_bytes", "allowed": limit},
             )
         if len(content) > MAX_ASSEMBLED_BYTES:
-            raise Unavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
+            raise EngineUnavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
         try:
             if len(content) > GRADUAL_JSON_BYTES:
                 value = await asyncio.to_thread(decode_gradually, content)
             else:
                 value = json.loads(content)
         except ValueError as exc:
-            raise Unavailable("the engine's embeddings are not JSON") from exc
+            raise EngineUnavailable("the engine's embeddings are not JSON") from exc
         if not isinstance(value, dict) or not isinstance(value.get("data"), list):
-            raise Unavailable("the engine's embeddings are not a list object")
+            raise EngineUnavailable("the engine's embeddings are not a list object")
         return value
 
     async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
@@ -386,20 +413,6 @@ class EngineClient:
         if len(content) > MAX_MODELS_BODY_BYTES:
             raise ValueError("the engine's answer is too large")
         return json.loads(content)
-
-
-def _text_bytes(chunk: Mapping[str, Any]) -> int:
-    """The bytes of text a streamed chunk adds to its answer: a lower bound of what it adds
-    to the assembled JSON (which also carries the envelope and escapes)."""
-    total = 0
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if isinstance(text, str):
-            total += len(text.encode())
-    return total
 
 
 async def _read_bounded(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:

@@ -8,7 +8,14 @@ from typing import Final
 
 import httpx
 
-from ficc.base.errors import FiccError, InvalidInput, Unavailable
+from ficc.base.errors import (
+    ContextLengthExceeded,
+    EngineUnavailable,
+    FiccError,
+    InvalidInput,
+    LimitExceeded,
+    TooLarge,
+)
 
 MAX_SAFE_MESSAGE_CHARS: Final = 200
 
@@ -37,57 +44,107 @@ def safe_engine_message(text: str) -> str:
 
 
 def engine_error_text(body: bytes) -> str:
+    return engine_error_fields(body)[0]
+
+
+def engine_error_fields(body: bytes) -> tuple[str, str | None, str | None]:
+    """The engine's error message, and OpenAI's ``param`` and ``code`` where it sent them."""
     try:
         value = json.loads(body)
     except ValueError:
-        return body.decode("utf-8", "replace")
+        return body.decode("utf-8", "replace"), None, None
     if isinstance(value, dict):
         error = value.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
+            param, code = error.get("param"), error.get("code")
+            return (
+                str(error["message"]),
+                param if isinstance(param, str) else None,
+                code if isinstance(code, str) else None,
+            )
         if isinstance(error, str):
-            return error
+            return error, None, None
         detail = value.get("detail")
         if isinstance(detail, str):
-            return detail
-    return ""
+            return detail, None, None
+        if isinstance(value.get("message"), str):
+            # vLLM's older shape: the error's fields at the top level.
+            param, code = value.get("param"), value.get("code")
+            return (
+                str(value["message"]),
+                param if isinstance(param, str) else None,
+                code if isinstance(code, str) else None,
+            )
+    return "", None, None
+
+
+_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,99}$")
+"""A parameter's path as OpenAI names it (``messages[0].role``); anything else is not shown."""
+_CONTEXT = re.compile(r"maximum context length|exceeds? (?:the )?context", re.IGNORECASE)
+"""How vLLM and OpenAI-compatible servers word a prompt longer than the context."""
 
 
 _VALIDATION = re.compile(r"^\d+ validation errors?:")
 _VALIDATION_ITEM = re.compile(r"'loc': \(([^)]*)\), 'msg': '([^']{1,120})'")
 
 
-def _validation_message(text: str) -> str | None:
-    """llama.cpp's server answers a malformed request with HTTP 500 and pydantic's text."""
+def _validation_message(text: str) -> tuple[str, str] | None:
+    """llama.cpp's server answers a malformed request with HTTP 500 and pydantic's text: the
+    refusal's sentence and the parameter it names."""
     if not _VALIDATION.match(text.strip()):
         return None
     item = _VALIDATION_ITEM.search(text)
     if item is None:
-        return "the engine refused the request as malformed"
+        return "the engine refused the request as malformed", "body"
     location = [
         part.strip(" '\"")
         for part in item.group(1).split(",")
         if part.strip(" '\"") not in {"", "body"}
     ]
-    where = ".".join(location) or "body"
-    return f"the engine refused the request: {safe_engine_message(where + ': ' + item.group(2))}"
+    where = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in location)
+    where = where.removeprefix(".") or "body"
+    message = safe_engine_message(where + ": " + item.group(2))
+    return f"the engine refused the request: {message}", where
 
 
 def status_error(status: int, body: bytes) -> FiccError:
-    text = engine_error_text(body)
+    """The engine's refusal as the caller's error: its own 4xx a 4xx naming the parameter, a
+    prompt past the context ``context_length_exceeded``, anything else the engine's failure."""
+    text, param, code = engine_error_fields(body)
     details = {"engine_status": status}
     validation = _validation_message(text)
     if validation is not None:
-        return InvalidInput(validation, details=details)
+        message, where = validation
+        return InvalidInput(message, field=where, details=details)
     message = safe_engine_message(text)
+    field = param if param is not None and _PARAM.match(param) else None
+    if 400 <= status < 500 and (code == "context_length_exceeded" or _CONTEXT.search(text)):
+        return ContextLengthExceeded(
+            f"the prompt is longer than the model's context: {message}",
+            field=field or "messages",
+            details=details,
+        )
+    if status in (401, 403):
+        # The engine refused FICC's own credential: nothing the caller can fix.
+        return EngineUnavailable(
+            f"the engine refused FICC's credential: {message}", details=details
+        )
+    if status == 429:
+        return LimitExceeded(
+            f"the engine is busy: {message}", details={**details, "limit": "engine"}
+        )
+    if status == 413:
+        return TooLarge(f"the engine refused the request: {message}", field=field, details=details)
     if 400 <= status < 500:
-        return InvalidInput(f"the engine refused the request: {message}", details=details)
-    return Unavailable(f"the engine failed: {message}", details=details)
+        return InvalidInput(
+            f"the engine refused the request: {message}", field=field, details=details
+        )
+    return EngineUnavailable(f"the engine failed: {message}", details=details)
 
 
 def transport_error(exc: httpx.HTTPError) -> FiccError:
     if isinstance(exc, httpx.TimeoutException):
-        return Unavailable("the engine did not answer in time")
+        return EngineUnavailable("the engine did not answer in time")
     if isinstance(exc, httpx.ConnectError):
-        return Unavailable("the engine cannot be reached")
-    return Unavailable("the connection to the engine broke")
+        return EngineUnavailable("the engine cannot be reached")
+    return EngineUnavailable("the connection to the engine broke")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -14,7 +14,7 @@ from typing import Any, Final, Self
 import httpx
 
 from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
-from ficc.base.errors import Unavailable
+from ficc.base.errors import EngineUnavailable, FiccError
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH, TERMINAL_EVENTS
 
@@ -24,6 +24,10 @@ MAX_LINE_BYTES: Final = 1024 * 1024
 MAX_EVENT_BYTES: Final = 1024 * 1024
 """One event's data: a streamed chunk is a few hundred bytes, and a peer receives an event in
 one frame of at most 1 MiB anyway."""
+EMPTY_STREAM: Final = (
+    "the engine ended the stream without an answer; the prompt may be longer than the model's "
+    "context"
+)
 MAX_ASSEMBLED_EVENTS: Final = 65_536
 MAX_ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
 """What a plain answer may be assembled from (the grant's default ``response_bytes``)."""
@@ -44,18 +48,20 @@ class SseEvent:
         return self.last or self.data == "[DONE]"
 
     def payload(self) -> dict[str, Any]:
-        """The event's JSON object; Unavailable if the engine sent something else."""
+        """The event's JSON object; EngineUnavailable if the engine sent something else."""
         try:
             value = json.loads(self.data)
         except ValueError as exc:
-            raise Unavailable("the engine sent an event that is not JSON") from exc
+            raise EngineUnavailable("the engine sent an event that is not JSON") from exc
         if not isinstance(value, dict):
-            raise Unavailable("the engine sent an event that is not a JSON object")
+            raise EngineUnavailable("the engine sent an event that is not a JSON object")
         return value
 
 
 UsageCounter = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
 """Counts the usage of a finished stream from its chunks, for engines that stream none."""
+WhyEmpty = Callable[[], Awaitable[FiccError]]
+"""Finds out why the engine ended a stream without any event (see :meth:`EngineStream.start`)."""
 
 
 class EngineStream:
@@ -73,8 +79,12 @@ class EngineStream:
         on_close: Callable[[], Awaitable[None]] | None = None,
         *,
         release: Callable[[bool], Awaitable[None]] | None = None,
+        why_empty: WhyEmpty | None = None,
     ) -> None:
         self._response = response
+        self._why_empty = why_empty
+        self._events_left: AsyncGenerator[SseEvent, None] | None = None
+        self._first: SseEvent | None = None
         self._path = path
         self._count_usage = count_usage
         self._on_close = on_close
@@ -84,9 +94,23 @@ class EngineStream:
         self._ended = False
         """The engine finished the body (HTTP's end, whatever it held)."""
 
+    async def start(self) -> None:
+        """Wait for the engine's first event: a stream that fails before any (llama.cpp's
+        server refuses a prompt past the context only by ending it) raises here, before the
+        caller's answer has begun, so the caller gets a status and not an error event. On a
+        raise the response is closed and ``on_close`` is not run."""
+        self._events_left = self._events()
+        try:
+            self._first = await anext(self._events_left)
+        except BaseException:
+            await self._events_left.aclose()
+            raise
+
     async def aclose(self) -> None:
         """Close the engine's response now; the engine stops generating within a second."""
         try:
+            if self._events_left is not None:
+                await self._events_left.aclose()
             await self._finish()
         finally:
             on_close, self._on_close = self._on_close, None
@@ -115,7 +139,15 @@ class EngineStream:
         await self.aclose()
 
     def __aiter__(self) -> AsyncIterator[SseEvent]:
-        return self._events()
+        return self._events() if self._events_left is None else self._after_start()
+
+    async def _after_start(self) -> AsyncIterator[SseEvent]:
+        assert self._events_left is not None
+        first, self._first = self._first, None
+        if first is not None:
+            yield first
+        async for item in self._events_left:
+            yield item
 
     async def _lines(self) -> AsyncIterator[str]:
         """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
@@ -131,15 +163,17 @@ class EngineStream:
                 start = end.end()
             del buffer[:start]
             if len(buffer) > MAX_LINE_BYTES:
-                raise Unavailable(f"the engine sent a line longer than {MAX_LINE_BYTES} bytes")
+                raise EngineUnavailable(
+                    f"the engine sent a line longer than {MAX_LINE_BYTES} bytes"
+                )
         self._ended = True
         if buffer:
             yield buffer.decode("utf-8", "replace")
 
-    async def _events(self) -> AsyncIterator[SseEvent]:
+    async def _events(self) -> AsyncGenerator[SseEvent, None]:
         """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
 
-        An ``error`` event or an error object from the engine raises Unavailable with a safe
+        An ``error`` event or an error object from the engine raises EngineUnavailable with a safe
         message; so does a stream that ends without ``[DONE]``, and an event or line over its
         bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
         """
@@ -158,7 +192,7 @@ class EngineStream:
                         data.append(value)
                         size += len(value) + 1
                         if size > MAX_EVENT_BYTES:
-                            raise Unavailable(
+                            raise EngineUnavailable(
                                 f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
                             )
                     elif name == "event":
@@ -189,11 +223,10 @@ class EngineStream:
         if not received:
             # llama.cpp's server reports errors found after the stream began (a prompt longer
             # than the context) only by ending the stream.
-            raise Unavailable(
-                "the engine ended the stream without an answer; the prompt may be longer than "
-                "the model's context"
-            )
-        raise Unavailable("the engine ended the stream before it was complete")
+            if self._why_empty is not None:
+                raise await self._why_empty()
+            raise EngineUnavailable(EMPTY_STREAM)
+        raise EngineUnavailable("the engine ended the stream before it was complete")
 
     def _last_event(self, event: str | None) -> bool:
         """Whether an event of this name ends a Responses stream (no ``[DONE]`` follows it)."""
@@ -229,7 +262,7 @@ async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
             async for line in lines:
                 if line:
                     return False
-    except (TimeoutError, httpx.HTTPError, Unavailable):
+    except (TimeoutError, httpx.HTTPError, EngineUnavailable):
         return False
     return True
 
@@ -243,9 +276,9 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 def _raise_for_error_event(item: SseEvent) -> None:
     if item.event == "error":
-        raise Unavailable(f"the engine failed: {safe_engine_message(item.data)}")
+        raise EngineUnavailable(f"the engine failed: {safe_engine_message(item.data)}")
     if item.data.startswith("{") and '"error"' in item.data:
         payload = item.payload()
         if "error" in payload and "choices" not in payload:
             text = engine_error_text(item.data.encode())
-            raise Unavailable(f"the engine failed: {safe_engine_message(text)}")
+            raise EngineUnavailable(f"the engine failed: {safe_engine_message(text)}")

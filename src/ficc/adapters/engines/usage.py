@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import httpx
 
+from ficc.adapters.engines.sse import UsageCounter
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 
@@ -17,6 +19,9 @@ USAGE_PROBE_MAX_TOKENS: Final = 1
 PROBE_DROPPED_FIELDS: Final = frozenset(
     {"stream", "stream_options", "logprobs", "top_logprobs", "n", "max_completion_tokens"}
 )
+
+PROBE_DEADLINE_SECONDS: Final = 10.0
+"""The plain request that asks why a stream ended empty: a refusal comes before any token."""
 
 PostJson = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
 """POSTs a small JSON body to a path of the engine and answers its decoded JSON."""
@@ -57,11 +62,12 @@ class UsageProbe:
             "total_tokens": prompt_tokens + completion_tokens,
         }
 
+    def counter(self, path: str, body: Mapping[str, Any]) -> UsageCounter:
+        """Counts the usage of one streamed request of ``body`` to ``path``."""
+        return functools.partial(self.counted, path, body)
+
     async def _prompt_tokens(self, path: str, body: Mapping[str, Any]) -> int:
-        probe = {k: v for k, v in body.items() if k not in PROBE_DROPPED_FIELDS}
-        probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
-        if self._model is not None:
-            probe["model"] = self._model
+        probe = plain_probe(body, self._model)
         return _count((await self._post_json(path, probe))["usage"]["prompt_tokens"])
 
     async def _token_count(self, text: str) -> int:
@@ -74,6 +80,16 @@ class UsageProbe:
 
     async def _tokenizer_count(self, text: str) -> int:
         return _count((await self._post_json(LLAMA_CPP_COUNT_PATH, {"input": text}))["count"])
+
+
+def plain_probe(body: Mapping[str, Any], model: str | None) -> dict[str, Any]:
+    """A streamed request's body as a plain request for one token: the engine's answer to it
+    tells the prompt's tokens, or why the request is refused."""
+    probe = {k: v for k, v in body.items() if k not in PROBE_DROPPED_FIELDS}
+    probe.update(max_tokens=USAGE_PROBE_MAX_TOKENS, stream=False)
+    if model is not None:
+        probe["model"] = model
+    return probe
 
 
 def _count(value: Any) -> int:

@@ -38,9 +38,9 @@ from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
     FiccError,
     LimitExceeded,
+    PeerUnreachable,
     PermissionDenied,
     ProtocolError,
-    Unavailable,
 )
 from ficc.protocol import ALPN
 from ficc.protocol.handshake import Role, Session
@@ -136,7 +136,7 @@ class HyperNetEndpoint:
         if endpoint is None:
             return
         for session in self._table.everyone():
-            session.close(Unavailable("the HyperNet endpoint stopped"))
+            session.close(PeerUnreachable("the HyperNet endpoint stopped"))
         for task in list(self._tasks):
             task.cancel()
         with contextlib.suppress(iroh.IrohError):
@@ -148,7 +148,7 @@ class HyperNetEndpoint:
     @property
     def _bound(self) -> iroh.Endpoint:
         if self._endpoint is None:
-            raise Unavailable("the HyperNet endpoint is not running")
+            raise PeerUnreachable("the HyperNet endpoint is not running")
         return self._endpoint
 
     @property
@@ -334,13 +334,13 @@ class HyperNetEndpoint:
                 while True:
                     try:
                         return await self._connect_once(peer, address, generation)
-                    except (Unavailable, LimitExceeded) as exc:
+                    except (PeerUnreachable, LimitExceeded) as exc:
                         last = exc
                     await asyncio.sleep(connect_backoff_seconds(attempts))
                     attempts += 1
         except TimeoutError as exc:
             why = f" (last: {last.message})" if last is not None else ""
-            raise Unavailable(
+            raise PeerUnreachable(
                 f"could not reach the peer {peer} within {self._connect_timeout} s{why}",
                 details={"attempts": attempts + 1},
             ) from exc
@@ -355,7 +355,7 @@ class HyperNetEndpoint:
         except asyncio.CancelledError:
             if connection is not None:
                 await asyncio.shield(
-                    refuse(connection, None, Unavailable("the handshake timed out"))
+                    refuse(connection, None, PeerUnreachable("the handshake timed out"))
                 )
             raise
         except iroh.IrohError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from iroh import IrohError, IrohErrorKind
 
-from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError
 
 
 def describe(exc: IrohError) -> str:
@@ -24,4 +24,4 @@ def translate(exc: IrohError, doing: str) -> FiccError:
         kind = None
     if kind is IrohErrorKind.ALPN:
         return ProtocolError(f"{doing}: the peer does not speak ficc.federation/1 ({detail})")
-    return Unavailable(f"{doing}: {detail}", details={"transport": detail})
+    return PeerUnreachable(f"{doing}: {detail}", details={"transport": detail})

@@ -12,7 +12,7 @@ from iroh import Connection, IrohError
 
 from ficc.adapters.hypernet.errors import translate
 from ficc.adapters.hypernet.streams import FrameStream
-from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError
 from ficc.protocol.handshake import Handshake, Role, Session, State
 from ficc.protocol.messages import NONCE_BYTES, Error, Message
 from ficc.protocol.sessions import NonceMemory
@@ -87,7 +87,7 @@ async def run_handshake(
         while machine.state is not State.ESTABLISHED:
             message = received.pop() if received else await stream.receive()
             if message is None:
-                raise Unavailable("the peer ended the handshake without an answer")
+                raise PeerUnreachable("the peer ended the handshake without an answer")
             outgoing = machine.receive(message)
             if outgoing:
                 await stream.send(*outgoing)

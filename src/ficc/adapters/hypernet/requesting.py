@@ -14,7 +14,7 @@ from typing import Any
 from ficc.adapters import metrics
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.logs import current_request_id
-from ficc.base.errors import FiccError, ProtocolError, Unavailable, error_from_code
+from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError, error_from_code
 from ficc.protocol.answers import parse_large_answer
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import (
@@ -121,5 +121,5 @@ class Exchange:
             self.complete = True
             return error_from_code(event.error.code, event.error.message, event.error.details)
         if isinstance(event, StreamEnded):
-            return Unavailable("the peer ended the request's stream without an answer")
+            return PeerUnreachable("the peer ended the request's stream without an answer")
         return ProtocolError(f"unexpected {type(event).__name__} in answer to a request")

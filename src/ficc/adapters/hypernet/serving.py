@@ -16,12 +16,11 @@ from ficc.adapters import metrics
 from ficc.adapters.hypernet.accounting import counted
 from ficc.adapters.hypernet.streams import ABANDON_SECONDS, FrameStream
 from ficc.adapters.logs import current_request_id, new_request_id
-from ficc.base.errors import FiccError
+from ficc.base.errors import FiccError, LocalProtocolError
 from ficc.protocol.answers import complete_request
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import LargeBodyReceived, RequestReceived, RequestRefused
 from ficc.protocol.outcomes import ending, refusal
-from ficc.protocol.stream_states import LocalProtocolError
 from ficc.services.peer_channel import (
     EncodedAnswer,
     PeerIdentity,

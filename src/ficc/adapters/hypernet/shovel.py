@@ -26,7 +26,7 @@ from ficc.adapters.hypernet.errors import describe
 from ficc.adapters.hypernet.requesting import Exchange
 from ficc.adapters.hypernet.serving import answer
 from ficc.adapters.hypernet.streams import ABANDON_SECONDS, FrameStream
-from ficc.base.errors import FiccError, ProtocolError, Unavailable
+from ficc.base.errors import FiccError, LocalProtocolError, PeerUnreachable, ProtocolError
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import (
     LargeBodyReceived,
@@ -43,7 +43,7 @@ from ficc.protocol.messages import Error, encode_message
 from ficc.protocol.outcomes import unanswered
 from ficc.protocol.sessions import Entry
 from ficc.protocol.signing import Signer, Verify
-from ficc.protocol.stream_states import CANCELLED_CODE, PROTOCOL_ERROR_CODE, LocalProtocolError
+from ficc.protocol.stream_states import CANCELLED_CODE, PROTOCOL_ERROR_CODE
 from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class PeerSession:
                 pending = b""
                 for event in self.protocol.receive_control(data, self._loop.time()):
                     if isinstance(event, PeerClosed):
-                        self.close(Unavailable(event.reason))
+                        self.close(PeerUnreachable(event.reason))
                         return
         except ProtocolError as exc:
             await self._fail(self._control, exc)
@@ -179,7 +179,7 @@ class PeerSession:
             try:
                 stream = FrameStream(await self.connection.accept_bi())
             except IrohError as exc:
-                self.close(Unavailable(f"the connection ended: {describe(exc)}"))
+                self.close(PeerUnreachable(f"the connection ended: {describe(exc)}"))
                 return
             stream_id = self.protocol.accept_stream(self._loop.time())
             if stream_id is None:
@@ -317,7 +317,7 @@ class PeerSession:
         except TimeoutError as exc:
             why = f"no answer from the peer within {timeout_seconds} s"
             raise unanswered(operation, why, sent=exchange is not None and exchange.sent) from exc
-        except Unavailable as exc:
+        except PeerUnreachable as exc:
             if exchange is not None and exchange.sent and not exchange.complete:
                 raise unanswered(operation, exc.message, sent=True) from exc
             raise
@@ -340,11 +340,11 @@ class PeerSession:
         if stream_id is not None:
             return stream_id, self._streams[stream_id]
         if self.closed.is_set():
-            raise Unavailable("the session with the peer is closed")
+            raise PeerUnreachable("the session with the peer is closed")
         try:
             stream = FrameStream(await self.connection.open_bi())
         except IrohError as exc:
-            raise Unavailable(f"cannot open a stream to the peer: {describe(exc)}") from exc
+            raise PeerUnreachable(f"cannot open a stream to the peer: {describe(exc)}") from exc
         stream_id = self.protocol.open_stream()
         self._streams[stream_id] = stream
         return stream_id, stream

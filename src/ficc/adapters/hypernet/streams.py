@@ -23,8 +23,8 @@ from ficc.base.errors import (
     FiccError,
     GrantExpired,
     GrantRevoked,
+    PeerUnreachable,
     ProtocolError,
-    Unavailable,
 )
 from ficc.base.units import seconds_setting
 from ficc.protocol.frames import FrameDecoder, encode_frame, join_parts
@@ -84,7 +84,7 @@ class FrameStream:
             # Only our sending half: a read of this stream may be pending, and stopping the
             # receiving half would wait for it.
             await self.reset_sending()
-            raise Unavailable(
+            raise PeerUnreachable(
                 f"the peer read nothing for {stall:g} s; the stream was reset",
                 details={"limit": "write_stall_seconds", "allowed": stall},
             ) from None

@@ -38,7 +38,7 @@ from ficc.adapters.ray_nodes import RayNode, RayNodes
 from ficc.adapters.runtimes.processes import fence as fence_local_process
 from ficc.adapters.runtimes.ray_replica import EngineHost, ModelFileRefused
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
-from ficc.base.errors import Conflict, FiccError, InvalidInput, Unavailable
+from ficc.base.errors import Conflict, EngineUnavailable, FiccError, InvalidInput
 from ficc.base.ids import parse_id
 from ficc.domain.inference import (
     DEFAULT_LLAMA_CPP_THREADS,
@@ -255,14 +255,14 @@ class RayRuntime(SupervisedRuntime):
             if isinstance(exc.cause, ModelFileRefused):
                 # The node refused the model's file (missing, or bytes not matching its digest).
                 raise InvalidInput(str(exc.cause), field="model") from None
-            raise Unavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
+            raise EngineUnavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
         except TimeoutError:
-            raise Unavailable(
+            raise EngineUnavailable(
                 f"Ray did not place and start the replica's actor within {timeout_seconds:g} s "
                 "(is the node short of the CPUs, GPUs or memory the replica reserves?)"
             ) from None
         except RayError as exc:
-            raise Unavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
+            raise EngineUnavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
 
     async def _await_exit(self, actor: Any, node_id: str) -> ReplicaExit:
         """The engine's end as the actor reports it, or the actor's death as a crash."""

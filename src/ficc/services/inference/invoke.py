@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ficc.base.errors import LimitExceeded, Unavailable
+from ficc.base.errors import EngineUnavailable, LimitExceeded
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH
@@ -209,9 +209,9 @@ def _payload(data: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
     except ValueError as exc:
-        raise Unavailable("the engine sent an event that is not JSON") from exc
+        raise EngineUnavailable("the engine sent an event that is not JSON") from exc
     if not isinstance(value, dict):
-        raise Unavailable("the engine sent an event that is not a JSON object")
+        raise EngineUnavailable("the engine sent an event that is not a JSON object")
     return value
 
 
@@ -255,4 +255,4 @@ def encode_shaped(shaped: dict[str, Any], *, gradual: bool = False) -> tuple[byt
     try:
         return canonical_json_and_compact_size(shaped, gradual=gradual)
     except ValueError as exc:
-        raise Unavailable("the engine's answer holds a value JSON cannot carry") from exc
+        raise EngineUnavailable("the engine's answer holds a value JSON cannot carry") from exc

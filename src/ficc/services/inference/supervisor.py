@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from ficc.base.errors import Conflict, FiccError, Unavailable
+from ficc.base.errors import Conflict, FiccError, RuntimeNotInstalled
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
@@ -97,10 +97,10 @@ class ReplicaSupervisor:
         """What each service's last launch ran with: a restart launches the same again."""
 
     def runtime(self, name: RuntimeName) -> Runtime:
-        """The installed runtime ``name``; Unavailable when this cluster has none."""
+        """The installed runtime ``name``; RuntimeNotInstalled when this cluster has none."""
         runtime = self._runtimes.get(name)
         if runtime is None:
-            raise Unavailable(f"runtime {name.value} is not installed on this cluster")
+            raise RuntimeNotInstalled.of(name.value)
         return runtime
 
     def runtimes(self) -> list[Runtime]:

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import replace
 from typing import Any
 
-from ficc.base.errors import Conflict, NotFound, Unavailable
+from ficc.base.errors import Conflict, NotFound, PeerUnreachable
 from ficc.base.ids import new_id, parse_id
 from ficc.domain import peers as p
 from ficc.domain import transfers as tr
@@ -97,7 +97,7 @@ class Transfers:
         )
         result = answer["result"]
         if not isinstance(result, dict):
-            raise Unavailable("the peer's manifest answer is not an object")
+            raise PeerUnreachable("the peer's manifest answer is not an object")
         manifest = parse_manifest(result.get("manifest"), field="manifest")
         digest = canonical_sha256(manifest)
         if result.get("sha256") != digest:

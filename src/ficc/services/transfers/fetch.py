@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ficc.base.errors import Conflict, FiccError, LimitExceeded, Unavailable
+from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable
 from ficc.base.ids import new_id
 from ficc.base.units import MiB
 from ficc.domain import transfers as tr
@@ -271,7 +271,7 @@ class Fetcher:
             # No write of this range may land after it is over.
             await writer.close()
         if position != offset + length:
-            raise Unavailable(f"the peer ended the range of {entry.path} early")
+            raise PeerUnreachable(f"the peer ended the range of {entry.path} early")
         await asyncio.to_thread(self.blobs.sync_partial, name)
         return running
 

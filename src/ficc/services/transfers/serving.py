@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Final
 
-from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, NotFound, Unavailable
+from ficc.base.errors import FiccError, InvalidInput, LimitExceeded, NotFound, PeerUnreachable
 from ficc.base.units import MiB
 from ficc.domain.transfers import parse_range_request
 from ficc.services.catalogue import resolves
@@ -51,7 +51,7 @@ class RangeServer:
         # it, reads exactly like one that is not stored: naming its digest in a record reads no
         # bytes and tells nothing.
         if not owned or not self._blobs.has(entry["sha256"]):
-            raise Unavailable("the file is not stored on this cluster")
+            raise PeerUnreachable("the file is not stored on this cluster")
         async with self._uow_factory() as uow:
             # Reserve first, then check what the reservation left: the write holds the
             # database's write lock until commit, so two ranges of one grant cannot both pass.

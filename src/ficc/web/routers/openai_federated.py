@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, Unavailable
+from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, PeerUnreachable
 from ficc.base.times import parse_time
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
@@ -34,7 +34,7 @@ router = APIRouter()
 PREFIX: Final = "/api/v1/federation/peers/{peer_id}/v1"
 
 
-UNTOLD: Final = (Unavailable, OutcomeUnknown, LimitExceeded)
+UNTOLD: Final = (PeerUnreachable, OutcomeUnknown, LimitExceeded)
 """Why the grantor may not tell a service's creation time: unreachable, slow, or the grant's
 requests used up. The list is then answered from this cluster's knowledge, ``created: 0``."""
 
