@@ -265,3 +265,52 @@ def test_a_confined_engine_finds_no_way_to_ficc(
     assert ficc_like["ficc"].poll() is None
     assert (ficc_like["state"] / "cluster.key").read_text() == "key"
     assert not (ficc_like["model"].parent / "dropped").exists()
+
+
+SEES = """
+import json, os, sys
+from pathlib import Path
+checkout = Path(sys.argv[1])
+print(json.dumps({
+    "launcher": (checkout / "src/ficc/adapters/runtimes/landlock.py").is_file(),
+    "state": (checkout / ".ficc").exists(),
+    "beside": sorted(os.listdir(checkout)),
+    "stray": (checkout.parent / "stray").exists(),
+}))
+"""
+
+
+def test_a_checkout_under_tmp_still_runs_its_engines_with_its_state_hidden(tmp_path: Path) -> None:
+    """FICC cloned under /tmp (as a CI clone may be): /tmp is hidden from engines, but the
+    interpreter's installation and FICC's package are bound back, read-only, so the launcher
+    and the engine run; the state directory beside them, and anything else of /tmp, stay gone."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(Path(ficc.__file__).parent, checkout / "src" / "ficc")
+    state = checkout / ".ficc"
+    state.mkdir()
+    (state / "owner.token").write_text("owner")
+    (tmp_path / "stray").write_text("x")
+    launcher = checkout / "src/ficc/adapters/runtimes/sandbox.py"
+    confined = [sys.executable, "-I", "-c", SEES, str(checkout)]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(launcher),
+            f"--hide={state}",
+            "--network=private",
+            "--",
+            *confined,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {
+        "launcher": True,
+        "state": False,
+        "beside": ["src"],
+        "stray": False,
+    }

@@ -100,30 +100,48 @@ def enter_namespaces(libc: ctypes.CDLL, *, private_network: bool) -> None:
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
 
 
-def hide_and_reveal(libc: ctypes.CDLL, hide: Sequence[Path], reveal: Sequence[Path]) -> None:
-    """Empty tmpfs over each hidden directory, then each revealed file bound back, read-only."""
+def hide_and_reveal(
+    libc: ctypes.CDLL,
+    hide: Sequence[Path],
+    reveal: Sequence[Path],
+    keep: Sequence[Path] = (),
+) -> None:
+    """Empty tmpfs over each hidden directory; then each directory of ``keep`` that a hidden
+    one covered bound back, read-only (the interpreter and FICC's code: a checkout or a venv
+    under /tmp must still run), with the hidden directories inside it hidden again; then each
+    revealed file bound back, read-only."""
     held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in reveal if path.exists()]
+    kept = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in keep if path.is_dir()]
     mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the host
-    for directory in sorted(
-        {Path(os.path.realpath(path)) for path in hide}, key=lambda p: len(p.parts)
-    ):
+    hidden = sorted({Path(os.path.realpath(path)) for path in hide}, key=lambda p: len(p.parts))
+    for directory in hidden:
         if directory.is_dir():  # below a directory hidden already: it is gone
             mount(libc, "tmpfs", str(directory), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    try:
+        for path, fd in kept:
+            if not path.exists():
+                path.mkdir(parents=True)
+                _bind_read_only(libc, fd, path, MS_REC)
+    finally:
+        for _, fd in kept:
+            os.close(fd)
+    if kept:
+        for directory in hidden:  # inside a directory bound back: hidden again
+            if directory.is_dir() and any(directory.is_relative_to(p) for p, _ in kept):
+                mount(libc, "tmpfs", str(directory), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     for path, fd in held:
         try:
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
-                mount(libc, f"/proc/self/fd/{fd}", str(path), None, MS_BIND)
-                mount(
-                    libc,
-                    None,
-                    str(path),
-                    None,
-                    MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                )
+                _bind_read_only(libc, fd, path, 0)
         finally:
             os.close(fd)
+
+
+def _bind_read_only(libc: ctypes.CDLL, fd: int, path: Path, flags: int) -> None:
+    mount(libc, f"/proc/self/fd/{fd}", str(path), None, MS_BIND | flags)
+    mount(libc, None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def drop_capabilities(libc: ctypes.CDLL) -> None:

@@ -65,6 +65,16 @@ PROBE_SECONDS: Final = 30.0
 LAUNCHER: Final = Path(__file__).resolve()
 
 
+def running_code() -> list[Path]:
+    """What the engine needs of this machine to run at all: the interpreter's installation
+    (a venv's and its base's) and FICC's package (a checkout's ``src/ficc``), wherever they
+    are; a hidden directory (/tmp) that holds them has them bound back, read-only."""
+    places = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    places.add(os.path.dirname(os.path.realpath(sys.executable)))
+    places.add(str(LAUNCHER.parents[2]))  # the ficc package this launcher belongs to
+    return sorted(Path(os.path.realpath(place)) for place in places)
+
+
 def _sibling(name: str) -> ModuleType:
     """A stdlib-only module beside this file, loaded by its path: this FICC's, without
     importing the package (and all FICC imports with it) into every engine."""
@@ -166,7 +176,9 @@ def run(
         )
     else:
         kernel.enter_namespaces(libc, private_network=private_network)
-        kernel.hide_and_reveal(libc, [*map(Path, HIDDEN_ALWAYS), *hide], reveal)
+        kernel.hide_and_reveal(
+            libc, [*map(Path, HIDDEN_ALWAYS), *hide], reveal, keep=running_code()
+        )
     kernel.check(libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     # In the engine's own /tmp (an empty tmpfs) when hidden; removed when the engine ends.
     work = tempfile.mkdtemp(prefix="engine-", dir="/tmp" if namespaces else None)  # noqa: S108
