@@ -72,6 +72,38 @@ async def test_tokens_list_oldest_first_revoke_once_and_mark_one_owner(
         assert await uow.tokens.get(fresh("token")) is None
 
 
+async def test_revoking_what_a_token_minted_walks_the_whole_chain_nearest_first(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """G4: a revoked child is walked through to its own children; the live ones are revoked
+    at the moment given, nearest first, and nothing outside the chain is touched."""
+    holder = user()
+    parent = a_token(holder.id)
+    child = replace(a_token(holder.id, age=1), created_by=parent.id)
+    revoked_child = replace(a_token(holder.id, age=2), created_by=parent.id, revoked_at=at(3))
+    grandchild = replace(a_token(holder.id, age=4), created_by=revoked_child.id)
+    stranger = a_token(holder.id, age=5)
+    async with uow_factory() as uow:
+        await uow.users.add(holder)
+        for token in (parent, child, revoked_child, grandchild, stranger):
+            await uow.tokens.add(token)
+        await uow.commit()
+    async with uow_factory() as uow:
+        await uow.tokens.lock(parent.id)
+        assert list(await uow.tokens.revoke_minted_by(parent.id, at(10))) == [
+            child.id,
+            grandchild.id,
+        ]
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.tokens.get(child.id) == replace(child, revoked_at=at(10))
+        assert await uow.tokens.get(grandchild.id) == replace(grandchild, revoked_at=at(10))
+        assert await uow.tokens.get(revoked_child.id) == revoked_child
+        assert await uow.tokens.get(parent.id) == parent
+        assert await uow.tokens.get(stranger.id) == stranger
+        assert list(await uow.tokens.revoke_minted_by(stranger.id, at(11))) == []
+
+
 async def test_sessions_end_one_or_all_of_a_user_but_the_one_kept(
     uow_factory: UnitOfWorkFactory,
 ) -> None:
