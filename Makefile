@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 # dependencies (about 350 MB) never meet FICC's.
 LITELLM_VENV := .venv-litellm
 LITELLM_VERSION := 1.108.7
+# The real OpenAI clients the tests drive (tests/clients/): Python ones in a venv of their own,
+# pinned by requirements/clients.txt; the Node client from the committed package-lock.json.
+CLIENTS_VENV := .venv-clients
+NODE_CLIENTS := tests/clients/node
 STATE_DIR ?= .ficc
 # llama.cpp is built from source once; pip caches the wheel afterwards.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BLAS=OFF
@@ -40,11 +44,24 @@ $(LITELLM_VENV)/.installed-$(LITELLM_VERSION):
 	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
 	touch $@
 
+# Created only when missing or when the pins changed; FICC's venv is never touched.
+$(CLIENTS_VENV)/.installed: requirements/clients.txt
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install --quiet --upgrade pip
+	$(CLIENTS_VENV)/bin/pip install --quiet -r requirements/clients.txt
+	touch $@
+
+# Debian's node and npm (scripts/ensure-node); npm ci installs exactly the lock file.
+$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	scripts/ensure-node
+	cd $(NODE_CLIENTS) && npm ci --silent --no-audit --no-fund
+	touch $@
+
 setup: $(VENV)/.installed
 
 # The browser tests drive Debian's Chromium and the storage and end-to-end tiers start Debian's
-# PostgreSQL server (nothing is downloaded at run time).
-setup-test: $(VENV)/.installed-test
+# PostgreSQL server, and the real-client tier its clients (nothing is downloaded at run time).
+setup-test: $(VENV)/.installed-test $(CLIENTS_VENV)/.installed $(NODE_CLIENTS)/node_modules/.installed
 	scripts/ensure-chromium
 	scripts/ensure-postgres
 
@@ -80,4 +97,4 @@ demo: setup
 	scripts/demo-netns $(BIN)/python scripts/demo.py
 
 clean:
-	rm -rf $(VENV) $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LITELLM_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules .mypy_cache .pytest_cache .ruff_cache

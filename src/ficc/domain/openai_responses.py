@@ -335,11 +335,13 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
         return None
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") or 0
+    written = details.get("cache_write_tokens") or 0
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": int(cached)},
+        "input_tokens_details": {"cached_tokens": int(cached), "cache_write_tokens": int(written)},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": int(reasoning)},
         "total_tokens": int(usage.get("total_tokens") or prompt + completion),
@@ -352,7 +354,7 @@ def _envelope(
     """The ``response`` object's fields that echo the request, with nothing produced yet."""
     given = body.get("text")
     text: dict[str, Any] = given if isinstance(given, dict) else {}
-    return {
+    envelope: dict[str, Any] = {
         "id": response_id,
         "object": "response",
         "created_at": created if isinstance(created, int) else 0,
@@ -372,12 +374,21 @@ def _envelope(
         "temperature": body.get("temperature", 1.0),
         "text": {**text, "format": text.get("format") or {"type": "text"}},
         "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") or [],
+        "tools": [_echoed_tool(tool) for tool in body.get("tools") or []],
         "top_p": body.get("top_p", 1.0),
         "truncation": "disabled",
         "usage": None,
-        "user": body.get("user"),
     }
+    # OpenAI's schema has user as a string, never null: it is echoed only when given.
+    if body.get("user") is not None:
+        envelope["user"] = body["user"]
+    return envelope
+
+
+def _echoed_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's function tool as the response echoes it: OpenAI's schema requires
+    ``parameters`` and ``strict`` there (null when the request left them out)."""
+    return {**tool, "parameters": tool.get("parameters"), "strict": tool.get("strict")}
 
 
 def _finished(response: dict[str, Any], finish_reason: Any, usage: Any) -> dict[str, Any]:
@@ -603,6 +614,7 @@ class ResponseEvents:
                     "response.function_call_arguments.done",
                     item_id=held.item_id,
                     output_index=held.output_index,
+                    name=item["name"],
                     arguments=item["arguments"],
                 )
             )

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from tests.support.openai_schemas import assert_matches
 
 from ficc.base.errors import InvalidInput
 from ficc.domain.openai_responses import (
@@ -169,7 +170,7 @@ def test_a_request_becomes_the_chat_request_that_answers_it(
 CHAT_USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 USAGE = {
     "input_tokens": 5,
-    "input_tokens_details": {"cached_tokens": 0},
+    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
     "output_tokens": 3,
     "output_tokens_details": {"reasoning_tokens": 0},
     "total_tokens": 8,
@@ -224,7 +225,6 @@ def test_a_chat_answer_becomes_a_completed_response_with_usage() -> None:
         "top_p": 1.0,
         "truncation": "disabled",
         "usage": USAGE,
-        "user": None,
     }
 
 
@@ -368,3 +368,44 @@ def test_a_typed_event_names_its_type_on_the_event_line() -> None:
         "delta": "é",
     }
     assert end == b"\n"
+
+
+TOOL_BODY: dict[str, Any] = {
+    "model": "svc_x",
+    "input": "Weather in Paris?",
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    "tool_choice": {"type": "function", "name": "f"},
+}
+
+
+def test_every_response_and_streamed_event_matches_openais_published_schemas() -> None:
+    """The usage lacked ``input_tokens_details.cache_write_tokens``, the echoed tools their
+    ``strict`` and ``parameters``, and ``response.function_call_arguments.done`` its ``name``:
+    each required by OpenAI's schemas."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    answers = [
+        (BASE, _answer({"role": "assistant", "content": "Hello"}, "stop")),
+        (BASE, _answer({"role": "assistant", "content": "Hel"}, "length")),
+        (TOOL_BODY, _answer({"role": "assistant", "content": None, "tool_calls": [call]}, "stop")),
+    ]
+    for body, answer in answers:
+        assert_matches("Response", response_object(body, answer))
+    streams = [
+        (BASE, [_chunk({"content": "Hel"}), _chunk({}, "stop"), _chunk(None, usage=CHAT_USAGE)]),
+        (BASE, [_chunk({"content": "Hel"}, "length")]),
+        (
+            TOOL_BODY,
+            [
+                _chunk({"content": "Sure"}),
+                _chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}),
+                _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "stop"),
+                _chunk(None, usage=CHAT_USAGE),
+            ],
+        ),
+    ]
+    for body, chunks in streams:
+        state = ResponseEvents(body)
+        events = [event for chunk in chunks for event in state.feed(chunk)] + state.finish()
+        for event in events:
+            assert_matches("ResponseStreamEvent", event)
+        assert_matches("Response", events[-1]["response"])
