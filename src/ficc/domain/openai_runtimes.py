@@ -151,8 +151,9 @@ def engine_body(runtime: RuntimeName, path: str, body: Mapping[str, Any]) -> dic
     """The body to send to the service's engine: OpenAI's forms it lacks, in the forms it has.
 
     llama.cpp knows ``{"type": "json_object", "schema": ...}`` (a grammar from the schema) but
-    not OpenAI's ``json_schema`` type, answers embeddings as floats only, and refuses the
-    ``developer`` role (llama.cpp's server answers it with a 500).
+    not OpenAI's ``json_schema`` type, answers embeddings as floats only, ignores
+    ``max_completion_tokens`` (OpenAI's current name for ``max_tokens``, which LangChain sends)
+    and refuses the ``developer`` role (llama.cpp's server answers it with a 500).
     """
     sent = dict(body)
     able = RUNTIME_CAPABILITIES[runtime]
@@ -162,6 +163,10 @@ def engine_body(runtime: RuntimeName, path: str, body: Mapping[str, Any]) -> dic
             sent["messages"] = [_as_system(message) for message in messages]
     if not able.translated:
         return sent
+    bound = sent.pop("max_completion_tokens", None)
+    if isinstance(bound, int):
+        given = sent.get("max_tokens")
+        sent["max_tokens"] = min(bound, given) if isinstance(given, int) else bound
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         schema = response_format["json_schema"].get("schema")

@@ -40,15 +40,16 @@ const scenarios = {
       { signal: controller.signal },
     );
     const seen = [];
-    let ended = null;
+    let ended = "the stream ended by itself";
     try {
+      // Aborted at the first chunk; the client then ends the iteration quietly.
       for await (const chunk of stream) {
         seen.push(chunk);
         controller.abort();
+        ended = "aborted";
       }
-      ended = "the stream ended before the abort";
     } catch (error) {
-      ended = error.constructor.name;
+      ended = `${ended}, then ${error.constructor.name}`;
     }
     print({ chunks: seen, ended });
     await new Promise((resolve) => {

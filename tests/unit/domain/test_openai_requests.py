@@ -387,3 +387,16 @@ def test_a_developer_message_reaches_engines_that_know_only_system_as_system() -
     assert body["messages"][0]["role"] == "developer"  # the caller's body is left as it was
     fronted = engine_body(RuntimeName.OPENAI, CHAT_COMPLETIONS_PATH, body)
     assert fronted["messages"][0]["role"] == "developer"
+
+
+def test_max_completion_tokens_reaches_llama_cpp_as_the_max_tokens_it_honours() -> None:
+    """llama.cpp's server ignores ``max_completion_tokens``, OpenAI's current name for
+    ``max_tokens``, which LangChain's ChatOpenAI sends: its answers ran past the limit."""
+    body = {**CHAT, "max_completion_tokens": 8}
+    sent = engine_body(LLAMA, CHAT_COMPLETIONS_PATH, body)
+    assert sent["max_tokens"] == 8
+    assert "max_completion_tokens" not in sent
+    assert body == {**CHAT, "max_completion_tokens": 8}, "the caller's body is not changed"
+    both = engine_body(LLAMA, CHAT_COMPLETIONS_PATH, {**body, "max_tokens": 5})
+    assert both["max_tokens"] == 5, "the smaller bound holds"
+    assert engine_body(RuntimeName.VLLM, CHAT_COMPLETIONS_PATH, body) == body
