@@ -275,6 +275,11 @@ def test_the_node_client_creates_responses_plain_and_streamed_as_ficc_answers(
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     assert "".join(deltas) == plain["output_text"]
     assert without_ids(events[-1]["response"]) == without_ids(expected)
+    # Nothing is stored (store: false): a response cannot be read back.
+    headers = {"Authorization": f"Bearer {url.token}"}
+    stored = httpx.get(f"{url.base_url}/responses/{expected['id']}", headers=headers, timeout=60)
+    assert stored.status_code == 404
+    assert stored.json()["error"]["code"] == "not_found"
 
 
 def test_the_node_client_gets_ficcs_embeddings(setting: Setting, url: Url) -> None:
