@@ -73,6 +73,8 @@ class Peers:
         return {"peer": peer_json(removed, remote), "told": told}
 
     async def forget_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
+        """Delete a removed peer whose grants are all retired, with its offers and grants; the
+        audit rows naming them become signed tombstones."""
         principal.require_scope("federation:manage")
         async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
@@ -88,12 +90,20 @@ class Peers:
                     f"retire the grants of this peer first: {', '.join(unretired)}",
                     details={"grants": unretired},
                 )
-            for offer in await uow.offers.of_peer(peer_id):
+            offers = await uow.offers.of_peer(peer_id)
+            for offer in offers:
                 await uow.offers.delete(offer.id)
             await uow.remote_grants.delete_for_peer(peer_id)
             for grant in grants:
                 await uow.grants.delete(grant.id)
             await uow.peers.delete(peer_id)
+            # The pairing's own history goes with it, as signed tombstones: the chain keeps
+            # each row's digest, so it verifies still; what the peer did to this cluster's
+            # services and models (other targets) stays.
+            named = [peer_id, *(grant.id for grant in grants), *(offer.id for offer in offers)]
+            erased = await uow.audit.tombstone(
+                await uow.audit.naming(project, named), self._ctx.clock()
+            )
             await self._ctx.audit(
                 uow,
                 principal,
@@ -101,6 +111,7 @@ class Peers:
                 "peer.forgotten",
                 peer_id,
                 proven_peer(peer),
+                {"tombstoned": erased},
             )
             await uow.commit()
         self._disconnect(peer)
