@@ -95,7 +95,8 @@ class AuditRepository(Protocol):
         ...
 
     async def naming(self, project: str, targets: Collection[str]) -> Sequence[int]:
-        """The ``seq`` of each live row of ``project`` whose target is one of ``targets``."""
+        """The ``seq`` of each live row of ``project``, or of no project (an offer before it
+        is bound), whose target is one of ``targets``."""
         ...
 
     async def tombstone(self, seqs: Collection[int], at: datetime) -> Sequence[int]:

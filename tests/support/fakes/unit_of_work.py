@@ -312,7 +312,7 @@ class FakeAudit(_Repository):
             row.seq
             for row in self._s.audit_rows
             if row.entry is not None
-            and row.entry.project == project
+            and row.entry.project in (project, None)
             and row.entry.target in targets
         ]
 

@@ -94,11 +94,12 @@ async def test_a_tombstone_keeps_the_links_and_drops_the_content(
         for n in range(6):
             await uow.audit.append(entry(n, target="peer_x" if n in (1, 4) else None))
         await uow.audit.append(entry(9, project="two", target="peer_x"))
+        await uow.audit.append(entry(10, project=None, target="peer_x"))
         await uow.commit()
     async with factory() as uow:
         named = await uow.audit.naming("one", ["peer_x", "thing_5"])
-        assert list(named) == [2, 5, 6]
-        assert list(await uow.audit.tombstone(named, at(60))) == [2, 5, 6]
+        assert list(named) == [2, 5, 6, 8]
+        assert list(await uow.audit.tombstone(named, at(60))) == [2, 5, 6, 8]
         await uow.commit()
     async with factory() as uow:
         assert list(await uow.audit.tombstone([2], at(61))) == []
@@ -106,7 +107,7 @@ async def test_a_tombstone_keeps_the_links_and_drops_the_content(
         rows = await uow.audit.chain(after_seq=0, limit=100)
         listed = await uow.audit.list(project=None, after_seq=0, limit=100)
         own = await uow.audit.list(project="one", after_seq=0, limit=100, cluster_wide=False)
-    assert [row.seq for row in rows if row.entry is None] == [2, 5, 6]
+    assert [row.seq for row in rows if row.entry is None] == [2, 5, 6, 8]
     tombstone = listed[1]
     assert (tombstone.seq, tombstone.action, tombstone.actor) == (2, TOMBSTONE_ACTION, "")
     assert (tombstone.project, tombstone.target, tombstone.details) == (None, None, {})
@@ -115,8 +116,8 @@ async def test_a_tombstone_keeps_the_links_and_drops_the_content(
     assert [e.seq for e in own] == [1, 3, 4]
     report = await verified(factory)
     assert report["intact"] is True
-    assert report["tombstones"] == 3
-    assert report["rows"] == 7
+    assert report["tombstones"] == 4
+    assert report["rows"] == 8
 
 
 async def test_seal_signs_the_last_row_only_while_no_head_is_signed(

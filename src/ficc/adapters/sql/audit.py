@@ -108,7 +108,11 @@ class SqlChainedAudit(SqlAudit):
         log = t.audit_log.c
         query = (
             select(log.seq)
-            .where(log.project == project, log.target.in_(list(targets)), log.tombstone.is_(None))
+            .where(
+                (log.project == project) | log.project.is_(None),
+                log.target.in_(list(targets)),
+                log.tombstone.is_(None),
+            )
             .order_by(log.seq)
         )
         return [int(seq) for seq in (await self._c.execute(query)).scalars()]
