@@ -2,7 +2,7 @@
 signed with the cluster key every :data:`HEAD_INTERVAL` rows, and a deleted row leaves a signed
 tombstone that keeps its digest, so the chain has no hole.
 
-Encoding, digest and signature as the acceptance receipt's (``docs/protocol.md`` §10): a row's
+Encoding, digest and signature as the acceptance receipt's (``docs/security.md``): a row's
 ``digest`` is the SHA-256 of the RFC 8785 encoding of its body; a signature is Ed25519 by the
 cluster key over a context string followed by the 32 bytes of a digest. Pure: the key and the
 verifying function are parameters.
