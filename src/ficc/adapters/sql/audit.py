@@ -39,6 +39,13 @@ from ficc.protocol.signing import Signer
 
 AUDIT_LOCK_KEY: Final = 0x46494343_41554449
 """The advisory lock appends take on PostgreSQL ("FICC" "AUDI" as a 64-bit integer)."""
+_LOCK: Final = text("SELECT pg_advisory_xact_lock(:key)")
+_LAST: Final = (
+    select(t.audit_log.c.seq, t.audit_log.c.digest).order_by(t.audit_log.c.seq.desc()).limit(1)
+)
+_INSERT: Final = insert(t.audit_log)
+"""Built once: an append runs on every audited change, and building a statement costs more
+than SQLite takes to run it."""
 
 
 class SqlChainedAudit(SqlAudit):
@@ -51,15 +58,10 @@ class SqlChainedAudit(SqlAudit):
 
     async def _serialise(self) -> None:
         if self._postgres:
-            await self._c.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY}
-            )
+            await self._c.execute(_LOCK, {"key": AUDIT_LOCK_KEY})
 
     async def _last(self) -> tuple[int, str]:
-        log = t.audit_log.c
-        row = (
-            await self._c.execute(select(log.seq, log.digest).order_by(log.seq.desc()).limit(1))
-        ).first()
+        row = (await self._c.execute(_LAST)).first()
         return (0, GENESIS) if row is None else (int(row.seq), str(row.digest))
 
     async def append(self, entry: AuditEntry) -> int:
@@ -70,19 +72,20 @@ class SqlChainedAudit(SqlAudit):
         details = json.loads(json.dumps(entry.details))
         digest = row_digest(replace(entry, details=details), seq=seq, prev=prev, at=at)
         await self._c.execute(
-            insert(t.audit_log).values(
-                seq=seq,
-                at=at,
-                project=entry.project,
-                actor=entry.actor,
-                action=entry.action,
-                target=entry.target,
-                peer_hypernet_id=entry.peer_hypernet_id,
-                peer_cluster_key=entry.peer_cluster_key,
-                details=details,
-                prev=prev,
-                digest=digest,
-            )
+            _INSERT,
+            {
+                "seq": seq,
+                "at": at,
+                "project": entry.project,
+                "actor": entry.actor,
+                "action": entry.action,
+                "target": entry.target,
+                "peer_hypernet_id": entry.peer_hypernet_id,
+                "peer_cluster_key": entry.peer_cluster_key,
+                "details": details,
+                "prev": prev,
+                "digest": digest,
+            },
         )
         if self._signer is not None and head_due(seq):
             await self._add_head(seq, digest, self._signer)
