@@ -84,6 +84,17 @@ def test_audit_verify_finds_a_row_altered_on_disk_naming_its_seq(state_dir: Path
     assert error["details"] == {"seq": 7, "reason": "digest_mismatch"}
     assert "row 7" in error["message"]
 
+    # Text that is no JSON at all still reads, and is found.
+    with sqlite3.connect(state_dir / "ficc.db") as connection:
+        connection.execute("UPDATE audit_log SET details = 'not json' WHERE seq = 3")
+    connection.close()
+    status, report, _ = _verify(state_dir)
+    assert (status, report["broken"]["seq"], report["broken"]["reason"]) == (
+        1,
+        3,
+        "digest_mismatch",
+    )
+
 
 def test_a_dropped_row_and_a_deleted_head_are_found_on_disk(state_dir: Path) -> None:
     with sqlite3.connect(state_dir / "ficc.db") as connection:

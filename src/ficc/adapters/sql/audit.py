@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import String, insert, select, text, type_coerce, update
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import SqlConnection
@@ -44,6 +44,12 @@ _LAST: Final = (
     select(t.audit_log.c.seq, t.audit_log.c.digest).order_by(t.audit_log.c.seq.desc()).limit(1)
 )
 _INSERT: Final = insert(t.audit_log)
+_CHAIN: Final = select(
+    *(column for column in t.audit_log.c if column.name != "details"),
+    type_coerce(t.audit_log.c.details, String).label("details"),
+)
+"""Rows as stored, ``details`` as its text where the driver gives text (SQLite): a row whose
+JSON was damaged on disk reads all the same, and its digest tells."""
 """Built once: an append runs on every audited change, and building a statement costs more
 than SQLite takes to run it."""
 
@@ -99,9 +105,8 @@ class SqlChainedAudit(SqlAudit):
         )
 
     async def chain(self, *, after_seq: int, limit: int) -> Sequence[ChainRow]:
-        log = t.audit_log.c
-        query = select(t.audit_log).where(log.seq > after_seq).order_by(log.seq).limit(limit)
-        return [_chain_row(row) for row in await self._c.execute(query)]
+        query = _CHAIN.where(t.audit_log.c.seq > after_seq).order_by(t.audit_log.c.seq)
+        return [_chain_row(row) for row in await self._c.execute(query.limit(limit))]
 
     async def heads(self) -> Sequence[SignedHead]:
         rows = await self._c.execute(select(t.audit_heads).order_by(t.audit_heads.c.seq))
@@ -170,6 +175,15 @@ def _required(signer: Signer | None) -> Signer:
     return signer
 
 
+def _details(stored: Any) -> Any:
+    if isinstance(stored, str):
+        try:
+            return json.loads(stored)
+        except ValueError:
+            return stored
+    return stored
+
+
 def _time(stored: str) -> datetime:
     """A stored time; text that is none (a row altered on disk) still reads, to be found out
     by its digest."""
@@ -182,7 +196,7 @@ def _time(stored: str) -> datetime:
 def _chain_row(row: Any) -> ChainRow:
     entry = None
     if row.tombstone is None:
-        details = row.details
+        details = _details(row.details)
         entry = AuditEntry(
             seq=row.seq,
             at=_time(str(row.at)),
