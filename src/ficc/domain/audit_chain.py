@@ -133,6 +133,9 @@ class ChainVerifier:
     public_key: bytes
     verify: Verify
     heads: dict[int, SignedHead]
+    due_through: int | None = None
+    """The last row when ``heads`` was read: rows appended later may be read without their
+    heads (a log verified while it grows), so heads are required only up to it."""
     rows: int = 0
     tombstones: int = 0
     last_seq: int = 0
@@ -144,8 +147,10 @@ class ChainVerifier:
 
     def _due(self, seq: int) -> bool:
         """Whether a signed head must exist at ``seq``: at every multiple of the interval,
-        but before the first head (rows the migration chained: the first head, signed at the
-        first start after it, covers them)."""
+        except before the first head (rows the migration chained: the first head, signed at
+        the first start after it, covers them) and after ``due_through``."""
+        if self.due_through is not None and seq > self.due_through:
+            return False
         return head_due(seq) and seq >= self._first_head
 
     def feed(self, rows: Iterable[ChainRow]) -> bool:

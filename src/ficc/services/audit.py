@@ -85,8 +85,11 @@ async def verify_chain(
     """Check the audit chain row by row against the signed heads: the report names the first
     broken link (``broken.seq``, ``broken.reason``), or is ``intact``."""
     async with uow_factory() as uow:
+        # The end first: every row up to it had its head committed with it, so the heads read
+        # next hold them all, whatever is appended meanwhile.
+        end = await uow.audit.end()
         heads = {head.seq: head for head in await uow.audit.heads()}
-    verifier = ChainVerifier(public_key, verify, heads)
+    verifier = ChainVerifier(public_key, verify, heads, due_through=end)
     after = 0
     while True:
         async with uow_factory() as uow:

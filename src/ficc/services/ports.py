@@ -90,6 +90,10 @@ class AuditRepository(Protocol):
         """Rows as stored, links and tombstones included, in ``seq`` order."""
         ...
 
+    async def end(self) -> int:
+        """The ``seq`` of the last row, 0 for an empty log."""
+        ...
+
     async def heads(self) -> Sequence[SignedHead]:
         """Every signed head, in ``seq`` order."""
         ...

@@ -304,6 +304,9 @@ class FakeAudit(_Repository):
     async def chain(self, *, after_seq: int, limit: int) -> Sequence[ChainRow]:
         return [row for row in self._s.audit_rows if row.seq > after_seq][:limit]
 
+    async def end(self) -> int:
+        return self._last()[0]
+
     async def heads(self) -> Sequence[SignedHead]:
         return [self._s.audit_heads[seq] for seq in sorted(self._s.audit_heads)]
 

@@ -53,10 +53,12 @@ async def test_appended_rows_form_a_chain_with_heads_signed_every_interval(
         rows = await uow.audit.chain(after_seq=0, limit=1000)
         heads = await uow.audit.heads()
         page = await uow.audit.chain(after_seq=3, limit=2)
+        end = await uow.audit.end()
     assert [row.seq for row in rows] == seqs
     assert rows[0].prev == GENESIS
     assert [row.prev for row in rows[1:]] == [row.digest for row in rows[:-1]]
     assert [row.seq for row in page] == [4, 5]
+    assert end == HEAD_INTERVAL + 2
     assert [(head.seq, head.digest) for head in heads] == [(HEAD_INTERVAL, rows[-3].digest)]
     first = rows[0].entry
     assert first is not None
@@ -123,6 +125,8 @@ async def test_a_tombstone_keeps_the_links_and_drops_the_content(
 async def test_seal_signs_the_last_row_only_while_no_head_is_signed(
     uow_factory: UnitOfWorkFactory,
 ) -> None:
+    async with uow_factory() as uow:
+        assert await uow.audit.end() == 0
     async with uow_factory() as uow:  # no key: rows as the migration leaves them
         for n in range(3):
             await uow.audit.append(entry(n))

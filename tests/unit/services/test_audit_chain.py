@@ -15,7 +15,13 @@ from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.domain.audit import AuditEntry
-from ficc.domain.audit_chain import GENESIS, HEAD_INTERVAL, SignedHead, row_digest
+from ficc.domain.audit_chain import (
+    GENESIS,
+    HEAD_INTERVAL,
+    ChainVerifier,
+    SignedHead,
+    row_digest,
+)
 from ficc.domain.receipts import b64
 from ficc.services import audit
 
@@ -167,3 +173,17 @@ async def test_a_tombstone_needs_the_cluster_key() -> None:
         await uow.audit.append(entry(1))
         with pytest.raises(RuntimeError, match="cluster key"):
             await uow.audit.tombstone([1], NOW)
+
+
+async def test_rows_appended_while_verifying_need_no_head_the_verifier_did_not_read() -> None:
+    factory = await filled(HEAD_INTERVAL - 1)
+    verifier = ChainVerifier(KEY.public_key, verify_signature, {}, due_through=HEAD_INTERVAL - 1)
+    async with factory() as uow:  # the head row comes after the heads were read
+        await uow.audit.append(entry(HEAD_INTERVAL))
+        await uow.commit()
+    assert verifier.feed(factory.store.audit_rows)
+    assert verifier.finish() is None
+    without_end = ChainVerifier(KEY.public_key, verify_signature, {})
+    assert not without_end.feed(factory.store.audit_rows)
+    assert without_end.broken is not None
+    assert without_end.broken.reason == "head_missing"

@@ -108,6 +108,9 @@ class SqlChainedAudit(SqlAudit):
         query = _CHAIN.where(t.audit_log.c.seq > after_seq).order_by(t.audit_log.c.seq)
         return [_chain_row(row) for row in await self._c.execute(query.limit(limit))]
 
+    async def end(self) -> int:
+        return (await self._last())[0]
+
     async def heads(self) -> Sequence[SignedHead]:
         rows = await self._c.execute(select(t.audit_heads).order_by(t.audit_heads.c.seq))
         return [SignedHead(row.seq, row.digest, row.signature) for row in rows]
