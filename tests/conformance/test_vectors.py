@@ -68,3 +68,27 @@ def test_the_receipt_follows_the_document() -> None:
     service = bytes.fromhex(v["service_cluster_key"])
     assert w.check_receipt(receipt, service) == receipt["body"]
     assert w.b64(service) == receipt["body"]["service_cluster_key"]
+
+
+def test_the_audit_chain_follows_the_document() -> None:
+    v = load("audit.json")
+    key = bytes.fromhex(v["cluster_key"])
+    assert w.Key(bytes.fromhex(v["cluster_key_seed"])).public == key
+    prev = "0" * 64
+    for row in v["rows"]:
+        assert w.jcs(row["body"]).decode() == row["body_jcs"]
+        assert row["body"]["prev"] == prev
+        prev = hashlib.sha256(row["body_jcs"].encode()).hexdigest()
+        assert prev == row["digest"]
+    for signed, context in ((v["head"], "head_context"), (v["tombstone"], "tombstone_context")):
+        assert w.jcs(signed["body"]).decode() == signed["body_jcs"]
+        digest = hashlib.sha256(signed["body_jcs"].encode()).digest()
+        message = bytes.fromhex(v[context]) + digest
+        assert message.hex() == signed["signed_message"]
+        assert w.verifies(key, message, w.unb64(signed["signature"]))
+    assert v["head"]["body"] == {"kind": "ficc.audit-head/1", "seq": 2, "digest": prev}
+    first = v["rows"][0]
+    assert (v["tombstone"]["body"]["digest"], v["tombstone"]["body"]["prev"]) == (
+        first["digest"],
+        first["body"]["prev"],
+    )

@@ -2,7 +2,8 @@
 
 A backup is a directory::
 
-    manifest.json       what is inside: format, schema revision, cluster key, label, files
+    manifest.json       what is inside: format, schema revision, cluster key, label, files,
+                        and the audit chain's head (``audit_head``: its seq and digest)
     ficc.db             the database, copied by SQLite's backup API (consistent while serving)
     cluster.key         the FICC cluster key; without it every pairing is lost
     owner.token         the local owner's token
@@ -12,8 +13,10 @@ A backup is a directory::
 Restoring writes a new state directory from it, verifies every blob again, puts the HyperNet
 key in ``NEW/agent`` (or a directory the operator names) and points the restored database's
 companion configuration there. The restored cluster has the same identity (cluster key and
-HyperNet ID), pairings, grants and models. Run the original and the restored cluster at the
-same time only if you mean to: peers see one identity answering from two places.
+HyperNet ID), pairings, grants and models, and its audit chain with the signed heads: restore
+refuses a backup whose audit log does not reach the head its manifest names. Run the original
+and the restored cluster at the same time only if you mean to: peers see one identity
+answering from two places.
 """
 
 from __future__ import annotations
@@ -74,6 +77,42 @@ def _revision(database: Path) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _audit_head(database: Path) -> dict[str, Any] | None:
+    """The audit chain's last row, ``{"seq", "digest"}``; None for an empty log (or a schema
+    from before the chain)."""
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        row = connection.execute(
+            "SELECT seq, digest FROM audit_log ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        connection.close()
+    return None if row is None else {"seq": row[0], "digest": row[1]}
+
+
+def _check_audit_head(database: Path, head: Any) -> None:
+    """The restored log still holds the row the backup's head names, with that digest."""
+    if head is None:
+        return
+    if not isinstance(head, dict):
+        raise InvalidInput("the backup's manifest names no valid audit_head", field="from")
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        row = connection.execute(
+            "SELECT digest FROM audit_log WHERE seq = ?", (head.get("seq"),)
+        ).fetchone()
+    finally:
+        connection.close()
+    if row is None or row[0] != head.get("digest"):
+        raise InvalidInput(
+            f"the backup's audit log does not reach the head its manifest names "
+            f"(row {head.get('seq')})",
+            field="from",
+        )
+
+
 def _copy_blobs(source: BlobStore, target: BlobStore) -> tuple[int, int]:
     """Copy every blob, each verified against its address while copied."""
     count = total = 0
@@ -121,6 +160,7 @@ def backup(state: StateDir, destination: Path, *, now: datetime | None = None) -
         "hypernet_key": hypernet_key,
         "blobs": blobs,
         "blob_bytes": blob_bytes,
+        "audit_head": _audit_head(database),
     }
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return BackupSummary(destination, blobs, blob_bytes, hypernet_key, revision)
@@ -148,6 +188,7 @@ def restore(source: Path, state: StateDir, *, agent_directory: Path | None = Non
     state.create()
     try:
         copy_sqlite(source / state.database.name, state.database)
+        _check_audit_head(state.database, manifest.get("audit_head"))
         write_secret_file(state.cluster_key, read_secret_file(source / state.cluster_key.name))
         if (source / state.owner_token.name).is_file():
             write_secret_file(state.owner_token, read_secret_file(source / state.owner_token.name))

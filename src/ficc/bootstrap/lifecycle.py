@@ -20,7 +20,7 @@ from ficc.bootstrap.settings import Settings, system_clock
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
-from ficc.services import accounts, nodes
+from ficc.services import accounts, audit, nodes
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
 
@@ -44,11 +44,11 @@ async def initialise(settings: Settings, *, label: str | None = None) -> InitRes
     database = Database(settings.database)
     try:
         await upgrade_schema(database)
-        uow_factory = SqlUnitOfWorkFactory(database)
         created_key = not state.cluster_key.exists()
         if created_key:
             ClusterKey.generate().save(state.cluster_key)
         key = ClusterKey.load(state.cluster_key)
+        uow_factory = SqlUnitOfWorkFactory(database, audit_signer=key)
         async with uow_factory() as uow:
             owner, created_owner = await accounts.ensure_owner(uow, system_clock)
             stored_label = await uow.settings.get(LABEL_SETTING)
@@ -89,14 +89,16 @@ async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cl
     await initialise(settings)
     database = Database(settings.database)
     await database.migrate()
-    uow_factory = SqlUnitOfWorkFactory(database)
+    key = ClusterKey.load(settings.state.cluster_key)
+    uow_factory = SqlUnitOfWorkFactory(database, audit_signer=key)
+    await audit.seal(uow_factory)
     async with uow_factory() as uow:
         label = await uow.settings.get(LABEL_SETTING)
     return build(
         settings,
         uow_factory=uow_factory,
         database=database,
-        cluster_key=ClusterKey.load(settings.state.cluster_key),
+        cluster_key=key,
         clock=clock,
         label=str(label or ""),
     )

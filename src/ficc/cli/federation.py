@@ -258,10 +258,16 @@ forwarding(
 )
 
 
-forwarding(
-    "federation-forget",
-    "POST",
-    f"{PREFIX}/peers/{{peer}}/forget",
-    "Delete a removed peer whose grants are all retired.",
-    "peer",
+@cli.command("federation-forget")
+@state_options
+@click.argument("peer")
+@click.option(
+    "--erase-audit",
+    is_flag=True,
+    help="Also turn the audit rows naming the peer, its offers and grants into signed tombstones.",
 )
+@handles_errors
+def federation_forget(state_dir: Path, project: str, peer: str, erase_audit: bool) -> None:
+    """Delete a removed peer whose grants are all retired."""
+    body = {"erase_audit": True} if erase_audit else None
+    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget", body))

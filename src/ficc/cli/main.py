@@ -382,6 +382,7 @@ def main() -> None:
     # Importing a command module registers its commands.
     from ficc.cli import (  # noqa: F401
         accounts,
+        audit,
         backup,
         chat,
         federation,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ficc.base.errors import InvalidInput
 from ficc.domain.audit import MAX_AUDIT_PAGE as MAX_AUDIT_PAGE
 from ficc.domain.audit import MAX_AUDIT_SEQ as MAX_AUDIT_SEQ
 from ficc.domain.audit import AuditEntry
+from ficc.domain.audit_chain import ChainVerifier, Verify
 from ficc.domain.principals import Principal
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
@@ -72,3 +73,38 @@ async def list_audit(
             limit=limit,
             cluster_wide=principal.is_owner,
         )
+
+
+VERIFY_PAGE: Final = 1000
+"""Rows read per transaction while verifying: a long log never sits in memory whole."""
+
+
+async def verify_chain(
+    uow_factory: UnitOfWorkFactory, *, public_key: bytes, verify: Verify
+) -> dict[str, Any]:
+    """Check the audit chain row by row against the signed heads: the report names the first
+    broken link (``broken.seq``, ``broken.reason``), or is ``intact``."""
+    async with uow_factory() as uow:
+        # The end first: every row up to it had its head committed with it, so the heads read
+        # next hold them all, whatever is appended meanwhile.
+        end = await uow.audit.end()
+        heads = {head.seq: head for head in await uow.audit.heads()}
+    verifier = ChainVerifier(public_key, verify, heads, due_through=end)
+    after = 0
+    while True:
+        async with uow_factory() as uow:
+            rows = await uow.audit.chain(after_seq=after, limit=VERIFY_PAGE)
+        if not rows or not verifier.feed(rows):
+            break
+        after = rows[-1].seq
+    verifier.finish()
+    return verifier.report()
+
+
+async def seal(uow_factory: UnitOfWorkFactory) -> int | None:
+    """Sign the head of a chain no head signs yet (the rows migration 0015 chained): the first
+    start after the migration pins that history to the cluster key."""
+    async with uow_factory() as uow:
+        sealed = await uow.audit.seal()
+        await uow.commit()
+    return sealed

@@ -5,7 +5,7 @@ Adapters implement them; services never import an adapter.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -13,6 +13,7 @@ from typing import Any, Protocol, Self
 
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
+from ficc.domain.audit_chain import ChainRow, SignedHead
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.nodes import Node
@@ -83,6 +84,33 @@ class AuditRepository(Protocol):
         self, *, project: str | None, after_seq: int, limit: int, cluster_wide: bool = True
     ) -> list[AuditEntry]:
         """Entries of ``project`` (None: all), with project-less ones only if ``cluster_wide``."""
+        ...
+
+    async def chain(self, *, after_seq: int, limit: int) -> Sequence[ChainRow]:
+        """Rows as stored, links and tombstones included, in ``seq`` order."""
+        ...
+
+    async def end(self) -> int:
+        """The ``seq`` of the last row, 0 for an empty log."""
+        ...
+
+    async def heads(self) -> Sequence[SignedHead]:
+        """Every signed head, in ``seq`` order."""
+        ...
+
+    async def naming(self, project: str, targets: Collection[str]) -> Sequence[int]:
+        """The ``seq`` of each live row of ``project``, or of no project (an offer before it
+        is bound), whose target is one of ``targets``."""
+        ...
+
+    async def tombstone(self, seqs: Collection[int], at: datetime) -> Sequence[int]:
+        """Delete these rows' content, each leaving a tombstone signed with the cluster key
+        that keeps its links; the ``seq`` of each row tombstoned now."""
+        ...
+
+    async def seal(self) -> int | None:
+        """Sign the head at the last row if no head is signed yet (rows the migration chained,
+        which no key signed); the ``seq`` signed, or None."""
         ...
 
 

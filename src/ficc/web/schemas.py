@@ -89,6 +89,11 @@ class Refresh(Strict):
     grant: str | None = None
 
 
+class Forget(Strict):
+    erase_audit: bool = False
+    """Turn the audit rows naming the peer, its offers and its grants into signed tombstones."""
+
+
 class RemoteRequest(Strict):
     operation: str
     body: dict[str, Any] = {}

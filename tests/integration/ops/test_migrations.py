@@ -76,6 +76,12 @@ def test_upgrade_from_the_previous_revision_keeps_the_data(tmp_path: Path) -> No
         overview = cluster.owner().get("/api/v1/federation/").json()
         assert overview["identity"]["label"] == "old"
         assert cluster.client().get("/readyz").status_code == 200
+        # The start after the upgrade signed the head of the rows written before it.
+        verified = ficc("audit-verify", state_dir=state_dir)
+        assert verified.returncode == 0, verified.stderr
+        report = json.loads(verified.stdout)
+        assert (report["intact"], report["signed_heads"]) == (True, 1)
+        assert report["signed_through"] >= 1
     finally:
         cluster.stop()
 

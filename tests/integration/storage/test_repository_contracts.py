@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from tests.support.postgres import PostgresServer
 from tests.unit.contracts.test_account_repositories import *  # noqa: F403
+from tests.unit.contracts.test_audit_chain_repositories import *  # noqa: F403
 from tests.unit.contracts.test_catalogue_repositories import *  # noqa: F403
 from tests.unit.contracts.test_federation_repositories import *  # noqa: F403
 from tests.unit.contracts.test_inference_repositories import *  # noqa: F403

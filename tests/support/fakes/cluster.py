@@ -44,7 +44,8 @@ async def fake_cluster(
     clock = clock or FakeClock()
     settings = Settings(state_dir=root)
     settings.state.create()
-    uow_factory = FakeUnitOfWorkFactory(store)
+    cluster_key = cluster_key or ClusterKey.generate()
+    uow_factory = FakeUnitOfWorkFactory(store, audit_signer=cluster_key)
     async with uow_factory() as uow:
         owner, _ = await accounts.ensure_owner(uow, clock)
         await uow.settings.put(LABEL_SETTING, label)
@@ -64,7 +65,7 @@ async def fake_cluster(
     return build(
         settings,
         uow_factory=uow_factory,
-        cluster_key=cluster_key or ClusterKey.generate(),
+        cluster_key=cluster_key,
         label=label,
         clock=clock,
         transport_factory=transport_factory,

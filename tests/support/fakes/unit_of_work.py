@@ -15,14 +15,25 @@ import asyncio
 import copy
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from ficc.base.times import format_stored_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
+from ficc.domain.audit_chain import (
+    GENESIS,
+    TOMBSTONE_ACTION,
+    ChainRow,
+    SignedHead,
+    head_due,
+    row_digest,
+    sign_head,
+    sign_tombstone,
+)
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.inference import ServiceState
@@ -31,6 +42,7 @@ from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
+from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
@@ -71,7 +83,9 @@ class FakeStore:
     sessions: dict[str, WebSession] = field(default_factory=dict)
     login_links: dict[str, LoginLink] = field(default_factory=dict)
     projects: dict[str, datetime] = field(default_factory=dict)
-    audit: list[AuditEntry] = field(default_factory=list)
+    audit_rows: list[ChainRow] = field(default_factory=list)
+    """The audit log as stored: content, links and tombstones (see :attr:`audit`)."""
+    audit_heads: dict[int, SignedHead] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     models: dict[str, CatalogueModel] = field(default_factory=dict)
@@ -93,6 +107,11 @@ class FakeStore:
     """Receipt reads of each transaction, in the order they ended."""
     writer: asyncio.Lock = field(default_factory=asyncio.Lock, metadata={"kept": True})
 
+    @property
+    def audit(self) -> list[AuditEntry]:
+        """The audit log's entries, a tombstone as an entry of action ``audit.tombstone``."""
+        return [_entry_of(row) for row in self.audit_rows]
+
     def snapshot(self) -> dict[str, Any]:
         """The tables as they are now, to go back to on rollback."""
         tables = [f.name for f in fields(self) if "kept" not in f.metadata]
@@ -101,6 +120,19 @@ class FakeStore:
     def restore(self, snapshot: dict[str, Any]) -> None:
         for name, value in snapshot.items():
             setattr(self, name, value)
+
+
+def _entry_of(row: ChainRow) -> AuditEntry:
+    if row.entry is not None:
+        return row.entry
+    return AuditEntry(
+        action=TOMBSTONE_ACTION,
+        actor="",
+        project=None,
+        target=None,
+        at=parse_time(row.at),
+        seq=row.seq,
+    )
 
 
 class _Repository:
@@ -244,15 +276,85 @@ class FakeProjects(_Repository):
 
 
 class FakeAudit(_Repository):
+    """The chain as SQL keeps it: the writer lock serialises appends, as on SQLite."""
+
+    def __init__(self, store: FakeStore, signer: Signer | None) -> None:
+        super().__init__(store)
+        self._signer = signer
+
+    def _last(self) -> tuple[int, str]:
+        rows = self._s.audit_rows
+        return (0, GENESIS) if not rows else (rows[-1].seq, rows[-1].digest or "")
+
     async def append(self, entry: AuditEntry) -> int:
-        seq = len(self._s.audit) + 1
-        self._s.audit.append(replace(entry, seq=seq, details=_json(entry.details)))
+        last_seq, prev = self._last()
+        seq = last_seq + 1
+        if any(row.prev == prev for row in self._s.audit_rows):
+            raise IntegrityError(f"an audit row follows {prev} already")
+        at = format_stored_time(entry.at)
+        stored = replace(entry, seq=seq, at=parse_time(at), details=_json(entry.details))
+        digest = row_digest(stored, seq=seq, prev=prev, at=at)
+        self._s.audit_rows.append(ChainRow(seq, at, prev, digest, stored))
+        if self._signer is not None and head_due(seq):
+            self._s.audit_heads[seq] = SignedHead(
+                seq, digest, sign_head(seq, digest, self._signer.sign)
+            )
         return seq
+
+    async def chain(self, *, after_seq: int, limit: int) -> Sequence[ChainRow]:
+        return [row for row in self._s.audit_rows if row.seq > after_seq][:limit]
+
+    async def end(self) -> int:
+        return self._last()[0]
+
+    async def heads(self) -> Sequence[SignedHead]:
+        return [self._s.audit_heads[seq] for seq in sorted(self._s.audit_heads)]
+
+    async def naming(self, project: str, targets: Collection[str]) -> Sequence[int]:
+        return [
+            row.seq
+            for row in self._s.audit_rows
+            if row.entry is not None
+            and row.entry.project in (project, None)
+            and row.entry.target in targets
+        ]
+
+    async def tombstone(self, seqs: Collection[int], at: datetime) -> Sequence[int]:
+        signer = self._required()
+        stamp = format_stored_time(at)
+        done = []
+        for index, row in enumerate(self._s.audit_rows):
+            if row.seq in seqs and row.tombstone is None:
+                assert row.prev is not None
+                assert row.digest is not None
+                signature = sign_tombstone(
+                    seq=row.seq, prev=row.prev, digest=row.digest, at=stamp, sign=signer.sign
+                )
+                self._s.audit_rows[index] = ChainRow(
+                    row.seq, stamp, row.prev, row.digest, None, tombstone=signature
+                )
+                done.append(row.seq)
+        return done
+
+    async def seal(self) -> int | None:
+        signer = self._required()
+        seq, digest = self._last()
+        if self._s.audit_heads or seq == 0:
+            return None
+        self._s.audit_heads[seq] = SignedHead(seq, digest, sign_head(seq, digest, signer.sign))
+        return seq
+
+    def _required(self) -> Signer:
+        if self._signer is None:
+            raise RuntimeError("this unit of work has no cluster key to sign the audit log with")
+        return self._signer
 
     async def list(
         self, *, project: str | None, after_seq: int, limit: int, cluster_wide: bool = True
     ) -> list[AuditEntry]:
-        entries = self._s.audit[after_seq:]
+        entries = [
+            entry for entry in self._s.audit if entry.seq is not None and entry.seq > after_seq
+        ]
         if project is not None:
             entries = [
                 e for e in entries if e.project == project or (cluster_wide and e.project is None)
@@ -618,7 +720,7 @@ class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, audit_signer: Signer | None = None) -> None:
         self._store = store
         self._begun: dict[str, Any] | None = None
         self.users: UsersRepository = FakeUsers(store)
@@ -626,7 +728,7 @@ class FakeUnitOfWork:
         self.sessions: SessionsRepository = FakeSessions(store)
         self.login_links: LoginLinksRepository = FakeLoginLinks(store)
         self.projects: ProjectsRepository = FakeProjects(store)
-        self.audit: AuditRepository = FakeAudit(store)
+        self.audit: AuditRepository = FakeAudit(store, audit_signer)
         self.settings: SettingsRepository = FakeSettings(store)
         self.nodes: NodesRepository = FakeNodes(store)
         self.models: ModelsRepository = FakeModels(store)
@@ -671,8 +773,15 @@ class FakeUnitOfWork:
 class FakeUnitOfWorkFactory:
     """Makes fake units of work over one shared :class:`FakeStore`."""
 
-    def __init__(self, store: FakeStore | None = None) -> None:
+    def __init__(
+        self, store: FakeStore | None = None, *, audit_signer: Signer | None = None
+    ) -> None:
         self.store = store or FakeStore()
+        self._audit_signer = audit_signer
 
     def __call__(self) -> FakeUnitOfWork:
-        return FakeUnitOfWork(self.store)
+        return FakeUnitOfWork(self.store, self._audit_signer)
+
+    def signed_by(self, signer: Signer) -> FakeUnitOfWorkFactory:
+        """The same store, signing the audit log with ``signer``."""
+        return FakeUnitOfWorkFactory(self.store, audit_signer=signer)

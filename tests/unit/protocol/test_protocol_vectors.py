@@ -14,6 +14,9 @@ import pytest
 
 from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.base.errors import Conflict, ProtocolError
+from ficc.base.times import parse_time
+from ficc.domain.audit import AuditEntry
+from ficc.domain.audit_chain import ChainRow, ChainVerifier, SignedHead, row_digest
 from ficc.domain.receipts import check_receipt, unb64
 from ficc.protocol.handshake import Handshake, KnownPeer, Role, State
 from ficc.protocol.messages import Request, decode_message
@@ -113,3 +116,45 @@ def test_ficc_accepts_the_recorded_receipt_and_refuses_it_changed() -> None:
     changed = {**receipt, "body": {**body, "generation": body["generation"] + 1}}
     with pytest.raises(Conflict):
         check_receipt(changed, **arguments)
+
+
+def test_ficc_verifies_the_recorded_audit_chain_and_finds_each_row_changed() -> None:
+    vector = load("audit.json")
+    key = bytes.fromhex(vector["cluster_key"])
+
+    def stored(row: dict[str, Any], **changed: Any) -> ChainRow:
+        body = {**row["body"], **changed}
+        entry = AuditEntry(
+            body["action"],
+            body["actor"],
+            body["project"],
+            body["target"],
+            parse_time(body["at"]),
+            details=body["details"],
+            peer_hypernet_id=body["peer_hypernet_id"],
+            peer_cluster_key=body["peer_cluster_key"],
+        )
+        return ChainRow(body["seq"], body["at"], body["prev"], row["digest"], entry)
+
+    head = vector["head"]
+    heads = {head["body"]["seq"]: SignedHead(2, head["body"]["digest"], head["signature"])}
+    rows = [stored(row) for row in vector["rows"]]
+    assert [
+        row_digest(r.entry, seq=r.seq, prev=r.prev, at=r.at) for r in rows if r.entry and r.prev
+    ] == [row["digest"] for row in vector["rows"]]
+    verifier = ChainVerifier(key, ed25519_verify, heads)
+    assert verifier.feed(rows)
+    assert verifier.finish() is None
+    tombstone = vector["tombstone"]
+    first = rows[0]
+    emptied = ChainRow(
+        1, tombstone["body"]["at"], first.prev, first.digest, None, tombstone["signature"]
+    )
+    verifier = ChainVerifier(key, ed25519_verify, heads)
+    assert verifier.feed([emptied, rows[1]])
+    assert verifier.tombstones == 1
+    changed = [stored(vector["rows"][0], actor="someone"), rows[1]]
+    verifier = ChainVerifier(key, ed25519_verify, heads)
+    assert not verifier.feed(changed)
+    assert verifier.broken is not None
+    assert (verifier.broken.seq, verifier.broken.reason) == (1, "digest_mismatch")

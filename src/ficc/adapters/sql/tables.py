@@ -129,6 +129,18 @@ audit_log = Table(
     Column("peer_hypernet_id", String(64), nullable=True),
     Column("peer_cluster_key", String(64), nullable=True),
     Column("details", JSON, nullable=False),
+    # The hash chain (migration 0015; see ficc.domain.audit_chain): filled on every row.
+    Column("prev", String(64), nullable=True),
+    Column("digest", String(64), nullable=True),
+    Column("tombstone", String(100), nullable=True),
+)
+
+audit_heads = Table(
+    "audit_heads",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("digest", String(64), nullable=False),
+    Column("signature", String(100), nullable=False),
 )
 
 cluster_settings = Table(
@@ -319,6 +331,7 @@ transfers = Table(
 # The indexes the migrations create, declared here too so that the two agree exactly.
 Index("models_by_sha256", models.c.sha256)
 Index("audit_by_project", audit_log.c.project, audit_log.c.seq)
+Index("audit_by_prev", audit_log.c.prev, unique=True)
 Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from ficc.adapters.sql.audit import SqlChainedAudit
 from ficc.adapters.sql.database import Database, SqlConnection, WriterLock
 from ficc.adapters.sql.repositories import (
     SqlAttempts,
-    SqlAudit,
     SqlGrants,
     SqlLoginLinks,
     SqlModels,
@@ -26,6 +26,7 @@ from ficc.adapters.sql.repositories import (
     SqlTransfers,
     SqlUsers,
 )
+from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
@@ -51,9 +52,12 @@ from ficc.services.ports import (
 class SqlUnitOfWork:
     """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
 
-    def __init__(self, database: Database, lock: WriterLock) -> None:
+    def __init__(
+        self, database: Database, lock: WriterLock, audit_signer: Signer | None = None
+    ) -> None:
         self._database = database
         self._lock = lock
+        self._audit_signer = audit_signer
         self._connection: SqlConnection | None = None
 
     async def __aenter__(self) -> Self:
@@ -69,7 +73,9 @@ class SqlUnitOfWork:
         self.sessions: SessionsRepository = SqlSessions(connection)
         self.login_links: LoginLinksRepository = SqlLoginLinks(connection)
         self.projects: ProjectsRepository = SqlProjects(connection)
-        self.audit: AuditRepository = SqlAudit(connection)
+        self.audit: AuditRepository = SqlChainedAudit(
+            connection, postgres=not self._database.is_sqlite, signer=self._audit_signer
+        )
         self.settings: SettingsRepository = SqlSettings(connection)
         self.nodes: NodesRepository = SqlNodes(connection)
         self.models: ModelsRepository = SqlModels(connection)
@@ -110,11 +116,23 @@ class SqlUnitOfWork:
 
 
 class SqlUnitOfWorkFactory:
-    """Makes units of work sharing one engine and, on SQLite, one writer lock."""
+    """Makes units of work sharing one engine and, on SQLite, one writer lock; with
+    ``audit_signer`` (the cluster key) they sign the audit log's heads and tombstones."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        audit_signer: Signer | None = None,
+        lock: WriterLock | None = None,
+    ) -> None:
         self.database = database
-        self._lock = WriterLock(database)
+        self._lock = lock or WriterLock(database)
+        self._audit_signer = audit_signer
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.database, self._lock)
+        return SqlUnitOfWork(self.database, self._lock, self._audit_signer)
+
+    def signed_by(self, signer: Signer) -> SqlUnitOfWorkFactory:
+        """The same database and writer lock, signing the audit log with ``signer``."""
+        return SqlUnitOfWorkFactory(self.database, audit_signer=signer, lock=self._lock)

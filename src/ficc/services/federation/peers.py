@@ -72,7 +72,15 @@ class Peers:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
 
-    async def forget_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
+    async def forget_peer(
+        self, principal: Principal, project: str, peer_id: str, *, erase_audit: bool = False
+    ) -> dict[str, Any]:
+        """Delete a removed peer whose grants are all retired, with its offers and grants.
+
+        The audit log keeps the pairing's history; with ``erase_audit`` the rows naming the
+        peer, its offers and its grants become signed tombstones instead (their content goes,
+        their digests stay, so the chain still verifies, and ``peer.forgotten`` lists them).
+        """
         principal.require_scope("federation:manage")
         async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
@@ -88,12 +96,20 @@ class Peers:
                     f"retire the grants of this peer first: {', '.join(unretired)}",
                     details={"grants": unretired},
                 )
-            for offer in await uow.offers.of_peer(peer_id):
+            offers = await uow.offers.of_peer(peer_id)
+            for offer in offers:
                 await uow.offers.delete(offer.id)
             await uow.remote_grants.delete_for_peer(peer_id)
             for grant in grants:
                 await uow.grants.delete(grant.id)
             await uow.peers.delete(peer_id)
+            details: dict[str, Any] = {}
+            if erase_audit:
+                # What the peer did to this cluster's services and models (other targets)
+                # stays in the log either way.
+                named = [peer_id, *(grant.id for grant in grants), *(o.id for o in offers)]
+                seqs = await uow.audit.naming(project, named)
+                details["tombstoned"] = list(await uow.audit.tombstone(seqs, self._ctx.clock()))
             await self._ctx.audit(
                 uow,
                 principal,
@@ -101,10 +117,14 @@ class Peers:
                 "peer.forgotten",
                 peer_id,
                 proven_peer(peer),
+                details,
             )
             await uow.commit()
         self._disconnect(peer)
-        return {"peer": peer_id, "forgotten": True}
+        answer: dict[str, Any] = {"peer": peer_id, "forgotten": True}
+        if erase_audit:
+            answer["tombstoned"] = details["tombstoned"]
+        return answer
 
     async def on_peer_removed(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
         now = self._ctx.clock()

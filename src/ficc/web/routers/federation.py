@@ -15,6 +15,7 @@ from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
 from ficc.web.schemas import (
     Configuration,
+    Forget,
     OfferApprove,
     OfferCreate,
     OfferFinish,
@@ -117,8 +118,12 @@ async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/forget", responses=answer(OpenObject))
-async def forget_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.peers.forget_peer(ctx.principal, ctx.project, peer_id)
+async def forget_peer(
+    peer_id: str, body: Forget | None = None, ctx: Context = scoped("federation:manage")
+) -> Any:
+    return await ctx.cluster.federation.peers.forget_peer(
+        ctx.principal, ctx.project, peer_id, erase_audit=body is not None and body.erase_audit
+    )
 
 
 @router.post(
