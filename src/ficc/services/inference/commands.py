@@ -1,4 +1,4 @@
-"""The use cases that change services: create, replace, control, and a grant's ending.
+"""The use cases that change services: create, replace and control.
 
 ``revision`` grows with every user change (create, replace, control); engine events (ready,
 crashed, drained) change ``state`` but not ``revision``, so a caller's revision stays valid
@@ -13,13 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Final
 
-from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id
-from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
-    DesiredState,
     Operation,
     ServiceSpec,
     ServiceState,
@@ -33,7 +31,7 @@ from ficc.domain.inference import (
 )
 from ficc.domain.mutations import derived_entropy
 from ficc.domain.service_records import ServiceRecord
-from ficc.services import audit, mutations
+from ficc.services import mutations
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.records import (
     Actor,
@@ -339,81 +337,15 @@ class ServiceCommands:
         async with self._uow_factory() as uow:
             return await self._finish(uow, key, result)
 
-    async def stop_for_grant(self, grant: Grant) -> None:
-        """With ``stop_on_revoke``, an ended grant's services are stopped."""
-        if not grant.terms.stop_on_revoke:
-            return
-        for service_id in sorted(grant.created_services):
-            lock = await self._supervisor.lock_of(service_id)
-            if lock is None:
-                continue
-            async with lock:
-                async with self._uow_factory() as uow:
-                    service = await uow.services.get(service_id)
-                    if service is None:
-                        continue
-                    state = plan_operation(service.state, Operation.STOP).to_state
-                    desired = desired_after(Operation.STOP, service.desired)
-                    if state is None or (state is service.state and desired is service.desired):
-                        continue
-                    changed = replace(
-                        service,
-                        state=state,
-                        desired=desired,
-                        revision=service.revision + 1,
-                        updated_at=self._clock(),
-                    )
-                    await uow.services.update(changed)
-                    await audit.record(
-                        uow,
-                        self._clock,
-                        action="service.stop",
-                        actor="stop_on_revoke",
-                        project=service.project,
-                        target=service_id,
-                        details={"grant": grant.id},
-                    )
-                    await uow.commit()
-                await self._supervisor.stop_replicas(service_id)
-
-    async def restore(self) -> None:
-        """After FICC's own restart: start again every stopped service whose desired state is
-        running. One whose earlier attempt's outcome is unknown (or that cannot start now)
-        stays stopped with the reason in its error; ``start`` with ``acknowledge_unknown``
-        then starts it, as for any unknown outcome."""
-        async with self._uow_factory() as uow:
-            waiting = [
-                s
-                for s in await uow.services.list_all()
-                if s.desired is DesiredState.RUNNING and s.state is ServiceState.STOPPED
-            ]
-        for service in waiting:
-            lock = await self._supervisor.lock_of(service.id)
-            if lock is None:
-                continue
-            async with lock:
-                try:
-                    await self._start(
-                        RESTORE_ACTOR,
-                        service.project,
-                        service.id,
-                        service.revision,
-                        False,
-                        None,
-                        restoring=True,
-                    )
-                except FiccError as exc:
-                    await self._not_restored(service.id, exc.message)
-
-    async def _not_restored(self, service_id: str, why: str) -> None:
-        async with self._uow_factory() as uow:
-            service = await uow.services.get(service_id)
-            if service is None or service.state is not ServiceState.STOPPED:
-                return
-            reason = f"not started again after FICC's restart: {why}"
-            if service.error and reason in service.error:
-                return
-            if service.error:
-                reason = f"{service.error}; {reason}"
-            await uow.services.update(replace(service, error=reason, updated_at=self._clock()))
-            await uow.commit()
+    async def start_restored(self, service: ServiceRecord) -> None:
+        """FICC's own start of ``service`` after its restart, under the caller's lock: no user
+        change, so its revision stays (a caller's revision stays valid while it comes up)."""
+        await self._start(
+            RESTORE_ACTOR,
+            service.project,
+            service.id,
+            service.revision,
+            False,
+            None,
+            restoring=True,
+        )
