@@ -351,24 +351,26 @@ class Handshake:
 
 
 S, E = State, Event
+_PEER_REFUSALS: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
+    (waiting, E.ERROR): (S.FAILED, Handshake._peer_refused)
+    for waiting in (S.AWAIT_HELLO, S.AWAIT_CHALLENGE, S.AWAIT_PROOF)
+}
+"""On either side, an error frame in any state that waits for the peer ends the handshake."""
+
 INITIATOR_TABLE: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
     (S.START, E.BEGIN): (S.AWAIT_HELLO, Handshake._open),
     (S.AWAIT_HELLO, E.HELLO): (S.AWAIT_CHALLENGE, Handshake._accept_hello),
-    (S.AWAIT_HELLO, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_CHALLENGE, E.CHALLENGE): (S.AWAIT_PROOF, Handshake._take_nonce_and_prove),
-    (S.AWAIT_CHALLENGE, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_PROOF, E.PROOF): (S.ESTABLISHED, Handshake._finish),
-    (S.AWAIT_PROOF, E.ERROR): (S.FAILED, Handshake._peer_refused),
+    **_PEER_REFUSALS,
 }
 """Initiator: state × event → (next state, action). A missing pair is a protocol error."""
 
 RESPONDER_TABLE: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
     (S.AWAIT_HELLO, E.HELLO): (S.AWAIT_CHALLENGE, Handshake._answer_hello),
-    (S.AWAIT_HELLO, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_CHALLENGE, E.CHALLENGE): (S.AWAIT_PROOF, Handshake._take_nonce),
-    (S.AWAIT_CHALLENGE, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_PROOF, E.PROOF): (S.ESTABLISHED, Handshake._finish_and_prove),
-    (S.AWAIT_PROOF, E.ERROR): (S.FAILED, Handshake._peer_refused),
+    **_PEER_REFUSALS,
 }
 """Responder: state × event → (next state, action). A missing pair is a protocol error."""
 del S, E
