@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -32,20 +32,18 @@ from ficc.cli.output import fail_with
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def database_option(function: F) -> F:
-    """--database, taken by the commands that open the database themselves."""
-    return click.option(
-        "--database",
-        default=None,
-        envvar=env_name("database"),
-        help="Database URL (default: SQLite in the state dir).",
-    )(function)
+def setting(flag: str, **attrs: Any) -> Callable[[F], F]:
+    """``--FLAG``, which the variable ``FICC_FLAG`` (or the config file) may set instead."""
+    return click.option(f"--{flag}", envvar=env_name(flag), **attrs)
+
+
+DATABASE_HELP: Final = "Database URL (default: SQLite in the state dir)."
 
 
 @cli.command()
 @state_options
 @click.option("--label", default=None, help="A name for this cluster, shown to peers.")
-@database_option
+@setting("database", default=None, help=DATABASE_HELP)
 @handles_errors
 def init(state_dir: Path, project: str, label: str | None, database: str | None) -> None:
     """Create the state directory (database, cluster key, owner token); idempotent."""
@@ -71,66 +69,47 @@ def init(state_dir: Path, project: str, label: str | None, database: str | None)
 
 
 @cli.command()
-@click.option(
-    "--config",
+@setting(
+    "config",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    envvar=env_name("config"),
     is_eager=True,
     expose_value=False,
     callback=load_config_file,
     help="TOML file of settings named like these flags (flags and FICC_* variables win).",
 )
 @state_options
-@click.option(
-    "--listen",
-    default=DEFAULT_LISTEN,
-    envvar=env_name("listen"),
-    show_default=True,
-    help="HOST:PORT of the API.",
-)
-@database_option
-@click.option(
-    "--hypernet-bind",
-    default=DEFAULT_HYPERNET_BIND,
-    envvar=env_name("hypernet-bind"),
-    show_default=True,
-)
-@click.option(
-    "--hypernet-relay", default="disabled", envvar=env_name("hypernet-relay"), show_default=True
-)
-@click.option(
-    "--public-url",
+@setting("listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the API.")
+@setting("database", default=None, help=DATABASE_HELP)
+@setting("hypernet-bind", default=DEFAULT_HYPERNET_BIND, show_default=True)
+@setting("hypernet-relay", default="disabled", show_default=True)
+@setting(
+    "public-url",
     default=None,
-    envvar=env_name("public-url"),
     help="The URL users reach this server at (behind a proxy); login links use it.",
 )
-@click.option(
-    "--log-format",
+@setting(
+    "log-format",
     type=click.Choice(LOG_FORMATS),
     default="text",
-    envvar=env_name("log-format"),
     show_default=True,
     help="json: one object a line on stderr.",
 )
-@click.option(
-    "--log-level",
+@setting(
+    "log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
-    envvar=env_name("log-level"),
     show_default=True,
 )
-@click.option(
-    "--upstream-allow",
+@setting(
+    "upstream-allow",
     multiple=True,
     metavar="URL_PREFIX",
-    envvar=env_name("upstream-allow"),
     help="A URL prefix openai services may reach (repeatable; none by default).",
 )
-@click.option(
-    "--ray",
+@setting(
+    "ray",
     default=None,
     metavar="ADDRESS",
-    envvar=env_name("ray"),
     help="Run replicas on the nodes of this Ray cluster (HOST:PORT of its head).",
 )
 def serve(

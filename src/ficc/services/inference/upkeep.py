@@ -4,7 +4,7 @@ service's lock, as a user's change would."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from ficc.base.errors import FiccError
@@ -25,31 +25,25 @@ STOP_ON_REVOKE_ACTOR: Final = Actor("stop_on_revoke")
 """Who stops a revoked grant's services, in the audit log."""
 
 
+@dataclass(frozen=True)
 class ServiceUpkeep:
     """A grant's ending and FICC's own restart, applied to the services they concern."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        supervisor: ReplicaSupervisor,
-        commands: ServiceCommands,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._supervisor = supervisor
-        self._commands = commands
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    supervisor: ReplicaSupervisor
+    commands: ServiceCommands
 
     async def stop_for_grant(self, grant: Grant) -> None:
         """With ``stop_on_revoke``, an ended grant's services are stopped."""
         if not grant.terms.stop_on_revoke:
             return
         for service_id in sorted(grant.created_services):
-            lock = await self._supervisor.lock_of(service_id)
+            lock = await self.supervisor.lock_of(service_id)
             if lock is None:
                 continue
             async with lock:
-                async with self._uow_factory() as uow:
+                async with self.uow_factory() as uow:
                     service = await uow.services.get(service_id)
                     if service is None:
                         continue
@@ -62,12 +56,12 @@ class ServiceUpkeep:
                         state=state,
                         desired=desired,
                         revision=service.revision + 1,
-                        updated_at=self._clock(),
+                        updated_at=self.clock(),
                     )
                     await uow.services.update(changed)
                     await record_audit(
                         uow,
-                        self._clock,
+                        self.clock,
                         STOP_ON_REVOKE_ACTOR,
                         service.project,
                         "service.stop",
@@ -75,31 +69,31 @@ class ServiceUpkeep:
                         {"grant": grant.id},
                     )
                     await uow.commit()
-                await self._supervisor.stop_replicas(service_id)
+                await self.supervisor.stop_replicas(service_id)
 
     async def restore(self) -> None:
         """After FICC's own restart: start again every stopped service whose desired state is
         running. One whose earlier attempt's outcome is unknown (or that cannot start now)
         stays stopped with the reason in its error; ``start`` with ``acknowledge_unknown``
         then starts it, as for any unknown outcome."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             waiting = [
                 s
                 for s in await uow.services.list_all()
                 if s.desired is DesiredState.RUNNING and s.state is ServiceState.STOPPED
             ]
         for service in waiting:
-            lock = await self._supervisor.lock_of(service.id)
+            lock = await self.supervisor.lock_of(service.id)
             if lock is None:
                 continue
             async with lock:
                 try:
-                    await self._commands.start_restored(service)
+                    await self.commands.start_restored(service)
                 except FiccError as exc:
                     await self._not_restored(service.id, exc.message)
 
     async def _not_restored(self, service_id: str, why: str) -> None:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             service = await uow.services.get(service_id)
             if service is None or service.state is not ServiceState.STOPPED:
                 return
@@ -108,5 +102,5 @@ class ServiceUpkeep:
                 return
             if service.error:
                 reason = f"{service.error}; {reason}"
-            await uow.services.update(replace(service, error=reason, updated_at=self._clock()))
+            await uow.services.update(replace(service, error=reason, updated_at=self.clock()))
             await uow.commit()
