@@ -145,9 +145,6 @@ def serve(
     try:
         parse_listen(listen)
         upstream_allow = parse_upstream_allow(upstream_allow)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-    try:
         public_url = parse_public_url(public_url)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

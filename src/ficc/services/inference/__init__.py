@@ -97,7 +97,7 @@ class InferenceServices:
         self.commands = ServiceCommands(
             uow_factory, clock, self.supervisor, self.router, self.admission, serve_instance
         )
-        self.upkeep = ServiceUpkeep(uow_factory, clock, self.supervisor, self.commands)
+        self.upkeep = ServiceUpkeep(self.commands)
 
     # --- FICC's own lifecycle ----------------------------------------------------------------
 

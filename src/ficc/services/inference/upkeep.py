@@ -18,8 +18,6 @@ from ficc.domain.inference import (
 )
 from ficc.services.inference.commands import ServiceCommands
 from ficc.services.inference.records import Actor, record_audit
-from ficc.services.inference.supervisor import ReplicaSupervisor
-from ficc.services.ports import Clock, UnitOfWorkFactory
 
 STOP_ON_REVOKE_ACTOR: Final = Actor("stop_on_revoke")
 """Who stops a revoked grant's services, in the audit log."""
@@ -27,11 +25,9 @@ STOP_ON_REVOKE_ACTOR: Final = Actor("stop_on_revoke")
 
 @dataclass(frozen=True)
 class ServiceUpkeep:
-    """A grant's ending and FICC's own restart, applied to the services they concern."""
+    """A grant's ending and FICC's own restart, applied to the services they concern through
+    the commands' own store, clock and supervisor."""
 
-    uow_factory: UnitOfWorkFactory
-    clock: Clock
-    supervisor: ReplicaSupervisor
     commands: ServiceCommands
 
     async def stop_for_grant(self, grant: Grant) -> None:
@@ -39,11 +35,11 @@ class ServiceUpkeep:
         if not grant.terms.stop_on_revoke:
             return
         for service_id in sorted(grant.created_services):
-            lock = await self.supervisor.lock_of(service_id)
+            lock = await self.commands.supervisor.lock_of(service_id)
             if lock is None:
                 continue
             async with lock:
-                async with self.uow_factory() as uow:
+                async with self.commands.uow_factory() as uow:
                     service = await uow.services.get(service_id)
                     if service is None:
                         continue
@@ -56,12 +52,12 @@ class ServiceUpkeep:
                         state=state,
                         desired=desired,
                         revision=service.revision + 1,
-                        updated_at=self.clock(),
+                        updated_at=self.commands.clock(),
                     )
                     await uow.services.update(changed)
                     await record_audit(
                         uow,
-                        self.clock,
+                        self.commands.clock,
                         STOP_ON_REVOKE_ACTOR,
                         service.project,
                         "service.stop",
@@ -69,21 +65,21 @@ class ServiceUpkeep:
                         {"grant": grant.id},
                     )
                     await uow.commit()
-                await self.supervisor.stop_replicas(service_id)
+                await self.commands.supervisor.stop_replicas(service_id)
 
     async def restore(self) -> None:
         """After FICC's own restart: start again every stopped service whose desired state is
         running. One whose earlier attempt's outcome is unknown (or that cannot start now)
         stays stopped with the reason in its error; ``start`` with ``acknowledge_unknown``
         then starts it, as for any unknown outcome."""
-        async with self.uow_factory() as uow:
+        async with self.commands.uow_factory() as uow:
             waiting = [
                 s
                 for s in await uow.services.list_all()
                 if s.desired is DesiredState.RUNNING and s.state is ServiceState.STOPPED
             ]
         for service in waiting:
-            lock = await self.supervisor.lock_of(service.id)
+            lock = await self.commands.supervisor.lock_of(service.id)
             if lock is None:
                 continue
             async with lock:
@@ -93,7 +89,7 @@ class ServiceUpkeep:
                     await self._not_restored(service.id, exc.message)
 
     async def _not_restored(self, service_id: str, why: str) -> None:
-        async with self.uow_factory() as uow:
+        async with self.commands.uow_factory() as uow:
             service = await uow.services.get(service_id)
             if service is None or service.state is not ServiceState.STOPPED:
                 return
@@ -102,5 +98,7 @@ class ServiceUpkeep:
                 return
             if service.error:
                 reason = f"{service.error}; {reason}"
-            await uow.services.update(replace(service, error=reason, updated_at=self.clock()))
+            await uow.services.update(
+                replace(service, error=reason, updated_at=self.commands.clock())
+            )
             await uow.commit()
