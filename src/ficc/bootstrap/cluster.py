@@ -205,7 +205,7 @@ def build(
     context = FederationContext(uow_factory, clock, link, known)
     slots = GrantSlots()
     copies = RemoteGrantCopies(context)
-    grants = Grants(context, slots, copies, on_grant_ended=inference.commands.stop_for_grant)
+    grants = Grants(context, slots, copies, on_grant_ended=inference.upkeep.stop_for_grant)
     pairing = Pairing(context, signer, verify_signature)
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)

@@ -1,13 +1,16 @@
-"""`ficc projects`, `project-create`, `tokens`, `token-revoke` and `completion`."""
+"""`ficc projects`, `project-create`, `tokens`, `token-create`, `token-revoke`, `login-link`,
+`set-password` and `completion`."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Final
 
 import click
 
-from ficc.cli.main import call, cli, emit, forwarding, handles_errors, state_options
+from ficc.cli.exits import handles_errors
+from ficc.cli.group import call, cli, emit, forwarding, state_options
 
 SHELLS: Final = ("bash", "zsh", "fish")
 COMPLETE_VARIABLE: Final = "_FICC_COMPLETE"
@@ -23,6 +26,38 @@ forwarding("projects", "GET", "/api/v1/projects", "List the projects this cluste
 def project_create(state_dir: Path, project: str, name: str) -> None:
     """Create a project (its name is its ID)."""
     emit(call(state_dir, project, "POST", "/api/v1/projects", {"name": name}))
+
+
+@cli.command("token-create")
+@state_options
+@click.option("--scope", "scopes", multiple=True, required=True, help="A scope; repeat.")
+@click.option("--lifetime", type=int, default=None, help="Lifetime in seconds.")
+@handles_errors
+def token_create(
+    state_dir: Path, project: str, scopes: tuple[str, ...], lifetime: int | None
+) -> None:
+    """Create an API token for --project holding the scopes; prints it once."""
+    body = {"scopes": list(scopes), "projects": [project], "lifetime": lifetime}
+    emit(call(state_dir, project, "POST", "/api/v1/tokens", body))
+
+
+@cli.command("login-link")
+@state_options
+@handles_errors
+def login_link(state_dir: Path, project: str) -> None:
+    """Print a one-time, short-lived browser login URL for the local owner."""
+    click.echo(call(state_dir, project, "POST", "/api/v1/login-links")["url"])
+
+
+@cli.command("set-password")
+@state_options
+@click.option("--password-stdin", is_flag=True, required=True, help="Read the password from stdin.")
+@handles_errors
+def set_password(state_dir: Path, project: str, password_stdin: bool) -> None:
+    """Set the owner's password for browser login (read from stdin)."""
+    password = sys.stdin.readline().rstrip("\n")
+    call(state_dir, project, "PUT", "/api/v1/owner/password", {"password": password})
+    emit({"password_set": True})
 
 
 forwarding(

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ficc.cli.main import cli, emit, handles_errors, private_files, state_options
+from ficc.cli.exits import handles_errors
+from ficc.cli.group import cli, emit, private_files, state_options
 
 if TYPE_CHECKING:  # the storage libraries load inside the commands (``ficc --help`` stays fast)
     from ficc.adapters.backup import BackupSummary

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ficc.cli.main import read_input
+from ficc.cli.group import read_input
 
 
 def input_or_flags(input_path: str | None, flags: Mapping[str, Any]) -> Any:

@@ -18,7 +18,8 @@ import click
 
 from ficc.base.errors import ErrorShape, FiccError, error_from_code, render
 from ficc.cli.client import ControlClient
-from ficc.cli.main import cli, handles_errors, state_options
+from ficc.cli.exits import handles_errors
+from ficc.cli.group import cli, state_options
 from ficc.cli.output import chosen_format
 
 LOCAL_PATH: Final = "/api/v1/inference/v1/chat/completions"

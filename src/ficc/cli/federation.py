@@ -13,16 +13,8 @@ import click
 from ficc.base.errors import FiccError
 from ficc.cli.bodies import input_or_flags
 from ficc.cli.client import ControlClient
-from ficc.cli.main import (
-    call,
-    cli,
-    emit,
-    fail,
-    forwarding,
-    handles_errors,
-    read_input,
-    state_options,
-)
+from ficc.cli.exits import fail, handles_errors
+from ficc.cli.group import call, cli, emit, forwarding, read_input, state_options
 
 PREFIX = "/api/v1/federation"
 

@@ -15,18 +15,9 @@ import click
 
 from ficc.base.errors import FiccError, error_from_code
 from ficc.cli.client import ControlClient
+from ficc.cli.exits import EXIT_DEADLINE, EXIT_INTERRUPTED, EXIT_REFUSED, handles_errors
 from ficc.cli.federation import PREFIX
-from ficc.cli.main import (
-    EXIT_DEADLINE,
-    EXIT_INTERRUPTED,
-    EXIT_REFUSED,
-    call,
-    cli,
-    emit,
-    handles_errors,
-    read_input,
-    state_options,
-)
+from ficc.cli.group import call, cli, emit, read_input, state_options
 from ficc.domain.audit import MAX_AUDIT_PAGE, MAX_AUDIT_SEQ
 
 

@@ -13,7 +13,8 @@ from urllib.parse import urlencode
 import click
 
 from ficc.cli.client import ControlClient
-from ficc.cli.main import cli, emit, handles_errors, state_options
+from ficc.cli.exits import handles_errors
+from ficc.cli.group import cli, emit, state_options
 from ficc.cli.output import chosen_format
 
 PREFIX: Final = "/api/v1/inference/services"

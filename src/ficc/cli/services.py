@@ -12,15 +12,8 @@ import click
 from ficc.base.errors import NotFound
 from ficc.cli.bodies import input_or_flags, missing_flags, parse_assignments
 from ficc.cli.client import ControlClient
-from ficc.cli.main import (
-    EXIT_DEADLINE,
-    EXIT_REFUSED,
-    call,
-    cli,
-    emit,
-    handles_errors,
-    state_options,
-)
+from ficc.cli.exits import EXIT_DEADLINE, EXIT_REFUSED, handles_errors
+from ficc.cli.group import call, cli, emit, state_options
 from ficc.cli.output import activity, fail_with
 
 PREFIX: Final = "/api/v1/inference/services"

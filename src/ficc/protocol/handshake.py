@@ -21,8 +21,6 @@ Flight order (see ``docs/protocol.md``)::
 from __future__ import annotations
 
 import enum
-import hashlib
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -39,9 +37,7 @@ from ficc.protocol.messages import (
     Proof,
 )
 from ficc.protocol.signing import Signer, Verify
-
-PROOF_DOMAIN: Final = b"ficc.federation/1 handshake proof\x00"
-SESSION_DOMAIN: Final = b"ficc.federation/1 session\x00"
+from ficc.protocol.transcript import Transcript
 
 
 class Role(enum.Enum):
@@ -110,65 +106,6 @@ class Session:
     remote_hypernet_id: bytes
     remote_cluster_key: bytes
     generation: int
-
-
-def proof_message(
-    *,
-    signer_role: Role,
-    initiator_id: bytes,
-    responder_id: bytes,
-    alpn: bytes,
-    initiator_nonce: bytes,
-    responder_nonce: bytes,
-    generation: int,
-    cluster_key: bytes,
-) -> bytes:
-    """The exact bytes a handshake proof signs."""
-    return b"".join(
-        [
-            PROOF_DOMAIN,
-            signer_role.value,
-            initiator_id,
-            responder_id,
-            bytes([len(alpn)]),
-            alpn,
-            initiator_nonce,
-            responder_nonce,
-            struct.pack(">Q", generation),
-            cluster_key,
-        ]
-    )
-
-
-def session_id_of(
-    *,
-    version: int,
-    initiator_id: bytes,
-    responder_id: bytes,
-    alpn: bytes,
-    initiator_nonce: bytes,
-    responder_nonce: bytes,
-    generation: int,
-    initiator_key: bytes,
-    responder_key: bytes,
-) -> bytes:
-    """SHA-256 of the handshake transcript; both sides compute the same 32 bytes."""
-    transcript = b"".join(
-        [
-            SESSION_DOMAIN,
-            struct.pack(">H", version),
-            initiator_id,
-            responder_id,
-            bytes([len(alpn)]),
-            alpn,
-            initiator_nonce,
-            responder_nonce,
-            struct.pack(">Q", generation),
-            initiator_key,
-            responder_key,
-        ]
-    )
-    return hashlib.sha256(transcript).digest()
 
 
 Action = Callable[["Handshake", "Message | None"], list[Message]]
@@ -317,22 +254,22 @@ class Handshake:
         self._remote_nonce = message.nonce
         return []
 
-    def _prove(self) -> Proof:
+    def _transcript(self) -> Transcript:
         initiator_id, responder_id = self._ids()
         initiator_nonce, responder_nonce = self._nonces()
-        key = self._signer.public_key
-        signature = self._signer.sign(
-            proof_message(
-                signer_role=self.role,
-                initiator_id=initiator_id,
-                responder_id=responder_id,
-                alpn=self._alpn,
-                initiator_nonce=initiator_nonce,
-                responder_nonce=responder_nonce,
-                generation=self._generation,
-                cluster_key=key,
-            )
+        return Transcript(
+            initiator_id,
+            responder_id,
+            self._alpn,
+            initiator_nonce,
+            responder_nonce,
+            self._generation,
         )
+
+    def _prove(self) -> Proof:
+        key = self._signer.public_key
+        signed = self._transcript().proof_message(signer_role=self.role.value, cluster_key=key)
+        signature = self._signer.sign(signed)
         return Proof(generation=self._generation, cluster_key=key, signature=signature)
 
     def _take_nonce_and_prove(self, message: Message | None) -> list[Message]:
@@ -374,18 +311,11 @@ class Handshake:
 
     def _check_proof(self, message: Message | None) -> None:
         assert isinstance(message, Proof)
+        # From here on the proven generation is this session's: the transcript binds it.
         self._check_generation_and_key(message)
-        initiator_id, responder_id = self._ids()
-        initiator_nonce, responder_nonce = self._nonces()
-        signed = proof_message(
-            signer_role=self.role.other,
-            initiator_id=initiator_id,
-            responder_id=responder_id,
-            alpn=self._alpn,
-            initiator_nonce=initiator_nonce,
-            responder_nonce=responder_nonce,
-            generation=message.generation,
-            cluster_key=message.cluster_key,
+        transcript = self._transcript()
+        signed = transcript.proof_message(
+            signer_role=self.role.other.value, cluster_key=message.cluster_key
         )
         if not self._verify(message.cluster_key, signed, message.signature):
             raise ProtocolError("the handshake proof's signature does not verify")
@@ -393,16 +323,8 @@ class Handshake:
         keys = (self._signer.public_key, message.cluster_key)
         initiator_key, responder_key = keys if self.role is Role.INITIATOR else keys[::-1]
         self._session = Session(
-            session_id=session_id_of(
-                version=self._version,
-                initiator_id=initiator_id,
-                responder_id=responder_id,
-                alpn=self._alpn,
-                initiator_nonce=initiator_nonce,
-                responder_nonce=responder_nonce,
-                generation=self._generation,
-                initiator_key=initiator_key,
-                responder_key=responder_key,
+            session_id=transcript.session_id(
+                version=self._version, initiator_key=initiator_key, responder_key=responder_key
             ),
             role=self.role,
             version=self._version,
@@ -429,24 +351,26 @@ class Handshake:
 
 
 S, E = State, Event
+_PEER_REFUSALS: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
+    (waiting, E.ERROR): (S.FAILED, Handshake._peer_refused)
+    for waiting in (S.AWAIT_HELLO, S.AWAIT_CHALLENGE, S.AWAIT_PROOF)
+}
+"""On either side, an error frame in any state that waits for the peer ends the handshake."""
+
 INITIATOR_TABLE: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
     (S.START, E.BEGIN): (S.AWAIT_HELLO, Handshake._open),
     (S.AWAIT_HELLO, E.HELLO): (S.AWAIT_CHALLENGE, Handshake._accept_hello),
-    (S.AWAIT_HELLO, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_CHALLENGE, E.CHALLENGE): (S.AWAIT_PROOF, Handshake._take_nonce_and_prove),
-    (S.AWAIT_CHALLENGE, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_PROOF, E.PROOF): (S.ESTABLISHED, Handshake._finish),
-    (S.AWAIT_PROOF, E.ERROR): (S.FAILED, Handshake._peer_refused),
+    **_PEER_REFUSALS,
 }
 """Initiator: state × event → (next state, action). A missing pair is a protocol error."""
 
 RESPONDER_TABLE: Final[dict[tuple[State, Event], tuple[State, Action]]] = {
     (S.AWAIT_HELLO, E.HELLO): (S.AWAIT_CHALLENGE, Handshake._answer_hello),
-    (S.AWAIT_HELLO, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_CHALLENGE, E.CHALLENGE): (S.AWAIT_PROOF, Handshake._take_nonce),
-    (S.AWAIT_CHALLENGE, E.ERROR): (S.FAILED, Handshake._peer_refused),
     (S.AWAIT_PROOF, E.PROOF): (S.ESTABLISHED, Handshake._finish_and_prove),
-    (S.AWAIT_PROOF, E.ERROR): (S.FAILED, Handshake._peer_refused),
+    **_PEER_REFUSALS,
 }
 """Responder: state × event → (next state, action). A missing pair is a protocol error."""
 del S, E

@@ -207,7 +207,7 @@ def test_a_server_that_never_answers_is_a_timeout_with_status_four(
 ) -> None:
     """The rule of the client, with a short deadline: a socket that accepts and stays silent."""
     from ficc.cli.client import ControlClient
-    from ficc.cli.main import handles_errors
+    from ficc.cli.exits import handles_errors
 
     state = tmp_path / "state"
     state.mkdir()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ficc.base import errors as e
-from ficc.cli.main import EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, exit_status
+from ficc.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, exit_status
 
 
 def test_a_dead_engine_and_an_unreachable_peer_are_two_classes_with_their_own_codes() -> None:
@@ -101,7 +101,7 @@ def test_local_protocol_errors_are_outside_the_tree() -> None:
 def test_a_command_whose_outcome_is_unknown_exits_5_with_the_envelope_naming_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from ficc.cli.main import handles_errors
+    from ficc.cli.exits import handles_errors
 
     @handles_errors
     def command() -> None:

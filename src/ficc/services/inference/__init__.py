@@ -1,11 +1,12 @@
 """Managed inference services: commands, supervision, routing and admission.
 
-:class:`InferenceServices` wires five collaborators, each owning its own state and use cases;
+:class:`InferenceServices` wires six collaborators, each owning its own state and use cases;
 callers reach the one that owns theirs (``inference.commands.create_service``,
 ``inference.router.complete``, ``inference.admission.preview``), so that no method here
 repeats a collaborator's signature:
 
-- :class:`~.commands.ServiceCommands`: list, get, create, replace, control, a grant's ending;
+- :class:`~.commands.ServiceCommands`: list, get, create, replace, control;
+- :class:`~.upkeep.ServiceUpkeep`: what FICC does by itself: a grant's ending, its own restart;
 - :class:`~.supervisor.ReplicaSupervisor`: engine replicas, background tasks, per-service locks;
 - :class:`~.router.InvocationRouter`: endpoints, streamed and plain invocation, in-flight
   counts, the running services;
@@ -36,6 +37,7 @@ from ficc.services.inference.records import (
 )
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.inference.supervisor import ReplicaSupervisor, RestartCounter
+from ficc.services.inference.upkeep import ServiceUpkeep
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
 from ficc.services.runtimes import Runtime
 
@@ -52,12 +54,13 @@ __all__ = [
     "ReplicaSupervisor",
     "RestartCounter",
     "ServiceCommands",
+    "ServiceUpkeep",
     "service_json",
 ]
 
 
 class InferenceServices:
-    """Managed inference composed of its five collaborators, each a public attribute."""
+    """Managed inference composed of its six collaborators, each a public attribute."""
 
     def __init__(
         self,
@@ -94,6 +97,7 @@ class InferenceServices:
         self.commands = ServiceCommands(
             uow_factory, clock, self.supervisor, self.router, self.admission, serve_instance
         )
+        self.upkeep = ServiceUpkeep(self.commands)
 
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
@@ -101,7 +105,7 @@ class InferenceServices:
         """At start: nothing from an earlier FICC process is believed running; once its
         attempts are fenced, every service whose desired state is running starts again."""
         await self.supervisor.recover()
-        await self.commands.restore()
+        await self.upkeep.restore()
 
     async def close(self) -> None:
         """At a clean shutdown: stop every engine and record the services as stopped; their

@@ -1,4 +1,4 @@
-"""The use cases that change services: create, replace, control, and a grant's ending.
+"""The use cases that change services: create, replace and control.
 
 ``revision`` grows with every user change (create, replace, control); engine events (ready,
 crashed, drained) change ``state`` but not ``revision``, so a caller's revision stays valid
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id
-from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
-    DesiredState,
     Operation,
     ServiceSpec,
     ServiceState,
@@ -33,7 +31,7 @@ from ficc.domain.inference import (
 )
 from ficc.domain.mutations import derived_entropy
 from ficc.domain.service_records import ServiceRecord
-from ficc.services import audit, mutations
+from ficc.services import mutations
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.records import (
     Actor,
@@ -57,33 +55,25 @@ RESTORE_ACTOR: Final = Actor("ficc:restore")
 """Who starts a service again after FICC's own restart, in the audit log."""
 
 
+@dataclass(frozen=True)
 class ServiceCommands:
     """Changes of service records; the supervisor runs what they decide."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        supervisor: ReplicaSupervisor,
-        router: InvocationRouter,
-        admission: Admission,
-        serve_instance: str,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._supervisor = supervisor
-        self._router = router
-        self._admission = admission
-        self._serve_instance = serve_instance
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    supervisor: ReplicaSupervisor
+    router: InvocationRouter
+    admission: Admission
+    serve_instance: str
 
     async def list_services(self, project: str) -> list[dict[str, Any]]:
         """The owner's views of every service of ``project``."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             return [await view_of(uow, s) for s in await uow.services.list(project)]
 
     async def get_service(self, project: str, service_id: str) -> dict[str, Any]:
         """The owner's view of one service of ``project``."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             return await view_of(uow, await load_service(uow, project, service_id))
 
     async def create_service(
@@ -97,10 +87,10 @@ class ServiceCommands:
     ) -> Outcome:
         """A new service in state ``stopped``; returns (service, replayed)."""
         spec = parse_service_spec(spec_data)
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
-            node = await self._admission.check_spec(uow, project, spec)
+            node = await self.admission.check_spec(uow, project, spec)
             if check is not None:
                 await check(uow, spec)
             entropy = (
@@ -114,7 +104,7 @@ class ServiceCommands:
                 # An earlier try of this very mutation created it; its receipt was not kept.
                 result = await view_of(uow, existing)
             else:
-                now = self._clock()
+                now = self.clock()
                 service = ServiceRecord(
                     id=service_id,
                     project=project,
@@ -129,7 +119,7 @@ class ServiceCommands:
                 )
                 await uow.services.add(service)
                 result = await view_of(uow, service)
-                await record_audit(uow, self._clock, actor, project, "service.created", service_id)
+                await record_audit(uow, self.clock, actor, project, "service.created", service_id)
             answer = await self._finish(uow, key, result)
         return answer, False
 
@@ -146,14 +136,14 @@ class ServiceCommands:
         """A new spec for a stopped service."""
         spec = parse_service_spec(spec_data)
         expected = parse_revision(revision)
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
             transition = plan_operation(service.state, Operation.REPLACE)
             assert transition.to_state is not None  # replace keeps the record
-            node = await self._admission.check_spec(uow, project, spec)
+            node = await self.admission.check_spec(uow, project, spec)
             updated = replace(
                 service,
                 spec=spec,
@@ -161,10 +151,10 @@ class ServiceCommands:
                 state=transition.to_state,
                 revision=service.revision + 1,
                 error=None,
-                updated_at=self._clock(),
+                updated_at=self.clock(),
             )
             await uow.services.update(updated)
-            await record_audit(uow, self._clock, actor, project, "service.replaced", service_id)
+            await record_audit(uow, self.clock, actor, project, "service.replaced", service_id)
             answer = await self._finish(uow, key, await view_of(uow, updated))
         return answer, False
 
@@ -191,7 +181,7 @@ class ServiceCommands:
                 "acknowledge_unknown is accepted only for start", field="acknowledge_unknown"
             )
         expected = parse_revision(revision)
-        lock = await self._supervisor.lock_of(service_id)
+        lock = await self.supervisor.lock_of(service_id)
         if lock is None:
             raise NotFound(
                 f"no service {service_id} in project {project}", details={"service": service_id}
@@ -205,13 +195,13 @@ class ServiceCommands:
             if replayed:
                 return result, replayed
             if op is Operation.STOP:
-                await self._supervisor.stop_replicas(service_id)
+                await self.supervisor.stop_replicas(service_id)
                 # The answer is the service once its replicas ended; the receipt keeps that
                 # one (a retry waits on this lock, so it is answered only after it).
                 stopped = await self.get_service(project, service_id)
                 return await self._answered(key, stopped), False
             if op is Operation.DRAIN:
-                self._supervisor.drain(service_id)
+                self.supervisor.drain(service_id)
             return result, False
 
     async def _start(
@@ -227,39 +217,39 @@ class ServiceCommands:
     ) -> Outcome:
         """A start; ``restoring``: FICC's own after its restart, which is no user change (the
         revision stays, so that a caller's revision stays valid while the service comes up)."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
-            if restoring and await grant_lapsed(uow, service, self._clock()):
+            if restoring and await grant_lapsed(uow, service, self.clock()):
                 raise Conflict(f"the grant that created service {service_id} is no longer active")
             attempts = await uow.attempts.for_service(service_id)
             check_start(service.state, [a.state for a in attempts], acknowledge_unknown=acknowledge)
             node = await uow.nodes.get(service.node)
             if node is None:
                 raise Conflict(f"node {service.node} is no longer part of this cluster")
-            model_path = await self._admission.model_file(uow, project, service.spec)
-            await self._admission.check_runtime(service.spec, node)
+            model_path = await self.admission.model_file(uow, project, service.spec)
+            await self.admission.check_runtime(service.spec, node)
             if model_path is not None:
                 model = await uow.models.get(service.spec.model)
                 assert model is not None
                 check_context(service.spec, model.manifest.get("metadata", {}))
         if acknowledge:
             # Release every earlier attempt before a new one starts.
-            await self._supervisor.release_unknown(attempts)
-        async with self._admission.lock, self._uow_factory() as uow:
+            await self.supervisor.release_unknown(attempts)
+        async with self.admission.lock, self.uow_factory() as uow:
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
             transition = plan_operation(service.state, Operation.START)
             assert transition.to_state is not None  # start keeps the record
-            await self._admission.admit(uow, service, node)
-            now = self._clock()
+            await self.admission.admit(uow, service, node)
+            now = self.clock()
             for attempt in await uow.attempts.for_service(service_id):
                 if attempt.state is AttemptState.UNKNOWN and acknowledge:
                     state = next_attempt_state(attempt.state, AttemptEvent.ACKNOWLEDGE)
                     await uow.attempts.update(replace(attempt, state=state))
-            new_attempts = await record_attempts(uow, service, self._serve_instance, now)
+            new_attempts = await record_attempts(uow, service, self.serve_instance, now)
             started = replace(
                 service,
                 state=transition.to_state,
@@ -273,10 +263,10 @@ class ServiceCommands:
             if restoring:
                 details["restored"] = True
             await record_audit(
-                uow, self._clock, actor, project, "service.start", service_id, details
+                uow, self.clock, actor, project, "service.start", service_id, details
             )
             answer = await self._finish(uow, key, await view_of(uow, started))
-        self._supervisor.spawn(self._supervisor.launch(started, node, model_path, new_attempts))
+        self.supervisor.spawn(self.supervisor.launch(started, node, model_path, new_attempts))
         return answer, False
 
     async def _transition(
@@ -289,7 +279,7 @@ class ServiceCommands:
         operation: Operation,
     ) -> Outcome:
         """Stop, drain or remove as the table says; the receipt commits in the same transaction."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if key is not None and (done := await mutations.replay(uow, key)) is not None:
                 return done, True
             service = await load_service(uow, project, service_id)
@@ -298,7 +288,7 @@ class ServiceCommands:
             if transition.to_state is None:
                 await uow.attempts.delete_for_service(service_id)
                 await uow.services.delete(service_id)
-                await record_audit(uow, self._clock, actor, project, "service.removed", service_id)
+                await record_audit(uow, self.clock, actor, project, "service.removed", service_id)
                 result: dict[str, Any] = {"id": service_id, "removed": True}
             else:
                 changed = replace(
@@ -306,18 +296,18 @@ class ServiceCommands:
                     state=transition.to_state,
                     desired=desired_after(operation, service.desired),
                     revision=service.revision + 1,
-                    updated_at=self._clock(),
+                    updated_at=self.clock(),
                 )
                 await uow.services.update(changed)
                 action = f"service.{operation.value}"
-                await record_audit(uow, self._clock, actor, project, action, service_id)
+                await record_audit(uow, self.clock, actor, project, action, service_id)
                 result = await view_of(uow, changed)
             answer = await self._finish(uow, key, result)
             # No new request from the commit on; those in flight finish (drain) or end (stop).
-            self._router.close(service_id)
+            self.router.close(service_id)
             if transition.to_state is None:
                 # The caller holds this lock; anyone waiting on it finds the service gone.
-                self._supervisor.forget(service_id)
+                self.supervisor.forget(service_id)
         return answer, False
 
     async def _finish(
@@ -327,7 +317,7 @@ class ServiceCommands:
         (what the caller is shown of ``result``, exactly as a retry will replay it)."""
         answer = result
         if key is not None:
-            answer = await (await mutations.begin(uow, key)).complete(result, self._clock())
+            answer = await (await mutations.begin(uow, key)).complete(result, self.clock())
         await uow.commit()
         return answer
 
@@ -336,84 +326,18 @@ class ServiceCommands:
         answer a retry replays."""
         if key is None:
             return result
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             return await self._finish(uow, key, result)
 
-    async def stop_for_grant(self, grant: Grant) -> None:
-        """With ``stop_on_revoke``, an ended grant's services are stopped."""
-        if not grant.terms.stop_on_revoke:
-            return
-        for service_id in sorted(grant.created_services):
-            lock = await self._supervisor.lock_of(service_id)
-            if lock is None:
-                continue
-            async with lock:
-                async with self._uow_factory() as uow:
-                    service = await uow.services.get(service_id)
-                    if service is None:
-                        continue
-                    state = plan_operation(service.state, Operation.STOP).to_state
-                    desired = desired_after(Operation.STOP, service.desired)
-                    if state is None or (state is service.state and desired is service.desired):
-                        continue
-                    changed = replace(
-                        service,
-                        state=state,
-                        desired=desired,
-                        revision=service.revision + 1,
-                        updated_at=self._clock(),
-                    )
-                    await uow.services.update(changed)
-                    await audit.record(
-                        uow,
-                        self._clock,
-                        action="service.stop",
-                        actor="stop_on_revoke",
-                        project=service.project,
-                        target=service_id,
-                        details={"grant": grant.id},
-                    )
-                    await uow.commit()
-                await self._supervisor.stop_replicas(service_id)
-
-    async def restore(self) -> None:
-        """After FICC's own restart: start again every stopped service whose desired state is
-        running. One whose earlier attempt's outcome is unknown (or that cannot start now)
-        stays stopped with the reason in its error; ``start`` with ``acknowledge_unknown``
-        then starts it, as for any unknown outcome."""
-        async with self._uow_factory() as uow:
-            waiting = [
-                s
-                for s in await uow.services.list_all()
-                if s.desired is DesiredState.RUNNING and s.state is ServiceState.STOPPED
-            ]
-        for service in waiting:
-            lock = await self._supervisor.lock_of(service.id)
-            if lock is None:
-                continue
-            async with lock:
-                try:
-                    await self._start(
-                        RESTORE_ACTOR,
-                        service.project,
-                        service.id,
-                        service.revision,
-                        False,
-                        None,
-                        restoring=True,
-                    )
-                except FiccError as exc:
-                    await self._not_restored(service.id, exc.message)
-
-    async def _not_restored(self, service_id: str, why: str) -> None:
-        async with self._uow_factory() as uow:
-            service = await uow.services.get(service_id)
-            if service is None or service.state is not ServiceState.STOPPED:
-                return
-            reason = f"not started again after FICC's restart: {why}"
-            if service.error and reason in service.error:
-                return
-            if service.error:
-                reason = f"{service.error}; {reason}"
-            await uow.services.update(replace(service, error=reason, updated_at=self._clock()))
-            await uow.commit()
+    async def start_restored(self, service: ServiceRecord) -> None:
+        """FICC's own start of ``service`` after its restart, under the caller's lock: no user
+        change, so its revision stays (a caller's revision stays valid while it comes up)."""
+        await self._start(
+            RESTORE_ACTOR,
+            service.project,
+            service.id,
+            service.revision,
+            False,
+            None,
+            restoring=True,
+        )
