@@ -14,7 +14,8 @@ import click
 
 from ficc.base.errors import InvalidInput
 from ficc.cli.config import env_name
-from ficc.cli.main import EXIT_REFUSED, cli, emit, handles_errors, state_options
+from ficc.cli.exits import EXIT_REFUSED, handles_errors
+from ficc.cli.group import cli, emit, state_options
 from ficc.cli.output import fail_with
 
 BROKEN_CODE: Final = "audit_chain_broken"
