@@ -6,6 +6,7 @@ from types import TracebackType
 from typing import Self
 
 from ficc.adapters.sql.database import Database, SqlConnection, WriterLock
+from ficc.adapters.sql.leases import SqlLeases
 from ficc.adapters.sql.repositories import (
     SqlAttempts,
     SqlAudit,
@@ -29,7 +30,9 @@ from ficc.adapters.sql.repositories import (
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
+    CommitGuard,
     GrantsRepository,
+    LeasesRepository,
     LoginLinksRepository,
     ModelsRepository,
     ModelUsage,
@@ -51,9 +54,12 @@ from ficc.services.ports import (
 class SqlUnitOfWork:
     """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
 
-    def __init__(self, database: Database, lock: WriterLock) -> None:
+    def __init__(
+        self, database: Database, lock: WriterLock, guard: CommitGuard | None = None
+    ) -> None:
         self._database = database
         self._lock = lock
+        self._guard = guard
         self._connection: SqlConnection | None = None
 
     async def __aenter__(self) -> Self:
@@ -82,6 +88,7 @@ class SqlUnitOfWork:
         self.grants: GrantsRepository = SqlGrants(connection)
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         self.transfers: TransfersRepository = SqlTransfers(connection)
+        self.leases: LeasesRepository = SqlLeases(connection)
         return self
 
     @property
@@ -91,6 +98,10 @@ class SqlUnitOfWork:
         return self._connection
 
     async def commit(self) -> None:
+        """Commit; with a guard, only once it has found this process still the active one
+        (in this transaction: a fenced process's effect is rolled back, never committed)."""
+        if self._guard is not None:
+            await self._guard.check(self.leases)
         await self.connection.commit()
 
     async def __aexit__(
@@ -110,11 +121,21 @@ class SqlUnitOfWork:
 
 
 class SqlUnitOfWorkFactory:
-    """Makes units of work sharing one engine and, on SQLite, one writer lock."""
+    """Makes units of work sharing one engine and, on SQLite, one writer lock.
 
-    def __init__(self, database: Database) -> None:
+    ``guard``: set where processes share the database (PostgreSQL), checked at every commit.
+    """
+
+    def __init__(self, database: Database, guard: CommitGuard | None = None) -> None:
         self.database = database
         self._lock = WriterLock(database)
+        self.guard = guard
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.database, self._lock)
+        return SqlUnitOfWork(self.database, self._lock, self.guard)
+
+    def unguarded(self) -> SqlUnitOfWorkFactory:
+        """Units of work over the same engine and writer lock, with no guard: the lease's own."""
+        other = SqlUnitOfWorkFactory(self.database)
+        other._lock = self._lock
+        return other
