@@ -183,6 +183,7 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop)
     tasks: list[asyncio.Task[None]] = []
+    watcher: asyncio.Task[None] | None = None
     owns_files = False
     try:
         if cluster.lease is None:
@@ -195,7 +196,7 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
                 await asyncio.gather(*tasks)
                 return
             await lifecycle.start(cluster)
-            tasks.append(asyncio.create_task(_stop_when_lost(cluster, stop)))
+            watcher = asyncio.create_task(_stop_when_lost(cluster, stop))
         # The control socket and server.json are the active process's: the CLI reaches it.
         control = _control_socket(str(cluster.state.socket))
         owns_files = True
@@ -220,9 +221,9 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        for task in tasks:
+        for task in [*tasks, *([] if watcher is None else [watcher])]:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(task, return_exceptions=True)
         await shutdown(cluster, owns_files=owns_files)
     if cluster.lease is not None and cluster.lease.fenced and cluster.lease.lost.is_set():
         raise NotActive("this FICC process lost the active lease to another and stopped")

@@ -27,6 +27,9 @@ log = logging.getLogger("ficc.lease")
 Role = Literal["active", "standby"]
 ACTIVE: Final = "active"
 STANDBY: Final = "standby"
+STANDBY_POLL_SECONDS: Final = 1.0
+"""How often a standby looks for a lapsed or released lease, at most: a clean stop of the
+active (an upgrade) is taken over within about this long."""
 
 
 class LeaseKeeper:
@@ -97,7 +100,7 @@ class LeaseKeeper:
         while True:
             if await self._attempt(self.try_acquire):
                 return
-            await asyncio.sleep(self.interval_seconds)
+            await asyncio.sleep(min(STANDBY_POLL_SECONDS, self.interval_seconds))
 
     async def renew(self) -> bool:
         """Extend the lease; False (and lost from then on) when another took it or it lapsed."""
