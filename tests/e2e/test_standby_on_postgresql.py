@@ -1,7 +1,8 @@
 """Two `ficc serve` processes on one PostgreSQL database and one state directory: one active,
 one standby. kill -9 of the active: the standby takes the lease, the HyperNet identity and the
 services over, and a federated chat through it answers (the figure printed); a mutation
-retried with its ID after the failover is applied once; the old active started again stands by.
+retried with its ID after the failover is applied once; the old active started again stands by;
+an active paused (SIGSTOP) past its lease is taken over and, woken, records nothing and stops.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.support.cluster import (
     start_standby,
 )
 from tests.support.federation import configure, ok
-from tests.support.inference import get, spec, start_running
+from tests.support.inference import get, spec, start_running, wait_for_state
 from tests.support.postgres import PostgresServer
 from tests.support.remote import (
     ALL_REMOTE_SCOPES,
@@ -147,5 +148,26 @@ def test_the_standby_takes_over_after_kill_9_and_the_old_active_stands_by(
         assert (status, body["role"]) == (503, "standby")
         assert chat(fed).status_code == 200
         assert readiness(standby)[1]["role"] == "active"
+
+        # The active is paused past its lease; the other takes over. Woken, the paused one
+        # records nothing (its engines' ends, its shutdown) and stops.
+        standby.process.send_signal(signal.SIGSTOP)
+        wait_active(restarted)
+        wait_for_state(restarted.owner(), fed.service, "running")
+        standby.process.send_signal(signal.SIGCONT)
+        assert standby.process.wait(timeout=60) == 1
+        assert "lost the active lease" in standby.log_path.read_text()
+        assert get(restarted.owner(), fed.service)["state"] == "running"
+        assert readiness(restarted)[1]["role"] == "active"
     finally:
         restarted.stop()
+
+
+def wait_active(cluster: RunningCluster) -> None:
+    """Until ``cluster`` answers /readyz 200 as the active one, and its services are restored."""
+    deadline = time.monotonic() + TAKEOVER_DEADLINE_SECONDS + 30
+    while time.monotonic() < deadline:
+        if readiness(cluster)[0] == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no takeover:\n{cluster.log_path.read_text()}")
