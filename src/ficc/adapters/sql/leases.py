@@ -16,8 +16,9 @@ from ficc.domain.lease import Lease
 class SqlLeases:
     """Implements ``ficc.services.ports.LeasesRepository``.
 
-    Reads hold the row (``FOR SHARE``, or ``FOR UPDATE`` for a change) on PostgreSQL, so that
-    a takeover and a guarded commit are ordered; SQLite has no row locks and one writer.
+    Reads hold the row on PostgreSQL, so that a takeover and a guarded commit are ordered:
+    ``FOR KEY SHARE`` (the lightest lock, which any number of commits hold at once) or, for
+    a change, ``FOR UPDATE`` (which waits for them). SQLite has no row locks and one writer.
     """
 
     def __init__(self, connection: SqlConnection) -> None:
