@@ -131,3 +131,23 @@ def _spawn(state_dir: Path, log: Any, extra_args: tuple[str, ...]) -> subprocess
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def start_standby(state_dir: Path, *extra_args: str, log_name: str = "standby") -> RunningCluster:
+    """Start `ficc serve` on a state directory another process serves as the active one (one
+    PostgreSQL database): it prints the URL it stands by on, and writes no server.json."""
+    log_path = state_dir.parent / f"{state_dir.name}-{log_name}.log"
+    with log_path.open("wb") as log:
+        process = _spawn(state_dir, log, extra_args)
+    deadline = time.monotonic() + START_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ficc serve exited early:\n{log_path.read_text()}")
+        for line in log_path.read_text(errors="replace").splitlines():
+            _, found, url = line.partition(" standing by on ")
+            if found:
+                token = (state_dir / "owner.token").read_text().strip()
+                return RunningCluster(state_dir, process, url.strip(), token, log_path)
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"ficc serve did not stand by in time:\n{log_path.read_text()}")

@@ -24,6 +24,7 @@ event); the CLI maps classes to exit codes::
     ├── LimitExceeded            429 limit_exceeded    wait or ask for more; details name the limit
     ├── PeerUnreachable          502 peer_unreachable  the peer cannot be reached; try later
     ├── EngineUnavailable        503 engine_unavailable  the service's engine failed; try later
+    ├── NotActive                503 standby           this process is the standby: ask the active
     ├── OutcomeUnknown           504 peer_timeout      inspect, or retry with the same mutation_id
     └── ProtocolError            502 protocol_error    the peer broke ficc.federation/1; terminal
 
@@ -184,6 +185,14 @@ class EngineUnavailable(FiccError):
     the request is kept, and asking again later may work."""
 
     code = "engine_unavailable"
+    status = 503
+
+
+class NotActive(FiccError):
+    """This ``ficc serve`` does not hold the active lease (a standby, or a former active that
+    lost it): it does nothing, and the active process serves the request."""
+
+    code = "standby"
     status = 503
 
 

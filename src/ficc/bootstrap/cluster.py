@@ -45,6 +45,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
+from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
@@ -107,10 +108,24 @@ class Cluster:
     """Keeps the nodes current while the cluster runs (``lifecycle.start`` starts it)."""
     purger: asyncio.Task[None] | None = None
     """Purges expired sessions, login links and offers daily (``lifecycle.start`` starts it)."""
+    lease: LeaseKeeper | None = None
+    """The active lease, where processes share the database (PostgreSQL); None: always active."""
+    lease_renewer: asyncio.Task[None] | None = None
+    """Renews the lease while this process is the active one (``lifecycle.start`` starts it)."""
+    serving: bool = False
+    """``lifecycle.start`` has brought the cluster up: with a lease, only then is it active."""
 
     @property
     def state(self) -> StateDir:
         return self.settings.state
+
+    @property
+    def role(self) -> Role:
+        """``active`` (serves everything) or ``standby`` (serves health only): with a lease,
+        active while it holds the lease and has started; without one, always active."""
+        if self.lease is None:
+            return ACTIVE
+        return ACTIVE if self.serving and self.lease.active() else STANDBY
 
 
 CompanionTransports = Callable[[Federation], TransportFactory]

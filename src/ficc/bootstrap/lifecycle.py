@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 import secrets
 import socket
 from dataclasses import dataclass
@@ -13,6 +16,7 @@ from ficc.adapters.node_probe import probe_node
 from ficc.adapters.sql.database import Database
 from ficc.adapters.sql.schema import upgrade as upgrade_schema
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+from ficc.base.errors import NotActive
 from ficc.base.ids import new_id
 from ficc.base.units import DAY_SECONDS
 from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, build
@@ -21,8 +25,11 @@ from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts, audit, nodes
+from ficc.services.lease import LeaseKeeper
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
+
+log = logging.getLogger("ficc.lifecycle")
 
 NODE_REFRESH_SECONDS = 10.0
 PURGE_SECONDS = float(DAY_SECONDS)
@@ -91,10 +98,15 @@ async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cl
     await database.migrate()
     key = ClusterKey.load(settings.state.cluster_key)
     uow_factory = SqlUnitOfWorkFactory(database, audit_signer=key)
-    await audit.seal(uow_factory)
+    lease = None
+    if not database.is_sqlite:
+        # Other processes may share this database: only the lease's holder acts, and every
+        # commit of this process checks that it still is the holder.
+        lease = LeaseKeeper(uow_factory.unguarded(), clock, lease_holder(), settings.lease_seconds)
+        uow_factory.guard = lease
     async with uow_factory() as uow:
         label = await uow.settings.get(LABEL_SETTING)
-    return build(
+    cluster = build(
         settings,
         uow_factory=uow_factory,
         database=database,
@@ -102,10 +114,31 @@ async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cl
         clock=clock,
         label=str(label or ""),
     )
+    cluster.lease = lease
+    return cluster
+
+
+def lease_holder() -> str:
+    """Who holds the lease, as operators read it: this machine, this process, and a random
+    part (a pid is reused)."""
+    return f"{socket.gethostname()[:120]}/{os.getpid()}/{secrets.token_hex(4)}"
+
+
+async def take_lease(cluster: Cluster) -> None:
+    """Wait until this process may act (at once without a lease, or when no other holds it)."""
+    if cluster.lease is not None:
+        await cluster.lease.acquire()
 
 
 async def start(cluster: Cluster) -> None:
-    """Bring what an earlier FICC process left to a known state, then rejoin peers."""
+    """Bring what an earlier FICC process left to a known state, then rejoin peers.
+
+    With a lease, called once this process holds it (:func:`take_lease`): the lease is kept
+    renewed from here, and the earlier holder's attempts are fenced like a restart's.
+    """
+    if cluster.lease is not None:
+        cluster.lease_renewer = asyncio.create_task(cluster.lease.keep())
+    await audit.seal(cluster.uow_factory)
     if cluster.ray is not None:
         cluster.ray.nodes.connect()
         await cluster.ray.record_nodes(cluster.uow_factory, cluster.clock)
@@ -121,6 +154,7 @@ async def start(cluster: Cluster) -> None:
     await _purge(cluster)
     cluster.purger = asyncio.create_task(_purge_daily(cluster))
     await cluster.companion.restore()
+    cluster.serving = True
 
 
 async def _purge(cluster: Cluster) -> None:
@@ -149,15 +183,30 @@ async def _refresh_nodes(cluster: Cluster) -> None:
 
 
 async def close(cluster: Cluster) -> None:
-    """Stop what runs, in the reverse order of its start, and let go of the storage."""
-    for task in (cluster.node_refresher, cluster.purger):
+    """Stop what runs, in the reverse order of its start, and let go of the storage.
+
+    A process that lost its lease records nothing (its commits are refused): it ends its own
+    engines and endpoint, first of all the endpoint, and leaves the records to the new active.
+    A clean stop of the active releases the lease last, so that a standby takes over at once.
+    """
+    cluster.serving = False
+    for task in (cluster.node_refresher, cluster.purger, cluster.lease_renewer):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    await cluster.transfers.close()
-    cluster.federation.grants.close()
-    await cluster.companion.stop()
-    await cluster.inference.close()
+    if cluster.lease is not None and cluster.lease.fenced:
+        await cluster.companion.stop()
+        await cluster.inference.supervisor.let_go()
+        with contextlib.suppress(NotActive):
+            await cluster.transfers.close()
+        cluster.federation.grants.close()
+    else:
+        await cluster.transfers.close()
+        cluster.federation.grants.close()
+        await cluster.companion.stop()
+        await cluster.inference.close()
+        if cluster.lease is not None:
+            await cluster.lease.release()
     await cluster.inference.engines.aclose()
     if cluster.ray is not None:
         cluster.ray.nodes.disconnect()

@@ -16,6 +16,7 @@ from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
 from ficc.base.errors import InvalidInput
 from ficc.base.units import seconds_setting
 from ficc.domain import transfers as tr
+from ficc.domain.lease import DEFAULT_LAPSE_SECONDS
 
 RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
@@ -25,12 +26,21 @@ STALL_SECONDS_VARIABLE = "FICC_TRANSFER_STALL_SECONDS"
 CONNECT_SECONDS_VARIABLE = "FICC_HYPERNET_CONNECT_SECONDS"
 """Seconds a connection to a peer may take before the peer is unreachable (default 5, 0.1 to
 3600). Tests set it to see a stopped peer reported without the full wait."""
+LEASE_SECONDS_VARIABLE = "FICC_LEASE_SECONDS"
+"""Seconds without a renewal before the active process's lease lapses and a standby takes over
+(default 10, 0.1 to 3600; PostgreSQL only). Tests set it to see a takeover sooner."""
 
 
 def connect_seconds_from_environment(environ: Mapping[str, str] | None = None) -> float:
     """The peer connect deadline: :data:`CONNECT_SECONDS_VARIABLE`, unset or empty the default."""
     env = os.environ if environ is None else environ
     return seconds_setting(env, CONNECT_SECONDS_VARIABLE, DEFAULT_CONNECT_TIMEOUT_SECONDS)
+
+
+def lease_seconds_from_environment(environ: Mapping[str, str] | None = None) -> float:
+    """The active lease's lapse: :data:`LEASE_SECONDS_VARIABLE`, unset or empty the default."""
+    env = os.environ if environ is None else environ
+    return seconds_setting(env, LEASE_SECONDS_VARIABLE, DEFAULT_LAPSE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,8 @@ class Settings:
     hypernet_connect_seconds: float = field(default_factory=connect_seconds_from_environment)
     ray_address: str | None = None
     """The Ray cluster whose nodes FICC schedules replicas on (``--ray``); None: this machine."""
+    lease_seconds: float = field(default_factory=lease_seconds_from_environment)
+    """How long the active lease lasts unrenewed (PostgreSQL: one active, others standby)."""
 
     @property
     def state(self) -> StateDir:

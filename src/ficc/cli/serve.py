@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -18,7 +18,7 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from ficc.adapters import control_socket
-from ficc.base.errors import InvalidInput, PermissionDenied
+from ficc.base.errors import InvalidInput, NotActive, PermissionDenied
 from ficc.bootstrap import Cluster, Settings, lifecycle, open_cluster
 from ficc.domain.inference import UpstreamAllowList
 from ficc.web.app import LocalOwnerApp, create_app
@@ -161,6 +161,9 @@ def _uvicorn_config(app: ASGIApp, http: type[asyncio.Protocol] | None = None) ->
 
 
 async def serve(settings: Settings, options: ServeOptions | None = None) -> None:
+    """Serve until SIGTERM or SIGINT. With a lease (PostgreSQL), a process another holds the
+    lease of serves health as the standby until it takes the lease over; one that loses the
+    lease stops at once and raises NotActive (its service manager starts it again, standby)."""
     options = options or ServeOptions()
     cluster = await open_cluster(settings)
     tcp = _tcp_socket(settings.listen)
@@ -168,9 +171,7 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     shown_host = f"[{host}]" if ":" in host else host
     listen_url = f"http://{shown_host}:{port}"
     cluster.public_url = options.public_url or listen_url
-    control = _control_socket(str(cluster.state.socket))
     app = create_app(cluster)
-    await lifecycle.start(cluster)
     http_server = _Server(_uvicorn_config(app))
     socket_server = _Server(_uvicorn_config(LocalOwnerApp(app), http=PeerCheckedProtocol))
     loop = asyncio.get_running_loop()
@@ -181,11 +182,25 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop)
-    tasks = [
-        asyncio.create_task(http_server.serve(sockets=[tcp])),
-        asyncio.create_task(socket_server.serve(sockets=[control])),
-    ]
+    tasks: list[asyncio.Task[None]] = []
+    watcher: asyncio.Task[None] | None = None
+    owns_files = False
     try:
+        if cluster.lease is None:
+            await lifecycle.start(cluster)
+            tasks.append(asyncio.create_task(http_server.serve(sockets=[tcp])))
+        else:
+            # The standby answers /livez and /readyz (503, standby) while it waits.
+            tasks.append(asyncio.create_task(http_server.serve(sockets=[tcp])))
+            if not await _until_active(cluster, listen_url, tasks[0]):
+                await asyncio.gather(*tasks)
+                return
+            await lifecycle.start(cluster)
+            watcher = asyncio.create_task(_stop_when_lost(cluster, stop))
+        # The control socket and server.json are the active process's: the CLI reaches it.
+        control = _control_socket(str(cluster.state.socket))
+        owns_files = True
+        tasks.append(asyncio.create_task(socket_server.serve(sockets=[control])))
         while not (http_server.started and socket_server.started):
             if any(task.done() for task in tasks):
                 break
@@ -206,11 +221,48 @@ async def serve(settings: Settings, options: ServeOptions | None = None) -> None
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await shutdown(cluster)
+        for task in [*tasks, *([] if watcher is None else [watcher])]:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await shutdown(cluster, owns_files=owns_files)
+    if cluster.lease is not None and cluster.lease.fenced and cluster.lease.lost.is_set():
+        raise NotActive("this FICC process lost the active lease to another and stopped")
 
 
-async def shutdown(cluster: Cluster) -> None:
-    for path in (cluster.state.server_json, cluster.state.socket):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+async def _until_active(cluster: Cluster, listen_url: str, http: asyncio.Task[None]) -> bool:
+    """Take the lease, waiting as the standby while another holds it; False when the process
+    is told to stop first."""
+    lease = cluster.lease
+    assert lease is not None
+    if await lease.try_acquire():
+        return True
+    print(f"FICC {cluster.label} standing by on {listen_url}", flush=True)
+    log.info("standing by", extra={"url": listen_url, "holder": lease.holder})
+    taking = asyncio.create_task(lifecycle.take_lease(cluster))
+    await asyncio.wait({taking, http}, return_when=asyncio.FIRST_COMPLETED)
+    if not taking.done():
+        taking.cancel()
+        await asyncio.gather(taking, return_exceptions=True)
+        return False
+    taking.result()
+    log.info("took over as the active process", extra={"epoch": lease.epoch})
+    return True
+
+
+async def _stop_when_lost(cluster: Cluster, stop: Callable[[], None]) -> None:
+    assert cluster.lease is not None
+    await cluster.lease.lost.wait()
+    log.error("lost the active lease: stopping without another effect")
+    stop()
+
+
+async def shutdown(cluster: Cluster, *, owns_files: bool = True) -> None:
+    """Close the cluster; server.json and the control socket go only if still this
+    process's (a standby that took over has made its own)."""
+    fenced = cluster.lease is not None and cluster.lease.fenced and cluster.lease.lost.is_set()
+    info = cluster.state.read_server_json()
+    if owns_files and not fenced and (info is None or info.get("pid") == os.getpid()):
+        for path in (cluster.state.server_json, cluster.state.socket):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
     await lifecycle.close(cluster)

@@ -16,6 +16,7 @@ from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import ChainRow, SignedHead
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
+from ficc.domain.lease import Lease
 from ficc.domain.nodes import Node
 from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
@@ -123,6 +124,25 @@ class SettingsRepository(Protocol):
         ...
 
 
+class LeasesRepository(Protocol):
+    async def get(self, name: str, *, for_update: bool = False) -> Lease | None:
+        """The lease, its row held until the transaction ends: shared (no takeover commits
+        before this transaction does), or ``for_update`` for the one that changes it."""
+        ...
+
+    async def put(self, lease: Lease, *, expected_epoch: int | None) -> bool:
+        """Store ``lease`` if the stored one still has ``expected_epoch`` (None: there is
+        none yet); False, changing nothing, when another process got there first."""
+        ...
+
+
+class CommitGuard(Protocol):
+    """Checked by a unit of work inside its transaction, just before it commits: an effect
+    of a process that no longer holds the active lease never lands."""
+
+    async def check(self, leases: LeasesRepository) -> None: ...
+
+
 class NodesRepository(Protocol):
     async def upsert(self, node: Node) -> None: ...
     async def get(self, node_id: str) -> Node | None: ...
@@ -167,6 +187,7 @@ class UnitOfWork(Protocol):
     grants: GrantsRepository
     remote_grants: RemoteGrantsRepository
     transfers: TransfersRepository
+    leases: LeasesRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(

@@ -75,6 +75,7 @@ def create_app(cluster: Cluster) -> FastAPI:
     # routing (see ficc.web.fast_routes).
     app.add_middleware(FastRoutes, routes=[route for router in ROUTERS for route in router.routes])
     app.add_middleware(BodyLimit)
+    app.add_middleware(health.StandbyGate, cluster=cluster)
     app.add_middleware(HostCheck, cluster=cluster)
     # Last, so outermost: refusals of the Host check also get a request ID, a log line, a count.
     app.add_middleware(RequestObservability, routes=app.router.routes)

@@ -19,6 +19,7 @@ def test_livez_and_readyz_answer_without_a_credential(json_cluster: RunningClust
     assert ready.status_code == 200, ready.text
     body = ready.json()
     assert body["status"] == "ok"
+    assert body["role"] == "active", "one process on SQLite is always the active one"
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["schema"] == "ok"
     assert body["checks"]["schema_revision"] == head_revision()

@@ -37,6 +37,7 @@ from ficc.domain.audit_chain import (
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.inference import ServiceState
+from ficc.domain.lease import Lease
 from ficc.domain.nodes import Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
@@ -46,7 +47,9 @@ from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
+    CommitGuard,
     GrantsRepository,
+    LeasesRepository,
     LoginLinksRepository,
     ModelsRepository,
     ModelUsage,
@@ -100,6 +103,7 @@ class FakeStore:
     remote_grants: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """By grant ID: the peer it came from and what the peer said of it."""
     transfers: dict[str, Transfer] = field(default_factory=dict)
+    leases: dict[str, Lease] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -716,12 +720,32 @@ class FakeTransfers(_Repository):
         return [t for t in self._s.transfers.values() if t.state == state]
 
 
+class FakeLeases(_Repository):
+    """Transactions run one at a time here: holding the row is holding the writer."""
+
+    async def get(self, name: str, *, for_update: bool = False) -> Lease | None:
+        return self._s.leases.get(name)
+
+    async def put(self, lease: Lease, *, expected_epoch: int | None) -> bool:
+        stored = self._s.leases.get(lease.name)
+        if (None if stored is None else stored.epoch) != expected_epoch:
+            return False
+        self._s.leases = {**self._s.leases, lease.name: lease}
+        return True
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
-    found unless it committed."""
+    found unless it committed (or its guard refused the commit)."""
 
-    def __init__(self, store: FakeStore, audit_signer: Signer | None = None) -> None:
+    def __init__(
+        self,
+        store: FakeStore,
+        guard: CommitGuard | None = None,
+        audit_signer: Signer | None = None,
+    ) -> None:
         self._store = store
+        self._guard = guard
         self._begun: dict[str, Any] | None = None
         self.users: UsersRepository = FakeUsers(store)
         self.tokens: TokensRepository = FakeTokens(store)
@@ -742,6 +766,7 @@ class FakeUnitOfWork:
         self.grants: GrantsRepository = FakeGrants(store)
         self.remote_grants: RemoteGrantsRepository = FakeRemoteGrants(store)
         self.transfers: TransfersRepository = FakeTransfers(store)
+        self.leases: LeasesRepository = FakeLeases(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()
@@ -751,6 +776,8 @@ class FakeUnitOfWork:
     async def commit(self) -> None:
         if self._begun is None:
             raise RuntimeError("the unit of work is not open")
+        if self._guard is not None:
+            await self._guard.check(self.leases)
         self._begun = self._store.snapshot()
         self._store.commits += 1
 
@@ -774,14 +801,19 @@ class FakeUnitOfWorkFactory:
     """Makes fake units of work over one shared :class:`FakeStore`."""
 
     def __init__(
-        self, store: FakeStore | None = None, *, audit_signer: Signer | None = None
+        self,
+        store: FakeStore | None = None,
+        guard: CommitGuard | None = None,
+        *,
+        audit_signer: Signer | None = None,
     ) -> None:
         self.store = store or FakeStore()
+        self.guard = guard
         self._audit_signer = audit_signer
 
     def __call__(self) -> FakeUnitOfWork:
-        return FakeUnitOfWork(self.store, self._audit_signer)
+        return FakeUnitOfWork(self.store, self.guard, self._audit_signer)
 
     def signed_by(self, signer: Signer) -> FakeUnitOfWorkFactory:
-        """The same store, signing the audit log with ``signer``."""
-        return FakeUnitOfWorkFactory(self.store, audit_signer=signer)
+        """The same store and guard, signing the audit log with ``signer``."""
+        return FakeUnitOfWorkFactory(self.store, self.guard, audit_signer=signer)

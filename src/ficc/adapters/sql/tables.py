@@ -336,3 +336,13 @@ Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(40), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("acquired_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+)

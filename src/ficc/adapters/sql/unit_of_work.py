@@ -7,6 +7,7 @@ from typing import Self
 
 from ficc.adapters.sql.audit import SqlChainedAudit
 from ficc.adapters.sql.database import Database, SqlConnection, WriterLock
+from ficc.adapters.sql.leases import SqlLeases
 from ficc.adapters.sql.repositories import (
     SqlAttempts,
     SqlGrants,
@@ -30,7 +31,9 @@ from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
+    CommitGuard,
     GrantsRepository,
+    LeasesRepository,
     LoginLinksRepository,
     ModelsRepository,
     ModelUsage,
@@ -53,10 +56,15 @@ class SqlUnitOfWork:
     """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
 
     def __init__(
-        self, database: Database, lock: WriterLock, audit_signer: Signer | None = None
+        self,
+        database: Database,
+        lock: WriterLock,
+        guard: CommitGuard | None = None,
+        audit_signer: Signer | None = None,
     ) -> None:
         self._database = database
         self._lock = lock
+        self._guard = guard
         self._audit_signer = audit_signer
         self._connection: SqlConnection | None = None
 
@@ -88,6 +96,7 @@ class SqlUnitOfWork:
         self.grants: GrantsRepository = SqlGrants(connection)
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         self.transfers: TransfersRepository = SqlTransfers(connection)
+        self.leases: LeasesRepository = SqlLeases(connection)
         return self
 
     @property
@@ -97,6 +106,10 @@ class SqlUnitOfWork:
         return self._connection
 
     async def commit(self) -> None:
+        """Commit; with a guard, only once it has found this process still the active one
+        (in this transaction: a fenced process's effect is rolled back, never committed)."""
+        if self._guard is not None:
+            await self._guard.check(self.leases)
         await self.connection.commit()
 
     async def __aexit__(
@@ -116,23 +129,32 @@ class SqlUnitOfWork:
 
 
 class SqlUnitOfWorkFactory:
-    """Makes units of work sharing one engine and, on SQLite, one writer lock; with
-    ``audit_signer`` (the cluster key) they sign the audit log's heads and tombstones."""
+    """Makes units of work sharing one engine and, on SQLite, one writer lock.
+
+    ``guard``: set where processes share the database (PostgreSQL), checked at every commit.
+    ``audit_signer`` (the cluster key): they sign the audit log's heads and tombstones.
+    """
 
     def __init__(
         self,
         database: Database,
+        guard: CommitGuard | None = None,
         *,
         audit_signer: Signer | None = None,
         lock: WriterLock | None = None,
     ) -> None:
         self.database = database
         self._lock = lock or WriterLock(database)
+        self.guard = guard
         self._audit_signer = audit_signer
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.database, self._lock, self._audit_signer)
+        return SqlUnitOfWork(self.database, self._lock, self.guard, self._audit_signer)
 
     def signed_by(self, signer: Signer) -> SqlUnitOfWorkFactory:
-        """The same database and writer lock, signing the audit log with ``signer``."""
-        return SqlUnitOfWorkFactory(self.database, audit_signer=signer, lock=self._lock)
+        """The same database, writer lock and guard, signing the audit log with ``signer``."""
+        return SqlUnitOfWorkFactory(self.database, self.guard, audit_signer=signer, lock=self._lock)
+
+    def unguarded(self) -> SqlUnitOfWorkFactory:
+        """Units of work over the same engine and writer lock, with no guard: the lease's own."""
+        return SqlUnitOfWorkFactory(self.database, audit_signer=self._audit_signer, lock=self._lock)

@@ -212,6 +212,18 @@ class ReplicaSupervisor:
                         )
                 await uow.commit()
 
+    async def let_go(self) -> None:
+        """After this process lost the active lease: end its engines and record nothing (the
+        records are the new active's now; fencing their attempts finds them ended)."""
+        self._router.close_all()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for service_id in sorted(self._handles):
+            self._stopping.add(service_id)
+            for handle in self._handles.pop(service_id):
+                await self.runtime(handle.runtime).stop(handle, self._grace)
+
     # --- replicas ----------------------------------------------------------------------------
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
