@@ -45,6 +45,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
+from ficc.services.inference.routes import Routes
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
@@ -92,6 +93,7 @@ class Cluster:
     companion: Companion
     federation: Federation
     remote: RemoteClient
+    routes: Routes
     transfers: Transfers
     ray: RayPlacement | None
     resolve_user_path: UserPathResolver
@@ -210,6 +212,14 @@ def build(
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)
     remote = RemoteClient(uow_factory, link, copies)
+    routes = Routes(
+        uow_factory,
+        clock,
+        inference.router,
+        inference.invocations,
+        remote,
+        count=metrics.count_route_outcome,
+    )
     transfers = Transfers(
         uow_factory,
         clock,
@@ -255,6 +265,7 @@ def build(
         companion=companion,
         federation=federation,
         remote=remote,
+        routes=routes,
         transfers=transfers,
         ray=ray,
         resolve_user_path=owner_path,

@@ -29,6 +29,7 @@ from ficc.domain.inference import ServiceState
 from ficc.domain.nodes import Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
+from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
 from ficc.services.ports import (
@@ -44,6 +45,7 @@ from ficc.services.ports import (
     ProjectsRepository,
     ReceiptsRepository,
     RemoteGrantsRepository,
+    RoutesRepository,
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
@@ -86,6 +88,7 @@ class FakeStore:
     remote_grants: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """By grant ID: the peer it came from and what the peer said of it."""
     transfers: dict[str, Transfer] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -614,6 +617,36 @@ class FakeTransfers(_Repository):
         return [t for t in self._s.transfers.values() if t.state == state]
 
 
+class FakeRoutes(_Repository):
+    async def add(self, route: Route) -> None:
+        if route.id in self._s.routes or await self.by_name(route.project, route.name):
+            raise IntegrityError(f"route {route.id} or its name exists")
+        self._s.routes[route.id] = route
+
+    async def get(self, route_id: str) -> Route | None:
+        return self._s.routes.get(route_id)
+
+    async def by_name(self, project: str, name: str) -> Route | None:
+        for route in self._s.routes.values():
+            if route.project == project and route.name == name:
+                return route
+        return None
+
+    async def list(self, project: str) -> list[Route]:
+        mine = [r for r in self._s.routes.values() if r.project == project]
+        return sorted(mine, key=lambda r: r.name)
+
+    async def update(self, route: Route) -> None:
+        other = await self.by_name(route.project, route.name)
+        if other is not None and other.id != route.id:
+            raise IntegrityError(f"route name {route.name} exists")
+        if route.id in self._s.routes:
+            self._s.routes[route.id] = route
+
+    async def delete(self, route_id: str) -> None:
+        self._s.routes.pop(route_id, None)
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed."""
@@ -640,6 +673,7 @@ class FakeUnitOfWork:
         self.grants: GrantsRepository = FakeGrants(store)
         self.remote_grants: RemoteGrantsRepository = FakeRemoteGrants(store)
         self.transfers: TransfersRepository = FakeTransfers(store)
+        self.routes: RoutesRepository = FakeRoutes(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

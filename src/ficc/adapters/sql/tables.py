@@ -323,3 +323,15 @@ Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
+
+routes = Table(
+    "routes",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", TIME, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)
+Index("routes_by_project_name", routes.c.project, routes.c.name, unique=True)

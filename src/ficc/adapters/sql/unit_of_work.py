@@ -26,6 +26,7 @@ from ficc.adapters.sql.repositories import (
     SqlTransfers,
     SqlUsers,
 )
+from ficc.adapters.sql.routes import SqlRoutes
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
@@ -39,6 +40,7 @@ from ficc.services.ports import (
     ProjectsRepository,
     ReceiptsRepository,
     RemoteGrantsRepository,
+    RoutesRepository,
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
@@ -82,6 +84,7 @@ class SqlUnitOfWork:
         self.grants: GrantsRepository = SqlGrants(connection)
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         self.transfers: TransfersRepository = SqlTransfers(connection)
+        self.routes: RoutesRepository = SqlRoutes(connection)
         return self
 
     @property
