@@ -242,7 +242,7 @@ async def test_a_peers_refusal_moves_on_only_where_the_request_did_not_start(
         assert s.bench.engine.calls == []  # not replayed anywhere
         assert s.counted == [("chat", f"{PEER_A}/{REMOTE_SVC}", Outcome.ERROR)]
         return
-    answer, trace = await s.ask(route)
+    _, trace = await s.ask(route)
     assert trace.target == s.local
     assert trace.skipped == [(f"{PEER_A}/{REMOTE_SVC}", Outcome(skipped))]
     assert s.remote.sent == [PEER_A]
@@ -370,7 +370,8 @@ async def test_a_local_stream_through_a_route_closes_the_engine_when_left(tmp_pa
     route = await s.route(local(s))
     got, trace = await _stream(s, route)
     assert trace.target == s.local
-    assert got and s.bench.engine.streams[0].closed.is_set()
+    assert got
+    assert s.bench.engine.streams[0].closed.is_set()
 
 
 def test_a_peer_that_failed_to_connect_is_skipped_for_a_growing_interval(tmp_path: Path) -> None:
