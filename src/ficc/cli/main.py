@@ -387,6 +387,7 @@ def main() -> None:
         federation,
         models,
         remote,
+        routes,
         service_logs,
         services,
     )

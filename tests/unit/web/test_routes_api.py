@@ -134,3 +134,17 @@ async def test_a_route_needs_inference_manage_to_change(
     assert refused.status_code == 403
     assert refused.json()["error"]["details"]["missing_scope"] == "inference:manage"
     assert (await api.get(ROUTES, headers=headers)).status_code == 200
+
+
+async def test_the_consoles_services_page_lists_the_routes_with_their_targets_in_order(
+    cluster: Cluster, api: httpx.AsyncClient
+) -> None:
+    from tests.unit.web.test_console_pages import _render
+
+    service, peer = "svc_" + "a" * 26, "per_" + "b" * 26
+    targets = [{"service": service}, {"peer": peer, "service": service, "weight": 2}]
+    route = (await api.post(ROUTES, json=route_body(service, targets=targets))).json()
+    page = _render("_services.html", services=[], routes=[route], live=False)
+    assert route["id"] in page
+    assert page.index(f"<code>{service}</code>") < page.index(f"<code>{peer}/{service}</code>")
+    assert "weight 2" in page
