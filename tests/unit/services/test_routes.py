@@ -428,3 +428,49 @@ async def test_a_route_is_found_by_name_or_id_and_refused_bad_input_names_the_fi
     assert await s.routes.find(PROJECT, "renamed") is None
     with pytest.raises(NotFound):
         await s.routes.get_route(PROJECT, route.id)
+
+
+async def test_a_responses_request_goes_through_a_route_to_either_kind_of_target(
+    tmp_path: Path,
+) -> None:
+    """Local: the Responses API as the chat request that answers it (llama.cpp has none);
+    remote: one ``inference.invoke`` with the Responses path, the model the peer's service."""
+    import json
+
+    from ficc.domain.openai_responses import RESPONSES_PATH
+
+    s = await make(tmp_path)
+    chunk = {"id": "c", "created": 1, "model": "m"}
+    s.bench.engine.chunks = [
+        json.dumps({**chunk, "choices": [{"index": 0, "delta": {"content": "ok"}}]}),
+        json.dumps({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    ]
+    route = await s.route(local(s), remote(PEER_A))
+    body = {"model": "chat", "input": "Hi", "stream": True}
+    trace = RouteTrace(route.name)
+    async with s.routes.stream(OWNER, PROJECT, route, RESPONSES_PATH, body, trace) as chunks:
+        sent = b"".join([piece async for piece in chunks])
+    assert b"event: response.completed" in sent
+    assert s.bench.engine.requests[-1][0] == CHAT_COMPLETIONS_PATH
+    assert s.bench.engine.requests[-1][1]["model"] != "chat"
+    await s.bench.control(s.local, "stop")
+    await s.bench.until(lambda: not s.bench.services.router.is_open(s.local))
+    prepared: list[dict[str, Any]] = []
+    original = s.remote.prepare
+
+    async def recorded(*args: Any, **kwargs: Any) -> Prepared:
+        got = await original(*args, **kwargs)
+        prepared.append(got.body)
+        return got
+
+    s.remote.prepare = recorded  # type: ignore[method-assign]
+    trace = RouteTrace(route.name)
+    plain = {"model": "chat", "input": "Hi"}
+    await s.routes.complete(OWNER, PROJECT, route, RESPONSES_PATH, plain, trace)
+    assert prepared == [
+        {"service": REMOTE_SVC, "path": RESPONSES_PATH, "body": {**plain, "model": REMOTE_SVC}}
+    ]
+    with pytest.raises(InvalidInput):  # checked once, before any target
+        await s.routes.complete(
+            OWNER, PROJECT, route, RESPONSES_PATH, {"input": "Hi", "temperature": 9}, trace
+        )
