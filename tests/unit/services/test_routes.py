@@ -474,3 +474,40 @@ async def test_a_responses_request_goes_through_a_route_to_either_kind_of_target
         await s.routes.complete(
             OWNER, PROJECT, route, RESPONSES_PATH, {"input": "Hi", "temperature": 9}, trace
         )
+
+
+async def test_when_every_target_is_skipped_a_busy_local_service_queues_it_unless_bounded(
+    tmp_path: Path,
+) -> None:
+    """A route refuses nothing a call straight to its local service would queue; a target's
+    own ``max_in_flight`` is a bound: the route answers its last refusal instead."""
+    s = await make(tmp_path)
+    s.remote.fails[PEER_A] = GrantRevoked("the grant was revoked", details=ADMISSION)
+    route = await s.route(local(s), remote(PEER_A))
+    s.bench.engine.release.clear()
+    held = asyncio.create_task(
+        s.bench.services.invocations.complete(PROJECT, s.local, CHAT_COMPLETIONS_PATH, BODY)
+    )
+    await s.bench.until(lambda: len(s.bench.engine.calls) == 1)
+    queued = asyncio.create_task(s.ask(route))
+    await s.bench.until(lambda: len(s.bench.engine.calls) == 2)
+    s.bench.engine.release.set()
+    _, trace = await queued
+    await held
+    assert trace.target == s.local
+    assert trace.skipped == [
+        (s.local, Outcome.BUSY),
+        (f"{PEER_A}/{REMOTE_SVC}", Outcome.GRANT_REVOKED),
+    ]
+    await s.routes.remove_route(PROJECT, route.id)
+    bounded = await s.route(local(s, max_in_flight=1), remote(PEER_A))
+    s.bench.engine.release.clear()
+    held = asyncio.create_task(
+        s.bench.services.invocations.complete(PROJECT, s.local, CHAT_COMPLETIONS_PATH, BODY)
+    )
+    await s.bench.until(lambda: len(s.bench.engine.calls) == 3)
+    with pytest.raises(GrantRevoked):
+        await s.ask(bounded)
+    s.bench.engine.release.set()
+    await held
+    assert len(s.bench.engine.calls) == 3

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -238,11 +238,12 @@ class Routes:
         """The plain answer of the first target, in the policy's order, that accepts it."""
         check_invocation(path, body)
         last: FiccError | None = None
-        for target in self._ordered(project, route):
+        busy: list[Target] = []
+        for target, queue in self._plan(project, route, busy):
             try:
-                answer = await self._complete_at(principal, project, target, path, body)
+                answer = await self._complete_at(principal, project, target, path, body, queue)
             except _Skip as skip:
-                self._skipped(route, target, skip.outcome, trace)
+                self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
                 continue
             except FiccError:
@@ -279,13 +280,14 @@ class Routes:
         trace: RouteTrace,
     ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
         last: FiccError | None = None
-        for target in self._ordered(project, route):
+        busy: list[Target] = []
+        for target, queue in self._plan(project, route, busy):
             stack = contextlib.AsyncExitStack()
             try:
-                chunks = await self._stream_at(stack, principal, project, target, path, body)
+                chunks = await self._stream_at(stack, principal, project, target, path, body, queue)
             except _Skip as skip:
                 await stack.aclose()
-                self._skipped(route, target, skip.outcome, trace)
+                self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
                 continue
             except BaseException as exc:
@@ -296,6 +298,18 @@ class Routes:
             self._answered(route, target, Outcome.OK, trace)
             return stack, chunks
         raise _all_skipped(route, trace, last)
+
+    def _plan(
+        self, project: str, route: Route, busy: list[Target]
+    ) -> Iterator[tuple[Target, bool]]:
+        """Each target in the policy's order; then, if every one was skipped and a local one
+        only for its implicit concurrency (one request per llama.cpp replica), that one again
+        to queue there, as a call straight to it would (``busy`` fills as targets are skipped).
+        A target's own ``max_in_flight`` is a bound, never queued past."""
+        for target in self._ordered(project, route):
+            yield target, False
+        if busy:
+            yield busy[0], True
 
     def _ordered(self, project: str, route: Route) -> list[Target]:
         targets = route.spec.targets
@@ -321,9 +335,10 @@ class Routes:
         target: Target,
         path: str,
         body: Mapping[str, Any],
+        queue: bool,
     ) -> dict[str, Any]:
         if target.local:
-            self._local_admits(principal, project, target)
+            self._local_admits(principal, project, target, queue=queue)
             # Nothing waits between the count above and the router's own count.
             return await self._invocations.complete(
                 project, target.service, path, _addressed(body, target)
@@ -353,9 +368,10 @@ class Routes:
         target: Target,
         path: str,
         body: Mapping[str, Any],
+        queue: bool,
     ) -> AsyncIterator[bytes]:
         if target.local:
-            self._local_admits(principal, project, target)
+            self._local_admits(principal, project, target, queue=queue)
             return await stack.enter_async_context(
                 self._invocations.stream(project, target.service, path, _addressed(body, target))
             )
@@ -375,8 +391,11 @@ class Routes:
         breaker.answered()
         return chunks
 
-    def _local_admits(self, principal: Principal, project: str, target: Target) -> None:
-        """Skip a local target the credential may not invoke, or that would not start it."""
+    def _local_admits(
+        self, principal: Principal, project: str, target: Target, *, queue: bool = False
+    ) -> None:
+        """Skip a local target the credential may not invoke, or that would not start it
+        (``queue``: past its implicit concurrency, as every other target was skipped)."""
         if "inference:invoke" not in principal.scopes:
             raise _Skip(Outcome.FORBIDDEN, _missing_scope("inference:invoke"))
         occupancy = self._router.occupancy(project, target.service)
@@ -393,7 +412,7 @@ class Routes:
                     details={"service": target.service},
                 ),
             )
-        if outcome is Outcome.BUSY:
+        if outcome is Outcome.BUSY and not queue:
             raise _Skip(outcome, _busy(target))
 
     async def _remote_admits(
@@ -470,9 +489,18 @@ class Routes:
             if not self._remote_in_flight[key]:
                 del self._remote_in_flight[key]
 
-    def _skipped(self, route: Route, target: Target, outcome: Outcome, trace: RouteTrace) -> None:
+    def _skipped(
+        self,
+        route: Route,
+        target: Target,
+        outcome: Outcome,
+        trace: RouteTrace,
+        busy: list[Target],
+    ) -> None:
         trace.skipped.append((target.label, outcome))
         self._count(route.name, target.label, outcome)
+        if outcome is Outcome.BUSY and target.local and target.max_in_flight is None:
+            busy.append(target)
 
     def _answered(self, route: Route, target: Target, outcome: Outcome, trace: RouteTrace) -> None:
         trace.target = target.label
