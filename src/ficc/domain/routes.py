@@ -7,7 +7,6 @@ did not start), and the circuit breaker that spares requests a dead partner's co
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -214,23 +213,32 @@ def _bounded(value: object, low: int, high: int, where: str) -> int:
 # --- choosing and failing over ----------------------------------------------------------------
 
 
+UNBOUNDED: Final = 1e12
+"""The free concurrency of a target without a bound, before what it has in flight."""
+
+
 def free_slots(capacity: int | None, in_flight: int) -> float:
-    """Free concurrency of a target: ``capacity`` less what is in flight (None: unbounded)."""
-    return math.inf if capacity is None else float(capacity - in_flight)
+    """Free concurrency of a target: ``capacity`` less what is in flight; without a bound,
+    :data:`UNBOUNDED` less what is in flight (so the least loaded of those still comes first)."""
+    return UNBOUNDED - in_flight if capacity is None else float(capacity - in_flight)
 
 
 def order(policy: Policy, targets: Sequence[Target], free: Sequence[float]) -> list[int]:
     """The indexes of ``targets`` in the order a request tries them.
 
     ``priority``: as listed. ``least-busy``: most free concurrency (times the weight) first,
-    ties in the listed order; a target with no free slot still comes, last, to be skipped.
+    ties in the listed order; a target with no bound before any bounded one, the fewest in
+    flight per weight first among those; a target with no free slot still comes, last, to be
+    skipped.
     """
     if policy is Policy.PRIORITY:
         return list(range(len(targets)))
 
     def score(index: int) -> float:
-        room = free[index]
-        return room * targets[index].weight if room > 0 else room
+        room, weight = free[index], targets[index].weight
+        if room >= UNBOUNDED / 2:
+            return UNBOUNDED - (UNBOUNDED - room) / weight
+        return room * weight if room > 0 else room
 
     return sorted(range(len(targets)), key=lambda i: (-score(i), i))
 

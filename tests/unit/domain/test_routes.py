@@ -110,6 +110,15 @@ def test_least_busy_tries_the_most_free_first_times_its_weight_ties_in_order() -
     ]
 
 
+def test_least_busy_spreads_over_unbounded_targets_by_what_they_have_in_flight() -> None:
+    a, b, c = Target(SVC), Target(SVC2), Target(SVC2, peer=PEER, weight=4)
+    unbounded = [free_slots(None, 3), free_slots(None, 1), free_slots(None, 5)]
+    # 5 in flight on weight 4 is 1.25 each: after b (1), before a (3).
+    assert order(Policy.LEAST_BUSY, [a, b, c], unbounded) == [1, 2, 0]
+    assert order(Policy.LEAST_BUSY, [a, b], [free_slots(None, 0), free_slots(None, 0)]) == [0, 1]
+    assert order(Policy.LEAST_BUSY, [a, b], [free_slots(2, 0), free_slots(None, 50)]) == [1, 0]
+
+
 def test_a_local_target_is_skipped_without_a_ready_replica_or_at_its_concurrency() -> None:
     assert local_skip(admitting=False, capacity=None, in_flight=0) is Outcome.NOT_RUNNING
     assert local_skip(admitting=True, capacity=1, in_flight=1) is Outcome.BUSY
