@@ -24,6 +24,7 @@ from sqlalchemy import Subquery, func, select
 
 from ficc.adapters.sql import tables as t
 from ficc.domain.inference import RestartPolicy
+from ficc.domain.routes import Outcome
 from ficc.services.remote.table import OPERATIONS
 
 if TYPE_CHECKING:
@@ -168,6 +169,20 @@ async def refresh_state_gauges(
 def _distinct_replicas() -> Subquery:
     attempt = t.replica_attempts.c
     return select(attempt.service_id, attempt.replica).distinct().subquery()
+
+
+ROUTE_REQUESTS: Final = Counter(
+    "ficc_route_requests",
+    "Requests through a route, by route name, target (a local service ID or PEER/SERVICE) "
+    "and outcome: ok or error (the target answered), or why it was skipped.",
+    ["route", "target", "outcome"],
+    registry=REGISTRY,
+)
+
+
+def count_route_outcome(route: str, target: str, outcome: Outcome) -> None:
+    """One target's part in one request through a route."""
+    ROUTE_REQUESTS.labels(route=route, target=target, outcome=outcome.value).inc()
 
 
 def count_restart(policy: RestartPolicy) -> None:

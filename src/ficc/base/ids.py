@@ -32,6 +32,7 @@ PREFIXES: Final = {
     "transfer": "xfr",
     "attempt": "att",
     "audit": "aud",
+    "route": "rte",
 }
 
 _BODY = re.compile(r"^[a-z2-7]{26}$")

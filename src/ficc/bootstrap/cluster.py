@@ -45,6 +45,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
+from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
 from ficc.services.remote.client import RemoteClient
@@ -93,6 +94,7 @@ class Cluster:
     companion: Companion
     federation: Federation
     remote: RemoteClient
+    routes: Routes
     transfers: Transfers
     ray: RayPlacement | None
     resolve_user_path: UserPathResolver
@@ -225,6 +227,14 @@ def build(
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)
     remote = RemoteClient(uow_factory, link, copies)
+    routes = Routes(
+        uow_factory,
+        clock,
+        inference.router,
+        inference.invocations,
+        remote,
+        count=metrics.count_route_outcome,
+    )
     transfers = Transfers(
         uow_factory,
         clock,
@@ -270,6 +280,7 @@ def build(
         companion=companion,
         federation=federation,
         remote=remote,
+        routes=routes,
         transfers=transfers,
         ray=ray,
         resolve_user_path=owner_path,

@@ -185,6 +185,7 @@ def main() -> None:
         federation,
         models,
         remote,
+        routes,
         service_logs,
         services,
     )

@@ -20,6 +20,7 @@ from ficc.domain.lease import Lease
 from ficc.domain.nodes import Node
 from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
+from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
 
@@ -166,6 +167,20 @@ class ModelUsage(Protocol):
     async def users_of_model(self, model_id: str) -> Sequence[str]: ...
 
 
+class RoutesRepository(Protocol):
+    """Routes of a project; a name is unique within its project."""
+
+    async def add(self, route: Route) -> None: ...
+    async def get(self, route_id: str) -> Route | None: ...
+    async def by_name(self, project: str, name: str) -> Route | None: ...
+    async def list(self, project: str) -> list[Route]:
+        """The project's routes by name."""
+        ...
+
+    async def update(self, route: Route) -> None: ...
+    async def delete(self, route_id: str) -> None: ...
+
+
 class UnitOfWork(Protocol):
     """One transaction: everything done through it commits together or not at all."""
 
@@ -188,6 +203,7 @@ class UnitOfWork(Protocol):
     remote_grants: RemoteGrantsRepository
     transfers: TransfersRepository
     leases: LeasesRepository
+    routes: RoutesRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(

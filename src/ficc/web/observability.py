@@ -28,6 +28,9 @@ SECRET_PATH_PARAMETERS: Final = ("{secret}",)
 """Path parameters that are credentials (a login link): logged as the template, never raw."""
 
 access_log = logging.getLogger("ficc.access")
+ROUTE_TRACE_SCOPE_KEY = "ficc.route"
+"""Where a request through a route leaves what it did (its target, each skip and why) for
+the access line."""
 
 
 def request_id_of(scope: Scope) -> str | None:
@@ -103,18 +106,37 @@ class RequestObservability:
             path = loggable_path(str(scope["path"]), route)
             metrics.HTTP_REQUESTS.labels(method=method_label, route=route, status=str(status)).inc()
             metrics.HTTP_DURATION.labels(method=method_label, route=route).observe(elapsed)
+            fields = {
+                "method": method,
+                "path": path,
+                "route": route,
+                "status": status,
+                "duration_ms": round(elapsed * 1000, 3),
+            }
+            traced = scope.get(ROUTE_TRACE_SCOPE_KEY)
+            suffix = ""
+            if traced is not None:
+                # The "route" field is the URL's template; a model route's own names follow.
+                fields.update(
+                    {
+                        "model_route": traced["route"],
+                        "route_target": traced["route_target"],
+                        "route_skipped": traced["route_skipped"],
+                    }
+                )
+                skipped = ", ".join(
+                    f"{s['target']} {s['outcome']}" for s in traced["route_skipped"]
+                )
+                suffix = f" route {traced['route']} -> {traced['route_target']}" + (
+                    f" (skipped: {skipped})" if skipped else ""
+                )
             access_log.info(
-                "%s %s %d %.1f ms",
+                "%s %s %d %.1f ms%s",
                 method,
                 path,
                 status,
                 elapsed * 1000,
-                extra={
-                    "method": method,
-                    "path": path,
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 3),
-                },
+                suffix,
+                extra=fields,
             )
             current_request_id.reset(token)

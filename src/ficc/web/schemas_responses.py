@@ -139,6 +139,28 @@ class ServiceList(Shape):
     services: list[Service]
 
 
+class RouteTarget(Shape):
+    """A local service (no ``peer``) or a peer's granted service."""
+
+    peer: str | None = None
+    service: str
+    weight: int
+    max_in_flight: int | None
+
+
+class Route(Shape):
+    """A route: one model name over ordered targets."""
+
+    id: str
+    name: str
+    policy: Literal["priority", "least-busy"]
+    targets: list[RouteTarget]
+
+
+class RouteList(Shape):
+    routes: list[Route]
+
+
 class Remaining(Shape):
     requests: int
     transfer_bytes: int

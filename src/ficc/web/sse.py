@@ -65,6 +65,8 @@ class EventStreamResponse(Response):
         self._chunks = chunks
         self._close = close
         self._octets = octets
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+        """Sent with the stream's own headers (a route's ``x-ficc-route-target``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -75,7 +77,7 @@ class EventStreamResponse(Response):
             await self._close()
 
     async def _stream(self, send: Send, receive: Receive) -> None:
-        headers = OCTET_HEADERS if self._octets else SSE_HEADERS
+        headers = [*(OCTET_HEADERS if self._octets else SSE_HEADERS), *self.extra_headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         relay = asyncio.create_task(self._relay(send))
         listen = asyncio.create_task(wait_for_disconnect(receive))
@@ -96,6 +98,14 @@ class EventStreamResponse(Response):
             if self._octets:
                 raise
             await send({"type": "http.response.body", "body": error_event(exc), "more_body": True})
+
+
+def add_header(response: Response, name: str, value: str) -> None:
+    """One more header on a response :func:`relay` gave, a stream's included."""
+    if isinstance(response, EventStreamResponse):
+        response.extra_headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    else:
+        response.headers[name] = value
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:

@@ -41,6 +41,7 @@ from ficc.domain.lease import Lease
 from ficc.domain.nodes import Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
+from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
 from ficc.protocol.signing import Signer
@@ -59,6 +60,7 @@ from ficc.services.ports import (
     ProjectsRepository,
     ReceiptsRepository,
     RemoteGrantsRepository,
+    RoutesRepository,
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
@@ -104,6 +106,7 @@ class FakeStore:
     """By grant ID: the peer it came from and what the peer said of it."""
     transfers: dict[str, Transfer] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -734,6 +737,36 @@ class FakeLeases(_Repository):
         return True
 
 
+class FakeRoutes(_Repository):
+    async def add(self, route: Route) -> None:
+        if route.id in self._s.routes or await self.by_name(route.project, route.name):
+            raise IntegrityError(f"route {route.id} or its name exists")
+        self._s.routes[route.id] = route
+
+    async def get(self, route_id: str) -> Route | None:
+        return self._s.routes.get(route_id)
+
+    async def by_name(self, project: str, name: str) -> Route | None:
+        for route in self._s.routes.values():
+            if route.project == project and route.name == name:
+                return route
+        return None
+
+    async def list(self, project: str) -> list[Route]:
+        mine = [r for r in self._s.routes.values() if r.project == project]
+        return sorted(mine, key=lambda r: r.name)
+
+    async def update(self, route: Route) -> None:
+        other = await self.by_name(route.project, route.name)
+        if other is not None and other.id != route.id:
+            raise IntegrityError(f"route name {route.name} exists")
+        if route.id in self._s.routes:
+            self._s.routes[route.id] = route
+
+    async def delete(self, route_id: str) -> None:
+        self._s.routes.pop(route_id, None)
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed (or its guard refused the commit)."""
@@ -767,6 +800,7 @@ class FakeUnitOfWork:
         self.remote_grants: RemoteGrantsRepository = FakeRemoteGrants(store)
         self.transfers: TransfersRepository = FakeTransfers(store)
         self.leases: LeasesRepository = FakeLeases(store)
+        self.routes: RoutesRepository = FakeRoutes(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

@@ -346,3 +346,14 @@ leases = Table(
     Column("acquired_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=False),
 )
+routes = Table(
+    "routes",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", TIME, nullable=False),
+    Column("updated_at", TIME, nullable=False),
+)
+Index("routes_by_project_name", routes.c.project, routes.c.name, unique=True)

@@ -27,6 +27,7 @@ from ficc.adapters.sql.repositories import (
     SqlTransfers,
     SqlUsers,
 )
+from ficc.adapters.sql.routes import SqlRoutes
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
@@ -43,6 +44,7 @@ from ficc.services.ports import (
     ProjectsRepository,
     ReceiptsRepository,
     RemoteGrantsRepository,
+    RoutesRepository,
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
@@ -97,6 +99,7 @@ class SqlUnitOfWork:
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         self.transfers: TransfersRepository = SqlTransfers(connection)
         self.leases: LeasesRepository = SqlLeases(connection)
+        self.routes: RoutesRepository = SqlRoutes(connection)
         return self
 
     @property

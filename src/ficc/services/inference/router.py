@@ -33,6 +33,15 @@ class _Admission:
     options: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Occupancy:
+    """How full an admitted service is: what a route's choice of target reads."""
+
+    runtime: RuntimeName
+    replicas: int
+    in_flight: int
+
+
 class InvocationRouter:
     """Owns admission of requests, the round robin over replicas and the in-flight counts."""
 
@@ -77,6 +86,16 @@ class InvocationRouter:
         if not self._in_flight.get(service_id):
             self._in_flight.pop(service_id, None)
             self._idle.pop(service_id, None)
+
+    def occupancy(self, project: str, service_id: str) -> Occupancy | None:
+        """A service of ``project`` that admits requests now: its runtime, ready replicas and
+        requests in flight; None when it admits none. From memory, no transaction."""
+        admission = self._admitting.get(service_id)
+        if admission is None or admission.project != project or not admission.handles:
+            return None
+        return Occupancy(
+            admission.runtime, len(admission.handles), self._in_flight.get(service_id, 0)
+        )
 
     def tracked_services(self) -> frozenset[str]:
         """The service IDs any of the router's maps holds; bounded by the services that exist."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ficc.base.errors import (
@@ -38,6 +39,18 @@ GRANT_ANSWER_BYTES: Final = 4 * MiB
 ``models.manifest``: the others answer records and lists of a few KiB."""
 MANIFEST_ANSWER_BYTES: Final = 1 * MiB
 """A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked and built, not yet sent: the peer, the grant it goes under, this
+    cluster's copy of that grant's terms, the operation and the wire body."""
+
+    peer: p.Peer
+    grant_id: str
+    terms: dict[str, Any]
+    operation: str
+    wire: dict[str, Any]
 
 
 class RemoteClient:
@@ -77,8 +90,38 @@ class RemoteClient:
 
         ``service``: a remote service the selected grant must publish (checked before sending).
         """
+        return await self.send(
+            await self.prepare(
+                principal,
+                project,
+                peer_id,
+                operation=operation,
+                body=body,
+                mutation_id=mutation_id,
+                service=service,
+            )
+        )
+
+    async def prepare(
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
+        service: str | None = None,
+    ) -> Prepared:
+        """Every check this cluster makes before sending: a refusal here proves nothing was
+        sent (a route tries its next target on it)."""
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
         name, wire = _wire(grant_id, operation, body, mutation_id, terms)
+        return Prepared(peer, grant_id, terms, name, wire)
+
+    async def send(self, prepared: Prepared) -> dict[str, Any]:
+        """Send a prepared request; nothing is retried."""
+        peer, name, wire = prepared.peer, prepared.operation, prepared.wire
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         try:
@@ -90,7 +133,7 @@ class RemoteClient:
                     generation=peer.generation,
                     ticket=peer.ticket,
                     timeout_seconds=timeout,
-                    max_answer_bytes=answer_bytes(name, terms),
+                    max_answer_bytes=answer_bytes(name, prepared.terms),
                 )
             ).body
         except OutcomeUnknown as exc:
@@ -123,18 +166,32 @@ class RemoteClient:
         ``mutation_id`` is checked like any other request's (no streamed operation takes one),
         so a caller who sends one is told, not silently ignored.
         """
-        peer, grant_id, terms = await self._route(principal, project, peer_id, service)
-        name, wire = _wire(grant_id, operation, body, mutation_id, terms)
+        prepared = await self.prepare(
+            principal,
+            project,
+            peer_id,
+            operation=operation,
+            body=body,
+            mutation_id=mutation_id,
+            service=service,
+        )
+        async with self.stream(prepared) as chunks:
+            yield chunks
+
+    @contextlib.asynccontextmanager
+    async def stream(self, prepared: Prepared) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Send a prepared streamed request; leaving the block cancels it on the peer."""
+        peer = prepared.peer
         self._copies.changed(peer.id)
         async with self._channel.stream(
             peer.hypernet_id,
-            name,
-            wire,
+            prepared.operation,
+            prepared.wire,
             generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         ) as chunks:
-            named = _naming_grant(chunks, grant_id)
+            named = _naming_grant(chunks, prepared.grant_id)
             async with contextlib.aclosing(named):
                 yield named
 

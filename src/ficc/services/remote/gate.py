@@ -15,10 +15,18 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ficc.base.errors import GrantExpired, GrantRevoked, LimitExceeded, PermissionDenied, TooLarge
+from ficc.base.errors import (
+    FiccError,
+    GrantExpired,
+    GrantRevoked,
+    LimitExceeded,
+    PermissionDenied,
+    TooLarge,
+)
 from ficc.base.ids import parse_id
 from ficc.domain import grants as g
 from ficc.domain.operations import check_mutation_id, check_scope
+from ficc.domain.routes import ADMISSION_STAGE
 from ficc.services.federation.known_peers import KnownPeers, paired_peer
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.peer_channel import PeerIdentity
@@ -50,7 +58,34 @@ class Gate:
         body_bytes: int,
     ) -> AsyncIterator[Call]:
         """Admit one request; ``body_bytes`` is ``body``'s canonical size as it travelled,
-        what ``request_bytes`` counts."""
+        what ``request_bytes`` counts.
+
+        A refusal before the request is admitted says so (``details["stage"]``): the requester
+        then knows nothing ran, and a route may try its next target.
+        """
+        admitted = False
+        try:
+            async with self._admitted(
+                identity, operation, scopes, mutation, wire, body, body_bytes
+            ) as call:
+                admitted = True
+                yield call
+        except FiccError as exc:
+            if not admitted:
+                exc.details.setdefault("stage", ADMISSION_STAGE)
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self,
+        identity: PeerIdentity,
+        operation: str,
+        scopes: frozenset[str],
+        mutation: bool,
+        wire: dict[str, Any],
+        body: dict[str, Any],
+        body_bytes: int,
+    ) -> AsyncIterator[Call]:
         grant_id = parse_id("grant", wire.get("grant"), field="grant")
         now = self._clock()
         if not self._peers.knows(identity):

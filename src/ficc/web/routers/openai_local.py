@@ -1,4 +1,5 @@
-"""The local OpenAI-compatible URL /api/v1/inference/v1: ``model`` is a local service ID."""
+"""The local OpenAI-compatible URL /api/v1/inference/v1: ``model`` is a local service ID, or
+a route's name or ID (``ficc.services.inference.routes``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from ficc.base.errors import InvalidInput, NotFound
+from ficc.base.errors import FiccError, InvalidInput, NotFound
+from ficc.base.ids import PREFIXES
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     COMPLETIONS_PATH,
@@ -15,10 +17,14 @@ from ficc.domain.openai_requests import (
     parse_request_body,
 )
 from ficc.domain.openai_responses import RESPONSES_PATH
+from ficc.domain.routes import Route
 from ficc.domain.service_records import ServiceRecord
+from ficc.services.inference.routes import RouteTrace
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
+from ficc.web.errors import error_response
 from ficc.web.fast_routes import fast_path
+from ficc.web.observability import ROUTE_TRACE_SCOPE_KEY
 from ficc.web.schemas import openai_request
 from ficc.web.schemas_responses import OPENAI_INVOCATION, OPENAI_MODEL, OPENAI_MODELS
 from ficc.web.sse import Opening
@@ -26,6 +32,8 @@ from ficc.web.sse import Opening
 router = APIRouter()
 
 PREFIX: Final = "/api/v1/inference/v1"
+SERVICE_ID_PREFIX: Final = PREFIXES["service"] + "_"
+ROUTE_TARGET_HEADER: Final = "x-ficc-route-target"
 
 
 def model_object(service: ServiceRecord, owner: str) -> dict[str, Any]:
@@ -43,15 +51,28 @@ def unknown_model(model: str, usable: list[str]) -> NotFound:
     listed = ", ".join(usable) if usable else "none is running"
     return NotFound(
         f"the model {model} is not a service of this project: model is the ID of a "
-        f"running service (here: {listed})",
+        f"running service (here: {listed}) or a route's name or ID",
         details={"field": "model", "services": usable},
     )
+
+
+def route_object(route: Route, owner: str) -> dict[str, Any]:
+    """A route as OpenAI's ``model`` object, named as callers name it (its name)."""
+    return {
+        "id": route.name,
+        "object": "model",
+        "created": int(route.created_at.timestamp()),
+        "owned_by": owner,
+    }
 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.router.running_services(ctx.project)
-    return {"object": "list", "data": [model_object(s, ctx.project) for s in services]}
+    routes = await ctx.cluster.routes.routes(ctx.project)
+    data = [model_object(s, ctx.project) for s in services]
+    data += [route_object(route, ctx.project) for route in routes]
+    return {"object": "list", "data": data}
 
 
 @router.get(f"{PREFIX}/models/{{model_id}}", responses=OPENAI_MODEL)
@@ -60,6 +81,9 @@ async def get_model(model_id: str, ctx: Context = scoped("inference:invoke")) ->
     for service in services:
         if service.id == model_id:
             return model_object(service, ctx.project)
+    route = await ctx.cluster.routes.find(ctx.project, model_id)
+    if route is not None:
+        return route_object(route, ctx.project)
     raise unknown_model(model_id, [service.id for service in services])
 
 
@@ -69,6 +93,10 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
     service_id = body.get("model")
     if not isinstance(service_id, str):
         raise InvalidInput("model must be the ID of a running service", field="model")
+    if not service_id.startswith(SERVICE_ID_PREFIX):
+        route = await ctx.cluster.routes.find(ctx.project, service_id)
+        if route is not None:
+            return await relay_route(ctx, request, route, engine_path, body)
     invocations = ctx.cluster.inference.invocations
     call: Opening | Awaitable[dict[str, Any]]
     if body.get("stream") is True:
@@ -81,6 +109,29 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
         running = await ctx.cluster.inference.router.running_services(ctx.project)
         raise unknown_model(service_id, [service.id for service in running]) from exc
+
+
+async def relay_route(
+    ctx: Context, request: Request, route: Route, engine_path: str, body: dict[str, Any]
+) -> Response:
+    """One invocation through a route; the answer (or error) names the target that gave it,
+    and the access log what was skipped."""
+    routes = ctx.cluster.routes
+    trace = RouteTrace(route.name)
+    call: Opening | Awaitable[dict[str, Any]]
+    if body.get("stream") is True:
+        call = routes.stream(ctx.principal, ctx.project, route, engine_path, body, trace)
+    else:
+        call = routes.complete(ctx.principal, ctx.project, route, engine_path, body, trace)
+    try:
+        response = await sse.relay(request, call)
+    except FiccError as exc:
+        response = error_response(request, exc)
+    finally:
+        request.scope[ROUTE_TRACE_SCOPE_KEY] = trace.log_fields()
+    if trace.target is not None:
+        sse.add_header(response, ROUTE_TARGET_HEADER, trace.target)
+    return response
 
 
 @router.post(

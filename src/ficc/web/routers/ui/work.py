@@ -57,7 +57,10 @@ async def resume_transfer(
 @router.get(f"{P}/services", response_class=HTMLResponse)
 async def services(request: Request, ctx: ConsoleContext = console("inference:read")) -> Response:
     found = await ctx.cluster.inference.commands.list_services(ctx.project)
-    return await _listing(request, ctx, "services", "Services", found, LIVE_SERVICE_STATES)
+    routes = await ctx.cluster.routes.list_routes(ctx.project)
+    return await _listing(
+        request, ctx, "services", "Services", found, LIVE_SERVICE_STATES, routes=routes
+    )
 
 
 @router.get(f"{P}/services/{{service_id}}", response_class=HTMLResponse)
@@ -86,11 +89,20 @@ async def _listing(
     title: str,
     found: list[dict[str, Any]],
     live_states: tuple[str, ...],
+    **more: Any,
 ) -> Response:
-    """A page listing ``found`` under its own name, polling while any item is in progress."""
+    """A page listing ``found`` under its own name, polling while any item is in progress;
+    ``more``: what else the page shows (the services page, its routes)."""
     live = any(item["state"] in live_states for item in found)
     return render_page(
-        request, ctx, page, title, projects=await projects_of(ctx), live=live, **{page: found}
+        request,
+        ctx,
+        page,
+        title,
+        projects=await projects_of(ctx),
+        live=live,
+        **{page: found},
+        **more,
     )
 
 

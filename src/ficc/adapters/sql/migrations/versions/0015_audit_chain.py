@@ -21,7 +21,7 @@ from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import GENESIS, TOMBSTONE_ACTION, row_digest
 
 revision = "0015_audit_chain"
-down_revision = "0013_lease"
+down_revision = "0014_routes"
 
 TOMBSTONING: Final = (
     "OLD.tombstone IS NULL AND NEW.tombstone IS NOT NULL AND NEW.seq = OLD.seq "

@@ -1,0 +1,570 @@
+"""Routes: a project's model name that tries its targets, local services and peers' granted
+services, in its policy's order, and moves on only where the request provably did not start.
+
+A local target is skipped when it has no ready replica or is at its concurrency (decided from
+the router's memory, then called with no wait in between, so the count is exact); a remote one
+when this cluster refuses it before sending (no pairing, no selected grant, the service not
+published, the body over the grant's ``request_bytes``), when its circuit is open, when the
+peer was unreachable before the request went out, or when the grantor's gate refused it
+(:func:`ficc.domain.routes.skip_outcome`). Once a target accepted a request its answer, or
+its error, is the answer: nothing is replayed. Each target's own grant, scope and limits apply
+to what it serves; a local target needs ``inference:invoke``, a remote one
+``federation:invoke``.
+
+The hook :data:`TargetAdmission` is where a peer's remaining token budget or rate window
+(metering) can skip a target that would refuse, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ficc.base.errors import (
+    Conflict,
+    FiccError,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    PeerUnreachable,
+    PermissionDenied,
+)
+from ficc.base.ids import PREFIXES, new_id
+from ficc.domain import grants as g
+from ficc.domain.inference import RuntimeName
+from ficc.domain.openai_responses import check_invocation
+from ficc.domain.principals import Principal
+from ficc.domain.routes import (
+    Breaker,
+    Outcome,
+    Route,
+    Target,
+    free_slots,
+    local_skip,
+    order,
+    parse_route_spec,
+    skip_outcome,
+)
+from ficc.services.inference.invoke import Invocations
+from ficc.services.inference.router import InvocationRouter
+from ficc.services.ports import Clock, UnitOfWorkFactory
+
+ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
+"""Runtimes whose replica serves one request at a time (FICC runs llama.cpp's server so):
+such a local target is at its concurrency with one request per ready replica in flight."""
+
+ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"
+
+
+class RemoteInvoker(Protocol):
+    """The requester's side as routes use it (``RemoteClient``): every check before sending,
+    then the send, so a refusal of the first proves nothing went out."""
+
+    async def prepare(
+        self,
+        principal: Principal,
+        project: str,
+        peer_id: str,
+        *,
+        operation: object,
+        body: object,
+        mutation_id: object = None,
+        service: str | None = None,
+    ) -> Any: ...
+
+    async def send(self, prepared: Any) -> dict[str, Any]: ...
+
+    def stream(self, prepared: Any) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
+
+
+TargetAdmission = Callable[[str, Target], Awaitable[Outcome | None]]
+"""``check(project, target)`` before a remote target is tried: a skip (a peer's token budget
+or rate window that would refuse, known from metering), or None to try it."""
+
+OutcomeCounter = Callable[[str, str, Outcome], None]
+"""``count(route_name, target_label, outcome)``: ``ficc_route_requests_total``."""
+
+
+async def _always(project: str, target: Target) -> Outcome | None:
+    return None
+
+
+def _uncounted(route: str, target: str, outcome: Outcome) -> None:
+    return None
+
+
+@dataclass
+class RouteTrace:
+    """What one request through a route did: the target that answered, and each target
+    skipped with why (for the answer's header and the access log)."""
+
+    route: str
+    target: str | None = None
+    skipped: list[tuple[str, Outcome]] = field(default_factory=list)
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "route": self.route,
+            "route_target": self.target,
+            "route_skipped": [{"target": t, "outcome": o.value} for t, o in self.skipped],
+        }
+
+
+@dataclass
+class _Skip(Exception):
+    """A target skipped before anything was sent, with the error to answer if all are."""
+
+    outcome: Outcome
+    error: FiccError
+
+
+class Routes:
+    """Route records (create, read, replace, remove) and invocations through them."""
+
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        router: InvocationRouter,
+        invocations: Invocations,
+        remote: RemoteInvoker,
+        *,
+        monotonic: Callable[[], float] | None = None,
+        admit_target: TargetAdmission = _always,
+        count: OutcomeCounter = _uncounted,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._router = router
+        self._invocations = invocations
+        self._remote = remote
+        self._monotonic = monotonic or (lambda: asyncio.get_running_loop().time())
+        self._admit_target = admit_target
+        self._count = count
+        self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._remote_in_flight: dict[tuple[str, str], int] = {}
+        self._remote_caps: dict[tuple[str, str], int] = {}
+        self._cache: dict[str, dict[str, Route]] = {}
+        """By project: its routes by ID and by name, loaded once (every change goes here)."""
+
+    # --- the records --------------------------------------------------------------------------
+
+    async def list_routes(self, project: str) -> list[dict[str, Any]]:
+        async with self._uow_factory() as uow:
+            return [route.to_json() for route in await uow.routes.list(project)]
+
+    async def get_route(self, project: str, route_id: str) -> dict[str, Any]:
+        return (await self._load(project, route_id)).to_json()
+
+    async def create_route(self, project: str, data: object) -> dict[str, Any]:
+        spec = parse_route_spec(data)
+        _check_name(spec.name)
+        now = self._clock()
+        route = Route(new_id("route", secrets.token_bytes(16)), project, spec, now, now)
+        async with self._uow_factory() as uow:
+            if await uow.routes.by_name(project, spec.name) is not None:
+                raise _name_taken(spec.name)
+            await uow.routes.add(route)
+            await uow.commit()
+        self._cache.pop(project, None)
+        return route.to_json()
+
+    async def replace_route(self, project: str, route_id: str, data: object) -> dict[str, Any]:
+        spec = parse_route_spec(data)
+        _check_name(spec.name)
+        async with self._uow_factory() as uow:
+            route = await uow.routes.get(route_id)
+            if route is None or route.project != project:
+                raise _no_route(route_id)
+            other = await uow.routes.by_name(project, spec.name)
+            if other is not None and other.id != route_id:
+                raise _name_taken(spec.name)
+            route = route.replaced(spec, self._clock())
+            await uow.routes.update(route)
+            await uow.commit()
+        self._cache.pop(project, None)
+        return route.to_json()
+
+    async def remove_route(self, project: str, route_id: str) -> None:
+        async with self._uow_factory() as uow:
+            route = await uow.routes.get(route_id)
+            if route is None or route.project != project:
+                raise _no_route(route_id)
+            await uow.routes.delete(route_id)
+            await uow.commit()
+        self._cache.pop(project, None)
+
+    async def find(self, project: str, model: str) -> Route | None:
+        """The route of ``project`` whose ID or name is ``model``, from memory once loaded."""
+        return (await self._known(project)).get(model)
+
+    async def routes(self, project: str) -> list[Route]:
+        """The project's routes by name, from memory once loaded."""
+        known = await self._known(project)
+        return sorted({r.id: r for r in known.values()}.values(), key=lambda r: r.name)
+
+    async def _known(self, project: str) -> dict[str, Route]:
+        routes = self._cache.get(project)
+        if routes is None:
+            async with self._uow_factory() as uow:
+                listed = await uow.routes.list(project)
+            routes = {key: r for r in listed for key in (r.id, r.name)}
+            self._cache[project] = routes
+        return routes
+
+    async def _load(self, project: str, route_id: str) -> Route:
+        async with self._uow_factory() as uow:
+            route = await uow.routes.get(route_id)
+        if route is None or route.project != project:
+            raise _no_route(route_id)
+        return route
+
+    # --- invocations --------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        principal: Principal,
+        project: str,
+        route: Route,
+        path: str,
+        body: Mapping[str, Any],
+        trace: RouteTrace,
+    ) -> dict[str, Any]:
+        """The plain answer of the first target, in the policy's order, that accepts it."""
+        check_invocation(path, body)
+        last: FiccError | None = None
+        busy: list[Target] = []
+        for target, queue in self._plan(project, route, busy):
+            try:
+                answer = await self._complete_at(principal, project, target, path, body, queue)
+            except _Skip as skip:
+                self._skipped(route, target, skip.outcome, trace, busy)
+                last = skip.error
+                continue
+            except FiccError:
+                self._answered(route, target, Outcome.ERROR, trace)
+                raise
+            self._answered(route, target, Outcome.OK, trace)
+            return answer
+        raise _all_skipped(route, trace, last)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        principal: Principal,
+        project: str,
+        route: Route,
+        path: str,
+        body: Mapping[str, Any],
+        trace: RouteTrace,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """The stream of the first target that accepts it (a remote one once its first chunk
+        came: until then a refusal is still the gate's); leaving the block cancels it."""
+        check_invocation(path, body)
+        stack, chunks = await self._open(principal, project, route, path, body, trace)
+        async with stack:
+            yield chunks
+
+    async def _open(
+        self,
+        principal: Principal,
+        project: str,
+        route: Route,
+        path: str,
+        body: Mapping[str, Any],
+        trace: RouteTrace,
+    ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
+        last: FiccError | None = None
+        busy: list[Target] = []
+        for target, queue in self._plan(project, route, busy):
+            stack = contextlib.AsyncExitStack()
+            try:
+                chunks = await self._stream_at(stack, principal, project, target, path, body, queue)
+            except _Skip as skip:
+                await stack.aclose()
+                self._skipped(route, target, skip.outcome, trace, busy)
+                last = skip.error
+                continue
+            except BaseException as exc:
+                await stack.aclose()
+                if isinstance(exc, FiccError):
+                    self._answered(route, target, Outcome.ERROR, trace)
+                raise
+            self._answered(route, target, Outcome.OK, trace)
+            return stack, chunks
+        raise _all_skipped(route, trace, last)
+
+    def _plan(
+        self, project: str, route: Route, busy: list[Target]
+    ) -> Iterator[tuple[Target, bool]]:
+        """Each target in the policy's order; then, if every one was skipped and a local one
+        only for its implicit concurrency (one request per llama.cpp replica), that one again
+        to queue there, as a call straight to it would (``busy`` fills as targets are skipped).
+        A target's own ``max_in_flight`` is a bound, never queued past."""
+        for target in self._ordered(project, route):
+            yield target, False
+        if busy:
+            yield busy[0], True
+
+    def _ordered(self, project: str, route: Route) -> list[Target]:
+        targets = route.spec.targets
+        free = [self._free(project, target) for target in targets]
+        return [targets[i] for i in order(route.spec.policy, targets, free)]
+
+    def _free(self, project: str, target: Target) -> float:
+        if target.local:
+            occupancy = self._router.occupancy(project, target.service)
+            if occupancy is None:
+                return -float("inf")
+            return free_slots(_local_capacity(target, occupancy), occupancy.in_flight)
+        key = (project, target.label)
+        cap = self._remote_caps.get(key, target.max_in_flight or g.DEFAULT_CONCURRENT)
+        return free_slots(cap, self._remote_in_flight.get(key, 0))
+
+    # --- one target ---------------------------------------------------------------------------
+
+    async def _complete_at(
+        self,
+        principal: Principal,
+        project: str,
+        target: Target,
+        path: str,
+        body: Mapping[str, Any],
+        queue: bool,
+    ) -> dict[str, Any]:
+        if target.local:
+            self._local_admits(principal, project, target, queue=queue)
+            # Nothing waits between the count above and the router's own count.
+            return await self._invocations.complete(
+                project, target.service, path, _addressed(body, target)
+            )
+        key, prepared, breaker = await self._remote_admits(principal, project, target, path, body)
+        try:
+            with self._counted(key):
+                answer = await self._remote.send(prepared)
+        except FiccError as exc:
+            self._after_send(breaker, exc)
+            outcome = skip_outcome(target, exc)
+            if outcome is not None:
+                raise _Skip(outcome, exc) from exc
+            raise
+        except BaseException:
+            breaker.released()
+            raise
+        breaker.answered()
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    async def _stream_at(
+        self,
+        stack: contextlib.AsyncExitStack,
+        principal: Principal,
+        project: str,
+        target: Target,
+        path: str,
+        body: Mapping[str, Any],
+        queue: bool,
+    ) -> AsyncIterator[bytes]:
+        if target.local:
+            self._local_admits(principal, project, target, queue=queue)
+            return await stack.enter_async_context(
+                self._invocations.stream(project, target.service, path, _addressed(body, target))
+            )
+        key, prepared, breaker = await self._remote_admits(principal, project, target, path, body)
+        stack.enter_context(self._counted(key))
+        try:
+            chunks = await stack.enter_async_context(self._remote.stream(prepared))
+        except FiccError as exc:
+            self._after_send(breaker, exc)
+            outcome = skip_outcome(target, exc)
+            if outcome is not None:
+                raise _Skip(outcome, exc) from exc
+            raise
+        except BaseException:
+            breaker.released()
+            raise
+        breaker.answered()
+        return chunks
+
+    def _local_admits(
+        self, principal: Principal, project: str, target: Target, *, queue: bool = False
+    ) -> None:
+        """Skip a local target the credential may not invoke, or that would not start it
+        (``queue``: past its implicit concurrency, as every other target was skipped)."""
+        if "inference:invoke" not in principal.scopes:
+            raise _Skip(Outcome.FORBIDDEN, _missing_scope("inference:invoke"))
+        occupancy = self._router.occupancy(project, target.service)
+        outcome = local_skip(
+            admitting=occupancy is not None,
+            capacity=None if occupancy is None else _local_capacity(target, occupancy),
+            in_flight=0 if occupancy is None else occupancy.in_flight,
+        )
+        if outcome is Outcome.NOT_RUNNING:
+            raise _Skip(
+                outcome,
+                Conflict(
+                    f"service {target.service} has no ready replica",
+                    details={"service": target.service},
+                ),
+            )
+        if outcome is Outcome.BUSY and not queue:
+            raise _Skip(outcome, _busy(target))
+
+    async def _remote_admits(
+        self,
+        principal: Principal,
+        project: str,
+        target: Target,
+        path: str,
+        body: Mapping[str, Any],
+    ) -> tuple[tuple[str, str], Any, Breaker]:
+        """A remote target's request, prepared, once nothing before sending skips it; the
+        breaker returned has admitted it (a probe, when half-open)."""
+        assert target.peer is not None
+        if "federation:invoke" not in principal.scopes:
+            raise _Skip(Outcome.FORBIDDEN, _missing_scope("federation:invoke"))
+        key = (project, target.label)
+        breaker = self._breakers.setdefault(key, Breaker())
+        if not breaker.admits(self._monotonic()):
+            raise _Skip(
+                Outcome.CIRCUIT_OPEN,
+                PeerUnreachable(
+                    f"peer {target.peer} failed to connect; it is tried again later",
+                    details={"peer": target.peer},
+                ),
+            )
+        try:
+            prepared = await self._remote.prepare(
+                principal,
+                project,
+                target.peer,
+                operation="inference.invoke",
+                body={"service": target.service, "path": path, "body": _addressed(body, target)},
+                service=target.service,
+            )
+            cap = _term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
+            if target.max_in_flight is not None:
+                cap = min(cap, target.max_in_flight)
+            self._remote_caps[key] = cap
+            if self._remote_in_flight.get(key, 0) >= cap:
+                raise _Skip(Outcome.BUSY, _busy(target))
+            outcome = await self._admit_target(project, target)
+            if outcome is not None:
+                raise _Skip(
+                    outcome,
+                    LimitExceeded(
+                        f"target {target.label} would refuse the request",
+                        details={"limit": "route_target", "target": target.label},
+                    ),
+                )
+        except _Skip:
+            breaker.released()
+            raise
+        except FiccError as exc:
+            breaker.released()
+            raise _Skip(Outcome.NOT_SENT, exc) from exc
+        except BaseException:
+            breaker.released()
+            raise
+        return key, prepared, breaker
+
+    def _after_send(self, breaker: Breaker, exc: FiccError) -> None:
+        if isinstance(exc, PeerUnreachable):
+            breaker.failed(self._monotonic())
+        else:
+            breaker.answered()  # the peer answered, if only to refuse
+
+    @contextlib.contextmanager
+    def _counted(self, key: tuple[str, str]) -> Any:
+        self._remote_in_flight[key] = self._remote_in_flight.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._remote_in_flight[key] -= 1
+            if not self._remote_in_flight[key]:
+                del self._remote_in_flight[key]
+
+    def _skipped(
+        self,
+        route: Route,
+        target: Target,
+        outcome: Outcome,
+        trace: RouteTrace,
+        busy: list[Target],
+    ) -> None:
+        trace.skipped.append((target.label, outcome))
+        self._count(route.name, target.label, outcome)
+        if outcome is Outcome.BUSY and target.local and target.max_in_flight is None:
+            busy.append(target)
+
+    def _answered(self, route: Route, target: Target, outcome: Outcome, trace: RouteTrace) -> None:
+        trace.target = target.label
+        self._count(route.name, target.label, outcome)
+
+    def breaker(self, project: str, label: str) -> Breaker | None:
+        """The circuit breaker of a target (None before it was tried): for the console."""
+        return self._breakers.get((project, label))
+
+
+def _local_capacity(target: Target, occupancy: Any) -> int | None:
+    """The most requests a local target takes at once: the target's own bound, else one per
+    replica for a one-at-a-time runtime, else unbounded (the engine queues)."""
+    if target.max_in_flight is not None:
+        return int(target.max_in_flight)
+    if occupancy.runtime in ONE_AT_A_TIME:
+        return int(occupancy.replicas)
+    return None
+
+
+def _term(terms: Mapping[str, Any], name: str, default: int) -> int:
+    value = terms.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return default
+    return value
+
+
+def _addressed(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    """The caller's body with ``model`` naming the target's service."""
+    return {**body, "model": target.service}
+
+
+def _busy(target: Target) -> LimitExceeded:
+    return LimitExceeded(
+        f"target {target.label} is at its concurrency",
+        details={"limit": "concurrent", "target": target.label},
+    )
+
+
+def _missing_scope(scope: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"this credential lacks the scope {scope}", details={"missing_scope": scope}
+    )
+
+
+def _all_skipped(route: Route, trace: RouteTrace, last: FiccError | None) -> FiccError:
+    """Every target was skipped: the last refusal, naming the route and each skip."""
+    error = last or Conflict(f"route {route.name} has no target to try")
+    error.details["route"] = route.id
+    error.details["skipped"] = trace.log_fields()["route_skipped"]
+    return error
+
+
+def _check_name(name: str) -> None:
+    if name.startswith((PREFIXES["service"] + "_", ROUTE_ID_PREFIX)):
+        raise InvalidInput(
+            "name must not look like a service or route ID (it is used as a model name)",
+            field="name",
+        )
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(f"a route named {name} exists in this project", details={"field": "name"})
+
+
+def _no_route(route_id: str) -> NotFound:
+    return NotFound(f"no route {route_id} in this project", details={"route": route_id})
