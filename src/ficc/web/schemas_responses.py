@@ -142,6 +142,27 @@ class ServiceList(Shape):
 class Remaining(Shape):
     requests: int
     transfer_bytes: int
+    tokens: int | None
+
+
+class Used(Shape):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    transfer_bytes: int
+
+
+class WindowState(Shape):
+    used: int
+    remaining: int
+    reset_seconds: float
+
+
+class Windows(Shape):
+    """The rolling 60 s windows of a grant (null where the grant sets no such rule)."""
+
+    requests_per_minute: WindowState | None
+    tokens_per_minute: WindowState | None
 
 
 class Grant(Shape):
@@ -161,11 +182,16 @@ class Grant(Shape):
     request_bytes: int
     response_bytes: int
     stop_on_revoke: bool
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
     created_at: Time
     expires_at: Time
     revoked_at: Time | None
     in_flight: int
     remaining: Remaining
+    used: Used
+    windows: Windows
     created_services: list[str]
     created_models: list[str]
 

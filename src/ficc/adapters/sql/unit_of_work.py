@@ -26,6 +26,7 @@ from ficc.adapters.sql.repositories import (
     SqlTransfers,
     SqlUsers,
 )
+from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.services.ports import (
     AttemptsRepository,
     AuditRepository,
@@ -44,6 +45,7 @@ from ficc.services.ports import (
     SettingsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageRepository,
     UsersRepository,
 )
 
@@ -82,6 +84,7 @@ class SqlUnitOfWork:
         self.grants: GrantsRepository = SqlGrants(connection)
         self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
         self.transfers: TransfersRepository = SqlTransfers(connection)
+        self.usage: UsageRepository = SqlUsage(connection)
         return self
 
     @property
