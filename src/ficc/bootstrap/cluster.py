@@ -42,6 +42,7 @@ from ficc.services.federation.overview import Overview
 from ficc.services.federation.pairing import Pairing
 from ficc.services.federation.peers import Peers
 from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.federation.usage import GrantUsage
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
@@ -74,6 +75,7 @@ class Federation:
     peers: Peers
     overview: Overview
     operations: PeerOperations
+    usage: GrantUsage
 
 
 @dataclass
@@ -248,6 +250,7 @@ def build(
         peers=peers,
         overview=Overview(uow_factory, clock, companion, grants, copies, transfers.list),
         operations=operations,
+        usage=GrantUsage(uow_factory),
     )
     return Cluster(
         settings=settings,

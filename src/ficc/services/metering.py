@@ -261,8 +261,10 @@ class Meter:
         tab.reserved_in_db = 0
         if self.on_settled is not None:
             self.on_settled("in", tab.operation, prompt, completion)
-        remaining = (current or tab.grant).remaining()
-        tab.told = m.told_usage(prompt, completion, remaining)
+        now_grant = current or tab.grant
+        tab.told = m.told_usage(
+            prompt, completion, now_grant.remaining(), self.window_state(now_grant)
+        )
         return tab.told
 
     async def record_refused(

@@ -196,6 +196,31 @@ class Grant(Shape):
     created_models: list[str]
 
 
+class UsageRecord(Shape):
+    """One federated request as this side saw it (``counted``: the requester's own count)."""
+
+    request: str
+    grant: str
+    operation: str
+    service: str | None
+    started_at: Time
+    ended_at: Time
+    prompt_tokens: int
+    completion_tokens: int
+    request_bytes: int
+    response_bytes: int
+    outcome: Literal["completed", "cancelled", "revoked", "failed", "refused"]
+    counted: dict[str, int | None] | None = None
+
+
+class UsagePage(Shape):
+    grant: str
+    side: Literal["grantor", "requester"]
+    records: list[UsageRecord]
+    totals: dict[str, Any]
+    next: str | None
+
+
 class Offer(Shape):
     id: str
     direction: str

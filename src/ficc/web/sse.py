@@ -65,6 +65,8 @@ class EventStreamResponse(Response):
         self._chunks = chunks
         self._close = close
         self._octets = octets
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+        """Sent after the stream's own headers (a federated answer's rate limits)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -75,7 +77,7 @@ class EventStreamResponse(Response):
             await self._close()
 
     async def _stream(self, send: Send, receive: Receive) -> None:
-        headers = OCTET_HEADERS if self._octets else SSE_HEADERS
+        headers = [*(OCTET_HEADERS if self._octets else SSE_HEADERS), *self.extra_headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         relay = asyncio.create_task(self._relay(send))
         listen = asyncio.create_task(wait_for_disconnect(receive))
@@ -135,6 +137,14 @@ async def open_unless_disconnected(
         await stack.aclose()
         return None
     return EventStreamResponse(chunks, stack.aclose, octets=octets)
+
+
+def add_headers(response: Response, headers: dict[str, str]) -> None:
+    """Add ``headers`` to an answer, plain or streamed (a stream sends its own first line)."""
+    if isinstance(response, EventStreamResponse):
+        response.extra_headers.extend((k.encode(), v.encode()) for k, v in headers.items())
+    else:
+        response.headers.update(headers)
 
 
 Opening = AbstractAsyncContextManager[AsyncIterator[bytes]]

@@ -242,6 +242,15 @@ class RemoteClient:
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
 
+    async def rate_limits(self, principal: Principal, project: str, peer_id: str) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers for the peer's selected grant, from what its
+        grantor last told (or the kept copy of the grant); empty when none is selected."""
+        try:
+            _, grant_id, terms = await self._route(principal, project, peer_id)
+        except (NotFound, Conflict):
+            return {}
+        return m.rate_limit_headers(terms, self.told.get(grant_id))
+
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
     ) -> tuple[p.Peer, str, dict[str, Any]]:

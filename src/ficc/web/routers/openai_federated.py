@@ -100,7 +100,9 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
-        return await sse.relay(
+        # The headers go first: the limits as the grantor told them after the last answer.
+        limits = await remote.rate_limits(ctx.principal, ctx.project, peer_id)
+        response = await sse.relay(
             request,
             remote.open_stream(
                 ctx.principal,
@@ -111,6 +113,8 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
                 service=model,
             ),
         )
+        sse.add_headers(response, limits)
+        return response
 
     async def result() -> Any:
         answer = await remote.request(
@@ -123,7 +127,10 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         )
         return answer["result"]
 
-    return await sse.relay(request, result())
+    response = await sse.relay(request, result())
+    # After the answer: the limits as the grantor told them at its end.
+    sse.add_headers(response, await remote.rate_limits(ctx.principal, ctx.project, peer_id))
+    return response
 
 
 @router.post(
