@@ -111,6 +111,11 @@ class GrantTerms:
             or self.requests_per_minute is not None
         )
 
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether a token rule (``tokens`` or ``tokens_per_minute``) limits the grant."""
+        return self.tokens is not None or self.tokens_per_minute is not None
+
     def to_json(self) -> dict[str, Any]:
         """The terms as receipts and storage keep them: a metered limit only when set, so
         a grant without one is byte for byte (and digest for digest) what it was before."""

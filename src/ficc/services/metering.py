@@ -164,8 +164,9 @@ class Meter:
         """Reserve the request's tokens in both budgets, before any engine work."""
         terms = tab.grant.terms
         tab.prompt_tokens = prompt_tokens
-        if terms.tokens is None and terms.tokens_per_minute is None:
-            tab.reservation = m.Reservation(prompt_tokens, max_tokens)
+        if not terms.limits_tokens:
+            # Nothing to hold: the request settles to whatever the engine counted.
+            tab.reservation = m.Reservation(prompt_tokens, None)
             return None
         now = self._seconds()
         windows = self._of(tab.grant.id)

@@ -107,8 +107,7 @@ class Invocations:
         """
         plan = await self._prepare(project, service_id, path, body)
         asked_usage = True
-        if tab is not None:
-            await self._admit(plan, path, body, tab)
+        if tab is not None and await self._admit(plan, path, body, tab):
             asked_usage = _ask_usage(plan)
         async with self._router.stream(
             project, service_id, plan.engine_path, plan.sent, endpoint=plan.endpoint
@@ -150,9 +149,15 @@ class Invocations:
         )
         return plan, answer
 
-    async def _admit(self, plan: _Plan, path: str, body: Mapping[str, Any], tab: Tab) -> None:
+    async def _admit(self, plan: _Plan, path: str, body: Mapping[str, Any], tab: Tab) -> bool:
         """Count the prompt and reserve its tokens, before any engine work; the completion
-        the engine is asked for is bounded by what the reservation leaves."""
+        the engine is asked for is bounded by what the reservation leaves. Whether the grant
+        limits tokens: a grant that does not costs the engine nothing more than before (its
+        counts are the engine's usage where the answer carries one)."""
+        if not tab.grant.terms.limits_tokens:
+            await tab.admit(0, None)
+            tab.engine_started = True
+            return False
         text, items = m.prompt_text(path, body)
         endpoint = plan.endpoint
         counted = None
@@ -171,6 +176,7 @@ class Invocations:
             )
             plan.sent[field] = bound
         tab.engine_started = True
+        return True
 
     async def _prepare(
         self, project: str, service_id: str, path: str, body: Mapping[str, Any]
