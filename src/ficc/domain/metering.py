@@ -233,6 +233,9 @@ class UsageRecord:
     outcome: str
     counted_prompt_tokens: int | None = None
     counted_completion_tokens: int | None = None
+    told: bool | None = None
+    """On the requester: whether the grantor told its counts (it cannot when the answer ends
+    early: cancelled, revoked, failed); untold, the counts are this side's own."""
     seq: int = 0
     """The record's place in its store, the cursor of a page (set when stored)."""
 
@@ -255,6 +258,7 @@ class UsageRecord:
                 "prompt_tokens": self.counted_prompt_tokens,
                 "completion_tokens": self.counted_completion_tokens,
             }
+            record["told"] = bool(self.told)
         return record
 
 

@@ -211,6 +211,7 @@ class UsageRecord(Shape):
     response_bytes: int
     outcome: Literal["completed", "cancelled", "revoked", "failed", "refused"]
     counted: dict[str, int | None] | None = None
+    told: bool | None = None
 
 
 class UsagePage(Shape):

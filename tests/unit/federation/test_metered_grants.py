@@ -14,7 +14,7 @@ from tests.support.fakes.inference import OWNER as ACTOR
 from tests.support.fakes.inference import FakeEngine
 from tests.support.fakes.peer_channel import OWNER, Pair, paired
 
-from ficc.base.errors import InvalidInput, LimitExceeded
+from ficc.base.errors import GrantRevoked, InvalidInput, LimitExceeded
 from ficc.base.ids import new_id
 from ficc.base.request_ids import current_request_id
 from ficc.base.units import GiB
@@ -269,3 +269,63 @@ async def test_usage_pages_and_filters_and_refuses_bad_input_naming_the_field(
         with pytest.raises(InvalidInput) as bad:
             await usage.usage(OWNER, "default", grant_id, **kwargs)
         assert bad.value.details["field"] == field
+
+
+async def test_a_refused_stream_is_recorded_on_both_sides_and_a_left_one_as_cancelled(
+    pair: Pair,
+) -> None:
+    service_id, peer_id, grant_id = await metered(pair, tokens=3)
+    current_request_id.set("req-refused-stream")
+    with pytest.raises(LimitExceeded):
+        async with pair.requester.remote.open_stream(
+            OWNER,
+            "default",
+            peer_id,
+            operation="inference.invoke",
+            body=invocation(service_id, stream=True),
+        ) as chunks:
+            [_ async for _ in chunks]
+    grantor, requester = await usage_of(pair, grant_id)
+    [row] = agreeing(grantor, requester)
+    assert (row[0], row[-1]) == ("req-refused-stream", "refused")
+
+
+async def test_a_stream_the_caller_leaves_is_recorded_cancelled_by_the_requester(
+    pair: Pair,
+) -> None:
+    service_id, peer_id, grant_id = await metered(pair, tokens=1000)
+    engine_of(pair).chunks = ["role", "a", "b", "c"]
+    async with pair.requester.remote.open_stream(
+        OWNER,
+        "default",
+        peer_id,
+        operation="inference.invoke",
+        body=invocation(service_id, stream=True),
+    ) as chunks:
+        await anext(chunks)
+    _, requester = await usage_of(pair, grant_id)
+    assert [r["outcome"] for r in requester["records"]] == ["cancelled"]
+
+
+async def test_a_stream_ended_by_an_error_its_caller_relays_is_recorded_by_that_error(
+    pair: Pair,
+) -> None:
+    """The web relay turns a stream's error into an error event and leaves the block without
+    one: the record still says why the stream ended."""
+    service_id, peer_id, grant_id = await metered(pair, tokens=1000)
+    engine_of(pair).chunks = ["role", "a", "b", "c"]
+    async with pair.requester.remote.open_stream(
+        OWNER,
+        "default",
+        peer_id,
+        operation="inference.invoke",
+        body=invocation(service_id, stream=True),
+    ) as chunks:
+        await anext(chunks)
+        revoked = await pair.grantor.federation.grants.revoke_grant(OWNER, "default", grant_id)
+        assert revoked["state"] == "revoked"
+        with pytest.raises(GrantRevoked):
+            [_ async for _ in chunks]
+    grantor, requester = await usage_of(pair, grant_id)
+    assert [r["outcome"] for r in requester["records"]] == ["revoked"]
+    assert [r["outcome"] for r in grantor["records"]] == ["revoked"]

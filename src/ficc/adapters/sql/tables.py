@@ -310,6 +310,7 @@ usage_records = Table(
     Column("outcome", String(20), nullable=False),
     Column("counted_prompt_tokens", BigInteger, nullable=True),
     Column("counted_completion_tokens", BigInteger, nullable=True),
+    Column("told", Boolean, nullable=True),
 )
 
 remote_grants = Table(

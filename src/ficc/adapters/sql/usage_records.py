@@ -109,6 +109,7 @@ class SqlUsage:
                 outcome=record.outcome,
                 counted_prompt_tokens=record.counted_prompt_tokens,
                 counted_completion_tokens=record.counted_completion_tokens,
+                told=record.told,
             )
         )
 
@@ -185,5 +186,6 @@ def _record(row: Any) -> UsageRecord:
         outcome=row.outcome,
         counted_prompt_tokens=row.counted_prompt_tokens,
         counted_completion_tokens=row.counted_completion_tokens,
+        told=row.told,
         seq=row.seq,
     )

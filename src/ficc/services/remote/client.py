@@ -102,6 +102,7 @@ class RemoteClient:
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
                 usage.told = answer.get("usage")
+                usage.ended = True
                 own = m.parse_told(result.get("usage")) if isinstance(result, dict) else None
                 if own is not None:
                     usage.own_prompt, usage.own_completion = own
@@ -163,27 +164,33 @@ class RemoteClient:
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
         name, wire = _wire(grant_id, operation, body, mutation_id, terms)
         self._copies.changed(peer.id)
-        async with self._channel.stream(
+        opening = self._channel.stream(
             peer.hypernet_id,
             name,
             wire,
             generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
-        ) as chunks:
-            named = _naming_grant(chunks, grant_id)
-            if name == INVOKE:
-                named = self._metered_stream(named, grant_id, wire)
+        )
+        if name != INVOKE:
+            async with opening as chunks:
+                named = _naming_grant(chunks, grant_id)
+                async with contextlib.aclosing(named):
+                    yield named
+            return
+        # Recorded from before the request is sent: a refusal, too, leaves its record.
+        async with self._recording(grant_id, wire) as usage, opening as chunks:
+            named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
 
     async def _metered_stream(
-        self, chunks: AsyncIterator[bytes], grant_id: str, wire: dict[str, Any]
+        self, chunks: AsyncIterator[bytes], usage: _Usage
     ) -> AsyncGenerator[bytes, None]:
-        """The chunks, the grantor's usage event taken off and recorded with what this side
+        """The chunks, the grantor's usage event taken off and kept, with what this side
         counted itself: each event after the first (the role) one token, as engines stream."""
-        async with self._recording(grant_id, wire) as usage:
-            events = 0
+        events = 0
+        try:
             async for chunk in chunks:
                 told = parse_usage_event(chunk)
                 if told is not None:
@@ -191,8 +198,13 @@ class RemoteClient:
                     continue
                 usage.response_bytes += len(chunk)
                 events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                usage.own_completion = max(events - 1, 0)
                 yield chunk
-            usage.own_completion = max(events - 1, 0)
+        except Exception as exc:
+            # The caller turns it into the stream's error event: kept for the record.
+            usage.error = exc
+            raise
+        usage.ended = True
 
     @contextlib.asynccontextmanager
     async def _recording(self, grant_id: str, wire: dict[str, Any]) -> AsyncIterator[_Usage]:
@@ -211,7 +223,12 @@ class RemoteClient:
         except BaseException as error:
             await settle_surely(self._record(usage, outcome_of(error)))
             raise
-        await self._record(usage, m.COMPLETED)
+        if usage.error is not None:
+            outcome = outcome_of(usage.error)
+        else:
+            # Left before its end without an error: the caller went away.
+            outcome = m.COMPLETED if usage.ended else m.CANCELLED
+        await self._record(usage, outcome)
 
     async def _record(self, usage: _Usage, outcome: str) -> None:
         told = m.parse_told(usage.told)
@@ -233,6 +250,7 @@ class RemoteClient:
             outcome=outcome,
             counted_prompt_tokens=usage.own_prompt,
             counted_completion_tokens=usage.own_completion,
+            told=told is not None,
         )
         if told is not None and isinstance(usage.told, dict):
             self.told[usage.grant] = usage.told
@@ -289,6 +307,10 @@ class _Usage:
     own_prompt: int | None = None
     own_completion: int | None = None
     """What this side counted itself (None: it did not count that)."""
+    ended: bool = False
+    """The answer arrived whole."""
+    error: Exception | None = None
+    """What ended the stream, when its caller made an error event of it."""
 
 
 def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:

@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("outcome", sa.String(20), nullable=False),
         sa.Column("counted_prompt_tokens", sa.BigInteger, nullable=True),
         sa.Column("counted_completion_tokens", sa.BigInteger, nullable=True),
+        sa.Column("told", sa.Boolean, nullable=True),
     )
     op.create_index("usage_by_grant", "usage_records", ["grant_id", "seq"])
 
