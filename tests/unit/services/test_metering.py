@@ -24,6 +24,7 @@ from ficc.base.errors import GrantRevoked, InvalidInput, LimitExceeded
 from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain import metering as m
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.services.metering import Meter, parse_usage_event
 from ficc.services.peer_channel import EncodedAnswer, end_request
 from ficc.services.remote.call import Call
@@ -317,3 +318,57 @@ def test_the_settled_counts_never_pass_the_reservation() -> None:
         m.reserve(10, None, allowance=10)
     assert m.reserve(3, None, allowance=10).completion_tokens == 7
     assert m.reserve(3, None, allowance=None).completion_tokens is None
+
+
+async def test_the_worked_example_of_docs_metering_holds(tmp_path: Path) -> None:
+    """docs/metering.md's example, step by step, with the numbers it gives."""
+    grantor_ = await grantor(tmp_path, tokens=1000, tokens_per_minute=400, requests=100)
+    engine = grantor_.b.engine
+    twelve = " ".join(f"w{i}" for i in range(12))
+
+    def chat(**body: Any) -> Call:
+        call = grantor_.call()
+        inner = {"model": "m", "messages": [{"role": "user", "content": twelve}], **body}
+        return replace(call, body={**call.body, "path": CHAT_COMPLETIONS_PATH, "body": inner})
+
+    called = asyncio.Event()
+
+    async def answered(*_: Any, **__: Any) -> dict[str, Any]:
+        called.set()
+        await engine.release.wait()
+        return {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+            "usage": {"prompt_tokens": 31, "completion_tokens": 120, "total_tokens": 151},
+        }
+
+    engine.complete = answered  # type: ignore[method-assign]
+    engine.release.clear()
+    first = asyncio.create_task(grantor_.ops.invoke(chat(max_tokens=300)))
+    await called.wait()
+    # Steps 1 and 2: 12 + 64 + 8 = 84 prompt tokens and 300 of completion reserved.
+    assert grantor_.stored().tokens_reserved == 384
+    # Step 3: the window has 16 left.
+    with pytest.raises(LimitExceeded) as refused:
+        await grantor_.ops.invoke(chat(max_tokens=300))
+    assert refused.value.details["limit"] == "tokens_per_minute"
+    assert refused.value.details["retry_after_seconds"] == 60
+    # Step 4: settled to the engine's 31 + 120.
+    engine.release.set()
+    told = json.loads((await first).usage or b"{}")
+    assert (told["prompt_tokens"], told["completion_tokens"]) == (31, 120)
+    assert told["remaining"]["tokens"] == 849
+    assert told["windows"]["tokens_per_minute"]["remaining"] == 249
+    # Step 5: a stream reserving 249 (165 of completion), left after 41 chunks.
+    engine.chunks = [f"c{i}" for i in range(100)]
+    stream = grantor_.ops.invoke_stream(chat(max_tokens=800, stream=True))
+    for _ in range(41):
+        await anext(stream)
+    assert grantor_.b.engine.requests[-1][1]["max_tokens"] == 165
+    await stream.aclose()  # type: ignore[attr-defined]
+    records = grantor_.records()
+    assert [(r.outcome, r.prompt_tokens, r.completion_tokens) for r in records] == [
+        ("refused", 0, 0),
+        ("completed", 31, 120),
+        ("cancelled", 84, 40),
+    ]
+    assert grantor_.stored().remaining_tokens() == 725
