@@ -212,6 +212,21 @@ def settled(
 
 
 @dataclass(frozen=True)
+class GrantStanding:
+    """A grant's counters as its row holds them: what metering reads on every request."""
+
+    requests_used: int
+    transfer_bytes_used: int
+    prompt_tokens_used: int
+    completion_tokens_used: int
+    tokens_reserved: int
+
+    def tokens_left(self, limit: int) -> int:
+        used = self.prompt_tokens_used + self.completion_tokens_used + self.tokens_reserved
+        return max(limit - used, 0)
+
+
+@dataclass(frozen=True)
 class UsageRecord:
     """One federated request as one side saw it; ``request`` is the same ID on both sides.
 

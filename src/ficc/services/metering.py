@@ -3,10 +3,11 @@
 Where each rule is kept, and why:
 
 - ``tokens`` (the grant's lifetime budget) is kept in the database, on the grant's row: a
-  reservation is made in one transaction that locks the row, reads what is settled and
-  reserved, and adds to the reservation with a conditional UPDATE. Concurrent requests,
-  also on PostgreSQL, can never both take the last tokens; settling gives back what was
-  reserved and adds the true count, never more than the reservation.
+  reservation reads what is settled and reserved, and adds its share with one conditional
+  UPDATE (settled + reserved + share <= tokens), which takes the row's lock on PostgreSQL
+  and is checked again there against the row a concurrent UPDATE left: concurrent requests,
+  on any number of connections, can never both take the last tokens. Settling gives back
+  what was reserved and adds the true count, never more than the reservation.
 - ``tokens_per_minute`` and ``requests_per_minute`` are rolling 60 s windows kept in this
   process: one process owns the HyperNet endpoint that serves a grant, the windows change
   on every request (a row write per request would cost more than the request's relay), and
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -31,6 +32,8 @@ from ficc.protocol.canonical import canonical_json
 from ficc.services.peer_channel import ending_reason
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
+RESERVE_TRIES: Final = 3
+"""Reads and conditional UPDATEs one reservation may take when others race it."""
 REFUSALS: Final = (LimitExceeded, GrantRevoked, GrantExpired, TooLarge)
 """What refuses a request under a grant before any work (the grant's end is recorded as
 ``revoked`` on both sides, a limit as ``refused``)."""
@@ -205,21 +208,24 @@ class Meter:
     async def _reserve_budget(
         self, tab: Tab, prompt_tokens: int, max_tokens: int | None, window_room: int | None
     ) -> m.Reservation:
-        """The lifetime budget: one transaction holding the grant's row (see the module)."""
+        """The lifetime budget: what the row leaves, then one conditional UPDATE that takes
+        the share only if it still fits (see the module). A concurrent reservation that took
+        tokens between the read and the UPDATE makes it fail: read again and try once more."""
         limit = tab.grant.terms.tokens
+        assert limit is not None
         async with self._uow_factory() as uow:
-            await uow.grants.lock(tab.grant.id)
-            current = await uow.grants.get(tab.grant.id)
-            left = 0 if current is None else (current.remaining_tokens() or 0)
-            if left < prompt_tokens + 1:
-                raise m.budget_refusal(prompt_tokens + 1, left)
-            allowance = left if window_room is None else min(left, window_room)
-            reservation = m.reserve(prompt_tokens, max_tokens, allowance)
-            if not await uow.usage.reserve_tokens(tab.grant.id, reservation.tokens, limit=limit):
-                raise m.budget_refusal(reservation.tokens, left)
-            await uow.commit()
-        tab.reserved_in_db = reservation.tokens
-        return reservation
+            for _ in range(RESERVE_TRIES):
+                standing = await uow.usage.standing(tab.grant.id)
+                left = 0 if standing is None else standing.tokens_left(limit)
+                if left < prompt_tokens + 1:
+                    raise m.budget_refusal(prompt_tokens + 1, left)
+                allowance = left if window_room is None else min(left, window_room)
+                reservation = m.reserve(prompt_tokens, max_tokens, allowance)
+                if await uow.usage.reserve_tokens(tab.grant.id, reservation.tokens, limit=limit):
+                    await uow.commit()
+                    tab.reserved_in_db = reservation.tokens
+                    return reservation
+        raise m.budget_refusal(prompt_tokens + 1, left)
 
     async def settle(self, tab: Tab, outcome: str) -> dict[str, Any]:
         """Settle the tab to its true counts and record it; what the requester is told.
@@ -257,12 +263,21 @@ class Meter:
                 completion_tokens=completion,
             )
             await uow.usage.add(record)
-            current = await uow.grants.get(tab.grant.id)
+            standing = await uow.usage.standing(tab.grant.id)
             await uow.commit()
         tab.reserved_in_db = 0
         if self.on_settled is not None:
             self.on_settled("in", tab.operation, prompt, completion)
-        now_grant = current or tab.grant
+        now_grant = tab.grant
+        if standing is not None:
+            now_grant = replace(
+                tab.grant,
+                requests_used=standing.requests_used,
+                transfer_bytes_used=standing.transfer_bytes_used,
+                prompt_tokens_used=standing.prompt_tokens_used,
+                completion_tokens_used=standing.completion_tokens_used,
+                tokens_reserved=standing.tokens_reserved,
+            )
         tab.told = m.told_usage(
             prompt, completion, now_grant.remaining(), self.window_state(now_grant)
         )

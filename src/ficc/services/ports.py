@@ -15,7 +15,7 @@ from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
-from ficc.domain.metering import UsageRecord
+from ficc.domain.metering import GrantStanding, UsageRecord
 from ficc.domain.nodes import Node
 from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
@@ -336,6 +336,10 @@ class UsageRepository(Protocol):
     ) -> None: ...
     async def clear_reservations(self) -> None:
         """At start: no request is in flight, so nothing is held."""
+        ...
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        """What the grant used and holds, read from its row alone (no related records)."""
         ...
 
     async def add(self, record: UsageRecord) -> None: ...

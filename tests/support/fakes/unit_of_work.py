@@ -27,7 +27,13 @@ from ficc.domain.audit import AuditEntry
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.inference import ServiceState
-from ficc.domain.metering import HOUR_CHARS, UsageRecord, bucketed, empty_totals
+from ficc.domain.metering import (
+    HOUR_CHARS,
+    GrantStanding,
+    UsageRecord,
+    bucketed,
+    empty_totals,
+)
 from ficc.domain.nodes import Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
@@ -646,6 +652,18 @@ class FakeUsage(_Repository):
         for grant_id, grant in list(self._s.grants.items()):
             if grant.tokens_reserved:
                 self._s.grants[grant_id] = replace(grant, tokens_reserved=0)
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        grant = self._s.grants.get(grant_id)
+        if grant is None:
+            return None
+        return GrantStanding(
+            requests_used=grant.requests_used,
+            transfer_bytes_used=grant.transfer_bytes_used,
+            prompt_tokens_used=grant.prompt_tokens_used,
+            completion_tokens_used=grant.completion_tokens_used,
+            tokens_reserved=grant.tokens_reserved,
+        )
 
     async def add(self, record: UsageRecord) -> None:
         self._s.usage = [*self._s.usage, replace(record, seq=len(self._s.usage) + 1)]

@@ -213,7 +213,7 @@ async def test_the_requester_sees_what_remains_in_its_copy_and_in_openais_header
         operation="inference.invoke",
         body=invocation(service_id, max_tokens=5),
     )
-    headers = await pair.requester.remote.rate_limits(OWNER, "default", peer_id)
+    headers = pair.requester.remote.rate_limits(peer_id)
     assert headers["x-ratelimit-limit-tokens"] == "40"
     assert headers["x-ratelimit-remaining-tokens"] == "37"
     assert headers["x-ratelimit-reset-tokens"] == "1m0s"
@@ -241,7 +241,7 @@ async def test_a_grant_without_metered_limits_answers_as_before(pair: Pair) -> N
     assert set(answer) == {"operation", "mutation_id", "replayed", "result"}
     _, sent = engine_of(pair).requests[-1]
     assert "max_tokens" not in sent
-    headers = await pair.requester.remote.rate_limits(OWNER, "default", peer_id)
+    headers = pair.requester.remote.rate_limits(peer_id)
     assert "x-ratelimit-limit-tokens" not in headers
     grantor, _ = await usage_of(pair, grant_id)
     assert grantor["records"][0]["outcome"] == "completed"

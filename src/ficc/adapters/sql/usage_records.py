@@ -17,7 +17,7 @@ from sqlalchemy import Select, bindparam, case, func, insert, select, update
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import SqlConnection
 from ficc.base.times import parse_time
-from ficc.domain.metering import HOUR_CHARS, UsageRecord, bucketed, empty_totals
+from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
 
 _GRANTS = t.grants.c
 _RECORDS = t.usage_records.c
@@ -59,6 +59,15 @@ _SETTLE: Final = (
 )
 
 
+_STANDING: Final = select(
+    _GRANTS.requests_used,
+    _GRANTS.transfer_bytes_used,
+    _GRANTS.prompt_tokens_used,
+    _GRANTS.completion_tokens_used,
+    _GRANTS.tokens_reserved,
+).where(_GRANTS.id == bindparam("grant"))
+
+
 class SqlUsage:
     """Implements ``ficc.services.ports.UsageRepository``."""
 
@@ -90,6 +99,18 @@ class SqlUsage:
     async def clear_reservations(self) -> None:
         await self._c.execute(
             update(t.grants).where(_GRANTS.tokens_reserved != 0).values(tokens_reserved=0)
+        )
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        row = (await self._c.execute(_STANDING, {"grant": grant_id})).first()
+        if row is None:
+            return None
+        return GrantStanding(
+            requests_used=row.requests_used,
+            transfer_bytes_used=row.transfer_bytes_used,
+            prompt_tokens_used=row.prompt_tokens_used,
+            completion_tokens_used=row.completion_tokens_used,
+            tokens_reserved=row.tokens_reserved,
         )
 
     async def add(self, record: UsageRecord) -> None:

@@ -64,6 +64,8 @@ class RemoteClient:
         self.told: dict[str, dict[str, Any]] = {}
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
         self.on_settled: Callable[[str, str, int, int], None] | None = None
+        self._routed: dict[str, tuple[str, dict[str, Any]]] = {}
+        """By peer: the grant its last request went through and the copy of its terms."""
 
     async def published_services(
         self, principal: Principal, project: str, peer_id: str
@@ -260,13 +262,14 @@ class RemoteClient:
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
 
-    async def rate_limits(self, principal: Principal, project: str, peer_id: str) -> dict[str, str]:
-        """OpenAI's ``x-ratelimit-*`` headers for the peer's selected grant, from what its
-        grantor last told (or the kept copy of the grant); empty when none is selected."""
-        try:
-            _, grant_id, terms = await self._route(principal, project, peer_id)
-        except (NotFound, Conflict):
+    def rate_limits(self, peer_id: str) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
+        went through, from what its grantor last told (or the copy of the grant the request
+        was checked against); read from memory, so an answer pays nothing for them."""
+        routed = self._routed.get(peer_id)
+        if routed is None:
             return {}
+        grant_id, terms = routed
         return m.rate_limit_headers(terms, self.told.get(grant_id))
 
     async def _route(
@@ -290,6 +293,7 @@ class RemoteClient:
                 details={"peer": peer_id},
             )
         terms = next((item for item in remote if item.get("id") == peer.selected_grant), {})
+        self._routed[peer.id] = (peer.selected_grant, terms)
         return peer, peer.selected_grant, terms
 
 

@@ -100,8 +100,6 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
-        # The headers go first: the limits as the grantor told them after the last answer.
-        limits = await remote.rate_limits(ctx.principal, ctx.project, peer_id)
         response = await sse.relay(
             request,
             remote.open_stream(
@@ -113,7 +111,9 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
                 service=model,
             ),
         )
-        sse.add_headers(response, limits)
+        # The stream is open, its headers not yet sent: the limits as the grantor told them at
+        # the end of the last answer.
+        sse.add_headers(response, remote.rate_limits(peer_id))
         return response
 
     async def result() -> Any:
@@ -129,7 +129,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
 
     response = await sse.relay(request, result())
     # After the answer: the limits as the grantor told them at its end.
-    sse.add_headers(response, await remote.rate_limits(ctx.principal, ctx.project, peer_id))
+    sse.add_headers(response, remote.rate_limits(peer_id))
     return response
 
 
