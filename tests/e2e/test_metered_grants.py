@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from tests.support.cluster import ficc
 from tests.support.federation import API, error_of, ok, wait_for
 from tests.support.metering import (
     PLAIN_TEXT,
@@ -83,6 +84,13 @@ def test_eight_concurrent_streams_never_pass_the_budget_and_the_next_is_refused_
         json={"model": fed.service, "messages": [{"role": "user", "content": "x"}]},
     )
     assert error_of(answer, 429)["code"] == "limit_exceeded"
+    # beta's console draws the grant's usage and what its budget leaves.
+    browser = fed.beta.client()
+    browser.get(ficc("login-link", state_dir=fed.beta.state_dir).stdout.strip())
+    page = browser.get(f"/ui/p/default/grants/{grant}")
+    assert page.status_code == 200, page.text
+    assert 'class="usage-chart" role="img"' in page.text
+    assert f"{BUDGET - used} of {BUDGET} left" in page.text
 
 
 def test_a_cancelled_stream_settles_to_the_tokens_it_sent(fed: Federated) -> None:
