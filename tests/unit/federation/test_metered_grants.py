@@ -14,6 +14,7 @@ from tests.support.fakes.inference import OWNER as ACTOR
 from tests.support.fakes.inference import FakeEngine
 from tests.support.fakes.peer_channel import OWNER, Pair, paired
 
+from ficc.adapters import metrics
 from ficc.base.errors import GrantRevoked, InvalidInput, LimitExceeded
 from ficc.base.ids import new_id
 from ficc.base.request_ids import current_request_id
@@ -329,3 +330,20 @@ async def test_a_stream_ended_by_an_error_its_caller_relays_is_recorded_by_that_
     grantor, requester = await usage_of(pair, grant_id)
     assert [r["outcome"] for r in requester["records"]] == ["revoked"]
     assert [r["outcome"] for r in grantor["records"]] == ["revoked"]
+
+
+async def test_each_side_counts_its_settled_tokens_in_the_metrics(pair: Pair) -> None:
+    service_id, peer_id, _ = await metered(pair, tokens=100)
+
+    def count(direction: str) -> float:
+        value = metrics.REGISTRY.get_sample_value(
+            "ficc_federation_tokens_total",
+            {"direction": direction, "operation": "inference.invoke", "kind": "prompt"},
+        )
+        return value or 0.0
+
+    before = (count("in"), count("out"))
+    await pair.requester.remote.request(
+        OWNER, "default", peer_id, operation="inference.invoke", body=invocation(service_id)
+    )
+    assert (count("in") - before[0], count("out") - before[1]) == (3, 3)

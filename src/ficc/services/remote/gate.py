@@ -3,10 +3,11 @@ effect.
 
 The session's proven identity is paired; the grant is the calling peer's (another peer's grant
 is answered like one that does not exist, before its scopes, sizes or slots are looked at); the
-operation's scope is in the grant; the mutation_id rule; ``request_bytes``; a ``concurrent``
-slot (held until the answer or stream ends, on every exit path); the grant is active; the
-``requests`` allowance (charged at admission). The handler then checks every resource ID named
-in the body.
+operation's scope is in the grant; the mutation_id rule; the ``requests_per_minute`` window;
+``request_bytes``; a ``concurrent`` slot (held until the answer or stream ends, on every exit
+path); the grant is active; the ``requests`` allowance (charged at admission). The handler then
+checks every resource ID named in the body (and, for an invocation, reserves its tokens). An
+``inference.invoke`` a limit refuses here still leaves its usage record.
 """
 
 from __future__ import annotations
@@ -134,10 +135,13 @@ class Gate:
                 admitted = True
                 yield peer, current, slot
         except REFUSALS as exc:
+            if admitted:
+                raise
+            raise _Refused(exc) from exc
+        finally:
             if not admitted:
+                # Not admitted: the request takes nothing of the window either.
                 self._meter.release_request(grant_id, held)
-                raise _Refused(exc) from exc
-            raise
 
     @contextlib.asynccontextmanager
     async def _limits(
