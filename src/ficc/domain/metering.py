@@ -185,6 +185,12 @@ class Reservation:
         return self.prompt_tokens + (self.completion_tokens or 0)
 
 
+def least_needed(prompt_tokens: int, max_tokens: int | None) -> int:
+    """The fewest tokens a request can be admitted with: its prompt and one token of
+    completion (none for a request that generates nothing: embeddings ask ``max_tokens`` 0)."""
+    return prompt_tokens + (0 if max_tokens == 0 else 1)
+
+
 def reserve(prompt_tokens: int, max_tokens: int | None, allowance: int | None) -> Reservation:
     """The reservation of a request whose prompt is ``prompt_tokens``, asking for at most
     ``max_tokens`` (None: absent), when at most ``allowance`` tokens may be taken (None: no
@@ -193,8 +199,8 @@ def reserve(prompt_tokens: int, max_tokens: int | None, allowance: int | None) -
     if allowance is None:
         return Reservation(prompt_tokens, max_tokens)
     room = allowance - prompt_tokens
-    if room < 1:
-        raise budget_refusal(prompt_tokens + 1, max(allowance, 0))
+    if prompt_tokens + room < least_needed(prompt_tokens, max_tokens):
+        raise budget_refusal(least_needed(prompt_tokens, max_tokens), max(allowance, 0))
     completion = room if max_tokens is None else min(max_tokens, room)
     return Reservation(prompt_tokens, completion)
 

@@ -178,8 +178,8 @@ class Meter:
         if terms.tokens_per_minute is not None:
             limit = terms.tokens_per_minute
             window_room = limit - windows.tokens.total(now)
-            if window_room < prompt_tokens + 1:
-                needed = min(prompt_tokens + 1, limit)
+            if window_room < m.least_needed(prompt_tokens, max_tokens):
+                needed = min(m.least_needed(prompt_tokens, max_tokens), limit)
                 raise m.window_refusal(
                     "tokens_per_minute", limit, windows.tokens.retry_after(now, needed, limit)
                 )
@@ -217,15 +217,15 @@ class Meter:
             for _ in range(RESERVE_TRIES):
                 standing = await uow.usage.standing(tab.grant.id)
                 left = 0 if standing is None else standing.tokens_left(limit)
-                if left < prompt_tokens + 1:
-                    raise m.budget_refusal(prompt_tokens + 1, left)
+                if left < m.least_needed(prompt_tokens, max_tokens):
+                    raise m.budget_refusal(m.least_needed(prompt_tokens, max_tokens), left)
                 allowance = left if window_room is None else min(left, window_room)
                 reservation = m.reserve(prompt_tokens, max_tokens, allowance)
                 if await uow.usage.reserve_tokens(tab.grant.id, reservation.tokens, limit=limit):
                     await uow.commit()
                     tab.reserved_in_db = reservation.tokens
                     return reservation
-        raise m.budget_refusal(prompt_tokens + 1, left)
+        raise m.budget_refusal(m.least_needed(prompt_tokens, max_tokens), left)
 
     async def settle(self, tab: Tab, outcome: str) -> dict[str, Any]:
         """Settle the tab to its true counts and record it; what the requester is told.

@@ -24,7 +24,8 @@ from ficc.base.errors import GrantRevoked, InvalidInput, LimitExceeded
 from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain import metering as m
-from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
+from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.services.metering import Meter, parse_usage_event
 from ficc.services.peer_channel import EncodedAnswer, end_request
 from ficc.services.remote.call import Call
@@ -372,3 +373,39 @@ async def test_the_worked_example_of_docs_metering_holds(tmp_path: Path) -> None
         ("cancelled", 84, 40),
     ]
     assert grantor_.stored().remaining_tokens() == 725
+
+
+def test_the_prompt_of_each_path_is_the_text_a_tokenizer_is_given() -> None:
+    """Chat's messages (and tools), a completion's prompt, embeddings' and a Responses
+    request's input: what is counted before the engine runs. Embeddings and completions add
+    no template; chat adds 64 and 8 a message."""
+    chat = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        ]
+    }
+    assert m.prompt_text(CHAT_COMPLETIONS_PATH, chat) == ("be brief\nhi", 2)
+    assert m.template_allowance(CHAT_COMPLETIONS_PATH, 2) == 64 + 16
+    assert m.prompt_text(COMPLETIONS_PATH, {"prompt": ["a b", "c"]}) == ("a b\nc", 2)
+    assert m.template_allowance(COMPLETIONS_PATH, 2) == 0
+    assert m.prompt_text(EMBEDDINGS_PATH, {"input": "some words"}) == ("some words", 1)
+    assert m.template_allowance(EMBEDDINGS_PATH, 1) == 0
+    responses = {"input": "question", "instructions": "answer it"}
+    assert m.prompt_text(RESPONSES_PATH, responses) == ("question\nanswer it", 1)
+    # Without a tokenizer: one token per UTF-8 byte, never below a byte-level count.
+    assert m.estimated_tokens("héllo") == 6
+
+
+def test_an_embeddings_request_reserves_its_input_and_no_completion() -> None:
+    """Embeddings ask no completion (``max_tokens`` 0): they reserve their input alone, and
+    fit exactly what is left; a chat needs one token of completion more."""
+    reservation = m.reserve(7, 0, allowance=100)
+    assert (reservation.tokens, reservation.completion_tokens) == (7, 0)
+    assert m.reserve(7, 0, allowance=7).tokens == 7
+    with pytest.raises(LimitExceeded) as refused:
+        m.reserve(8, 0, allowance=7)
+    assert refused.value.details == {"limit": "tokens", "needed": 8, "remaining": 7}
+    with pytest.raises(LimitExceeded) as chat:
+        m.reserve(7, None, allowance=7)
+    assert chat.value.details == {"limit": "tokens", "needed": 8, "remaining": 7}

@@ -169,7 +169,8 @@ class Invocations:
             counted = m.estimated_tokens(text)
         prompt = counted + m.template_allowance(path, items)
         name, asked = m.requested_max_tokens(plan.sent)
-        bound = await tab.admit(prompt, None if path == EMBEDDINGS_PATH else asked)
+        # Embeddings generate nothing: their input is all they reserve.
+        bound = await tab.admit(prompt, 0 if path == EMBEDDINGS_PATH else asked)
         if bound is not None and path != EMBEDDINGS_PATH and bound != asked:
             field = name or (
                 "max_output_tokens" if plan.engine_path == RESPONSES_PATH else "max_tokens"
