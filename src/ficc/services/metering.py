@@ -214,6 +214,13 @@ class Meter:
         limit = tab.grant.terms.tokens
         assert limit is not None
         async with self._uow_factory() as uow:
+            if max_tokens is not None:
+                # The common case, a bound given that fits: one statement, nothing read.
+                wanted = m.reserve(prompt_tokens, max_tokens, window_room)
+                if await uow.usage.reserve_tokens(tab.grant.id, wanted.tokens, limit=limit):
+                    await uow.commit()
+                    tab.reserved_in_db = wanted.tokens
+                    return wanted
             for _ in range(RESERVE_TRIES):
                 standing = await uow.usage.standing(tab.grant.id)
                 left = 0 if standing is None else standing.tokens_left(limit)
