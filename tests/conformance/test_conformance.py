@@ -181,7 +181,7 @@ async def test_a_full_pairing_then_a_granted_request(server: Server, local: iroh
     assert [grant["id"] for grant in listed.fields["grants"]] == [body["grant"]]
     [grant] = listed.fields["grants"]
     assert (grant["state"], grant["scopes"]) == ("active", ["discover"]), grant
-    assert set(grant["remaining"]) == {"requests", "transfer_bytes"}, grant
+    assert set(grant["remaining"]) == {"requests", "transfer_bytes", "tokens"}, grant
     paired.close()
 
 

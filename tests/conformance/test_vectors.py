@@ -92,3 +92,14 @@ def test_the_audit_chain_follows_the_document() -> None:
         first["digest"],
         first["body"]["prev"],
     )
+
+
+def test_the_usage_told_at_the_end_of_an_answer_follows_the_document() -> None:
+    v = load("usage.json")
+    told = w.jcs(v["told"])
+    body = w.jcs(v["response_body"])
+    assert body.endswith(b',"usage":' + told + b"}")
+    assert bytes.fromhex(v["response_payload"]) == b"\x11" + body
+    chunk = b"event: ficc.usage\ndata: " + told + b"\n\n"
+    assert v["stream_chunk"].encode() == chunk
+    assert bytes.fromhex(v["chunk_payload"]) == b"\x13" + chunk

@@ -18,9 +18,19 @@ import psycopg
 import pytest
 from tests.support.cluster import ficc, start_cluster
 from tests.support.federation import API, add_service, configure, error_of, ok
+from tests.support.inference import add_model, spec, start_running
+from tests.support.metering import (
+    agree,
+    concurrent_streams,
+    new_request_id,
+    settled_sum,
+    stream_chat,
+    usage,
+)
 from tests.support.openapi import check_answer
 from tests.support.postgres import PostgresServer
 from tests.support.remote import ALL_REMOTE_SCOPES, Federated, federate, local_node, new_mutation_id
+from tests.support.tiny_gguf import write_tiny_gguf
 from tests.support.transfers import (
     acquire,
     generated_model,
@@ -187,3 +197,38 @@ def test_a_model_is_transferred_and_charged_exactly_its_bytes(
     assert row is not None
     stored = row[0] if isinstance(row[0], dict) else json.loads(row[0])
     assert stored == model["manifest"]
+
+
+def test_concurrent_streams_never_pass_a_token_budget(
+    fed: Federated, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """Eight streams at once on PostgreSQL, whose reservations run in concurrent transactions:
+    the settled tokens never pass the budget, and once it is spent the next request is
+    refused before its engine runs. What the grantor's row holds is what its records sum to."""
+    model = add_model(fed.beta, "tiny", write_tiny_gguf(tmp_path / "tiny.gguf"))
+    service = start_running(fed.beta.owner(), spec("metered", model, options={"n_ctx": 4096}))["id"]
+    budget = 500
+    grant = fed.grant(scopes=["inference:invoke"], services=[service], tokens=budget, concurrent=8)
+    streamed = concurrent_streams(fed, service, 8, max_tokens=60)
+    assert {status for _, status, _ in streamed} <= {200, 429}
+    refused = None
+    for _ in range(12):
+        request_id = new_request_id()
+        status, _ = stream_chat(fed, service, max_tokens=60, request_id=request_id)
+        if status == 429:
+            refused = request_id
+            break
+    assert refused is not None, "the budget was never spent"
+    fed.wait_idle(grant)
+    records = usage(fed.beta.owner(), grant)["records"]
+    assert settled_sum(records) <= budget
+    [last] = [r for r in records if r["request"] == refused]
+    assert (last["outcome"], last["prompt_tokens"], last["completion_tokens"]) == ("refused", 0, 0)
+    agree(records, usage(fed.alpha.owner(), grant)["records"])
+    with psycopg.connect(databases["beta"]) as connection:
+        row = connection.execute(
+            "SELECT prompt_tokens_used + completion_tokens_used, tokens_reserved FROM grants "
+            "WHERE id = %s",
+            (grant,),
+        ).fetchone()
+    assert row == (settled_sum(records), 0)

@@ -154,7 +154,7 @@ def test_the_whole_life_of_a_pairing_from_offer_to_forget(
     item = listed["remote_grants"][0]
     assert item["state"] == "active"
     assert item["in_flight"] == 0
-    assert item["remaining"] == {"requests": 1000, "transfer_bytes": 0}
+    assert item["remaining"] == {"requests": 1000, "transfer_bytes": 0, "tokens": None}
     assert item["lifetime"] == 86400
     assert item["concurrent"] == 2
     assert item["expires_at"]
@@ -171,7 +171,7 @@ def test_the_whole_life_of_a_pairing_from_offer_to_forget(
     second_grant = further["id"]
     assert further["state"] == "active"
     assert further["services"] == [service_id]
-    assert further["remaining"] == {"requests": 7, "transfer_bytes": 0}
+    assert further["remaining"] == {"requests": 7, "transfer_bytes": 0, "tokens": None}
     listed = ok(refresh(a, requester_peer["id"]))
     assert {item["id"] for item in listed["remote_grants"]} == {first_grant, second_grant}
     selected = ok(refresh(a, requester_peer["id"], grant=second_grant))

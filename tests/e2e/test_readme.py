@@ -123,7 +123,12 @@ def test_readme_tours_run_as_written_to_a_local_and_a_federated_answer(tmp_path:
     assert alpha_names_beta != beta_names_alpha
 
     # After the revocation the next question is refused, with the code the README names.
-    assert session.section("revoke")[-1] == "refused (1)", session.report()
+    revoke = session.section("revoke")
+    assert revoke[-1] == "refused (1)", session.report()
+    # Before it, the grant's usage on each side: beta's records, alpha's totals.
+    assert revoke[0].startswith("request,operation,service,"), session.report()
+    (totals,) = [line for line in revoke if line.startswith('{"')]
+    assert json.loads(totals)["requests"] >= 2, session.report()
     assert '"code": "grant_revoked"' in session.stderr, session.report()
 
     # The stop block stopped both servers and their engines and removed the tour's state.

@@ -9,7 +9,6 @@ while that work runs carries it.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import secrets
@@ -18,13 +17,11 @@ from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 from ficc.base.defaults import LOG_FORMATS, LOG_LEVELS
+from ficc.base.request_ids import current_request_id as current_request_id
 from ficc.protocol.messages import REQUEST_ID_PATTERN
 
 CHATTY_LIBRARIES: Final = ("httpx", "httpcore")
 
-current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "ficc_request_id", default=None
-)
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD_ATTRIBUTES: Final = frozenset(

@@ -74,6 +74,14 @@ TRANSFER_BYTES: Final = Counter(
     ["direction"],
     registry=REGISTRY,
 )
+FEDERATION_TOKENS: Final = Counter(
+    "ficc_federation_tokens",
+    "Tokens settled under grants: direction in (a peer's request this cluster served) or out "
+    "(this cluster's request, as the grantor told it), the operation, and kind prompt or "
+    "completion. No grant label: grant IDs of other projects are not every scraper's (G12).",
+    ["direction", "operation", "kind"],
+    registry=REGISTRY,
+)
 HYPERNET_SESSIONS: Final = Gauge(
     "ficc_hypernet_sessions",
     "HyperNet sessions open (handshake done) with peers.",
@@ -122,6 +130,17 @@ def operation_label(operation: str) -> str:
     operations; any other name, from anyone, counts as ``other``, so the labels are bounded
     by the table and a peer's made-up names take none of them."""
     return operation if operation in OPERATIONS else OTHER_OPERATION
+
+
+def count_federation_tokens(
+    direction: str, operation: str, prompt_tokens: int, completion_tokens: int
+) -> None:
+    """Add one settled request's tokens (what metering calls when it settles)."""
+    label = operation_label(operation)
+    if prompt_tokens:
+        FEDERATION_TOKENS.labels(direction, label, "prompt").inc(prompt_tokens)
+    if completion_tokens:
+        FEDERATION_TOKENS.labels(direction, label, "completion").inc(completion_tokens)
 
 
 def federation_outcome(error_code: str | None) -> str:

@@ -42,11 +42,13 @@ from ficc.services.federation.overview import Overview
 from ficc.services.federation.pairing import Pairing
 from ficc.services.federation.peers import Peers
 from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.federation.usage import GrantUsage
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
 from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
+from ficc.services.metering import Meter
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
@@ -75,6 +77,7 @@ class Federation:
     peers: Peers
     overview: Overview
     operations: PeerOperations
+    usage: GrantUsage
 
 
 @dataclass
@@ -221,12 +224,17 @@ def build(
     known = KnownPeers(uow_factory)
     context = FederationContext(uow_factory, clock, link, known)
     slots = GrantSlots()
+    meter = Meter(uow_factory, clock)
+    meter.on_settled = metrics.count_federation_tokens
     copies = RemoteGrantCopies(context)
-    grants = Grants(context, slots, copies, on_grant_ended=inference.upkeep.stop_for_grant)
+    grants = Grants(
+        context, slots, copies, on_grant_ended=inference.upkeep.stop_for_grant, meter=meter
+    )
     pairing = Pairing(context, signer, verify_signature)
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)
-    remote = RemoteClient(uow_factory, link, copies)
+    remote = RemoteClient(uow_factory, link, copies, clock=clock)
+    remote.on_settled = metrics.count_federation_tokens
     routes = Routes(
         uow_factory,
         clock,
@@ -247,13 +255,13 @@ def build(
     operations = PeerOperations(
         uow_factory,
         clock,
-        Gate(uow_factory, clock, known, slots),
+        Gate(uow_factory, clock, known, slots, meter),
         Handlers(
             pairing=pairing,
             approval=approval,
             peers=peers,
             grants=grants,
-            inference=InferenceOperations(uow_factory, inference),
+            inference=InferenceOperations(uow_factory, inference, meter),
             models=ModelOperations(uow_factory, clock, blobs, slots),
             transfers=RangeServer(uow_factory, blobs),
         ),
@@ -267,6 +275,7 @@ def build(
         peers=peers,
         overview=Overview(uow_factory, clock, companion, grants, copies, transfers.list),
         operations=operations,
+        usage=GrantUsage(uow_factory),
     )
     return Cluster(
         settings=settings,

@@ -3,6 +3,7 @@ local owner (`ficc.cli.remote` has the commands that use a pairing)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,19 @@ from ficc.cli.exits import fail, handles_errors
 from ficc.cli.group import call, cli, emit, forwarding, read_input, state_options
 
 PREFIX = "/api/v1/federation"
+
+
+def metered_options(command: Any) -> Any:
+    """``--tokens``, ``--tokens-per-minute`` and ``--requests-per-minute``: a metered grant."""
+    for flag, text in reversed(
+        [
+            ("--tokens", "Prompt + completion tokens over the grant's life."),
+            ("--tokens-per-minute", "Tokens in any rolling 60 seconds."),
+            ("--requests-per-minute", "Requests in any rolling 60 seconds."),
+        ]
+    ):
+        command = click.option(flag, type=int, help=text)(command)
+    return command
 
 
 forwarding(
@@ -93,6 +107,7 @@ def federation_pair(
 @click.option("--request-bytes", type=int, help="Largest request body.")
 @click.option("--response-bytes", type=int, help="Largest inference response.")
 @click.option("--stop-on-revoke", is_flag=True, help="Revocation also stops created services.")
+@metered_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @handles_errors
 def federation_approve(
@@ -111,6 +126,9 @@ def federation_approve(
     request_bytes: int | None,
     response_bytes: int | None,
     stop_on_revoke: bool,
+    tokens: int | None,
+    tokens_per_minute: int | None,
+    requests_per_minute: int | None,
     yes: bool,
 ) -> None:
     """Approve an incoming offer with a grant (from --input, or from flags with the offer's
@@ -122,6 +140,9 @@ def federation_approve(
         "transfer_bytes": transfer_bytes,
         "request_bytes": request_bytes,
         "response_bytes": response_bytes,
+        "tokens": tokens,
+        "tokens_per_minute": tokens_per_minute,
+        "requests_per_minute": requests_per_minute,
     }
     lists = {"scopes": scopes, "services": services, "models": models, "nodes": nodes}
     flags: dict[str, Any] = {f"--{name.replace('_', '-')}": value for name, value in limits.items()}
@@ -159,7 +180,7 @@ def _confirm_grant(client: ControlClient, offer: str, body: Any) -> None:
 
     grant = body.get("grant") if isinstance(body, dict) else None
     try:
-        terms = parse_grant(grant).to_json()
+        terms = parse_grant(grant).view_json()
     except FiccError as exc:
         fail(exc)
     shown = {
@@ -214,10 +235,36 @@ def federation_remove(state_dir: Path, project: str, peer: str | None, offer: st
 @state_options
 @click.argument("peer")
 @click.option("--input", "input_path", required=True, help="The GRANT as JSON.")
+@metered_options
 @handles_errors
-def federation_grant(state_dir: Path, project: str, peer: str, input_path: str) -> None:
-    """Give a paired peer a further exact grant."""
+def federation_grant(
+    state_dir: Path,
+    project: str,
+    peer: str,
+    input_path: str,
+    tokens: int | None,
+    tokens_per_minute: int | None,
+    requests_per_minute: int | None,
+) -> None:
+    """Give a paired peer a further exact grant; the metered flags add their limit to it."""
     body = read_input(input_path)
+    metered = {
+        "tokens": tokens,
+        "tokens_per_minute": tokens_per_minute,
+        "requests_per_minute": requests_per_minute,
+    }
+    given = {name: value for name, value in metered.items() if value is not None}
+    if given:
+        grant = body.get("grant", body) if isinstance(body, dict) else None
+        if not isinstance(grant, dict):
+            raise click.UsageError("--input must hold the GRANT object")
+        both = sorted(set(given) & set(grant))
+        if both:
+            raise click.UsageError(
+                f"--{both[0].replace('_', '-')} and the --input GRANT's {both[0]} disagree: "
+                "give it once"
+            )
+        grant.update(given)
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/grants", body))
 
 
@@ -263,3 +310,83 @@ def federation_forget(state_dir: Path, project: str, peer: str, erase_audit: boo
     """Delete a removed peer whose grants are all retired."""
     body = {"erase_audit": True} if erase_audit else None
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget", body))
+
+
+USAGE_FORMATS = ("json", "table", "csv")
+USAGE_COLUMNS = (
+    "request",
+    "operation",
+    "service",
+    "started_at",
+    "ended_at",
+    "prompt_tokens",
+    "completion_tokens",
+    "request_bytes",
+    "response_bytes",
+    "outcome",
+)
+
+
+@cli.command("federation-usage")
+@click.argument("grant")
+@click.option("--since", help="Only requests started at or after this RFC 3339 time.")
+@click.option("--until", help="Only requests started before this RFC 3339 time.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(USAGE_FORMATS),
+    default=None,
+    envvar="FICC_FORMAT",
+    help="json, table or csv (default: table on a terminal, json otherwise).",
+)
+@click.option("--project", default="default", show_default=True, help="Project to act in.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="FICC_STATE_DIR",
+    default=".ficc",
+    help="State directory (default $FICC_STATE_DIR, else .ficc).",
+)
+@handles_errors
+def federation_usage(
+    grant: str,
+    since: str | None,
+    until: str | None,
+    output_format: str | None,
+    project: str,
+    state_dir: Path,
+) -> None:
+    """A grant's usage records on this side, every page, and its totals per hour and day."""
+    from urllib.parse import urlencode
+
+    records: list[dict[str, Any]] = []
+    after: str | None = None
+    page: dict[str, Any] = {}
+    with ControlClient(state_dir, project) as client:
+        while True:
+            query = {"limit": 1000, "since": since, "until": until, "after": after}
+            wanted = urlencode({k: v for k, v in query.items() if v is not None})
+            page = client.request("GET", f"{PREFIX}/grants/{grant}/usage?{wanted}")
+            records.extend(page["records"])
+            after = page.get("next")
+            if after is None:
+                break
+    chosen = output_format or ("table" if sys.stdout.isatty() else "json")
+    result = {**page, "records": records, "next": None}
+    if chosen == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=USAGE_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+        return
+    if chosen == "json":
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    click.get_current_context().meta["ficc.format"] = "table"
+    emit(
+        {
+            "records": [{k: r.get(k) for k in USAGE_COLUMNS} for r in records],
+            "totals": {k: v for k, v in page.get("totals", {}).items() if k not in ("hours",)},
+        }
+    )

@@ -196,6 +196,8 @@ def allowance(remaining: Mapping[str, Any]) -> str:
     """``requests 998, transfer 1.0 GiB``: what a grant still allows."""
     parts = []
     for key, value in remaining.items():
+        if value is None:
+            continue  # not limited by that rule
         if key.endswith("bytes") and isinstance(value, int):
             parts.append(f"{key.removesuffix('_bytes')} {format_bytes(value)}")
         else:

@@ -50,6 +50,13 @@ MAX_RESPONSE_BYTES: Final = 256 * MiB
 # "Each grant can create at most 64 service records and 64 model records."
 MAX_CREATED_SERVICES: Final = 64
 MAX_CREATED_MODELS: Final = 64
+# Metered grants: "tokens (1 .. 10^12: prompt + completion tokens over the grant's life),
+# tokens_per_minute (1 .. 10^9) and requests_per_minute (1 .. 10^6), both over a rolling 60 s
+# window. Absent or null = not limited by that rule."
+MAX_TOKENS: Final = 10**12
+MAX_TOKENS_PER_MINUTE: Final = 10**9
+MAX_REQUESTS_PER_MINUTE: Final = 10**6
+METERED_FIELDS: Final = ("tokens", "tokens_per_minute", "requests_per_minute")
 
 GRANT_FIELDS: Final = frozenset(
     {
@@ -64,6 +71,7 @@ GRANT_FIELDS: Final = frozenset(
         "request_bytes",
         "response_bytes",
         "stop_on_revoke",
+        *METERED_FIELDS,
     }
 )
 ID_KINDS: Final = {"services": "svc", "models": "mdl", "nodes": "nod"}
@@ -90,8 +98,39 @@ class GrantTerms:
     request_bytes: int
     response_bytes: int
     stop_on_revoke: bool
+    tokens: int | None = None
+    tokens_per_minute: int | None = None
+    requests_per_minute: int | None = None
+
+    @property
+    def metered(self) -> bool:
+        """Whether any token or rate rule limits the grant."""
+        return (
+            self.tokens is not None
+            or self.tokens_per_minute is not None
+            or self.requests_per_minute is not None
+        )
+
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether a token rule (``tokens`` or ``tokens_per_minute``) limits the grant."""
+        return self.tokens is not None or self.tokens_per_minute is not None
 
     def to_json(self) -> dict[str, Any]:
+        """The terms as receipts and storage keep them: a metered limit only when set, so
+        a grant without one is byte for byte (and digest for digest) what it was before."""
+        terms = self._base_json()
+        for name in METERED_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                terms[name] = value
+        return terms
+
+    def view_json(self) -> dict[str, Any]:
+        """The terms as the API shows them: every metered limit named, ``null`` when unset."""
+        return {**self._base_json(), **{name: getattr(self, name) for name in METERED_FIELDS}}
+
+    def _base_json(self) -> dict[str, Any]:
         return {
             "scopes": sorted(self.scopes),
             "services": sorted(self.services),
@@ -118,6 +157,13 @@ def _count(data: Mapping[str, Any], name: str, default: int, maximum: int, minim
             details={"minimum": minimum, "maximum": maximum},
         )
     return value
+
+
+def _optional_count(data: Mapping[str, Any], name: str, maximum: int) -> int | None:
+    """A metered limit: absent or null is no limit, else a count from 1 to ``maximum``."""
+    if data.get(name) is None:
+        return None
+    return _count(data, name, 1, maximum, 1)
 
 
 def _ids(data: Mapping[str, Any], name: str) -> frozenset[str]:
@@ -179,6 +225,9 @@ def parse_grant(data: object, *, requested_scopes: Iterable[str] | None = None) 
             data, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES, 1
         ),
         stop_on_revoke=stop_on_revoke,
+        tokens=_optional_count(data, "tokens", MAX_TOKENS),
+        tokens_per_minute=_optional_count(data, "tokens_per_minute", MAX_TOKENS_PER_MINUTE),
+        requests_per_minute=_optional_count(data, "requests_per_minute", MAX_REQUESTS_PER_MINUTE),
     )
 
 
@@ -198,6 +247,10 @@ class Grant:
     transfer_bytes_used: int
     created_services: frozenset[str] = frozenset()
     created_models: frozenset[str] = frozenset()
+    prompt_tokens_used: int = 0
+    completion_tokens_used: int = 0
+    tokens_reserved: int = 0
+    """Tokens held by requests in flight: reserved at admission, settled when each ends."""
 
     def state_at(self, now: datetime) -> str:
         """Lifetime expiry makes an active grant expired at ``expires_at``."""
@@ -205,10 +258,30 @@ class Grant:
             return EXPIRED
         return self.state
 
-    def remaining(self) -> dict[str, int]:
+    @property
+    def tokens_used(self) -> int:
+        return self.prompt_tokens_used + self.completion_tokens_used
+
+    def remaining_tokens(self) -> int | None:
+        """Tokens a new request may still reserve (settled and reserved ones taken); None
+        when the grant does not limit tokens."""
+        if self.terms.tokens is None:
+            return None
+        return max(self.terms.tokens - self.tokens_used - self.tokens_reserved, 0)
+
+    def remaining(self) -> dict[str, int | None]:
         return {
             "requests": max(self.terms.requests - self.requests_used, 0),
             "transfer_bytes": max(self.terms.transfer_bytes - self.transfer_bytes_used, 0),
+            "tokens": self.remaining_tokens(),
+        }
+
+    def used(self) -> dict[str, int]:
+        return {
+            "requests": self.requests_used,
+            "prompt_tokens": self.prompt_tokens_used,
+            "completion_tokens": self.completion_tokens_used,
+            "transfer_bytes": self.transfer_bytes_used,
         }
 
     def covers(self, kind: str, resource_id: str) -> bool:

@@ -63,6 +63,9 @@ class EncodedAnswer:
     encoding that sends it, so it is never encoded twice."""
 
     content: bytes
+    usage: bytes | None = None
+    """What the grantor tells the requester it counted (RFC 8785 JSON), sent beside the
+    result as the answer's ``usage``."""
 
 
 RequestResult = dict[str, Any] | EncodedAnswer | AsyncIterator[bytes]

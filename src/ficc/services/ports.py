@@ -17,6 +17,7 @@ from ficc.domain.audit_chain import ChainRow, SignedHead
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.lease import Lease
+from ficc.domain.metering import GrantStanding, UsageRecord
 from ficc.domain.nodes import Node
 from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
@@ -204,6 +205,7 @@ class UnitOfWork(Protocol):
     transfers: TransfersRepository
     leases: LeasesRepository
     routes: RoutesRepository
+    usage: UsageRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
@@ -329,6 +331,11 @@ class EngineConnector(Protocol):
         would pass it (counted as a stream of them would be sent: ``data: …`` lines)."""
         ...
 
+    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+        """The tokens of ``text`` by the engine's tokenizer, before any generation; None
+        where the engine has no tokenizer FICC can ask."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -379,6 +386,46 @@ class GrantsRepository(Protocol):
         ...
 
     async def delete(self, grant_id: str) -> None: ...
+
+
+class UsageRepository(Protocol):
+    """Metering: token reservations on a grant, and one usage record per federated request."""
+
+    async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
+        """Reserve ``tokens`` if settled + reserved + ``tokens`` stays within ``limit`` (None:
+        always): one atomic step, whatever the concurrency; whether it was reserved."""
+        ...
+
+    async def settle_tokens(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None: ...
+    async def clear_reservations(self) -> None:
+        """At start: no request is in flight, so nothing is held."""
+        ...
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        """What the grant used and holds, read from its row alone (no related records)."""
+        ...
+
+    async def add(self, record: UsageRecord) -> None: ...
+    async def page(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        after: int | None = None,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[UsageRecord]: ...
+    async def totals(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[str, Any]: ...
 
 
 class RemoteGrantsRepository(Protocol):

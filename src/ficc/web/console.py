@@ -152,7 +152,48 @@ def grant_from_form(form: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     for name in ("concurrent", "requests", "request_bytes", "response_bytes", "transfer_bytes"):
         grant[name] = form_int(form, name, field=f"grant.{name}")
     grant["lifetime"] = form_int(form, "lifetime_hours", field="grant.lifetime") * 3600
+    for name in ("tokens", "tokens_per_minute", "requests_per_minute"):
+        # Optional: left empty, the grant is not limited by that rule.
+        if any(value.strip() for value in form.get(name, [])):
+            grant[name] = form_int(form, name, field=f"grant.{name}")
     return grant
+
+
+USAGE_CHART_WIDTH: Final = 480
+USAGE_CHART_HEIGHT: Final = 120
+
+
+def usage_chart(hours: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Tokens per hour as bars for the grant page's inline SVG (prompt below, completion
+    above), their geometry worked out here so the page needs no JavaScript. None when
+    nothing was used."""
+    if not hours:
+        return None
+    top = max(max(int(h["prompt_tokens"]) + int(h["completion_tokens"]) for h in hours), 1)
+    step = USAGE_CHART_WIDTH / len(hours)
+    bars = []
+    for index, hour in enumerate(hours):
+        prompt = int(hour["prompt_tokens"]) * USAGE_CHART_HEIGHT / top
+        completion = int(hour["completion_tokens"]) * USAGE_CHART_HEIGHT / top
+        bars.append(
+            {
+                "x": round(index * step, 1),
+                "width": round(max(step - 1, 1), 1),
+                "prompt_y": round(USAGE_CHART_HEIGHT - prompt, 1),
+                "prompt_height": round(prompt, 1),
+                "completion_y": round(USAGE_CHART_HEIGHT - prompt - completion, 1),
+                "completion_height": round(completion, 1),
+                "hour": hour,
+            }
+        )
+    return {
+        "width": USAGE_CHART_WIDTH,
+        "height": USAGE_CHART_HEIGHT,
+        "top": top,
+        "first": hours[0]["hour"],
+        "last": hours[-1]["hour"],
+        "bars": bars,
+    }
 
 
 # --- how values are shown -------------------------------------------------------------------

@@ -164,6 +164,27 @@ class RouteList(Shape):
 class Remaining(Shape):
     requests: int
     transfer_bytes: int
+    tokens: int | None
+
+
+class Used(Shape):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    transfer_bytes: int
+
+
+class WindowState(Shape):
+    used: int
+    remaining: int
+    reset_seconds: float
+
+
+class Windows(Shape):
+    """The rolling 60 s windows of a grant (null where the grant sets no such rule)."""
+
+    requests_per_minute: WindowState | None
+    tokens_per_minute: WindowState | None
 
 
 class Grant(Shape):
@@ -183,13 +204,44 @@ class Grant(Shape):
     request_bytes: int
     response_bytes: int
     stop_on_revoke: bool
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
     created_at: Time
     expires_at: Time
     revoked_at: Time | None
     in_flight: int
     remaining: Remaining
+    used: Used
+    windows: Windows
     created_services: list[str]
     created_models: list[str]
+
+
+class UsageRecord(Shape):
+    """One federated request as this side saw it (``counted``: the requester's own count)."""
+
+    request: str
+    grant: str
+    operation: str
+    service: str | None
+    started_at: Time
+    ended_at: Time
+    prompt_tokens: int
+    completion_tokens: int
+    request_bytes: int
+    response_bytes: int
+    outcome: Literal["completed", "cancelled", "revoked", "failed", "refused"]
+    counted: dict[str, int | None] | None = None
+    told: bool | None = None
+
+
+class UsagePage(Shape):
+    grant: str
+    side: Literal["grantor", "requester"]
+    records: list[UsageRecord]
+    totals: dict[str, Any]
+    next: str | None
 
 
 class Offer(Shape):

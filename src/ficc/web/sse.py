@@ -66,7 +66,8 @@ class EventStreamResponse(Response):
         self._close = close
         self._octets = octets
         self.extra_headers: list[tuple[bytes, bytes]] = []
-        """Sent with the stream's own headers (a route's ``x-ficc-route-target``)."""
+        """Sent with the stream's own headers (a route's ``x-ficc-route-target``, a federated
+        answer's rate limits)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -145,6 +146,14 @@ async def open_unless_disconnected(
         await stack.aclose()
         return None
     return EventStreamResponse(chunks, stack.aclose, octets=octets)
+
+
+def add_headers(response: Response, headers: dict[str, str]) -> None:
+    """Add ``headers`` to an answer, plain or streamed (a stream sends its own first line)."""
+    if isinstance(response, EventStreamResponse):
+        response.extra_headers.extend((k.encode(), v.encode()) for k, v in headers.items())
+    else:
+        response.headers.update(headers)
 
 
 Opening = AbstractAsyncContextManager[AsyncIterator[bytes]]

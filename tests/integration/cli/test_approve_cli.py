@@ -3,7 +3,9 @@ confirmed on a terminal (`--yes` skips), refused input changing nothing. Two rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.support.cli import Terminal, ok, refused
@@ -94,3 +96,74 @@ def test_a_grant_beyond_the_offer_or_no_offer_changes_nothing(
     assert waiting is not None
     assert waiting["state"] == "received"
     assert waiting["revision"] == offer["revision"]
+
+
+def test_token_limits_from_flags_are_in_the_grant_its_receipt_and_federation_grant(
+    clusters: tuple[RunningCluster, RunningCluster], tmp_path: Path
+) -> None:
+    """--tokens, --tokens-per-minute and --requests-per-minute on federation-approve and
+    federation-grant; out of bounds, the contract's refusal naming the field; then the
+    grant's (empty) usage through federation-usage in each format."""
+    alpha, beta = clusters
+    offer = send_offer(alpha.owner(), beta, ["discover"])
+    approved = ok(
+        beta.state_dir,
+        "federation-approve",
+        offer["id"],
+        "--scope",
+        "discover",
+        "--tokens",
+        "20000",
+        "--tokens-per-minute",
+        "5000",
+        "--yes",
+    )
+    terms = approved["receipt"]["body"]["grant_terms"]
+    assert (terms["tokens"], terms["tokens_per_minute"]) == (20000, 5000)
+    assert "requests_per_minute" not in terms
+    grant_id = approved["receipt"]["grant"]
+    shown = next(g for g in overview(beta.owner())["grants"] if g["id"] == grant_id)
+    assert (shown["tokens"], shown["requests_per_minute"]) == (20000, None)
+    assert shown["remaining"]["tokens"] == 20000
+    peer = approved["peer"]
+    ok(
+        alpha.state_dir,
+        "federation-finish",
+        offer["id"],
+        "--receipt",
+        approved["receipt"]["digest"],
+    )
+    body = tmp_path / "grant.json"
+    body.write_text(json.dumps({"scopes": ["discover"]}))
+    error = refused(
+        beta.state_dir,
+        "federation-grant",
+        peer,
+        "--input",
+        str(body),
+        "--requests-per-minute",
+        "1000001",
+        status=1,
+    )
+    assert error["code"] == "invalid_request"
+    assert error["details"]["field"] == "grant.requests_per_minute"
+    given = ok(
+        beta.state_dir,
+        "federation-grant",
+        peer,
+        "--input",
+        str(body),
+        "--requests-per-minute",
+        "60",
+    )
+    assert given["requests_per_minute"] == 60
+    usage = ok(beta.state_dir, "federation-usage", grant_id, "--format", "json")
+    assert (usage["side"], usage["records"], usage["totals"]["requests"]) == ("grantor", [], 0)
+    csv = ficc("federation-usage", grant_id, "--format", "csv", state_dir=beta.state_dir)
+    assert csv.returncode == 0, csv.stderr
+    assert csv.stdout.splitlines() == [
+        "request,operation,service,started_at,ended_at,prompt_tokens,completion_tokens,"
+        "request_bytes,response_bytes,outcome"
+    ]
+    error = refused(beta.state_dir, "federation-usage", grant_id, "--since", "soon", status=1)
+    assert error["details"]["field"] == "since"

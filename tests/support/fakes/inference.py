@@ -178,6 +178,8 @@ class FakeEngine:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         """Each request's engine path and body, in order."""
         self.streams: list[FakeStream] = []
+        self.counted: list[str] = []
+        """Each text whose tokens were counted."""
         self.release = asyncio.Event()
         self.release.set()
 
@@ -203,6 +205,11 @@ class FakeEngine:
         self.requests.append((path, dict(body)))
         await self.release.wait()
         return {"id": secrets.token_hex(4), "model": model, "text": "".join(self.chunks)}
+
+    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+        """One token per word: what the metering tests count prompts with."""
+        self.counted.append(text)
+        return len(text.split())
 
     async def aclose(self) -> None:
         return None

@@ -38,6 +38,13 @@ from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant
 from ficc.domain.inference import ServiceState
 from ficc.domain.lease import Lease
+from ficc.domain.metering import (
+    HOUR_CHARS,
+    GrantStanding,
+    UsageRecord,
+    bucketed,
+    empty_totals,
+)
 from ficc.domain.nodes import Node
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
@@ -66,6 +73,7 @@ from ficc.services.ports import (
     SettingsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageRepository,
     UsersRepository,
 )
 
@@ -107,6 +115,7 @@ class FakeStore:
     transfers: dict[str, Transfer] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     routes: dict[str, Route] = field(default_factory=dict)
+    usage: list[UsageRecord] = field(default_factory=list)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -767,6 +776,95 @@ class FakeRoutes(_Repository):
         self._s.routes.pop(route_id, None)
 
 
+class FakeUsage(_Repository):
+    """Reservations on the grant records, and the usage records in order of arrival."""
+
+    async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
+        grant = self._s.grants.get(grant_id)
+        if grant is None:
+            return False
+        if limit is not None and grant.tokens_used + grant.tokens_reserved + tokens > limit:
+            return False
+        self._s.grants[grant_id] = replace(grant, tokens_reserved=grant.tokens_reserved + tokens)
+        return True
+
+    async def settle_tokens(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        grant = self._s.grants.get(grant_id)
+        if grant is not None:
+            self._s.grants[grant_id] = replace(
+                grant,
+                tokens_reserved=max(grant.tokens_reserved - reserved, 0),
+                prompt_tokens_used=grant.prompt_tokens_used + prompt_tokens,
+                completion_tokens_used=grant.completion_tokens_used + completion_tokens,
+            )
+
+    async def clear_reservations(self) -> None:
+        for grant_id, grant in list(self._s.grants.items()):
+            if grant.tokens_reserved:
+                self._s.grants[grant_id] = replace(grant, tokens_reserved=0)
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        grant = self._s.grants.get(grant_id)
+        if grant is None:
+            return None
+        return GrantStanding(
+            requests_used=grant.requests_used,
+            transfer_bytes_used=grant.transfer_bytes_used,
+            prompt_tokens_used=grant.prompt_tokens_used,
+            completion_tokens_used=grant.completion_tokens_used,
+            tokens_reserved=grant.tokens_reserved,
+        )
+
+    async def add(self, record: UsageRecord) -> None:
+        self._s.usage = [*self._s.usage, replace(record, seq=len(self._s.usage) + 1)]
+
+    def _matching(
+        self, grant_id: str, side: str, since: datetime | None, until: datetime | None
+    ) -> list[UsageRecord]:
+        return [
+            r
+            for r in self._s.usage
+            if r.grant == grant_id
+            and r.side == side
+            and (since is None or r.started_at >= since)
+            and (until is None or r.started_at < until)
+        ]
+
+    async def page(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        after: int | None = None,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[UsageRecord]:
+        found = self._matching(grant_id, side, since, until)
+        return [r for r in found if after is None or r.seq > after][:limit]
+
+    async def totals(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[str, Any]:
+        hours: dict[str, dict[str, int]] = {}
+        for r in self._matching(grant_id, side, since, until):
+            key = format_stored_time(r.started_at)[:HOUR_CHARS]
+            sums = hours.setdefault(key, empty_totals())
+            sums["requests"] += 1
+            sums["prompt_tokens"] += r.prompt_tokens
+            sums["completion_tokens"] += r.completion_tokens
+            sums["request_bytes"] += r.request_bytes
+            sums["response_bytes"] += r.response_bytes
+        return bucketed(sorted(hours.items()))
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed (or its guard refused the commit)."""
@@ -801,6 +899,7 @@ class FakeUnitOfWork:
         self.transfers: TransfersRepository = FakeTransfers(store)
         self.leases: LeasesRepository = FakeLeases(store)
         self.routes: RoutesRepository = FakeRoutes(store)
+        self.usage: UsageRepository = FakeUsage(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

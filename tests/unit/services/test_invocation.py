@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.fakes.clock import FakeClock
 from tests.support.fakes.inference import PROJECT, Bench, FakeRuntime, bench
 from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFactory
 
@@ -31,6 +32,7 @@ from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.protocol import canonical, messages
 from ficc.protocol.answers import encode_answer
 from ficc.services.grant_slots import Slot
+from ficc.services.metering import Meter
 from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
 from ficc.services.remote.call import Call
 from ficc.services.remote.inference_ops import InferenceOperations
@@ -95,17 +97,20 @@ def transactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return opened
 
 
-async def test_the_grantor_invokes_a_running_service_without_a_transaction(
+async def test_the_grantor_invokes_a_running_service_with_one_transaction_its_usage_record(
     tmp_path: Path, transactions: list[int]
 ) -> None:
     """The grantor's third transaction (the service's record read for its runtime and options)
-    is gone: the router holds both for as long as the service is admitted."""
+    is gone: the router holds both for as long as the service is admitted. What is left is the
+    request's usage record, written once the answer is complete (a grant without token rules
+    reserves nothing)."""
     b = bench(tmp_path)
     service_id = await running(b)
-    operations = InferenceOperations(FakeUnitOfWorkFactory(b.store), b.services)
+    factory = FakeUnitOfWorkFactory(b.store)
+    operations = InferenceOperations(factory, b.services, Meter(factory, FakeClock()))
     transactions.clear()
     answer = await operations.invoke(invoke_call(service_id, {"model": "m", "prompt": "x"}))
-    assert transactions == []
+    assert transactions == [1]
     assert isinstance(answer, EncodedAnswer)
     assert json.loads(answer.content)["text"] == "hello"
 
@@ -181,7 +186,8 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
     against response_bytes (there were three: a measure, the frame's measure, the frame)."""
     b = bench(tmp_path)
     service_id = await running(b)
-    operations = InferenceOperations(FakeUnitOfWorkFactory(b.store), b.services)
+    factory = FakeUnitOfWorkFactory(b.store)
+    operations = InferenceOperations(factory, b.services, Meter(factory, FakeClock()))
     encodes: list[str] = []
     encode, dumps = json.JSONEncoder.encode, canonical.rfc8785.dumps
 
@@ -200,7 +206,8 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
     answer = await operations.invoke(call)
     content = answer.content if isinstance(answer, EncodedAnswer) else answer
     framed, chunked = encode_answer(content)
-    assert encodes == ["json"]
+    # The answer once; the grantor's counts (told beside it, a few bytes) once.
+    assert encodes == ["json", "json"]
     assert not chunked
     assert json.loads(framed[5:])["text"] == "hello"
 

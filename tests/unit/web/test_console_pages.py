@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
+from ficc.base.errors import InvalidInput
 from ficc.base.times import format_time
 from ficc.base.units import MiB
-from ficc.web.console import TEMPLATES, grouped, standing
+from ficc.web.console import TEMPLATES, grant_from_form, grouped, standing, usage_chart
 
 NOW = datetime(2026, 12, 1, 20, 0, tzinfo=UTC)
 DIGEST = "4f1c" * 16
@@ -200,7 +201,12 @@ def _grant(state: str, **changes: Any) -> dict[str, Any]:
         "expires_at": NOW + timedelta(minutes=56),
         "revoked_at": None,
         "in_flight": 0,
-        "remaining": {"requests": 94, "transfer_bytes": MiB},
+        "remaining": {"requests": 94, "transfer_bytes": MiB, "tokens": None},
+        "tokens": None,
+        "tokens_per_minute": None,
+        "requests_per_minute": None,
+        "used": {"requests": 6, "prompt_tokens": 0, "completion_tokens": 0, "transfer_bytes": 0},
+        "windows": {"tokens_per_minute": None, "requests_per_minute": None},
         "created_services": [],
         "created_models": [],
         **changes,
@@ -246,7 +252,14 @@ def _assert_ended(html: str, state: str, event: str) -> None:
 def test_an_ended_grant_reads_as_ended_on_its_page(
     grant: dict[str, Any], state: str, event: str
 ) -> None:
-    html = _render("_grant.html", path="/ui/p/default/grants/grant_1", grant=grant, peer=None)
+    html = _render(
+        "_grant.html",
+        path="/ui/p/default/grants/grant_1",
+        grant=grant,
+        peer=None,
+        usage={"records": []},
+        chart=None,
+    )
     _assert_ended(html, state, event)
     assert f'id="grant-state">{state}</span>' in html
 
@@ -304,7 +317,14 @@ def test_a_live_grant_reads_as_live_with_its_expiry_everywhere() -> None:
     grant = _grant("active")
     received = {**_as_received(grant), "id": "grant_2"}
     pages = [
-        _render("_grant.html", path="/ui/p/default/grants/grant_1", grant=grant, peer=None),
+        _render(
+            "_grant.html",
+            path="/ui/p/default/grants/grant_1",
+            grant=grant,
+            peer=None,
+            usage={"records": []},
+            chart=None,
+        ),
         _row(_render("_federation.html", view=_federation([grant], [])), "grant_1", "grants-given"),
         _row(
             _render("_federation.html", view=_federation([], [received])),
@@ -340,3 +360,78 @@ def test_standing_reads_a_peer_copy_s_text_times_like_the_grant_s_own() -> None:
     assert (own.state, own.ended, own.event, own.at) == ("revoked", True, "revoked", REVOKED_AT)
     unknown = standing({"state": "suspended"}, NOW)
     assert unknown.ended
+
+
+def test_a_metered_grants_page_draws_its_usage_and_shows_what_remains() -> None:
+    """Tokens per hour as inline SVG drawn by the server, the budget and the windows left."""
+    hours = [
+        {
+            "hour": "2026-12-01T18:00:00Z",
+            "requests": 2,
+            "prompt_tokens": 30,
+            "completion_tokens": 70,
+        },
+        {
+            "hour": "2026-12-01T19:00:00Z",
+            "requests": 1,
+            "prompt_tokens": 10,
+            "completion_tokens": 40,
+        },
+    ]
+    grant = _grant(
+        "active",
+        tokens=1000,
+        tokens_per_minute=500,
+        remaining={"requests": 97, "transfer_bytes": MiB, "tokens": 850},
+        used={"requests": 3, "prompt_tokens": 40, "completion_tokens": 110, "transfer_bytes": 0},
+        windows={
+            "tokens_per_minute": {"used": 50, "remaining": 450, "reset_seconds": 12.5},
+            "requests_per_minute": None,
+        },
+    )
+    record = {
+        "request": "req-1",
+        "started_at": NOW - timedelta(minutes=2),
+        "prompt_tokens": 10,
+        "completion_tokens": 40,
+        "outcome": "cancelled",
+    }
+    html = _render(
+        "_grant.html",
+        path="/ui/p/default/grants/grant_1",
+        grant=grant,
+        peer=None,
+        usage={"records": [record]},
+        chart=usage_chart(hours),
+    )
+    words = _text(html)
+    assert "Tokens: 850 of 1000 left" in words
+    assert "40 prompt, 110 completion, over 3 requests" in words
+    assert "450 of 500 left in the last 60 s" in words
+    assert "Requests per minute not limited" in words
+    assert html.count('<rect class="prompt"') == 2
+    assert 'class="usage-chart" role="img"' in html
+    assert "the tallest bar is 100" in words
+    assert "req-1" in words
+    assert "cancelled" in words
+    assert "<script" not in html.split('class="usage-chart"')[1].split("</svg>")[0]
+
+
+def test_the_approval_forms_token_limits_are_optional_and_checked_by_name() -> None:
+    base = {
+        "scopes": ["inference:invoke"],
+        "lifetime_hours": ["1"],
+        "concurrent": ["2"],
+        "requests": ["10"],
+        "transfer_bytes": ["0"],
+        "request_bytes": ["1024"],
+        "response_bytes": ["1024"],
+    }
+    plain = grant_from_form({**base, "tokens": [""], "tokens_per_minute": [" "]})
+    assert "tokens" not in plain
+    assert "tokens_per_minute" not in plain
+    metered = grant_from_form({**base, "tokens": ["5000"], "requests_per_minute": ["60"]})
+    assert (metered["tokens"], metered["requests_per_minute"]) == (5000, 60)
+    with pytest.raises(InvalidInput) as bad:
+        grant_from_form({**base, "tokens_per_minute": ["lots"]})
+    assert bad.value.details["field"] == "grant.tokens_per_minute"

@@ -405,6 +405,16 @@ class EngineClient:
             raise EngineUnavailable("the engine's embeddings are not a list object")
         return value
 
+    async def count_tokens(self, text: str) -> int | None:
+        """The tokens of ``text`` by the engine's own tokenizer (llama.cpp's server counts
+        them without generating anything), within :data:`PROBE_DEADLINE_SECONDS`; None where
+        the engine cannot say."""
+        try:
+            async with asyncio.timeout(PROBE_DEADLINE_SECONDS):
+                return await self._usage.tokenizer_count(text)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, TimeoutError):
+            return None
+
     async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
         """A small JSON answer, read within :data:`MAX_MODELS_BODY_BYTES` (ValueError past it)."""
         async with self._exchange("POST", path, body) as response:

@@ -132,6 +132,13 @@ class EngineClients:
         finally:
             await self._release(entry)
 
+    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+        entry = self._acquire(base_url, model)
+        try:
+            return await entry.client.count_tokens(text)
+        finally:
+            await self._release(entry)
+
     async def aclose(self) -> None:
         entries = [*self._entries.values(), *self._draining]
         self._entries.clear()

@@ -78,6 +78,10 @@ class UsageProbe:
             return 0
         return await self._tokenizer_count(text) - self._empty_text_tokens
 
+    async def tokenizer_count(self, text: str) -> int:
+        """The tokenizer's count of ``text`` (a BOS it adds included: never below the truth)."""
+        return await self._tokenizer_count(text)
+
     async def _tokenizer_count(self, text: str) -> int:
         return _count((await self._post_json(LLAMA_CPP_COUNT_PATH, {"input": text}))["count"])
 

@@ -987,6 +987,9 @@ class SqlGrants(_Repository):
             transfer_bytes_used=row.transfer_bytes_used,
             created_services=created_services,
             created_models=created_models,
+            prompt_tokens_used=row.prompt_tokens_used,
+            completion_tokens_used=row.completion_tokens_used,
+            tokens_reserved=row.tokens_reserved,
         )
 
     async def _load(self, row: Any) -> Grant:

@@ -299,6 +299,30 @@ grants = Table(
     Column("revoked_at", TIME, nullable=True),
     Column("requests_used", BigInteger, nullable=False),
     Column("transfer_bytes_used", BigInteger, nullable=False),
+    Column("prompt_tokens_used", BigInteger, nullable=False, server_default="0"),
+    Column("completion_tokens_used", BigInteger, nullable=False, server_default="0"),
+    Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
+)
+
+usage_records = Table(
+    "usage_records",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("grant_id", String(40), nullable=False),
+    Column("side", String(20), nullable=False),
+    Column("request_id", String(128), nullable=False),
+    Column("operation", String(40), nullable=False),
+    Column("service", String(40), nullable=True),
+    Column("started_at", TIME, nullable=False),
+    Column("ended_at", TIME, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("request_bytes", BigInteger, nullable=False),
+    Column("response_bytes", BigInteger, nullable=False),
+    Column("outcome", String(20), nullable=False),
+    Column("counted_prompt_tokens", BigInteger, nullable=True),
+    Column("counted_completion_tokens", BigInteger, nullable=True),
+    Column("told", Boolean, nullable=True),
 )
 
 remote_grants = Table(
@@ -335,6 +359,7 @@ Index("audit_by_prev", audit_log.c.prev, unique=True)
 Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
+Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
 
 leases = Table(

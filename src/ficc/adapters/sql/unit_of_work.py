@@ -28,6 +28,7 @@ from ficc.adapters.sql.repositories import (
     SqlUsers,
 )
 from ficc.adapters.sql.routes import SqlRoutes
+from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
@@ -50,6 +51,7 @@ from ficc.services.ports import (
     SettingsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageRepository,
     UsersRepository,
 )
 
@@ -100,6 +102,7 @@ class SqlUnitOfWork:
         self.transfers: TransfersRepository = SqlTransfers(connection)
         self.leases: LeasesRepository = SqlLeases(connection)
         self.routes: RoutesRepository = SqlRoutes(connection)
+        self.usage: UsageRepository = SqlUsage(connection)
         return self
 
     @property

@@ -31,6 +31,7 @@ from ficc.services.federation.common import (
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
+from ficc.services.metering import Meter
 from ficc.services.mutations import grant_scope
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
@@ -47,8 +48,10 @@ class Grants:
         slots: GrantSlots,
         copies: RemoteGrantCopies,
         on_grant_ended: GrantEnded,
+        meter: Meter | None = None,
     ) -> None:
         self._ctx = context
+        self.meter = meter or Meter(context.uow_factory, context.clock)
         self.slots = slots
         self._copies = copies
         self._on_grant_ended = on_grant_ended
@@ -59,6 +62,9 @@ class Grants:
         """Arm the expiry of every grant given to ``peers`` (at start)."""
         async with self._ctx.uow_factory() as uow:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
+            # Nothing is in flight at start: what requests of a stopped process held is free.
+            await uow.usage.clear_reservations()
+            await uow.commit()
         for grant in grants:
             self.arm_expiry(grant)
 
@@ -67,12 +73,14 @@ class Grants:
             "id": grant.id,
             "peer": grant.peer_id,
             "state": grant.state_at(now),
-            **grant.terms.to_json(),
+            **grant.terms.view_json(),
             "created_at": grant.created_at,
             "expires_at": grant.expires_at,
             "revoked_at": grant.revoked_at,
             "in_flight": self.slots.in_flight(grant.id),
             "remaining": grant.remaining(),
+            "used": grant.used(),
+            "windows": self.meter.window_state(grant),
             "created_services": sorted(grant.created_services),
             "created_models": sorted(grant.created_models),
         }

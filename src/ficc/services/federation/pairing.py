@@ -310,14 +310,19 @@ def _digest(receipt: dict[str, Any] | None) -> object:
 
 def _remote_grant(body: dict[str, Any]) -> dict[str, Any]:
     """The grant a receipt gives, as the requester keeps it until the next refresh."""
+    terms = body["grant_terms"]
+    metered = {name: terms.get(name) for name in g.METERED_FIELDS}
     return {
         "id": body["grant"],
         "state": g.ACTIVE,
-        **body["grant_terms"],
+        **terms,
+        **metered,
         "expires_at": body["expires_at"],
         "in_flight": 0,
         "remaining": {
-            "requests": body["grant_terms"]["requests"],
-            "transfer_bytes": body["grant_terms"]["transfer_bytes"],
+            "requests": terms["requests"],
+            "transfer_bytes": terms["transfer_bytes"],
+            "tokens": metered["tokens"],
         },
+        "used": {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "transfer_bytes": 0},
     }

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ficc.base.errors import EngineUnavailable, LimitExceeded
+from ficc.domain import metering as m
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH
@@ -32,6 +33,7 @@ from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities
 from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
+from ficc.services.metering import Tab
 from ficc.services.ports import EngineEvent
 
 
@@ -59,6 +61,7 @@ class Invocations:
         body: Mapping[str, Any],
         *,
         max_bytes: int,
+        tab: Tab | None = None,
     ) -> bytes:
         """The plain answer in OpenAI's shape as RFC 8785 JSON (as the wire carries it), whose
         compact JSON (as the caller's compatible URL sends it) is at most ``max_bytes``.
@@ -67,7 +70,9 @@ class Invocations:
         stops the engine at once); the shaped answer is measured from the one encoding that
         sends it on.
         """
-        plan, answer = await self._answer(project, service_id, path, body, max_bytes)
+        plan, answer = await self._answer(project, service_id, path, body, max_bytes, tab)
+        if tab is not None:
+            _take_usage(tab, answer.get("usage"), path)
         if path == EMBEDDINGS_PATH:
             # Averaged, encoded and measured in a worker thread, value by value: tens of MiB
             # of floats would otherwise hold the loop for seconds.
@@ -93,6 +98,7 @@ class Invocations:
         body: Mapping[str, Any],
         *,
         max_bytes: int | None = None,
+        tab: Tab | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """The engine's events as server-sent events; leaving the block stops the engine.
 
@@ -100,14 +106,19 @@ class Invocations:
         by an error event naming ``response_bytes``, and the stream ends.
         """
         plan = await self._prepare(project, service_id, path, body)
+        asked_usage = True
+        if tab is not None and await self._admit(plan, path, body, tab):
+            asked_usage = _ask_usage(plan)
         async with self._router.stream(
             project, service_id, plan.engine_path, plan.sent, endpoint=plan.endpoint
         ) as events:
             framed: AsyncGenerator[bytes, None]
             if plan.translated:
-                framed = _typed(events, body)
+                framed = _typed(events, body, tab)
             elif path == RESPONSES_PATH:
-                framed = _named(events)
+                framed = _named(events, tab)
+            elif tab is not None:
+                framed = _metered(events, tab, asked_usage)
             else:
                 framed = _relayed(events)
             async with (
@@ -123,8 +134,11 @@ class Invocations:
         path: str,
         body: Mapping[str, Any],
         max_bytes: int | None,
+        tab: Tab | None = None,
     ) -> tuple[_Plan, dict[str, Any]]:
         plan = await self._prepare(project, service_id, path, body)
+        if tab is not None:
+            await self._admit(plan, path, body, tab)
         answer = await self._router.complete(
             project,
             service_id,
@@ -134,6 +148,36 @@ class Invocations:
             max_bytes=max_bytes,
         )
         return plan, answer
+
+    async def _admit(self, plan: _Plan, path: str, body: Mapping[str, Any], tab: Tab) -> bool:
+        """Count the prompt and reserve its tokens, before any engine work; the completion
+        the engine is asked for is bounded by what the reservation leaves. Whether the grant
+        limits tokens: a grant that does not costs the engine nothing more than before (its
+        counts are the engine's usage where the answer carries one)."""
+        if not tab.grant.terms.limits_tokens:
+            await tab.admit(0, None)
+            tab.engine_started = True
+            return False
+        text, items = m.prompt_text(path, body)
+        endpoint = plan.endpoint
+        counted = None
+        if endpoint.runtime == RuntimeName.LLAMA_CPP:
+            counted = await self._router.engines.count_tokens(
+                endpoint.base_url, endpoint.model_name, text
+            )
+        if counted is None:
+            counted = m.estimated_tokens(text)
+        prompt = counted + m.template_allowance(path, items)
+        name, asked = m.requested_max_tokens(plan.sent)
+        # Embeddings generate nothing: their input is all they reserve.
+        bound = await tab.admit(prompt, 0 if path == EMBEDDINGS_PATH else asked)
+        if bound is not None and path != EMBEDDINGS_PATH and bound != asked:
+            field = name or (
+                "max_output_tokens" if plan.engine_path == RESPONSES_PATH else "max_tokens"
+            )
+            plan.sent[field] = bound
+        tab.engine_started = True
+        return True
 
     async def _prepare(
         self, project: str, service_id: str, path: str, body: Mapping[str, Any]
@@ -180,18 +224,70 @@ async def _relayed(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, 
         yield sse_event(event.data)
 
 
-async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+async def _metered(
+    events: AsyncIterator[EngineEvent], tab: Tab, asked_usage: bool
+) -> AsyncGenerator[bytes, None]:
+    """:func:`_relayed`, counting: each chunk after the first (the role) is one token, as
+    llama.cpp's server and OpenAI stream them, until the engine's usage chunk (asked for by
+    the grantor, passed on only when the caller asked for it) gives the true counts. Only an
+    event naming a usage is parsed."""
+    sent = 0
+    async for event in events:
+        data = event.data
+        if '"usage"' in data and '"usage":null' not in data and not event.done:
+            payload = _payload(data)
+            if not payload.get("choices") and _take_usage(tab, payload.get("usage"), ""):
+                if asked_usage:
+                    yield sse_event(data)
+                continue
+        if not event.done:
+            sent += 1
+            tab.completion_tokens = max(sent - 1, 0)
+        yield sse_event(data)
+
+
+def _ask_usage(plan: _Plan) -> bool:
+    """Ask the engine for its usage chunk; whether the caller asked for it already."""
+    options = plan.sent.get("stream_options")
+    asked = isinstance(options, dict) and options.get("include_usage") is True
+    if not asked and plan.engine_path != RESPONSES_PATH:
+        plan.sent["stream_options"] = {**(options or {}), "include_usage": True}
+    return asked
+
+
+def _take_usage(tab: Tab, usage: object, path: str) -> bool:
+    """The engine's counts, when it gave them; whether it did."""
+    if not isinstance(usage, dict):
+        return False
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return False
+    tab.prompt_tokens = prompt
+    tab.completion_tokens = 0 if path == EMBEDDINGS_PATH else completion
+    return True
+
+
+async def _named(
+    events: AsyncIterator[EngineEvent], tab: Tab | None = None
+) -> AsyncGenerator[bytes, None]:
     """A Responses stream passed through, each event framed with its ``event:`` name (its
     ``type``), as OpenAI frames them; a ``[DONE]`` is not passed on (OpenAI sends none)."""
     async for event in events:
         if event.data == "[DONE]":
             continue
-        kind = _payload(event.data).get("type")
+        payload = _payload(event.data)
+        if tab is not None:
+            tab.completion_tokens += 1
+            response = payload.get("response")
+            if event.done and isinstance(response, dict):
+                _take_usage(tab, response.get("usage"), "")
+        kind = payload.get("type")
         yield b"event: " + str(kind).encode() + b"\n" + sse_event(event.data)
 
 
 async def _typed(
-    events: AsyncIterator[EngineEvent], body: Mapping[str, Any]
+    events: AsyncIterator[EngineEvent], body: Mapping[str, Any], tab: Tab | None = None
 ) -> AsyncGenerator[bytes, None]:
     """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
 
@@ -201,6 +297,10 @@ async def _typed(
     state = ResponseEvents(body)
     async for event in events:
         produced = state.finish() if event.done else state.feed(_payload(event.data))
+        if tab is not None:
+            tab.completion_tokens += 0 if event.done else 1
+            if state.usage is not None:
+                _take_usage(tab, state.usage, "")
         if produced:
             yield b"".join(map(typed_event, produced))
 

@@ -28,6 +28,8 @@ class Call:
     body: dict[str, Any]
     mutation_id: str | None
     slot: Slot
+    body_bytes: int = 0
+    """The operation's body as it travelled (RFC 8785 bytes)."""
 
     @property
     def actor(self) -> Actor:

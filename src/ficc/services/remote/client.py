@@ -7,8 +7,9 @@ mutation_id to inspect (``operation.status``) or to retry with, and nothing else
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ficc.base.errors import (
@@ -20,15 +21,18 @@ from ficc.base.errors import (
     OutcomeUnknown,
     TooLarge,
 )
+from ficc.base.request_ids import current_request_id
 from ficc.base.units import MiB
 from ficc.domain import grants as g
+from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.metering import outcome_of, parse_usage_event, settle_surely
 from ficc.services.peer_channel import PeerChannel
-from ficc.services.ports import UnitOfWorkFactory
+from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
 from ficc.services.remote.views import unpublished
 
@@ -37,6 +41,7 @@ INVOKE_TIMEOUT_SECONDS: Final = 300.0
 GRANT_ANSWER_BYTES: Final = 4 * MiB
 """The most an answer under a grant may be, but for ``inference.invoke`` and
 ``models.manifest``: the others answer records and lists of a few KiB."""
+INVOKE: Final = "inference.invoke"
 MANIFEST_ANSWER_BYTES: Final = 1 * MiB
 """A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
 
@@ -57,11 +62,22 @@ class RemoteClient:
     """Requests to the peers of a project, each through the grant the project selected."""
 
     def __init__(
-        self, uow_factory: UnitOfWorkFactory, channel: PeerChannel, copies: RemoteGrantCopies
+        self,
+        uow_factory: UnitOfWorkFactory,
+        channel: PeerChannel,
+        copies: RemoteGrantCopies,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._channel = channel
         self._copies = copies
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.told: dict[str, dict[str, Any]] = {}
+        """The last counts and allowances each grantor told, by grant (for rate headers)."""
+        self.on_settled: Callable[[str, str, int, int], None] | None = None
+        self._routed: dict[str, tuple[str, dict[str, Any]]] = {}
+        """By peer: the grant its last request went through and the copy of its terms."""
 
     async def published_services(
         self, principal: Principal, project: str, peer_id: str
@@ -122,8 +138,37 @@ class RemoteClient:
     async def send(self, prepared: Prepared) -> dict[str, Any]:
         """Send a prepared request; nothing is retried."""
         peer, name, wire = prepared.peer, prepared.operation, prepared.wire
+        grant_id, terms = prepared.grant_id, prepared.terms
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
+        if name == INVOKE:
+            async with self._recording(grant_id, wire) as usage:
+                answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
+                result = answer.get("result")
+                usage.response_bytes = len(canonical_json(result)) if result is not None else 0
+                usage.told = answer.get("usage")
+                usage.ended = True
+                own = m.parse_told(result.get("usage")) if isinstance(result, dict) else None
+                if own is not None:
+                    usage.own_prompt, usage.own_completion = own
+        else:
+            answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
+        return {
+            "operation": name,
+            "mutation_id": sent_id,
+            "replayed": bool(answer.get("replayed", False)),
+            "result": answer.get("result"),
+        }
+
+    async def _ask(
+        self,
+        peer: p.Peer,
+        name: str,
+        wire: dict[str, Any],
+        terms: dict[str, Any],
+        timeout_seconds: float,
+        sent_id: str | None,
+    ) -> dict[str, Any]:
         try:
             answer = (
                 await self._channel.request(
@@ -132,8 +177,8 @@ class RemoteClient:
                     wire,
                     generation=peer.generation,
                     ticket=peer.ticket,
-                    timeout_seconds=timeout,
-                    max_answer_bytes=answer_bytes(name, prepared.terms),
+                    timeout_seconds=timeout_seconds,
+                    max_answer_bytes=answer_bytes(name, terms),
                 )
             ).body
         except OutcomeUnknown as exc:
@@ -142,12 +187,7 @@ class RemoteClient:
             raise OutcomeUnknown(exc.message, mutation_id=sent_id) from exc
         finally:
             self._copies.changed(peer.id)
-        return {
-            "operation": name,
-            "mutation_id": sent_id,
-            "replayed": bool(answer.get("replayed", False)),
-            "result": answer.get("result"),
-        }
+        return answer
 
     @contextlib.asynccontextmanager
     async def open_stream(
@@ -183,17 +223,112 @@ class RemoteClient:
         """Send a prepared streamed request; leaving the block cancels it on the peer."""
         peer = prepared.peer
         self._copies.changed(peer.id)
-        async with self._channel.stream(
+        opening = self._channel.stream(
             peer.hypernet_id,
             prepared.operation,
             prepared.wire,
             generation=peer.generation,
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
-        ) as chunks:
-            named = _naming_grant(chunks, prepared.grant_id)
+        )
+        grant_id, wire = prepared.grant_id, prepared.wire
+        if prepared.operation != INVOKE:
+            async with opening as chunks:
+                named = _naming_grant(chunks, grant_id)
+                async with contextlib.aclosing(named):
+                    yield named
+            return
+        # Recorded from before the request is sent: a refusal, too, leaves its record.
+        async with self._recording(grant_id, wire) as usage, opening as chunks:
+            named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
+
+    async def _metered_stream(
+        self, chunks: AsyncIterator[bytes], usage: _Usage
+    ) -> AsyncGenerator[bytes, None]:
+        """The chunks, the grantor's usage event taken off and kept, with what this side
+        counted itself: each event after the first (the role) one token, as engines stream."""
+        events = 0
+        try:
+            async for chunk in chunks:
+                told = parse_usage_event(chunk)
+                if told is not None:
+                    usage.told = told
+                    continue
+                usage.response_bytes += len(chunk)
+                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                usage.own_completion = max(events - 1, 0)
+                yield chunk
+        except Exception as exc:
+            # The caller turns it into the stream's error event: kept for the record.
+            usage.error = exc
+            raise
+        usage.ended = True
+
+    @contextlib.asynccontextmanager
+    async def _recording(self, grant_id: str, wire: dict[str, Any]) -> AsyncIterator[_Usage]:
+        """One usage record of an ``inference.invoke``, written however the request ends."""
+        inner = wire.get("body")
+        service = inner.get("service") if isinstance(inner, dict) else None
+        usage = _Usage(
+            grant=grant_id,
+            request=current_request_id.get() or "",
+            service=service if isinstance(service, str) else None,
+            started_at=self._clock(),
+            request_bytes=len(canonical_json(inner)),
+        )
+        try:
+            yield usage
+        except BaseException as error:
+            await settle_surely(self._record(usage, outcome_of(error)))
+            raise
+        if usage.error is not None:
+            outcome = outcome_of(usage.error)
+        else:
+            # Left before its end without an error: the caller went away.
+            outcome = m.COMPLETED if usage.ended else m.CANCELLED
+        await self._record(usage, outcome)
+
+    async def _record(self, usage: _Usage, outcome: str) -> None:
+        told = m.parse_told(usage.told)
+        prompt, completion = (
+            told if told is not None else (usage.own_prompt or 0, usage.own_completion or 0)
+        )
+        record = m.UsageRecord(
+            request=usage.request,
+            grant=usage.grant,
+            side=m.REQUESTER,
+            operation=INVOKE,
+            service=usage.service,
+            started_at=usage.started_at,
+            ended_at=self._clock(),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            request_bytes=usage.request_bytes,
+            response_bytes=usage.response_bytes,
+            outcome=outcome,
+            counted_prompt_tokens=usage.own_prompt,
+            counted_completion_tokens=usage.own_completion,
+            told=told is not None,
+        )
+        if told is not None and isinstance(usage.told, dict):
+            self.told[usage.grant] = usage.told
+        async with self._uow_factory() as uow:
+            await uow.usage.add(record)
+            await uow.commit()
+        if self.on_settled is not None:
+            self.on_settled("out", INVOKE, prompt, completion)
+
+    def rate_limits(self, peer_id: str) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
+        went through, from what its grantor last told (or the copy of the grant the request
+        was checked against); read from memory, so an answer pays nothing for them."""
+        routed = self._routed.get(peer_id)
+        if routed is None:
+            return {}
+        grant_id, terms = routed
+        return m.rate_limit_headers(terms, self.told.get(grant_id))
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
@@ -216,7 +351,28 @@ class RemoteClient:
                 details={"peer": peer_id},
             )
         terms = next((item for item in remote if item.get("id") == peer.selected_grant), {})
+        self._routed[peer.id] = (peer.selected_grant, terms)
         return peer, peer.selected_grant, terms
+
+
+@dataclass
+class _Usage:
+    """What the requester learns of one ``inference.invoke`` as it goes."""
+
+    grant: str
+    request: str
+    service: str | None
+    started_at: datetime
+    request_bytes: int
+    response_bytes: int = 0
+    told: Any = None
+    own_prompt: int | None = None
+    own_completion: int | None = None
+    """What this side counted itself (None: it did not count that)."""
+    ended: bool = False
+    """The answer arrived whole."""
+    error: Exception | None = None
+    """What ended the stream, when its caller made an error event of it."""
 
 
 def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:

@@ -3,17 +3,19 @@ effect.
 
 The session's proven identity is paired; the grant is the calling peer's (another peer's grant
 is answered like one that does not exist, before its scopes, sizes or slots are looked at); the
-operation's scope is in the grant; the mutation_id rule; ``request_bytes``; a ``concurrent``
-slot (held until the answer or stream ends, on every exit path); the grant is active; the
-``requests`` allowance (charged at admission). The handler then checks every resource ID named
-in the body.
+operation's scope is in the grant; the mutation_id rule; the ``requests_per_minute`` window;
+``request_bytes``; a ``concurrent`` slot (held until the answer or stream ends, on every exit
+path); the grant is active; the ``requests`` allowance (charged at admission). The handler then
+checks every resource ID named in the body (and, for an invocation, reserves its tokens). An
+``inference.invoke`` a limit refuses here still leaves its usage record.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from datetime import datetime
+from typing import Any, Final
 
 from ficc.base.errors import (
     FiccError,
@@ -24,26 +26,46 @@ from ficc.base.errors import (
     TooLarge,
 )
 from ficc.base.ids import parse_id
+from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain.operations import check_mutation_id, check_scope
+from ficc.domain.peers import Peer
 from ficc.domain.routes import ADMISSION_STAGE
 from ficc.services.federation.known_peers import KnownPeers, paired_peer
-from ficc.services.grant_slots import GrantSlots
+from ficc.services.grant_slots import GrantSlots, Slot
+from ficc.services.metering import REFUSALS, Meter
 from ficc.services.peer_channel import PeerIdentity
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, no_grant
+
+INVOKE: Final = "inference.invoke"
+"""The operation metering records a usage row for (refusals included)."""
+
+
+class _Refused(Exception):
+    """A limit refused the request before it was admitted (what it raised, inside)."""
+
+    def __init__(self, error: FiccError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class Gate:
     """Admits a request under a grant, or refuses it with nothing charged or held."""
 
     def __init__(
-        self, uow_factory: UnitOfWorkFactory, clock: Clock, peers: KnownPeers, slots: GrantSlots
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        peers: KnownPeers,
+        slots: GrantSlots,
+        meter: Meter,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
         self._peers = peers
         self._slots = slots
+        self._meter = meter
         self._fixed: dict[str, tuple[g.Grant, str, int]] = {}
 
     @contextlib.asynccontextmanager
@@ -97,6 +119,67 @@ class Gate:
         fixed = await self._fixed_terms(grant_id, identity)
         check_scope(operation, scopes, fixed.terms.scopes)
         mutation_id = check_mutation_id(operation, mutation, wire.get("mutation_id"))
+        try:
+            async with self._admission(identity, fixed, grant_id, body_bytes, now) as (
+                peer,
+                current,
+                slot,
+            ):
+                yield Call(identity, peer, current, operation, body, mutation_id, slot, body_bytes)
+        except _Refused as refused:
+            if operation == INVOKE:
+                service = body.get("service")
+                await self._meter.record_refused(
+                    fixed,
+                    current_request_id.get() or "",
+                    operation,
+                    service if isinstance(service, str) else None,
+                    body_bytes,
+                    refused.error,
+                )
+            raise refused.error from None
+
+    @contextlib.asynccontextmanager
+    async def _admission(
+        self,
+        identity: PeerIdentity,
+        fixed: g.Grant,
+        grant_id: str,
+        body_bytes: int,
+        now: datetime,
+    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot]]:
+        """The limits, each refusal raised as :class:`_Refused` (recorded for an invoke)."""
+        try:
+            held = self._meter.hold_request(fixed.terms, grant_id)
+        except LimitExceeded as exc:
+            raise _Refused(exc) from exc
+        admitted = False
+        try:
+            async with self._limits(identity, fixed, grant_id, body_bytes, now) as (
+                peer,
+                current,
+                slot,
+            ):
+                admitted = True
+                yield peer, current, slot
+        except REFUSALS as exc:
+            if admitted:
+                raise
+            raise _Refused(exc) from exc
+        finally:
+            if not admitted:
+                # Not admitted: the request takes nothing of the window either.
+                self._meter.release_request(grant_id, held)
+
+    @contextlib.asynccontextmanager
+    async def _limits(
+        self,
+        identity: PeerIdentity,
+        fixed: g.Grant,
+        grant_id: str,
+        body_bytes: int,
+        now: datetime,
+    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot]]:
         if body_bytes > fixed.terms.request_bytes:
             raise TooLarge(
                 f"the request body is {body_bytes} bytes; the grant allows "
@@ -127,7 +210,7 @@ class Gate:
                         details={"limit": "requests", "allowed": current.terms.requests},
                     )
                 await uow.commit()
-            yield Call(identity, peer, current, operation, body, mutation_id, slot)
+            yield peer, current, slot
 
     async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
         """The grant's terms, if the grant is the calling peer's; else not found.

@@ -11,11 +11,15 @@ from typing import Any
 
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
+from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
+from ficc.domain import metering as m
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
+from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
+from ficc.services.metering import Meter, Tab, usage_event
 from ficc.services.mutations import MutationKey
 from ficc.services.peer_channel import EncodedAnswer
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
@@ -26,9 +30,12 @@ from ficc.services.remote.views import peer_view, upstream_in_spec
 class InferenceOperations:
     """The grantor's inference services as a peer reaches them: its own view, granted IDs."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, inference: InferenceServices) -> None:
+    def __init__(
+        self, uow_factory: UnitOfWorkFactory, inference: InferenceServices, meter: Meter
+    ) -> None:
         self._uow_factory = uow_factory
         self._inference = inference
+        self._meter = meter
 
     async def discover(self, call: Call) -> dict[str, Any]:
         project = call.grant.project
@@ -135,28 +142,50 @@ class InferenceOperations:
 
         return effect
 
-    async def invoke(self, call: Call) -> EncodedAnswer:
-        service_id, path, inner = _invocation(call)
-        content = await self._inference.invocations.encoded(
-            call.grant.project,
-            service_id,
-            path,
-            inner,
-            max_bytes=call.grant.terms.response_bytes,
+    def _tab(self, call: Call) -> Tab:
+        service = call.body.get("service")
+        return self._meter.open_tab(
+            call.grant,
+            current_request_id.get() or "",
+            call.operation,
+            service if isinstance(service, str) else None,
+            call.body_bytes,
         )
-        return EncodedAnswer(content)
+
+    async def invoke(self, call: Call) -> EncodedAnswer:
+        tab = self._tab(call)
+        async with self._meter.metered(tab, lambda: call.slot.reason):
+            service_id, path, inner = _invocation(call)
+            content = await self._inference.invocations.encoded(
+                call.grant.project,
+                service_id,
+                path,
+                inner,
+                max_bytes=call.grant.terms.response_bytes,
+                tab=tab,
+            )
+            tab.response_bytes = len(content)
+            told = await self._meter.settle(tab, m.COMPLETED)
+        return EncodedAnswer(content, canonical_json(told))
 
     async def invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
-        service_id, path, inner = _invocation(call)
-        async with self._inference.invocations.stream(
-            call.grant.project,
-            service_id,
-            path,
-            inner,
-            max_bytes=call.grant.terms.response_bytes,
-        ) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        tab = self._tab(call)
+        async with self._meter.metered(tab, lambda: call.slot.reason):
+            service_id, path, inner = _invocation(call)
+            async with self._inference.invocations.stream(
+                call.grant.project,
+                service_id,
+                path,
+                inner,
+                max_bytes=call.grant.terms.response_bytes,
+                tab=tab,
+            ) as chunks:
+                async for chunk in chunks:
+                    tab.response_bytes += len(chunk)
+                    yield chunk
+            told = await self._meter.settle(tab, m.COMPLETED)
+        # The grantor's counts, the stream's last event (a requester takes it off).
+        yield usage_event(told)
 
     async def _check_spec(self, call: Call, spec_data: object) -> ServiceSpec:
         """The spec a peer sends: granted model and node, and never an upstream URL.

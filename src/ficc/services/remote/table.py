@@ -248,7 +248,8 @@ class PeerOperations:
             result = await row.answer(self._handlers)(call)
             if isinstance(result, EncodedAnswer):
                 # RFC 8785 sorts "replayed" before "result" and spells each value alone.
-                return EncodedAnswer(b'{"replayed":false,"result":' + result.content + b"}")
+                told = b"" if result.usage is None else b',"usage":' + result.usage
+                return EncodedAnswer(b'{"replayed":false,"result":' + result.content + told + b"}")
             return {"replayed": False, "result": result}
 
     async def _serve_stream(

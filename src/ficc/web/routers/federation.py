@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Query, Request
 
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
+from ficc.services.federation.usage import DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE
 from ficc.services.remote.table import is_streaming, streams_octets
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
@@ -29,6 +30,7 @@ from ficc.web.schemas_responses import (
     Grant,
     Offer,
     OpenObject,
+    UsagePage,
     answer,
 )
 
@@ -163,6 +165,21 @@ async def request(
             body=body.body,
             mutation_id=body.mutation_id,
         ),
+    )
+
+
+@router.get(f"{PREFIX}/grants/{{grant_id}}/usage", responses=answer(UsagePage))
+async def grant_usage(
+    grant_id: str,
+    ctx: Context = scoped("federation:read"),
+    after: str | None = Query(None, max_length=32),
+    limit: int = Query(DEFAULT_USAGE_PAGE, ge=1, le=MAX_USAGE_PAGE),
+    since: str | None = Query(None, max_length=64),
+    until: str | None = Query(None, max_length=64),
+) -> Any:
+    """A grant's usage records on this side (given or held), a page at a time, and totals."""
+    return await ctx.cluster.federation.usage.usage(
+        ctx.principal, ctx.project, grant_id, after=after, limit=limit, since=since, until=until
     )
 
 

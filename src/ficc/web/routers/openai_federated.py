@@ -100,7 +100,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
     if body.get("stream") is True:
-        return await sse.relay(
+        response = await sse.relay(
             request,
             remote.open_stream(
                 ctx.principal,
@@ -111,6 +111,10 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
                 service=model,
             ),
         )
+        # The stream is open, its headers not yet sent: the limits as the grantor told them at
+        # the end of the last answer.
+        sse.add_headers(response, remote.rate_limits(peer_id))
+        return response
 
     async def result() -> Any:
         answer = await remote.request(
@@ -123,7 +127,10 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         )
         return answer["result"]
 
-    return await sse.relay(request, result())
+    response = await sse.relay(request, result())
+    # After the answer: the limits as the grantor told them at its end.
+    sse.add_headers(response, remote.rate_limits(peer_id))
+    return response
 
 
 @router.post(

@@ -17,6 +17,7 @@ from ficc.web.console import (
     form_text,
     grant_from_form,
     read_form,
+    usage_chart,
 )
 from ficc.web.routers.ui.rendering import P, action_done, projects_of, render_page
 
@@ -88,6 +89,9 @@ def _grant_defaults(scopes: list[str]) -> dict[str, Any]:
         "max_request_bytes": g.MAX_REQUEST_BYTES,
         "response_bytes": g.DEFAULT_RESPONSE_BYTES,
         "max_response_bytes": g.MAX_RESPONSE_BYTES,
+        "max_tokens": g.MAX_TOKENS,
+        "max_tokens_per_minute": g.MAX_TOKENS_PER_MINUTE,
+        "max_requests_per_minute": g.MAX_REQUESTS_PER_MINUTE,
     }
 
 
@@ -159,8 +163,17 @@ async def grant(
     if found is None:
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
     peer = next((item for item in view["peers"] if item["id"] == found["peer"]), None)
+    used = await ctx.cluster.federation.usage.usage(ctx.principal, ctx.project, grant_id, limit=20)
     return render_page(
-        request, ctx, "grant", "Grant", projects=await projects_of(ctx), grant=found, peer=peer
+        request,
+        ctx,
+        "grant",
+        "Grant",
+        projects=await projects_of(ctx),
+        grant=found,
+        peer=peer,
+        usage=used,
+        chart=usage_chart(used["totals"]["hours"][-48:]),
     )
 
 

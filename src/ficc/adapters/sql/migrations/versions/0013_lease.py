@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013_lease"
-down_revision = "0011_stored_times"
+down_revision = "0012_metering"
 
 
 def upgrade() -> None:

@@ -1,0 +1,212 @@
+"""Metering's storage: token reservations on a grant's row, and usage records.
+
+A reservation is one conditional UPDATE of the grant's row (the check and the charge in one
+statement): on PostgreSQL the row lock it takes orders concurrent reservations, and the
+second one's condition is evaluated again on the row the first one left (READ COMMITTED
+re-checks an updated row), so two requests can never both take the last tokens; SQLite has
+one writer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Select, bindparam, case, func, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.database import SqlConnection
+from ficc.base.times import parse_time
+from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
+
+_GRANTS = t.grants.c
+_RECORDS = t.usage_records.c
+
+_RESERVE_WITHIN: Final = (
+    update(t.grants)
+    .where(_GRANTS.id == bindparam("grant"))
+    .where(
+        _GRANTS.prompt_tokens_used
+        + _GRANTS.completion_tokens_used
+        + _GRANTS.tokens_reserved
+        + bindparam("tokens")
+        <= bindparam("limit")
+    )
+    .values(tokens_reserved=_GRANTS.tokens_reserved + bindparam("tokens"))
+)
+"""Reserve ``tokens`` only while they fit under the grant's ``tokens``."""
+
+_RESERVE: Final = (
+    update(t.grants)
+    .where(_GRANTS.id == bindparam("grant"))
+    .values(tokens_reserved=_GRANTS.tokens_reserved + bindparam("tokens"))
+)
+
+_SETTLE: Final = (
+    update(t.grants)
+    .where(_GRANTS.id == bindparam("grant"))
+    .values(
+        tokens_reserved=case(
+            (
+                _GRANTS.tokens_reserved >= bindparam("reserved"),
+                _GRANTS.tokens_reserved - bindparam("reserved"),
+            ),
+            else_=0,
+        ),
+        prompt_tokens_used=_GRANTS.prompt_tokens_used + bindparam("prompt"),
+        completion_tokens_used=_GRANTS.completion_tokens_used + bindparam("completion"),
+    )
+)
+
+
+_STANDING: Final = select(
+    _GRANTS.requests_used,
+    _GRANTS.transfer_bytes_used,
+    _GRANTS.prompt_tokens_used,
+    _GRANTS.completion_tokens_used,
+    _GRANTS.tokens_reserved,
+).where(_GRANTS.id == bindparam("grant"))
+
+
+class SqlUsage:
+    """Implements ``ficc.services.ports.UsageRepository``."""
+
+    def __init__(self, connection: SqlConnection) -> None:
+        self._c = connection
+
+    async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
+        if limit is None:
+            result = await self._c.execute(_RESERVE, {"grant": grant_id, "tokens": tokens})
+        else:
+            result = await self._c.execute(
+                _RESERVE_WITHIN, {"grant": grant_id, "tokens": tokens, "limit": limit}
+            )
+        return result.rowcount == 1
+
+    async def settle_tokens(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        await self._c.execute(
+            _SETTLE,
+            {
+                "grant": grant_id,
+                "reserved": reserved,
+                "prompt": prompt_tokens,
+                "completion": completion_tokens,
+            },
+        )
+
+    async def clear_reservations(self) -> None:
+        await self._c.execute(
+            update(t.grants).where(_GRANTS.tokens_reserved != 0).values(tokens_reserved=0)
+        )
+
+    async def standing(self, grant_id: str) -> GrantStanding | None:
+        row = (await self._c.execute(_STANDING, {"grant": grant_id})).first()
+        if row is None:
+            return None
+        return GrantStanding(
+            requests_used=row.requests_used,
+            transfer_bytes_used=row.transfer_bytes_used,
+            prompt_tokens_used=row.prompt_tokens_used,
+            completion_tokens_used=row.completion_tokens_used,
+            tokens_reserved=row.tokens_reserved,
+        )
+
+    async def add(self, record: UsageRecord) -> None:
+        await self._c.execute(
+            insert(t.usage_records).values(
+                grant_id=record.grant,
+                side=record.side,
+                request_id=record.request,
+                operation=record.operation,
+                service=record.service,
+                started_at=record.started_at,
+                ended_at=record.ended_at,
+                prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens,
+                request_bytes=record.request_bytes,
+                response_bytes=record.response_bytes,
+                outcome=record.outcome,
+                counted_prompt_tokens=record.counted_prompt_tokens,
+                counted_completion_tokens=record.counted_completion_tokens,
+                told=record.told,
+            )
+        )
+
+    def _where(
+        self,
+        query: Select[Any],
+        grant_id: str,
+        side: str,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> Select[Any]:
+        query = query.where(_RECORDS.grant_id == grant_id).where(_RECORDS.side == side)
+        if since is not None:
+            query = query.where(_RECORDS.started_at >= since)
+        if until is not None:
+            query = query.where(_RECORDS.started_at < until)
+        return query
+
+    async def page(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        after: int | None = None,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[UsageRecord]:
+        query = self._where(select(t.usage_records), grant_id, side, since, until)
+        if after is not None:
+            query = query.where(_RECORDS.seq > after)
+        query = query.order_by(_RECORDS.seq).limit(limit)
+        return [_record(row) for row in await self._c.execute(query)]
+
+    async def totals(
+        self,
+        grant_id: str,
+        side: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The sums over the records, whole and per hour and per day (UTC)."""
+        hour = func.substr(_RECORDS.started_at, 1, HOUR_CHARS).label("bucket")
+        sums = [
+            func.count().label("requests"),
+            func.coalesce(func.sum(_RECORDS.prompt_tokens), 0).label("prompt_tokens"),
+            func.coalesce(func.sum(_RECORDS.completion_tokens), 0).label("completion_tokens"),
+            func.coalesce(func.sum(_RECORDS.request_bytes), 0).label("request_bytes"),
+            func.coalesce(func.sum(_RECORDS.response_bytes), 0).label("response_bytes"),
+        ]
+        query = self._where(select(hour, *sums), grant_id, side, since, until)
+        rows = (await self._c.execute(query.group_by(hour).order_by(hour))).all()
+        return bucketed([(row.bucket, _sums(row)) for row in rows])
+
+
+def _sums(row: Any) -> dict[str, int]:
+    return {name: int(getattr(row, name)) for name in empty_totals()}
+
+
+def _record(row: Any) -> UsageRecord:
+    return UsageRecord(
+        request=row.request_id,
+        grant=row.grant_id,
+        side=row.side,
+        operation=row.operation,
+        service=row.service,
+        started_at=parse_time(row.started_at),
+        ended_at=parse_time(row.ended_at),
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        request_bytes=row.request_bytes,
+        response_bytes=row.response_bytes,
+        outcome=row.outcome,
+        counted_prompt_tokens=row.counted_prompt_tokens,
+        counted_completion_tokens=row.counted_completion_tokens,
+        told=row.told,
+        seq=row.seq,
+    )

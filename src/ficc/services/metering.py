@@ -1,0 +1,351 @@
+"""Metering of grants: reserve, then settle; rolling windows; one usage record per request.
+
+Where each rule is kept, and why:
+
+- ``tokens`` (the grant's lifetime budget) is kept in the database, on the grant's row: a
+  reservation reads what is settled and reserved, and adds its share with one conditional
+  UPDATE (settled + reserved + share <= tokens), which takes the row's lock on PostgreSQL
+  and is checked again there against the row a concurrent UPDATE left: concurrent requests,
+  on any number of connections, can never both take the last tokens. Settling gives back
+  what was reserved and adds the true count, never more than the reservation.
+- ``tokens_per_minute`` and ``requests_per_minute`` are rolling 60 s windows kept in this
+  process: one process owns the HyperNet endpoint that serves a grant, the windows change
+  on every request (a row write per request would cost more than the request's relay), and
+  the event loop makes each check-and-take one step (nothing awaits between them). A restart
+  forgets the windows, never the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final
+
+from ficc.base.errors import FiccError, GrantExpired, GrantRevoked, LimitExceeded, TooLarge
+from ficc.domain import grants as g
+from ficc.domain import metering as m
+from ficc.protocol.canonical import canonical_json
+from ficc.services.peer_channel import ending_reason
+from ficc.services.ports import Clock, UnitOfWorkFactory
+
+RESERVE_TRIES: Final = 3
+"""Reads and conditional UPDATEs one reservation may take when others race it."""
+REFUSALS: Final = (LimitExceeded, GrantRevoked, GrantExpired, TooLarge)
+"""What refuses a request under a grant before any work (the grant's end is recorded as
+``revoked`` on both sides, a limit as ``refused``)."""
+
+
+def outcome_of(error: BaseException, *, engine_started: bool = False) -> str:
+    """How a request that ended with ``error`` is recorded, alike on both sides: the grant's
+    end is ``revoked``; a limit before any engine work ``refused`` (``response_bytes``, found
+    while answering, is a failure); the caller leaving ``cancelled``; anything else
+    ``failed``."""
+    if isinstance(error, GrantRevoked | GrantExpired):
+        return m.REVOKED
+    if isinstance(error, LimitExceeded | TooLarge):
+        late = engine_started or error.details.get("limit") == "response_bytes"
+        return m.FAILED if late else m.REFUSED
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        return m.CANCELLED
+    return m.FAILED
+
+
+@dataclass
+class _Windows:
+    requests: m.RollingWindow = field(default_factory=m.RollingWindow)
+    tokens: m.RollingWindow = field(default_factory=m.RollingWindow)
+
+
+@dataclass
+class Tab:
+    """One metered request as it goes: what it reserved, what it used, what it sent."""
+
+    grant: g.Grant
+    request: str
+    operation: str
+    service: str | None
+    started_at: datetime
+    request_bytes: int
+    reservation: m.Reservation | None = None
+    reserved_in_db: int = 0
+    window_entry: list[float] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    engine_started: bool = False
+    response_bytes: int = 0
+    told: dict[str, Any] | None = None
+    admit_hook: Callable[[int, int | None], Awaitable[int | None]] | None = None
+
+    async def admit(self, prompt_tokens: int, max_tokens: int | None) -> int | None:
+        """Reserve for a prompt of ``prompt_tokens`` asking ``max_tokens``; the completion
+        bound to send the engine (None: leave the request's own)."""
+        assert self.admit_hook is not None
+        return await self.admit_hook(prompt_tokens, max_tokens)
+
+
+class Meter:
+    """The grantor's metering, one per cluster (see the module's docstring)."""
+
+    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow_factory = uow_factory
+        self._clock = clock
+        self._windows: dict[str, _Windows] = {}
+        self.settled: list[tuple[str, str, int, int]] = []
+        """(direction, operation, prompt, completion) waiting for the metrics to take."""
+        self.on_settled: Callable[[str, str, int, int], None] | None = None
+
+    def _seconds(self) -> float:
+        return self._clock().timestamp()
+
+    def _of(self, grant_id: str) -> _Windows:
+        windows = self._windows.get(grant_id)
+        if windows is None:
+            windows = self._windows[grant_id] = _Windows()
+        return windows
+
+    def hold_request(self, terms: g.GrantTerms, grant_id: str) -> list[float] | None:
+        """Take one request of ``requests_per_minute``, or refuse with ``Retry-After``."""
+        limit = terms.requests_per_minute
+        if limit is None:
+            return None
+        window = self._of(grant_id).requests
+        now = self._seconds()
+        if window.total(now) + 1 > limit:
+            raise m.window_refusal("requests_per_minute", limit, window.retry_after(now, 1, limit))
+        return window.add(now, 1)
+
+    def release_request(self, grant_id: str, entry: list[float] | None) -> None:
+        """A request refused after its window entry was taken gives it back."""
+        if entry is not None:
+            self._of(grant_id).requests.remove(entry)
+
+    def window_state(self, grant: g.Grant) -> dict[str, Any]:
+        """The windows as the requester is shown them: used, remaining, seconds to reset."""
+        now = self._seconds()
+        state: dict[str, Any] = {}
+        windows = self._windows.get(grant.id)
+        for name, limit in (
+            ("requests_per_minute", grant.terms.requests_per_minute),
+            ("tokens_per_minute", grant.terms.tokens_per_minute),
+        ):
+            if limit is None:
+                state[name] = None
+                continue
+            window = None
+            if windows is not None:
+                window = windows.requests if name == "requests_per_minute" else windows.tokens
+            used = 0 if window is None else window.total(now)
+            reset = 0.0 if window is None else window.reset_seconds(now)
+            state[name] = {
+                "used": used,
+                "remaining": max(limit - used, 0),
+                "reset_seconds": round(reset, 3),
+            }
+        return state
+
+    def open_tab(
+        self,
+        grant: g.Grant,
+        request: str,
+        operation: str,
+        service: str | None,
+        request_bytes: int,
+    ) -> Tab:
+        tab = Tab(grant, request, operation, service, self._clock(), request_bytes)
+
+        async def admit(prompt_tokens: int, max_tokens: int | None) -> int | None:
+            return await self._reserve(tab, prompt_tokens, max_tokens)
+
+        tab.admit_hook = admit
+        return tab
+
+    async def _reserve(self, tab: Tab, prompt_tokens: int, max_tokens: int | None) -> int | None:
+        """Reserve the request's tokens in both budgets, before any engine work."""
+        terms = tab.grant.terms
+        tab.prompt_tokens = prompt_tokens
+        if not terms.limits_tokens:
+            # Nothing to hold: the request settles to whatever the engine counted.
+            tab.reservation = m.Reservation(prompt_tokens, None)
+            return None
+        now = self._seconds()
+        windows = self._of(tab.grant.id)
+        entry: list[float] | None = None
+        window_room: int | None = None
+        if terms.tokens_per_minute is not None:
+            limit = terms.tokens_per_minute
+            window_room = limit - windows.tokens.total(now)
+            if window_room < m.least_needed(prompt_tokens, max_tokens):
+                needed = min(m.least_needed(prompt_tokens, max_tokens), limit)
+                raise m.window_refusal(
+                    "tokens_per_minute", limit, windows.tokens.retry_after(now, needed, limit)
+                )
+            # Taken in the window at once, in full (nothing awaits between the check and the
+            # take); lowered below if the budget leaves less.
+            tentative = m.reserve(prompt_tokens, max_tokens, window_room)
+            entry = windows.tokens.add(now, tentative.tokens)
+        try:
+            if terms.tokens is None:
+                assert window_room is not None
+                reservation = m.reserve(prompt_tokens, max_tokens, window_room)
+            else:
+                reservation = await self._reserve_budget(
+                    tab, prompt_tokens, max_tokens, window_room
+                )
+        except BaseException:
+            if entry is not None:
+                windows.tokens.remove(entry)
+            raise
+        if entry is not None:
+            windows.tokens.adjust(entry, reservation.tokens)
+        tab.window_entry = entry
+        tab.reservation = reservation
+        return reservation.completion_tokens
+
+    async def _reserve_budget(
+        self, tab: Tab, prompt_tokens: int, max_tokens: int | None, window_room: int | None
+    ) -> m.Reservation:
+        """The lifetime budget: what the row leaves, then one conditional UPDATE that takes
+        the share only if it still fits (see the module). A concurrent reservation that took
+        tokens between the read and the UPDATE makes it fail: read again and try once more."""
+        limit = tab.grant.terms.tokens
+        assert limit is not None
+        async with self._uow_factory() as uow:
+            if max_tokens is not None:
+                # The common case, a bound given that fits: one statement, nothing read.
+                wanted = m.reserve(prompt_tokens, max_tokens, window_room)
+                if await uow.usage.reserve_tokens(tab.grant.id, wanted.tokens, limit=limit):
+                    await uow.commit()
+                    tab.reserved_in_db = wanted.tokens
+                    return wanted
+            for _ in range(RESERVE_TRIES):
+                standing = await uow.usage.standing(tab.grant.id)
+                left = 0 if standing is None else standing.tokens_left(limit)
+                if left < m.least_needed(prompt_tokens, max_tokens):
+                    raise m.budget_refusal(m.least_needed(prompt_tokens, max_tokens), left)
+                allowance = left if window_room is None else min(left, window_room)
+                reservation = m.reserve(prompt_tokens, max_tokens, allowance)
+                if await uow.usage.reserve_tokens(tab.grant.id, reservation.tokens, limit=limit):
+                    await uow.commit()
+                    tab.reserved_in_db = reservation.tokens
+                    return reservation
+        raise m.budget_refusal(m.least_needed(prompt_tokens, max_tokens), left)
+
+    async def settle(self, tab: Tab, outcome: str) -> dict[str, Any]:
+        """Settle the tab to its true counts and record it; what the requester is told.
+        Once only: a later call answers what the first one told."""
+        if tab.told is not None:
+            return tab.told
+        prompt, completion = (tab.prompt_tokens, tab.completion_tokens)
+        if not tab.engine_started and outcome != m.COMPLETED:
+            prompt, completion = 0, 0
+        if tab.reservation is not None:
+            prompt, completion = m.settled(tab.reservation, prompt, completion)
+        else:
+            prompt, completion = 0, 0
+        if tab.window_entry is not None:
+            self._of(tab.grant.id).tokens.adjust(tab.window_entry, prompt + completion)
+        record = m.UsageRecord(
+            request=tab.request,
+            grant=tab.grant.id,
+            side=m.GRANTOR,
+            operation=tab.operation,
+            service=tab.service,
+            started_at=tab.started_at,
+            ended_at=self._clock(),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            request_bytes=tab.request_bytes,
+            response_bytes=tab.response_bytes,
+            outcome=outcome,
+        )
+        async with self._uow_factory() as uow:
+            await uow.usage.settle_tokens(
+                tab.grant.id,
+                reserved=tab.reserved_in_db,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+            await uow.usage.add(record)
+            standing = await uow.usage.standing(tab.grant.id)
+            await uow.commit()
+        tab.reserved_in_db = 0
+        if self.on_settled is not None:
+            self.on_settled("in", tab.operation, prompt, completion)
+        now_grant = tab.grant
+        if standing is not None:
+            now_grant = replace(
+                tab.grant,
+                requests_used=standing.requests_used,
+                transfer_bytes_used=standing.transfer_bytes_used,
+                prompt_tokens_used=standing.prompt_tokens_used,
+                completion_tokens_used=standing.completion_tokens_used,
+                tokens_reserved=standing.tokens_reserved,
+            )
+        tab.told = m.told_usage(
+            prompt, completion, now_grant.remaining(), self.window_state(now_grant)
+        )
+        return tab.told
+
+    async def record_refused(
+        self,
+        grant: g.Grant,
+        request: str,
+        operation: str,
+        service: str | None,
+        request_bytes: int,
+        error: FiccError,
+    ) -> None:
+        """A request refused before any work still leaves its record."""
+        tab = self.open_tab(grant, request, operation, service, request_bytes)
+        await self.settle(tab, outcome_of(error))
+
+    @contextlib.asynccontextmanager
+    async def metered(
+        self, tab: Tab, slot_reason: Callable[[], FiccError | None]
+    ) -> AsyncIterator[Tab]:
+        """Settle ``tab`` on every exit: completed, refused (before any engine work),
+        revoked (the grant ended it), cancelled (the requester left) or failed."""
+        try:
+            yield tab
+        except (asyncio.CancelledError, GeneratorExit) as ended:
+            reason = slot_reason()
+            if isinstance(ended, asyncio.CancelledError):
+                reason = ending_reason(ended) or reason
+            await settle_surely(self.settle(tab, outcome_of(reason or ended)))
+            raise
+        except BaseException as error:
+            outcome = outcome_of(error, engine_started=tab.engine_started)
+            await settle_surely(self.settle(tab, outcome))
+            raise
+
+
+async def settle_surely(settling: Awaitable[Any]) -> None:
+    """Settle even while the request is being cancelled: the settlement runs as its own task
+    (a second cancel of this one does not stop it), so a reservation is never left held."""
+    task = asyncio.ensure_future(settling)
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.shield(task)
+
+
+USAGE_EVENT: Final = b"event: ficc.usage\ndata: "
+"""How the grantor's counts start the last event of a stream it answers (docs/protocol.md)."""
+
+
+def usage_event(told: dict[str, Any]) -> bytes:
+    """The stream's last event: what the grantor counted and what the grant has left."""
+    return USAGE_EVENT + canonical_json(told) + b"\n\n"
+
+
+def parse_usage_event(chunk: bytes) -> dict[str, Any] | None:
+    """The grantor's counts, if ``chunk`` is its usage event; None for any other chunk."""
+    if not chunk.startswith(USAGE_EVENT):
+        return None
+    try:
+        value = json.loads(chunk[len(USAGE_EVENT) :])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
