@@ -1,0 +1,98 @@
+"""The streamed relay's hot path: chunks that waited go on together (the same bytes, fewer
+writes), and iroh's ready polls resume their coroutine without a wake-up of the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ficc.adapters.hypernet import wakefix
+from ficc.adapters.hypernet.requesting import Exchange
+from ficc.protocol.events import AnswerEnded, DataReceived, Event
+
+
+class _Protocol:
+    """What the requester's connection makes of each read: here, a script of events."""
+
+    def __init__(self, reads: list[list[Event]]) -> None:
+        self._reads = reads
+
+    def receive(self, stream_id: int, data: bytes, now: float) -> list[Event]:
+        return self._reads.pop(0)
+
+
+def _exchange(reads: list[list[Event]]) -> Exchange:
+    async def read(stream_id: int, stream: Any) -> bytes:
+        await asyncio.sleep(0)
+        return b"x"
+
+    return Exchange(
+        _Protocol(reads),  # type: ignore[arg-type]
+        1,
+        None,  # type: ignore[arg-type]
+        read,
+        lambda: 0.0,
+        message_timeout=None,
+    )
+
+
+async def _pieces(exchange: Exchange, *, transfer: bool = False) -> list[bytes]:
+    chunks = await exchange.streamed(transfer=transfer)
+    return [piece async for piece in chunks]
+
+
+async def test_chunks_that_arrived_together_reach_a_slow_reader_in_one_write() -> None:
+    # The reader fell behind: one read of the peer's stream brought three chunks, the next two.
+    reads: list[list[Event]] = [
+        [DataReceived(1, b"data: a\n\n"), DataReceived(1, b"data: b\n\n")],
+        [DataReceived(1, b"data: c\n\n")],
+        [DataReceived(1, b"data: d\n\n"), AnswerEnded(1)],
+    ]
+    pieces = await _pieces(_exchange(reads))
+    assert b"".join(pieces) == b"data: a\n\ndata: b\n\ndata: c\n\ndata: d\n\n"
+    assert pieces == [b"data: a\n\ndata: b\n\n", b"data: c\n\n", b"data: d\n\n"]
+
+
+async def test_a_reader_keeping_up_gets_each_chunk_as_it_came() -> None:
+    reads: list[list[Event]] = [[DataReceived(1, b"a")], [DataReceived(1, b"b")], [AnswerEnded(1)]]
+    assert await _pieces(_exchange(reads)) == [b"a", b"b"]
+
+
+async def test_a_transfers_chunks_stay_apart() -> None:
+    reads: list[list[Event]] = [[DataReceived(1, b"a"), DataReceived(1, b"b"), AnswerEnded(1)]]
+    assert await _pieces(_exchange(reads), transfer=True) == [b"a", b"b"]
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def call_soon(self, *args: Any) -> None:
+        self.calls.append("call_soon")
+
+    def call_soon_threadsafe(self, *args: Any) -> None:
+        self.calls.append("call_soon_threadsafe")
+
+
+def test_the_wake_fix_applies_to_iroh_1_2_0_once() -> None:
+    assert wakefix.apply_wake_fix()
+    assert wakefix.apply_wake_fix()
+
+
+async def test_a_poll_ready_on_the_loops_thread_resumes_without_a_thread_safe_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = _Loop()
+    handles = wakefix.iroh_ffi._UniffiContinuationHandleMap
+    monkeypatch.setattr(asyncio, "_get_running_loop", lambda: loop)
+    wakefix._continue(handles.insert((loop, None)), 0)
+    assert loop.calls == ["call_soon"]
+
+
+def test_a_poll_woken_from_irohs_thread_resumes_through_the_thread_safe_call() -> None:
+    loop = _Loop()
+    handles = wakefix.iroh_ffi._UniffiContinuationHandleMap
+    wakefix._continue(handles.insert((loop, None)), 0)  # no loop runs on this thread
+    assert loop.calls == ["call_soon_threadsafe"]
