@@ -236,6 +236,10 @@ class EngineEvent(Protocol):
     def data(self) -> str: ...
     @property
     def done(self) -> bool: ...
+    def payload(self) -> dict[str, Any]:
+        """The event's JSON object, parsed at most once whoever asks (the relay, usage
+        counting, metering); EngineUnavailable if it is not one."""
+        ...
 
 
 class EngineStream(Protocol):

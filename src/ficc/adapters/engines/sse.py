@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -41,6 +41,7 @@ class SseEvent:
     event: str | None = None
     last: bool = False
     """The Responses API's last event (``response.completed``...), which ends its stream."""
+    _parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def done(self) -> bool:
@@ -48,13 +49,20 @@ class SseEvent:
         return self.last or self.data == "[DONE]"
 
     def payload(self) -> dict[str, Any]:
-        """The event's JSON object; EngineUnavailable if the engine sent something else."""
+        """The event's JSON object; EngineUnavailable if the engine sent something else.
+
+        Parsed once, whoever asks first (usage counting, the relay, metering): the others
+        get the same object, so it must not be changed.
+        """
+        if self._parsed is not None:
+            return self._parsed
         try:
             value = json.loads(self.data)
         except ValueError as exc:
             raise EngineUnavailable("the engine sent an event that is not JSON") from exc
         if not isinstance(value, dict):
             raise EngineUnavailable("the engine sent an event that is not a JSON object")
+        object.__setattr__(self, "_parsed", value)
         return value
 
 

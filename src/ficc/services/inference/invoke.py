@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,7 +185,7 @@ async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, No
     async for event in events:
         if event.data == "[DONE]":
             continue
-        kind = _payload(event.data).get("type")
+        kind = event.payload().get("type")
         yield b"event: " + str(kind).encode() + b"\n" + sse_event(event.data)
 
 
@@ -200,19 +199,9 @@ async def _typed(
     """
     state = ResponseEvents(body)
     async for event in events:
-        produced = state.finish() if event.done else state.feed(_payload(event.data))
+        produced = state.finish() if event.done else state.feed(event.payload())
         if produced:
             yield b"".join(map(typed_event, produced))
-
-
-def _payload(data: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise EngineUnavailable("the engine sent an event that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise EngineUnavailable("the engine sent an event that is not a JSON object")
-    return value
 
 
 async def _bounded(
