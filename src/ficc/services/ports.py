@@ -247,6 +247,9 @@ class EngineStream(Protocol):
 
     def __aiter__(self) -> AsyncIterator[EngineEvent]: ...
     async def aclose(self) -> None: ...
+    def ready(self) -> bool:
+        """Whether the next event has already arrived (taking it will not wait)."""
+        ...
 
 
 class EngineConnector(Protocol):

@@ -175,6 +175,9 @@ class FakeStream:
     async def aclose(self) -> None:
         self.closed.set()
 
+    def ready(self) -> bool:
+        return False
+
 
 class FakeEngine:
     """An engine connector that answers from memory and records which replica was called."""

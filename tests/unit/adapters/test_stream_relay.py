@@ -1,5 +1,6 @@
 """The streamed relay's hot path: chunks that waited go on together (the same bytes, fewer
-writes), and iroh's ready polls resume their coroutine without a wake-up of the loop."""
+writes) on both clusters, and iroh's ready polls resume their coroutine without a wake-up of
+the loop."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from ficc.adapters.engines.sse import EngineStream
 from ficc.adapters.hypernet import wakefix
 from ficc.adapters.hypernet.requesting import Exchange
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.protocol.events import AnswerEnded, DataReceived, Event
+from ficc.services.inference import invoke
 
 
 class _Protocol:
@@ -96,3 +100,51 @@ def test_a_poll_woken_from_irohs_thread_resumes_through_the_thread_safe_call() -
     handles = wakefix.iroh_ffi._UniffiContinuationHandleMap
     wakefix._continue(handles.insert((loop, None)), 0)  # no loop runs on this thread
     assert loop.calls == ["call_soon_threadsafe"]
+
+
+class _Body:
+    """An engine's streamed body as the client reads it: pieces, each one read."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    async def aiter_raw(self) -> Any:
+        for piece in self._pieces:
+            await asyncio.sleep(0)
+            yield piece
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _event(text: str) -> bytes:
+    return b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+
+async def _relay(pieces: list[bytes]) -> list[bytes]:
+    """What the grantor's relay writes for an engine body read in ``pieces``."""
+    stream = EngineStream(_Body(pieces), CHAT_COMPLETIONS_PATH)  # type: ignore[arg-type]
+    await stream.start()
+    chunks = invoke._coalesced(invoke._bounded(invoke._relayed(stream), None), stream)
+    return [chunk async for chunk in chunks]
+
+
+async def test_events_the_engine_sent_while_the_relay_was_behind_go_on_in_one_write() -> None:
+    # Three events and [DONE] waited in one read (the peer read slower than the engine).
+    engine = [_event("a") + _event("b") + _event("c") + b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert b"".join(writes) == b"".join(engine)
+    assert len(writes) == 1
+
+
+async def test_events_arriving_one_by_one_are_written_one_by_one() -> None:
+    engine = [_event("a"), _event("b"), b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert writes == engine
+
+
+async def test_an_event_is_not_held_for_a_half_arrived_one_or_a_comment() -> None:
+    half = _event("b")
+    engine = [_event("a") + half[:10], half[10:] + b": ping\n\n", b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert writes == [_event("a"), half, b"data: [DONE]\n\n"]

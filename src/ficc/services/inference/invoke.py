@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities
 from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
-from ficc.services.ports import EngineEvent
+from ficc.services.ports import EngineEvent, EngineStream
 
 
 class Invocations:
@@ -109,9 +109,11 @@ class Invocations:
                 framed = _named(events)
             else:
                 framed = _relayed(events)
+            bounded = _bounded(framed, max_bytes)
             async with (
                 contextlib.aclosing(framed),
-                contextlib.aclosing(_bounded(framed, max_bytes)) as chunks,
+                contextlib.aclosing(bounded),
+                contextlib.aclosing(_coalesced(bounded, events)) as chunks,
             ):
                 yield chunks
 
@@ -173,13 +175,13 @@ class _Plan:
         return shape_answer(self.endpoint.runtime, self.engine_path, body, answer)
 
 
-async def _relayed(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+async def _relayed(events: AsyncIterable[EngineEvent]) -> AsyncGenerator[bytes, None]:
     """Each engine event framed once, as it came."""
     async for event in events:
         yield sse_event(event.data)
 
 
-async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+async def _named(events: AsyncIterable[EngineEvent]) -> AsyncGenerator[bytes, None]:
     """A Responses stream passed through, each event framed with its ``event:`` name (its
     ``type``), as OpenAI frames them; a ``[DONE]`` is not passed on (OpenAI sends none)."""
     async for event in events:
@@ -190,7 +192,7 @@ async def _named(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, No
 
 
 async def _typed(
-    events: AsyncIterator[EngineEvent], body: Mapping[str, Any]
+    events: AsyncIterable[EngineEvent], body: Mapping[str, Any]
 ) -> AsyncGenerator[bytes, None]:
     """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
 
@@ -220,6 +222,22 @@ async def _bounded(
             return
         sent += len(chunk)
         yield chunk
+
+
+async def _coalesced(
+    chunks: AsyncIterator[bytes], events: EngineStream
+) -> AsyncGenerator[bytes, None]:
+    """The chunks, those the engine had already sent while the last went on joined into one
+    piece (the same bytes): when whoever reads falls behind the engine, each write to it
+    carries all that waited, not one event; a reader keeping up gets each as it comes."""
+    waiting: list[bytes] = []
+    async for chunk in chunks:
+        waiting.append(chunk)
+        if not events.ready():
+            yield waiting[0] if len(waiting) == 1 else b"".join(waiting)
+            waiting = []
+    if waiting:
+        yield b"".join(waiting)
 
 
 def encoded_answer(
