@@ -145,11 +145,19 @@ def measure() -> dict[str, Any]:
                     "federated": replace(federated, model=paced["id"]),
                     "local": replace(local, model=paced["id"]),
                     "direct": replace(direct, base_url=f"{engine.url}{PACED_PREFIX}/v1"),
+                    # The engine sends the whole answer at once: every hop falls behind it,
+                    # so what waits goes on together.
+                    "federated_instant": federated,
                 },
                 {
                     "federated": {"alpha": alpha.pid, "beta": beta.pid, "engine": engine.pid},
                     "local": {"beta": beta.pid, "engine": engine.pid},
                     "direct": {"engine": engine.pid},
+                    "federated_instant": {
+                        "alpha": alpha.pid,
+                        "beta": beta.pid,
+                        "engine": engine.pid,
+                    },
                 },
             )
         )
