@@ -6,9 +6,10 @@ llama.cpp or LiteLLM, and prints one JSON object: CPU ms per streamed chat throu
 clusters (each server's loop thread and its other threads apart), through beta's local URL,
 streamed chats of 128 and 512 tokens with 1, 8 and 32 KiB bodies (floats set) through both
 clusters and the local URL (CPU per request and per chunk, by process; time to first token),
-and 8-client throughput through both clusters beside the engine called directly. Alternate
-two trees in the same conditions and compare the ratios: the machine's load moves the
-absolute figures.
+and 8-client throughput through both clusters beside the engine called directly. With
+``FICC_BENCH_LITELLM`` naming LiteLLM's command, the same streamed chats through LiteLLM too.
+Alternate two trees in the same conditions and compare the ratios: the machine's load moves
+the absolute figures.
 
 The split by part in docs/benchmarks.md came from running each server under cProfile with
 ``time.thread_time`` as its clock, a diagnostic kept out of this module.
@@ -29,7 +30,14 @@ import httpx
 
 from benchmarks import bench_federation as federation
 from benchmarks.bench_inference import MOCK_MODEL, PACED_PREFIX
-from benchmarks.processes import cpu_seconds, mock_engine_running
+from benchmarks.processes import (
+    GATEWAY_KEY,
+    LITELLM_ENV,
+    GatewayModel,
+    cpu_seconds,
+    gateway_running,
+    mock_engine_running,
+)
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_FEDERATION_REQUESTS", "300"))
 IDLE_SECONDS: Final = 10.0
@@ -138,10 +146,21 @@ def measure() -> dict[str, Any]:
             found["local_cpu_ms"] = federation._cpu_ms(
                 {"beta": beta.pid}, lambda: federation._streamed_chat(http, local), REQUESTS
             )
+        # LiteLLM in front of the same paced engine, when its command is named.
+        gateway: dict[str, federation.Target] = {}
+        gateway_pids: dict[str, dict[str, int]] = {}
+        if os.environ.get(LITELLM_ENV):
+            proxy = gateway_running(
+                stack, work, [GatewayModel("paced", engine.url + PACED_PREFIX, MOCK_MODEL, "-")]
+            )
+            headers = {"Authorization": f"Bearer {GATEWAY_KEY}"}
+            gateway["gateway"] = federation.Target("gateway", f"{proxy.url}/v1", headers, "paced")
+            gateway_pids["gateway"] = {"gateway": proxy.pid, "engine": engine.pid}
         # Real answer lengths and body sizes: CPU per request and per chunk, by process.
         found["streams"] = federation.stream_summary(
             federation.stream_costs(
                 {
+                    **gateway,
                     "federated": replace(federated, model=paced["id"]),
                     "local": replace(local, model=paced["id"]),
                     "direct": replace(direct, base_url=f"{engine.url}{PACED_PREFIX}/v1"),
@@ -158,6 +177,7 @@ def measure() -> dict[str, Any]:
                         "beta": beta.pid,
                         "engine": engine.pid,
                     },
+                    **gateway_pids,
                 },
             )
         )
