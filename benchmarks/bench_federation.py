@@ -21,6 +21,10 @@ Measured (every process on loopback; run in a loopback-only network namespace):
 (d) CPU per request, from /proc/PID/stat before and after a series of requests: alpha, beta
     and the engine for ``discover``, a plain chat and a streamed chat through both clusters,
     beside the LiteLLM process for the same chat (and raw iroh, both ends, for ``discover``).
+(e) CPU per streamed chat of real length: 128 and 512 tokens, 1, 8 and 32 KiB bodies with
+    ``temperature``/``top_p`` set, from the mock engine pacing a token a millisecond (each chunk
+    crosses on its own), through both clusters, beta's local URL and LiteLLM: per request and
+    per chunk, by process (``FICC_BENCH_STREAM_REQUESTS`` chats each, after a warm-up).
 
 ``FICC_BENCH_FEDERATION_REQUESTS`` changes the number of sequential requests per target.
 """
@@ -45,7 +49,7 @@ import httpx
 
 from benchmarks import row, series
 from benchmarks.bench_hypernet import _raw_pair, _raw_round_trips
-from benchmarks.bench_inference import MOCK_MODEL
+from benchmarks.bench_inference import MOCK_MODEL, PACED_PREFIX
 from benchmarks.processes import (
     GATEWAY_KEY,
     GatewayModel,
@@ -502,6 +506,176 @@ def _chat_cpu_rows(
     return rows
 
 
+# --- CPU per streamed chunk: real answer lengths and body sizes ------------------------------
+
+STREAM_TOKENS: Final = (128, 512)
+STREAM_BODY_KIB: Final = (1, 8, 32)
+STREAM_REQUESTS: Final = int(os.environ.get("FICC_BENCH_STREAM_REQUESTS", "10"))
+STREAM_WARM_UP: Final = 2
+SAMPLING: Final = {"temperature": 0.7, "top_p": 0.9}
+"""Floats, as real clients set them: they once sent a whole body down the slow JSON path."""
+
+
+def history_body(kib: int, tokens: int) -> dict[str, Any]:
+    """A chat whose JSON is about ``kib`` KiB: a history of user and assistant turns, the
+    sampling floats set, ``max_tokens`` tokens to stream."""
+    turn = "The quick brown fox jumps over the lazy dog; " * 4
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You answer briefly."}]
+    body: dict[str, Any] = {"messages": messages, "max_tokens": tokens, **SAMPLING}
+    while len(json.dumps(body)) < kib * 1024 - len(turn):
+        role = "user" if len(messages) % 2 else "assistant"
+        messages.append({"role": role, "content": turn})
+    messages.append({"role": "user", "content": "Hi"})
+    return body
+
+
+def _counted_stream(
+    client: httpx.Client, target: Target, body: dict[str, Any]
+) -> tuple[int, float]:
+    """(data events received, ms to the first) of one streamed chat, checked to end with
+    [DONE]."""
+    started = time.perf_counter()
+    first = 0.0
+    count = 0
+    last = ""
+    with client.stream(
+        "POST", "/chat/completions", json={**body, "model": target.model, "stream": True}
+    ) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{target.label} answered {response.status_code}")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                if not count:
+                    first = time.perf_counter()
+                count += 1
+                last = line
+    if last != "data: [DONE]":
+        raise RuntimeError(f"{target.label}: the stream did not end with [DONE]: {last[:200]}")
+    return count, (first - started) * 1000
+
+
+@dataclass(frozen=True)
+class StreamCost:
+    """CPU per streamed chat of one route, tokens and body size, by process."""
+
+    route: str
+    tokens: int
+    kib: int
+    chunks: int
+    per_request_ms: dict[str, float]
+    ttft_p50_ms: float
+    wall_ms: float
+
+    def per_chunk_ms(self, label: str) -> float:
+        return self.per_request_ms[label] / self.chunks
+
+    def key(self) -> str:
+        return f"{self.route}.{self.tokens}t.{self.kib}k"
+
+
+def stream_costs(
+    targets: dict[str, Target], pids: dict[str, dict[str, int]], count: int = STREAM_REQUESTS
+) -> list[StreamCost]:
+    """Each route of ``targets`` with each answer length and body size: CPU ms per request of
+    the processes ``pids`` names for that route, from /proc before and after ``count`` chats."""
+    found: list[StreamCost] = []
+    for route, target in targets.items():
+        watched = pids[route]
+        with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=120) as http:
+            for tokens in STREAM_TOKENS:
+                for kib in STREAM_BODY_KIB:
+                    body = history_body(kib, tokens)
+                    for _ in range(STREAM_WARM_UP):
+                        _counted_stream(http, target, body)
+                    before = {label: cpu_seconds(pid) for label, pid in watched.items()}
+                    ttft: list[float] = []
+                    chunks = 0
+                    started = time.perf_counter()
+                    for _ in range(count):
+                        chunks, first = _counted_stream(http, target, body)
+                        ttft.append(first)
+                    wall_ms = (time.perf_counter() - started) * 1000 / count
+                    used = {
+                        label: (cpu_seconds(pid) - before[label]) * 1000 / count
+                        for label, pid in watched.items()
+                    }
+                    found.append(
+                        StreamCost(
+                            route, tokens, kib, chunks, used, _percentile(ttft, 0.5), wall_ms
+                        )
+                    )
+    return found
+
+
+def stream_summary(costs: list[StreamCost]) -> dict[str, Any]:
+    """The costs as plain numbers (for JSON and the plot): per request and per chunk by
+    process, and the growth per chunk from the shortest answer to the longest."""
+    summary: dict[str, Any] = {}
+    for cost in costs:
+        summary[cost.key()] = {
+            "chunks": cost.chunks,
+            "ttft_p50_ms": round(cost.ttft_p50_ms, 3),
+            "wall_ms": round(cost.wall_ms, 1),
+            "per_request_ms": {k: round(v, 3) for k, v in cost.per_request_ms.items()},
+            "per_chunk_ms": {k: round(cost.per_chunk_ms(k), 4) for k in cost.per_request_ms},
+        }
+    short, long = STREAM_TOKENS[0], STREAM_TOKENS[-1]
+    for cost in costs:
+        if cost.tokens != long:
+            continue
+        shorter = summary.get(f"{cost.route}.{short}t.{cost.kib}k")
+        if shorter is None:
+            continue
+        extra = cost.chunks - shorter["chunks"]
+        summary[cost.key()]["growth_per_chunk_ms"] = {
+            label: round((used - shorter["per_request_ms"][label]) / extra, 4)
+            for label, used in cost.per_request_ms.items()
+        }
+    return summary
+
+
+def _stream_cpu_rows(costs: list[StreamCost]) -> list[dict[str, Any]]:
+    """Rows per route, length and body: CPU per request and per chunk of each FICC process
+    and of both clusters, beside the LiteLLM process for the same chat (one hop)."""
+    gateway = {(c.tokens, c.kib): c for c in costs if c.route == "gateway"}
+    rows: list[dict[str, Any]] = []
+    for cost in costs:
+        if cost.route == "gateway":
+            continue
+        beside = gateway.get((cost.tokens, cost.kib))
+        labels = ("alpha", "beta") if cost.route == "federated" else ("beta",)
+        totals = {label: cost.per_request_ms[label] for label in labels}
+        if len(labels) > 1:
+            totals["clusters"] = sum(totals.values())
+        for label, used in totals.items():
+            name = f"federation.cpu.mock.stream.{cost.route}.{cost.tokens}t.{cost.kib}k.{label}"
+            what = (
+                f"{cost.tokens}-token streamed {cost.route} chat, {cost.kib} KiB body with floats"
+            )
+            gateway_ms = beside.per_request_ms["gateway"] if beside else 0.0
+            rows.append(
+                row(
+                    f"{name}.request",
+                    f"CPU ms {label} used per {what}",
+                    "CPU ms",
+                    used,
+                    "LiteLLM gateway process, same chat",
+                    gateway_ms,
+                )
+            )
+            rows.append(
+                row(
+                    f"{name}.chunk",
+                    f"CPU ms {label} used per chunk ({cost.chunks} chunks) of a {what}",
+                    "CPU ms",
+                    used / cost.chunks,
+                    "LiteLLM gateway process, per chunk",
+                    gateway_ms / beside.chunks if beside else 0.0,
+                )
+            )
+    return rows
+
+
 def run() -> list[dict[str, Any]]:
     with (
         tempfile.TemporaryDirectory(prefix="ficc-bench-federation-") as temporary,
@@ -528,7 +702,16 @@ def run() -> list[dict[str, Any]]:
                 "options": {"base_url": mock_url},
             },
         )
-        peer = _pair(alpha, beta, [llama["id"], mock["id"]])
+        paced = _running_service(
+            beta.client,
+            {
+                "name": "bench-paced",
+                "model": MOCK_MODEL,
+                "runtime": "openai",
+                "options": {"base_url": mock_url + PACED_PREFIX},
+            },
+        )
+        peer = _pair(alpha, beta, [llama["id"], mock["id"], paced["id"]])
         (replica,) = llama["replicas"]
         engine_root = f"http://127.0.0.1:{replica['port']}"
         engine_key = engine_api_key(int(replica["pid"]))
@@ -537,6 +720,7 @@ def run() -> list[dict[str, Any]]:
             work,
             [
                 GatewayModel("mock", mock_url, MOCK_MODEL, "unused"),
+                GatewayModel("paced", mock_url + PACED_PREFIX, MOCK_MODEL, "unused"),
                 GatewayModel("llama", engine_root, llama["id"], engine_key),
             ],
         )
@@ -607,6 +791,19 @@ def run() -> list[dict[str, Any]]:
             {**processes, "engine": int(replica["pid"])},
             ENGINE_REQUESTS,
         )
+        paced_targets = targets(
+            paced["id"], Target("direct", f"{mock_url}{PACED_PREFIX}/v1", {}, MOCK_MODEL), "paced"
+        )
+        costs = stream_costs(
+            {route: paced_targets[route] for route in ("federated", "local", "gateway")},
+            {
+                "federated": {"alpha": alpha.pid, "beta": beta.pid},
+                "local": {"beta": beta.pid},
+                "gateway": {"gateway": gateway.pid},
+            },
+        )
+        series.record("federation.stream_cpu", stream_summary(costs))
+        rows += _stream_cpu_rows(costs)
         return rows
 
 

@@ -14,6 +14,7 @@ Every process runs on loopback (run the harness in a loopback-only network names
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -44,6 +45,11 @@ TARGET_ADDED_P50_MS: Final = 3.0
 START_SECONDS: Final = 60.0
 PROMPT: Final = "Hi"
 MOCK_MODEL: Final = "mock-engine"
+PACED_PREFIX: Final = "/paced"
+"""Under this path prefix (a base URL ``…/paced``) the mock engine streams a token every
+:data:`TOKEN_SECONDS`, as a GPU server does at 1,000 tokens a second: each chunk then crosses a
+relay on its own, as it does in front of a real engine, instead of hundreds in one read."""
+TOKEN_SECONDS: Final = 0.001
 ROOT: Final = Path(__file__).resolve().parent.parent
 LOCAL_V1: Final = "/api/v1/inference/v1"
 
@@ -51,45 +57,76 @@ LOCAL_V1: Final = "/api/v1/inference/v1"
 # --- the instant mock engine ------------------------------------------------------------
 
 
-def _sse(events: list[dict[str, Any]]) -> bytes:
-    body = b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
-    return body + b"data: [DONE]\n\n"
+MAX_MOCK_TOKENS: Final = 4096
+"""The most tokens the mock engine streams for one request (its ``max_tokens``)."""
+WORDS: Final = ("Hello", " there", ",", " friend", ".", " How", " are", " you", "?")
 
 
-def _answer(path: str, request: dict[str, Any]) -> tuple[bytes, bytes]:
-    """(content type, body): two tokens, as a stream or as one object."""
+def _sse_event(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def _tokens(request: dict[str, Any]) -> int:
+    """How many tokens to answer with: the request's ``max_tokens`` (2 when absent)."""
+    asked = request.get("max_tokens", request.get("max_output_tokens", 2))
+    return max(1, min(int(asked), MAX_MOCK_TOKENS)) if isinstance(asked, int) else 2
+
+
+def _stream_events(path: str, request: dict[str, Any]) -> list[bytes]:
+    """A streamed answer as llama.cpp's server sends it: (for chat) a role chunk, then one
+    chunk per token up to ``max_tokens``, the last with ``finish_reason`` "length", then
+    ``[DONE]``; with ``include_usage`` a usage chunk before it."""
     created = int(time.time())
     chat = path.endswith("/chat/completions")
     base = {"id": "mock-1", "created": created, "model": request.get("model", MOCK_MODEL)}
-    if request.get("stream"):
-        kind = "chat.completion.chunk" if chat else "text_completion"
-        if chat:
-            choices = [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None},
-                {"index": 0, "delta": {"content": "o"}, "finish_reason": None},
-                {"index": 0, "delta": {"content": "k"}, "finish_reason": "length"},
-            ]
-        else:
-            choices = [
-                {"index": 0, "text": "o", "finish_reason": None},
-                {"index": 0, "text": "k", "finish_reason": "length"},
-            ]
-        events = [{**base, "object": kind, "choices": [choice]} for choice in choices]
-        return b"text/event-stream", _sse(events)
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    count = _tokens(request)
+    choices: list[dict[str, Any]] = []
     if chat:
-        message = {"role": "assistant", "content": "ok"}
+        choices.append(
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        )
+    for index in range(count):
+        word = WORDS[index % len(WORDS)]
+        finish = "length" if index == count - 1 else None
+        if chat:
+            choices.append({"index": 0, "delta": {"content": word}, "finish_reason": finish})
+        else:
+            choices.append({"index": 0, "text": word, "finish_reason": finish})
+    events = [_sse_event({**base, "object": kind, "choices": [choice]}) for choice in choices]
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        usage = {"prompt_tokens": 1, "completion_tokens": count, "total_tokens": count + 1}
+        events.append(_sse_event({**base, "object": kind, "choices": [], "usage": usage}))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def _answer(path: str, request: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(content type, body) of a plain answer: ``max_tokens`` tokens as one object."""
+    created = int(time.time())
+    chat = path.endswith("/chat/completions")
+    base = {"id": "mock-1", "created": created, "model": request.get("model", MOCK_MODEL)}
+    text = "".join(WORDS[index % len(WORDS)] for index in range(_tokens(request)))
+    if chat:
+        message = {"role": "assistant", "content": text}
         answer = {"index": 0, "message": message, "finish_reason": "length"}
         return b"application/json", json.dumps(
             {**base, "object": "chat.completion", "choices": [answer]}
         ).encode()
-    answer = {"index": 0, "text": "ok", "finish_reason": "length"}
+    answer = {"index": 0, "text": text, "finish_reason": "length"}
     return b"application/json", json.dumps(
         {**base, "object": "text_completion", "choices": [answer]}
     ).encode()
 
 
 async def mock_engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """A raw ASGI app: ``GET /v1/models`` and the two completion routes, answered at once."""
+    """A raw ASGI app: ``GET /v1/models`` and the two completion routes, answered at once.
+
+    A streamed answer goes out one event per send, as an engine generating tokens sends them,
+    so that a relay in front of it sees as many reads as there are tokens (at most: the
+    kernel may join them).
+    """
     if scope["type"] != "http":
         return
     body = b""
@@ -99,11 +136,23 @@ async def mock_engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         more = message.get("more_body", False)
     path = scope["path"]
+    paced = path.startswith(PACED_PREFIX + "/")
+    path = path.removeprefix(PACED_PREFIX)
     if scope["method"] == "GET" and path == "/v1/models":
         content_type = b"application/json"
         payload = json.dumps({"object": "list", "data": [{"id": MOCK_MODEL}]}).encode()
     elif scope["method"] == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-        content_type, payload = _answer(path, json.loads(body or b"{}"))
+        request = json.loads(body or b"{}")
+        if request.get("stream"):
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            for index, event in enumerate(_stream_events(path, request)):
+                if paced and index:
+                    await asyncio.sleep(TOKEN_SECONDS)
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        content_type, payload = _answer(path, request)
     else:
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})

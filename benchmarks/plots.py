@@ -177,6 +177,59 @@ def peak_rss(recorded: dict[str, Any], folder: Path) -> Path | None:
     return _save(figure, folder / "peak_rss.png")
 
 
+STREAM_ROUTES: Final = (
+    ("federated", "FICC federated URL (two clusters)"),
+    ("local", "FICC local URL (one hop)"),
+    ("gateway", "LiteLLM gateway (one hop)"),
+)
+
+
+def _case_label(case: str) -> str:
+    """``128t.8k`` as ``128 tokens, 8 KiB``."""
+    tokens, kib = case.split(".")
+    return f"{tokens.rstrip('t')} tokens, {kib.rstrip('k')} KiB"
+
+
+def stream_cpu(recorded: dict[str, Any], folder: Path) -> Path | None:
+    """CPU ms per streamed chunk by route, for each answer length and body size: the bars of
+    a route stack its processes (alpha over beta through both clusters)."""
+    measured = recorded.get("federation.stream_cpu")
+    if not measured:
+        return None
+    cases = sorted(
+        {key.split(".", 1)[1] for key in measured},
+        key=lambda case: tuple(int(part.rstrip("tk")) for part in case.split(".")),
+    )
+    routes = [(route, label) for route, label in STREAM_ROUTES if f"{route}.{cases[0]}" in measured]
+    figure, axes = plt.subplots(figsize=(max(7, 1.6 * len(cases)), 4.4))
+    width = 0.8 / max(len(routes), 1)
+    for index, (route, label) in enumerate(routes):
+        offsets = [
+            position + (index - (len(routes) - 1) / 2) * width for position in range(len(cases))
+        ]
+        bottom = [0.0] * len(cases)
+        for process in ("beta", "alpha", "gateway"):
+            heights = [
+                measured.get(f"{route}.{case}", {}).get("per_chunk_ms", {}).get(process, 0.0)
+                for case in cases
+            ]
+            if not any(heights):
+                continue
+            axes.bar(
+                offsets, heights, width, bottom=bottom, label=f"{label}: {process}", alpha=0.85
+            )
+            bottom = [low + high for low, high in zip(bottom, heights, strict=True)]
+    axes.set_xticks(range(len(cases)))
+    axes.set_xticklabels([_case_label(case) for case in cases])
+    axes.set_ylabel("CPU ms per streamed chunk")
+    axes.set_title(
+        "CPU per chunk of a streamed chat, by route (mock engine, a token a millisecond)"
+    )
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.legend(fontsize="small")
+    return _save(figure, folder / "stream_cpu.png")
+
+
 def draw_all(document: dict[str, Any], recorded: dict[str, Any], folder: Path) -> list[Path]:
     """Every plot whose samples are present, written into ``folder``."""
     rows = document.get("benchmarks", [])
@@ -185,5 +238,6 @@ def draw_all(document: dict[str, Any], recorded: dict[str, Any], folder: Path) -
         throughput(recorded, folder),
         acquisition(recorded, rows, folder),
         peak_rss(recorded, folder),
+        stream_cpu(recorded, folder),
     ]
     return [path for path in drawn if path is not None]

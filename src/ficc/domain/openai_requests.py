@@ -1,9 +1,9 @@
 """OpenAI request bodies, checked as OpenAI checks them, before anything reaches an engine.
 
 Pure rules, no I/O. Both compatible URLs and the grantor serving a peer's ``inference.invoke``
-run the same two steps: :func:`parse_request_body` (size and nesting depth bounded before the
-JSON decoder runs, so a hostile body cannot blow the decoder's recursion) and
-:func:`check_request` (types and ranges of the parameters FICC knows). A refusal is an
+run the same two steps: :func:`parse_request_body` (size bounded before the JSON decoder runs,
+whose own recursion bound stops a body nested past it) and :func:`check_request` (the nesting
+depth of the decoded value, then types and ranges of the parameters FICC knows). A refusal is an
 ``InvalidInput`` whose ``field`` is the parameter, which the web layer renders as OpenAI's
 ``param``. Parameters FICC does not know pass through untouched.
 """
@@ -46,9 +46,14 @@ MESSAGE_ROLES: Final = frozenset({"system", "user", "assistant", "tool", "develo
 RESPONSE_FORMATS: Final = frozenset({"text", "json_object", "json_schema"})
 TOOL_CHOICES: Final = frozenset({"none", "auto", "required"})
 
-_TOKEN_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-"""A whole JSON string (skipped: brackets inside it do not nest) or one bracket."""
 _TOKEN_ID = re.compile(r"^(0|[1-9][0-9]{0,9})$")
+
+
+def _too_deep() -> InvalidInput:
+    return InvalidInput(
+        f"the request body nests objects and arrays deeper than {MAX_NESTING_DEPTH} levels",
+        field="body",
+    )
 
 
 def _invalid(param: str, rule: str) -> InvalidInput:
@@ -59,58 +64,42 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def nesting_depth_exceeds(raw: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
-    """Whether the JSON text nests objects and arrays deeper than ``limit``; no recursion.
-
-    Brackets inside strings are skipped; malformed text is left for the decoder to refuse.
-    """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    depth = 0
-    for match in _TOKEN_OR_BRACKET.finditer(raw):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                return True
-        elif token in (b"]", b"}"):
-            depth -= 1
-    return False
-
-
 def value_depth_exceeds(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
-    """Whether an already decoded value nests deeper than ``limit``; walked without recursion."""
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
+    """Whether an already decoded value nests deeper than ``limit``; walked a level at a time,
+    containers only, without recursion."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        pending.extend((child, depth + 1) for child in children)
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            below += [child for child in children if isinstance(child, dict | list)]
+        level = below
     return False
 
 
 def parse_request_body(raw: bytes, *, max_bytes: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
-    """The JSON object of a request body: size, then depth, then syntax, then the shape."""
+    """The JSON object of a request body: size, then syntax, then the shape.
+
+    The nesting depth is :func:`check_request`'s (every caller runs it next, on the decoded
+    value: a walk of its containers, far cheaper than a scan of the text); a body nested past
+    the decoder's own recursion bound is refused here with the same words, the decoder having
+    stopped at that bound without building it.
+    """
     if len(raw) > max_bytes:
         raise TooLarge(
             f"the request body is {len(raw)} bytes; at most {max_bytes} are accepted",
             field="body",
             details={"limit": "body_bytes", "max_bytes": max_bytes},
         )
-    if nesting_depth_exceeds(raw):
-        raise InvalidInput(
-            f"the request body nests objects and arrays deeper than {MAX_NESTING_DEPTH} levels",
-            field="body",
-        )
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise _too_deep() from exc
+    except ValueError as exc:
         raise InvalidInput("the request body is not valid JSON", field="body") from exc
     if not isinstance(value, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
@@ -319,10 +308,7 @@ def check_request(path: str, body: Mapping[str, Any]) -> None:
     ``path`` is the engine path the body is for (chat, legacy completions or embeddings).
     """
     if value_depth_exceeds(body):
-        raise InvalidInput(
-            f"the request body nests objects and arrays deeper than {MAX_NESTING_DEPTH} levels",
-            field="body",
-        )
+        raise _too_deep()
     _string(body, "model")
     _boolean(body, "stream")
     _stream_options(body)

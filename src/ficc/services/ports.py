@@ -303,6 +303,10 @@ class EngineEvent(Protocol):
     def data(self) -> str: ...
     @property
     def done(self) -> bool: ...
+    def payload(self) -> dict[str, Any]:
+        """The event's JSON object, parsed at most once whoever asks (the relay, usage
+        counting, metering); EngineUnavailable if it is not one."""
+        ...
 
 
 class EngineStream(Protocol):
@@ -310,6 +314,9 @@ class EngineStream(Protocol):
 
     def __aiter__(self) -> AsyncIterator[EngineEvent]: ...
     async def aclose(self) -> None: ...
+    def ready(self) -> bool:
+        """Whether the next event has already arrived (taking it will not wait)."""
+        ...
 
 
 class EngineConnector(Protocol):

@@ -8,6 +8,7 @@ completions and streams from a script, and counts what is open.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 from tests.support.fakes.clock import FakeClock
 from tests.support.fakes.unit_of_work import FakeStore, FakeUnitOfWorkFactory
 
-from ficc.base.errors import Conflict
+from ficc.base.errors import Conflict, EngineUnavailable
 from ficc.base.ids import new_id
 from ficc.base.units import GiB
 from ficc.domain.catalogue import CatalogueModel
@@ -149,6 +150,12 @@ class FakeEvent:
     data: str
     done: bool = False
 
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.data)
+        if not isinstance(value, dict):
+            raise EngineUnavailable("the engine sent an event that is not a JSON object")
+        return value
+
 
 class FakeStream:
     """A scripted engine stream; ``closed`` is set when the caller leaves it."""
@@ -167,6 +174,9 @@ class FakeStream:
 
     async def aclose(self) -> None:
         self.closed.set()
+
+    def ready(self) -> bool:
+        return False
 
 
 class FakeEngine:

@@ -21,7 +21,6 @@ from ficc.domain.openai_requests import (
     EMBEDDINGS_PATH,
     MAX_NESTING_DEPTH,
     check_request,
-    nesting_depth_exceeds,
     parse_request_body,
     usage_requested,
 )
@@ -150,7 +149,7 @@ def test_an_unknown_path_is_refused() -> None:
         b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     ],
 )
-def test_a_deeply_nested_body_is_refused_before_the_decoder_runs(raw: bytes) -> None:
+def test_a_body_nested_past_the_decoders_bound_is_refused_naming_the_depth(raw: bytes) -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_request_body(raw)
     assert refused.value.details["field"] == "body"
@@ -163,11 +162,13 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     assert body["prompt"] == text
 
 
-def test_the_deepest_allowed_body_decodes() -> None:
-    raw = b'{"a":' * MAX_NESTING_DEPTH + b"1" + b"}" * MAX_NESTING_DEPTH
-    assert not nesting_depth_exceeds(raw)
-    assert parse_request_body(raw)["a"]
-    assert nesting_depth_exceeds(b"[" + raw + b"]")
+def test_the_deepest_allowed_body_decodes_and_one_level_more_is_refused() -> None:
+    inner = b'{"a":' * (MAX_NESTING_DEPTH - 1) + b"1" + b"}" * (MAX_NESTING_DEPTH - 1)
+    deepest = parse_request_body(inner)
+    check_request(CHAT_COMPLETIONS_PATH, {**CHAT, "x": deepest})
+    with pytest.raises(InvalidInput) as refused:
+        check_request(CHAT_COMPLETIONS_PATH, {**CHAT, "x": [deepest]})
+    assert str(MAX_NESTING_DEPTH) in refused.value.message
 
 
 def test_a_decoded_body_nesting_too_deep_is_refused_by_the_check() -> None:

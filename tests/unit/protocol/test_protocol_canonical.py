@@ -3,13 +3,20 @@ value, and the parse refuses every other spelling."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ficc.base.errors import ProtocolError
-from ficc.protocol.canonical import canonical_json, parse_canonical_json
+from ficc.protocol import canonical
+from ficc.protocol.canonical import (
+    canonical_json,
+    canonical_json_and_compact_size,
+    parse_canonical_json,
+)
 
 keys = st.text(max_size=6) | st.sampled_from(["\ue000", "\U0001f600", "a\uffff", "a\U00010000"])
 scalars = (
@@ -89,3 +96,46 @@ def test_other_spellings_are_refused_as_not_canonical(data: bytes) -> None:
 def test_a_value_rfc8785_cannot_carry_is_a_value_error(value: object) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 (each kind says why in its own words)
         canonical_json(value)
+
+
+# Sampling parameters (temperature, top_p) take the fast path: orjson, or the standard
+# library when gradual; both must spell every value as the RFC 8785 encoder does.
+ordinary_floats = st.floats(min_value=1e-7, max_value=2.0**53, allow_nan=False) | st.sampled_from(
+    [0.7, 0.9, 0.95, 1e-4, 1.5e-4, 9.99e-5, 1e-5, 1e-6, 0.1 + 0.2, 4503599627370495.5]
+)
+signed_floats = ordinary_floats | ordinary_floats.map(lambda number: -number)
+texts = st.text(max_size=12) | st.sampled_from(["\u007f", "\u00e9t\u00e9", "\u2028", "\U0001f600"])
+body_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | signed_floats | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=24,
+)
+
+
+@given(body_values)
+def test_bodies_with_sampling_floats_encode_as_rfc8785_does_on_every_path(value: object) -> None:
+    expected = rfc8785.dumps(value)
+    assert canonical_json(value) == expected
+    assert canonical_json(value, gradual=True) == expected
+    content, size = canonical_json_and_compact_size(value)
+    assert content == expected
+    assert size == len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def test_a_chat_with_temperature_and_top_p_is_encoded_without_the_rfc8785_encoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(value: object) -> bytes:
+        raise AssertionError("the slow path ran")
+
+    monkeypatch.setattr(canonical.rfc8785, "dumps", refuse)
+    body = {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0.7, "top_p": 0.9}
+    assert canonical_json(body) == (
+        b'{"messages":[{"content":"Hi","role":"user"}],"temperature":0.7,"top_p":0.9}'
+    )
+
+
+def test_text_is_counted_in_utf8_on_the_wire_and_with_ascii_escapes_for_response_bytes() -> None:
+    content, size = canonical_json_and_compact_size({"text": "\u00e9t\u00e9 \U0001f600"})
+    assert content == '{"text":"\u00e9t\u00e9 \U0001f600"}'.encode()
+    assert size == len(b'{"text":"\\u00e9t\\u00e9 \\ud83d\\ude00"}')

@@ -190,6 +190,7 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
     operations = InferenceOperations(factory, b.services, Meter(factory, FakeClock()))
     encodes: list[str] = []
     encode, dumps = json.JSONEncoder.encode, canonical.rfc8785.dumps
+    fast = canonical.orjson.dumps
 
     def counting(self: json.JSONEncoder, value: Any) -> str:
         encodes.append("json")
@@ -199,9 +200,14 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
         encodes.append("rfc8785")
         return dumps(value)
 
-    # json.dumps and the canonical encoder's fast path both end in JSONEncoder.encode.
+    def counting_orjson(value: Any, **options: Any) -> bytes:
+        encodes.append("json")
+        return fast(value, **options)
+
+    # json.dumps ends in JSONEncoder.encode; the canonical encoder's fast path is orjson's.
     monkeypatch.setattr(json.JSONEncoder, "encode", counting)
     monkeypatch.setattr(canonical.rfc8785, "dumps", counting_rfc8785)
+    monkeypatch.setattr(canonical.orjson, "dumps", counting_orjson)
     call = invoke_call(service_id, {"model": "m", "prompt": "x"})
     answer = await operations.invoke(call)
     content = answer.content if isinstance(answer, EncodedAnswer) else answer

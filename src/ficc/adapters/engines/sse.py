@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -41,6 +41,7 @@ class SseEvent:
     event: str | None = None
     last: bool = False
     """The Responses API's last event (``response.completed``...), which ends its stream."""
+    _parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def done(self) -> bool:
@@ -48,13 +49,20 @@ class SseEvent:
         return self.last or self.data == "[DONE]"
 
     def payload(self) -> dict[str, Any]:
-        """The event's JSON object; EngineUnavailable if the engine sent something else."""
+        """The event's JSON object; EngineUnavailable if the engine sent something else.
+
+        Parsed once, whoever asks first (usage counting, the relay, metering): the others
+        get the same object, so it must not be changed.
+        """
+        if self._parsed is not None:
+            return self._parsed
         try:
             value = json.loads(self.data)
         except ValueError as exc:
             raise EngineUnavailable("the engine sent an event that is not JSON") from exc
         if not isinstance(value, dict):
             raise EngineUnavailable("the engine sent an event that is not a JSON object")
+        object.__setattr__(self, "_parsed", value)
         return value
 
 
@@ -89,6 +97,9 @@ class EngineStream:
         self._count_usage = count_usage
         self._on_close = on_close
         self._release = release
+        self._buffer = bytearray()
+        self._offset = 0
+        """Where the line just handed out ends in ``_buffer``: what follows is unread."""
         self._clean = False
         """``[DONE]`` arrived and the body ended right after it: the connection can be reused."""
         self._ended = False
@@ -152,16 +163,18 @@ class EngineStream:
     async def _lines(self) -> AsyncIterator[str]:
         """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
         by content encoding (the request asks for ``identity``), so nothing inflates."""
-        buffer = bytearray()
+        buffer = self._buffer
         async for piece in self._response.aiter_raw():
             buffer += piece
-            start = 0
+            start = self._offset = 0
             while (end := _LINE_END.search(buffer, start)) is not None:
                 if end.group() == b"\r" and end.end() == len(buffer):
                     break  # the "\n" of a "\r\n" may come with the next piece
+                self._offset = end.end()
                 yield buffer[start : end.start()].decode("utf-8", "replace")
                 start = end.end()
             del buffer[:start]
+            self._offset = 0
             if len(buffer) > MAX_LINE_BYTES:
                 raise EngineUnavailable(
                     f"the engine sent a line longer than {MAX_LINE_BYTES} bytes"
@@ -228,6 +241,11 @@ class EngineStream:
             raise EngineUnavailable(EMPTY_STREAM)
         raise EngineUnavailable("the engine ended the stream before it was complete")
 
+    def ready(self) -> bool:
+        """Whether the engine has already sent the end of another event: the next one is
+        there without waiting (the relay joins such events into one write)."""
+        return _EVENT_END.search(self._buffer, self._offset) is not None
+
     def _last_event(self, event: str | None) -> bool:
         """Whether an event of this name ends a Responses stream (no ``[DONE]`` follows it)."""
         return self._path == RESPONSES_PATH and event in TERMINAL_EVENTS
@@ -272,6 +290,9 @@ def _has_usage(chunks: list[dict[str, Any]]) -> bool:
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_EVENT_END = re.compile(rb"(?m)^data[^\r\n]*(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
+"""A data line and the blank line after it: an event complete in the buffer (a comment, or
+an event whose lines end in a lone CR, is not counted: then the relay does not wait)."""
 
 
 def _raise_for_error_event(item: SseEvent) -> None:

@@ -34,6 +34,7 @@ from ficc.adapters.hypernet.handshake import refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
 from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import FrameStream
+from ficc.adapters.hypernet.wakefix import apply_wake_fix
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
     FiccError,
@@ -117,6 +118,7 @@ class HyperNetEndpoint:
             raise RuntimeError("the HyperNet endpoint is already started")
         seed = load_or_create_secret_key(self._agent_directory)
         apply_write_fix()
+        apply_wake_fix()
         claim_event_loop()
         options = iroh.EndpointOptions(
             preset=ExplicitBind(self._bind),

@@ -89,7 +89,12 @@ class Exchange:
 
     async def streamed(self, *, transfer: bool) -> AsyncGenerator[bytes, None]:
         """The chunks of a streamed answer; its first event is read (and an error raised)
-        before this returns."""
+        before this returns.
+
+        Chunks that one read brought together go on as one piece (the same bytes, in order):
+        when the caller reads slower than the peer sends, each write to it carries all that
+        waited, not one chunk. A transfer's chunks stay apart (each is a large frame).
+        """
         first = await self._next_event()
         if not isinstance(first, DataReceived | AnswerEnded):
             raise self._unexpected(first)
@@ -99,13 +104,29 @@ class Exchange:
             while isinstance(event, DataReceived):
                 if transfer:
                     metrics.TRANSFER_BYTES.labels(direction="in").inc(len(event.data))
-                yield event.data
+                    yield event.data
+                else:
+                    yield self._joined(event.data)
                 event = await self._next_event()
             if not isinstance(event, AnswerEnded):
                 raise self._unexpected(event)
             self.complete = True
 
         return chunks()
+
+    def _joined(self, data: bytes) -> bytes:
+        """``data`` and the chunks already received after it, up to the next other event."""
+        events = self._events
+        if not events or not isinstance(events[-1], DataReceived):
+            return data
+        pieces = [data]
+        while events:
+            waiting = events[-1]
+            if not isinstance(waiting, DataReceived):
+                break
+            events.pop()
+            pieces.append(waiting.data)
+        return b"".join(pieces)
 
     async def _next_event(self) -> Event:
         """What the peer's next bytes on the stream come to."""

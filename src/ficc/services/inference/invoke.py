@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.metering import Tab
-from ficc.services.ports import EngineEvent
+from ficc.services.ports import EngineEvent, EngineStream
 
 
 class Invocations:
@@ -121,9 +120,11 @@ class Invocations:
                 framed = _metered(events, tab, asked_usage)
             else:
                 framed = _relayed(events)
+            bounded = _bounded(framed, max_bytes)
             async with (
                 contextlib.aclosing(framed),
-                contextlib.aclosing(_bounded(framed, max_bytes)) as chunks,
+                contextlib.aclosing(bounded),
+                contextlib.aclosing(_coalesced(bounded, events)) as chunks,
             ):
                 yield chunks
 
@@ -218,14 +219,14 @@ class _Plan:
         return shape_answer(self.endpoint.runtime, self.engine_path, body, answer)
 
 
-async def _relayed(events: AsyncIterator[EngineEvent]) -> AsyncGenerator[bytes, None]:
+async def _relayed(events: AsyncIterable[EngineEvent]) -> AsyncGenerator[bytes, None]:
     """Each engine event framed once, as it came."""
     async for event in events:
         yield sse_event(event.data)
 
 
 async def _metered(
-    events: AsyncIterator[EngineEvent], tab: Tab, asked_usage: bool
+    events: AsyncIterable[EngineEvent], tab: Tab, asked_usage: bool
 ) -> AsyncGenerator[bytes, None]:
     """:func:`_relayed`, counting: each chunk after the first (the role) is one token, as
     llama.cpp's server and OpenAI stream them, until the engine's usage chunk (asked for by
@@ -235,7 +236,7 @@ async def _metered(
     async for event in events:
         data = event.data
         if '"usage"' in data and '"usage":null' not in data and not event.done:
-            payload = _payload(data)
+            payload = event.payload()
             if not payload.get("choices") and _take_usage(tab, payload.get("usage"), ""):
                 if asked_usage:
                     yield sse_event(data)
@@ -269,14 +270,14 @@ def _take_usage(tab: Tab, usage: object, path: str) -> bool:
 
 
 async def _named(
-    events: AsyncIterator[EngineEvent], tab: Tab | None = None
+    events: AsyncIterable[EngineEvent], tab: Tab | None = None
 ) -> AsyncGenerator[bytes, None]:
     """A Responses stream passed through, each event framed with its ``event:`` name (its
     ``type``), as OpenAI frames them; a ``[DONE]`` is not passed on (OpenAI sends none)."""
     async for event in events:
         if event.data == "[DONE]":
             continue
-        payload = _payload(event.data)
+        payload = event.payload()
         if tab is not None:
             tab.completion_tokens += 1
             response = payload.get("response")
@@ -287,7 +288,7 @@ async def _named(
 
 
 async def _typed(
-    events: AsyncIterator[EngineEvent], body: Mapping[str, Any], tab: Tab | None = None
+    events: AsyncIterable[EngineEvent], body: Mapping[str, Any], tab: Tab | None = None
 ) -> AsyncGenerator[bytes, None]:
     """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
 
@@ -296,23 +297,13 @@ async def _typed(
     """
     state = ResponseEvents(body)
     async for event in events:
-        produced = state.finish() if event.done else state.feed(_payload(event.data))
+        produced = state.finish() if event.done else state.feed(event.payload())
         if tab is not None:
             tab.completion_tokens += 0 if event.done else 1
             if state.usage is not None:
                 _take_usage(tab, state.usage, "")
         if produced:
             yield b"".join(map(typed_event, produced))
-
-
-def _payload(data: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise EngineUnavailable("the engine sent an event that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise EngineUnavailable("the engine sent an event that is not a JSON object")
-    return value
 
 
 async def _bounded(
@@ -331,6 +322,22 @@ async def _bounded(
             return
         sent += len(chunk)
         yield chunk
+
+
+async def _coalesced(
+    chunks: AsyncIterator[bytes], events: EngineStream
+) -> AsyncGenerator[bytes, None]:
+    """The chunks, those the engine had already sent while the last went on joined into one
+    piece (the same bytes): when whoever reads falls behind the engine, each write to it
+    carries all that waited, not one event; a reader keeping up gets each as it comes."""
+    waiting: list[bytes] = []
+    async for chunk in chunks:
+        waiting.append(chunk)
+        if not events.ready():
+            yield waiting[0] if len(waiting) == 1 else b"".join(waiting)
+            waiting = []
+    if waiting:
+        yield b"".join(waiting)
 
 
 def encoded_answer(

@@ -18,7 +18,7 @@ from ficc.base.errors import Conflict
 from ficc.domain.inference import RuntimeName, admits_requests
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.records import Endpoint, load_service
-from ficc.services.ports import EngineConnector, EngineEvent, UnitOfWorkFactory
+from ficc.services.ports import EngineConnector, EngineStream, UnitOfWorkFactory
 from ficc.services.runtimes import ReplicaHandle
 
 
@@ -151,7 +151,7 @@ class InvocationRouter:
         body: Mapping[str, Any],
         *,
         endpoint: Endpoint | None = None,
-    ) -> AsyncIterator[AsyncIterator[EngineEvent]]:
+    ) -> AsyncIterator[EngineStream]:
         """Open a streamed invocation; leaving the block closes it, which stops the engine.
 
         ``endpoint``: the replica from :meth:`endpoint` when the caller asked for it already
@@ -164,7 +164,7 @@ class InvocationRouter:
                 endpoint.base_url, endpoint.model_name, path, body
             )
             try:
-                yield aiter(stream)
+                yield stream
             finally:
                 await stream.aclose()
 

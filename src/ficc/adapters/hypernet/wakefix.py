@@ -1,0 +1,84 @@
+"""The wake-path fix for iroh 1.2.0's generated bindings: no self-pipe write per poll.
+
+Every async call into iroh (each read, each write) polls its Rust future with a continuation
+callback, and the generated callback always resumes the awaiting coroutine through
+``loop.call_soon_threadsafe``. When the future is ready at once, the callback runs on the
+loop's own thread, inside the poll: the thread-safe call then writes to the loop's wake-up
+pipe, and the loop must read it back, a pair of system calls and a loop iteration for every
+chunk a stream carries. On the loop's thread ``loop.call_soon`` does the same job without
+them; from iroh's own threads the thread-safe call stays. The coroutine is still resumed by
+the loop (never inside the poll), so a stream whose reads are always ready cannot hold the
+loop. Applied like :mod:`~ficc.adapters.hypernet.writefix`: once, and only on the shape it was
+written for; otherwise left alone with a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import textwrap
+from typing import Any, Final
+
+from iroh import iroh_ffi
+
+_EXPECTED_CALLBACK: Final = textwrap.dedent(
+    """\
+    @_UNIFFI_RUST_FUTURE_CONTINUATION_CALLBACK
+    def _uniffi_continuation_callback(future_ptr, poll_code):
+        (eventloop, future) = _UniffiContinuationHandleMap.remove(future_ptr)
+        eventloop.call_soon_threadsafe(_uniffi_set_future_result, future, poll_code)
+    """
+)
+_MARK: Final = "_ficc_wake_fix"
+
+log = logging.getLogger(__name__)
+
+
+def _continue(future_ptr: int, poll_code: int) -> None:
+    """Resume the coroutine awaiting ``future_ptr``'s poll, by the cheapest safe way."""
+    handles: Any = iroh_ffi._UniffiContinuationHandleMap
+    eventloop: asyncio.AbstractEventLoop
+    eventloop, future = handles.remove(future_ptr)
+    if asyncio._get_running_loop() is eventloop:
+        eventloop.call_soon(iroh_ffi._uniffi_set_future_result, future, poll_code)
+    else:
+        eventloop.call_soon_threadsafe(iroh_ffi._uniffi_set_future_result, future, poll_code)
+
+
+def apply_wake_fix() -> bool:
+    """Replace the continuation callback once per process (a second call is a no-op); False,
+    with a warning, when the generated code changed shape and was left as it is."""
+    current: Any = getattr(iroh_ffi, "_uniffi_continuation_callback", None)
+    if getattr(current, _MARK, False):
+        return True
+    kind = getattr(iroh_ffi, "_UNIFFI_RUST_FUTURE_CONTINUATION_CALLBACK", None)
+    needed = (
+        "_UniffiContinuationHandleMap",
+        "_uniffi_set_future_result",
+        "_uniffi_rust_call_async",
+    )
+    if current is None or kind is None or not all(hasattr(iroh_ffi, name) for name in needed):
+        return _left_alone("iroh's generated continuation callback is missing")
+    try:
+        source = inspect.getsource(iroh_ffi)
+        caller = inspect.getsource(iroh_ffi._uniffi_rust_call_async)
+    except (OSError, TypeError):
+        return _left_alone("iroh's generated continuation callback cannot be read")
+    if _EXPECTED_CALLBACK not in source or "_uniffi_continuation_callback," not in caller:
+        return _left_alone("iroh's generated continuation callback changed shape")
+    callback = kind(_continue)
+    setattr(callback, _MARK, True)
+    # The poll looks the callback up by its global name at each call; the module keeps the
+    # ctypes object alive for as long as Rust may call it.
+    iroh_ffi._uniffi_continuation_callback = callback
+    return True
+
+
+def _left_alone(why: str) -> bool:
+    log.warning(
+        "%s; the HyperNet wake fix is not applied and each stream read and write costs a "
+        "wake-up of the loop (review ficc.adapters.hypernet.wakefix for this iroh version)",
+        why,
+    )
+    return False

@@ -1,0 +1,150 @@
+"""The streamed relay's hot path: chunks that waited go on together (the same bytes, fewer
+writes) on both clusters, and iroh's ready polls resume their coroutine without a wake-up of
+the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ficc.adapters.engines.sse import EngineStream
+from ficc.adapters.hypernet import wakefix
+from ficc.adapters.hypernet.requesting import Exchange
+from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
+from ficc.protocol.events import AnswerEnded, DataReceived, Event
+from ficc.services.inference import invoke
+
+
+class _Protocol:
+    """What the requester's connection makes of each read: here, a script of events."""
+
+    def __init__(self, reads: list[list[Event]]) -> None:
+        self._reads = reads
+
+    def receive(self, stream_id: int, data: bytes, now: float) -> list[Event]:
+        return self._reads.pop(0)
+
+
+def _exchange(reads: list[list[Event]]) -> Exchange:
+    async def read(stream_id: int, stream: Any) -> bytes:
+        await asyncio.sleep(0)
+        return b"x"
+
+    return Exchange(
+        _Protocol(reads),  # type: ignore[arg-type]
+        1,
+        None,  # type: ignore[arg-type]
+        read,
+        lambda: 0.0,
+        message_timeout=None,
+    )
+
+
+async def _pieces(exchange: Exchange, *, transfer: bool = False) -> list[bytes]:
+    chunks = await exchange.streamed(transfer=transfer)
+    return [piece async for piece in chunks]
+
+
+async def test_chunks_that_arrived_together_reach_a_slow_reader_in_one_write() -> None:
+    # The reader fell behind: one read of the peer's stream brought three chunks, the next two.
+    reads: list[list[Event]] = [
+        [DataReceived(1, b"data: a\n\n"), DataReceived(1, b"data: b\n\n")],
+        [DataReceived(1, b"data: c\n\n")],
+        [DataReceived(1, b"data: d\n\n"), AnswerEnded(1)],
+    ]
+    pieces = await _pieces(_exchange(reads))
+    assert b"".join(pieces) == b"data: a\n\ndata: b\n\ndata: c\n\ndata: d\n\n"
+    assert pieces == [b"data: a\n\ndata: b\n\n", b"data: c\n\n", b"data: d\n\n"]
+
+
+async def test_a_reader_keeping_up_gets_each_chunk_as_it_came() -> None:
+    reads: list[list[Event]] = [[DataReceived(1, b"a")], [DataReceived(1, b"b")], [AnswerEnded(1)]]
+    assert await _pieces(_exchange(reads)) == [b"a", b"b"]
+
+
+async def test_a_transfers_chunks_stay_apart() -> None:
+    reads: list[list[Event]] = [[DataReceived(1, b"a"), DataReceived(1, b"b"), AnswerEnded(1)]]
+    assert await _pieces(_exchange(reads), transfer=True) == [b"a", b"b"]
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def call_soon(self, *args: Any) -> None:
+        self.calls.append("call_soon")
+
+    def call_soon_threadsafe(self, *args: Any) -> None:
+        self.calls.append("call_soon_threadsafe")
+
+
+def test_the_wake_fix_applies_to_iroh_1_2_0_once() -> None:
+    assert wakefix.apply_wake_fix()
+    assert wakefix.apply_wake_fix()
+
+
+async def test_a_poll_ready_on_the_loops_thread_resumes_without_a_thread_safe_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = _Loop()
+    handles = wakefix.iroh_ffi._UniffiContinuationHandleMap
+    monkeypatch.setattr(asyncio, "_get_running_loop", lambda: loop)
+    wakefix._continue(handles.insert((loop, None)), 0)
+    assert loop.calls == ["call_soon"]
+
+
+def test_a_poll_woken_from_irohs_thread_resumes_through_the_thread_safe_call() -> None:
+    loop = _Loop()
+    handles = wakefix.iroh_ffi._UniffiContinuationHandleMap
+    wakefix._continue(handles.insert((loop, None)), 0)  # no loop runs on this thread
+    assert loop.calls == ["call_soon_threadsafe"]
+
+
+class _Body:
+    """An engine's streamed body as the client reads it: pieces, each one read."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    async def aiter_raw(self) -> Any:
+        for piece in self._pieces:
+            await asyncio.sleep(0)
+            yield piece
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _event(text: str) -> bytes:
+    return b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+
+async def _relay(pieces: list[bytes]) -> list[bytes]:
+    """What the grantor's relay writes for an engine body read in ``pieces``."""
+    stream = EngineStream(_Body(pieces), CHAT_COMPLETIONS_PATH)  # type: ignore[arg-type]
+    await stream.start()
+    chunks = invoke._coalesced(invoke._bounded(invoke._relayed(stream), None), stream)
+    return [chunk async for chunk in chunks]
+
+
+async def test_events_the_engine_sent_while_the_relay_was_behind_go_on_in_one_write() -> None:
+    # Three events and [DONE] waited in one read (the peer read slower than the engine).
+    engine = [_event("a") + _event("b") + _event("c") + b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert b"".join(writes) == b"".join(engine)
+    assert len(writes) == 1
+
+
+async def test_events_arriving_one_by_one_are_written_one_by_one() -> None:
+    engine = [_event("a"), _event("b"), b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert writes == engine
+
+
+async def test_an_event_is_not_held_for_a_half_arrived_one_or_a_comment() -> None:
+    half = _event("b")
+    engine = [_event("a") + half[:10], half[10:] + b": ping\n\n", b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert writes == [_event("a"), half, b"data: [DONE]\n\n"]
