@@ -349,3 +349,17 @@ def parse_usage_event(chunk: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def split_usage_event(chunk: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """The events of ``chunk`` before the grantor's usage event, and that event's counts.
+
+    The requester joins the chunks that waited while its caller read (coalesced writes), so
+    the usage event may end a chunk of other events. It is found only at an event's start: a
+    ``data:`` line is one line of JSON, which holds no raw newline.
+    """
+    start = 0 if chunk.startswith(USAGE_EVENT) else chunk.find(b"\n\n" + USAGE_EVENT) + 2
+    if start == 1:
+        return chunk, None
+    told = parse_usage_event(chunk[start:])
+    return (chunk[:start], told) if told is not None else (chunk, None)

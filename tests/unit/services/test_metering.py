@@ -26,7 +26,7 @@ from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
-from ficc.services.metering import Meter, parse_usage_event
+from ficc.services.metering import Meter, parse_usage_event, split_usage_event, usage_event
 from ficc.services.peer_channel import EncodedAnswer, end_request
 from ficc.services.remote.call import Call
 from ficc.services.remote.inference_ops import InferenceOperations
@@ -409,3 +409,15 @@ def test_an_embeddings_request_reserves_its_input_and_no_completion() -> None:
     with pytest.raises(LimitExceeded) as chat:
         m.reserve(7, None, allowance=7)
     assert chat.value.details == {"limit": "tokens", "needed": 8, "remaining": 7}
+
+
+def test_the_usage_event_is_taken_off_the_end_of_chunks_joined_while_the_caller_read() -> None:
+    told = {"prompt_tokens": 3, "completion_tokens": 2}
+    event = b'data: {"choices":[{"text":"x"}]}\n\n'
+    usage = usage_event(told)
+    assert split_usage_event(usage) == (b"", told)
+    assert split_usage_event(event + event + usage) == (event + event, told)
+    # Only at an event's start: the words inside an event's JSON are that event's.
+    inside = b'data: {"text":"event: ficc.usage\\ndata: {}"}\n\n'
+    assert split_usage_event(inside) == (inside, None)
+    assert split_usage_event(event) == (event, None)

@@ -30,7 +30,7 @@ from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
-from ficc.services.metering import outcome_of, parse_usage_event, settle_surely
+from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
@@ -251,10 +251,11 @@ class RemoteClient:
         counted itself: each event after the first (the role) one token, as engines stream."""
         events = 0
         try:
-            async for chunk in chunks:
-                told = parse_usage_event(chunk)
+            async for joined in chunks:
+                chunk, told = split_usage_event(joined)
                 if told is not None:
                     usage.told = told
+                if not chunk:
                     continue
                 usage.response_bytes += len(chunk)
                 events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
