@@ -1,15 +1,15 @@
-"""Prometheus metrics of one FICC process: the families, and the figures read at scrape time.
+"""Prometheus metrics of one FICC process: the families and their labels.
 
 Counters and histograms are updated where the work happens (the HTTP middleware, the HyperNet
 adapter, the SQLite writer lock). Figures that are state rather than events (services by
-state, requests in flight per grant, engine restarts) are read when ``/metrics`` is scraped,
-so nothing in the services layer knows about Prometheus.
+state, requests in flight per grant, engine restarts) are read when ``/metrics`` is scraped
+(:mod:`ficc.adapters.state_gauges`), so nothing in the services layer knows about Prometheus.
+This module imports nothing of storage: the SQLite writer lock reports here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -20,15 +20,10 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from sqlalchemy import Subquery, func, select
 
-from ficc.adapters.sql import tables as t
 from ficc.domain.inference import RestartPolicy
 from ficc.domain.routes import Outcome
 from ficc.services.remote.table import OPERATIONS
-
-if TYPE_CHECKING:
-    from ficc.adapters.sql.database import Database
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -150,44 +145,6 @@ def federation_outcome(error_code: str | None) -> str:
 def is_transfer(label: str) -> bool:
     """Whether a request with this operation label streams model bytes (``models.range``)."""
     return label == TRANSFER_LABEL
-
-
-async def refresh_state_gauges(
-    database: Database, in_flight: Mapping[str, int], *, by_grant: bool
-) -> None:
-    """Read the figures that are state into their gauges, just before a scrape (no await
-    between this and the exposition: a scrape sees the figures it asked for)."""
-    connection = await database.connect()
-    try:
-        by_state = (
-            await connection.execute(
-                select(t.services.c.state, func.count().label("count")).group_by(t.services.c.state)
-            )
-        ).all()
-        attempts = (
-            await connection.execute(select(func.count()).select_from(t.replica_attempts))
-        ).scalar_one()
-        replicas = (
-            await connection.execute(select(func.count()).select_from(_distinct_replicas()))
-        ).scalar_one()
-    finally:
-        await connection.rollback()
-        await connection.close()
-    INFERENCE_SERVICES.clear()
-    for row in by_state:
-        INFERENCE_SERVICES.labels(state=str(row.state)).set(int(row._mapping["count"]))
-    ENGINE_RESTARTS.set(max(int(attempts) - int(replicas), 0))
-    FEDERATION_IN_FLIGHT.clear()
-    if not by_grant:
-        FEDERATION_IN_FLIGHT.labels(grant=ALL_GRANTS).set(sum(in_flight.values()))
-        return
-    for grant, count in in_flight.items():
-        FEDERATION_IN_FLIGHT.labels(grant=grant).set(count)
-
-
-def _distinct_replicas() -> Subquery:
-    attempt = t.replica_attempts.c
-    return select(attempt.service_id, attempt.replica).distinct().subquery()
 
 
 ROUTE_REQUESTS: Final = Counter(

@@ -52,7 +52,11 @@ MAX_MODEL_BYTES: Final = 1 * TiB
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Any RFC 3986 scheme followed by an authority, anywhere in the text: "s3://", "git+ssh://".
-_SCHEME_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+# Tried only where a run of scheme characters begins, with the run's first letter found
+# without backtracking: the same texts match as with a plain ``[A-Za-z][A-Za-z0-9+.\-]*://``,
+# but in time linear in the text (that one rescans the rest of a run from each of its
+# characters, so a long word in a manifest's metadata took quadratic time).
+_SCHEME_AUTHORITY = re.compile(r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://")
 # Schemes that locate content even without "//": "hf:org/model", "file:/etc", "s3:bucket/key".
 _LOCATOR_SCHEME = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?:https?|ftps?|sftp|file|s3|gs|hf|wss?)\s*:", re.IGNORECASE

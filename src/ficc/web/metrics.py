@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ficc.adapters import metrics
+from ficc.adapters import metrics, state_gauges
 from ficc.web.auth import Context, scoped
 
 router = APIRouter(tags=["operations"])
@@ -22,5 +22,5 @@ async def scrape(ctx: Context = scoped("resources:read")) -> Response:
     if cluster.database is not None:
         # Grant IDs are per project: only the local owner sees each grant's figure.
         owner = ctx.principal.is_owner
-        await metrics.refresh_state_gauges(cluster.database, in_flight, by_grant=owner)
+        await state_gauges.refresh_state_gauges(cluster.database, in_flight, by_grant=owner)
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)

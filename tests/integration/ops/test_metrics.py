@@ -16,7 +16,7 @@ from tests.support.transfers import (
     wait_until,
 )
 
-from ficc.adapters import metrics
+from ficc.adapters import metrics, state_gauges
 from ficc.adapters.sql.database import Database, default_url
 from ficc.adapters.sql.schema import upgrade
 
@@ -139,9 +139,9 @@ async def test_the_in_flight_gauge_names_grants_only_when_asked_to(tmp_path: Pat
     await upgrade(database)
     try:
         in_flight = {"grant_a": 2, "grant_b": 1}
-        await metrics.refresh_state_gauges(database, in_flight, by_grant=False)
+        await state_gauges.refresh_state_gauges(database, in_flight, by_grant=False)
         summed = metrics.exposition().decode()
-        await metrics.refresh_state_gauges(database, in_flight, by_grant=True)
+        await state_gauges.refresh_state_gauges(database, in_flight, by_grant=True)
         named = metrics.exposition().decode()
     finally:
         await database.dispose()

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from tests.support.fakes.cluster import fake_cluster
 from tests.unit.contracts.test_inference_repositories import CLOCK, a_service
 from tests.unit.web.test_console_pages import _render
@@ -31,12 +32,15 @@ from ficc.web.app import create_app
 @dataclass
 class Setup:
     cluster: Cluster
+    app: FastAPI
+    """One app for every client of a test: building FastAPI's routes is most of a request's
+    cost the first time an app answers."""
     api: httpx.AsyncClient
     service: str
 
     def token_client(self, token: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(self.cluster)),
+            transport=httpx.ASGITransport(app=self.app),
             base_url="http://127.0.0.1:8470",
             headers={"Authorization": f"Bearer {token}"},
         )
@@ -82,12 +86,13 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     cluster = await fake_cluster(tmp_path / "state")
     service = await a_service(cluster.uow_factory)
     token = cluster.state.read_owner_token()
+    app = create_app(cluster)
     api = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(cluster)),
+        transport=httpx.ASGITransport(app=app),
         base_url="http://127.0.0.1:8470",
         headers={"Authorization": f"Bearer {token}"},
     )
-    yield Setup(cluster, api, service.id)
+    yield Setup(cluster, app, api, service.id)
     await api.aclose()
 
 

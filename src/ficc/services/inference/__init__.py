@@ -35,8 +35,9 @@ from ficc.services.inference.records import (
     ModelPath,
     service_json,
 )
+from ficc.services.inference.restarts import RestartCounter
 from ficc.services.inference.router import InvocationRouter
-from ficc.services.inference.supervisor import ReplicaSupervisor, RestartCounter
+from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.inference.upkeep import ServiceUpkeep
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
 from ficc.services.runtimes import Runtime

@@ -1,63 +1,43 @@
 """Supervision of engine replicas: launch, watch, restart, drain, stop, and FICC's own restart.
 
-Every replica attempt is recorded before its engine is launched (write-ahead). After a FICC
-restart, an attempt with a recorded process is fenced (killed by pid and start time) and one
-without is *unknown*. An engine that ends by itself is started again as its service's restart
-policy says (``decide_restart``: backoff, and ``failed`` after too many crashes), once every
-replica of the service has ended. Every state change goes through the domain's tables:
-``apply_event`` for services, ``next_attempt_state`` for attempts, ``plan_operation`` for the
-shutdown's stop.
+Every replica attempt is recorded before its engine is launched (write-ahead,
+:mod:`.attempts`). An engine that ends by itself is started again as its service's restart
+policy says (:mod:`.restarts`), once every replica of the service has ended. Every state change
+goes through the domain's tables: ``apply_event`` for services, ``next_attempt_state`` for
+attempts, ``plan_operation`` for the shutdown's stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from ficc.base.errors import Conflict, FiccError, RuntimeNotInstalled
+from ficc.base.errors import FiccError, RuntimeNotInstalled
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
-    CrashLoop,
-    DesiredState,
     Operation,
-    RestartPolicy,
     RuntimeName,
     ServiceEvent,
     ServiceState,
     admits_requests,
     apply_event,
-    decide_restart,
-    next_attempt_state,
     plan_operation,
-    recovery_event,
 )
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
-from ficc.services import audit
-from ficc.services.inference.records import (
-    AttemptFence,
-    grant_lapsed,
-    node_info,
-    record_attempts,
-)
+from ficc.services.inference.attempts import AttemptLog, recover_attempts
+from ficc.services.inference.records import AttemptFence, node_info
+from ficc.services.inference.restarts import Backoff, RestartCounter, Restarts
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
-from ficc.services.runtimes import LaunchRequest, ProcessIdentity, ReplicaHandle, Runtime
+from ficc.services.runtimes import LaunchRequest, ReplicaHandle, Runtime
 
 log = logging.getLogger("ficc.inference")
-
-SUPERVISOR_ACTOR: Final = "ficc:supervisor"
-"""Who restarts a crashed engine, in the audit log."""
-RESTARTABLE_STATES: Final = frozenset({ServiceState.STARTING, ServiceState.RUNNING})
-
-RestartCounter = Callable[[RestartPolicy], None]
-"""Told of every restart of a crashed service (the metrics' counter), by its policy."""
 
 
 class ReplicaSupervisor:
@@ -87,14 +67,10 @@ class ReplicaSupervisor:
         self._stopping: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._serve_instance = serve_instance
-        self._on_restart = on_restart
-        self._loops: dict[str, CrashLoop] = {}
-        self._running_since: dict[str, datetime] = {}
-        self._backoff: set[str] = set()
-        """Services waiting to be started again after a crash."""
-        self._launches: dict[str, tuple[Node, Path | None]] = {}
-        """What each service's last launch ran with: a restart launches the same again."""
+        self._attempts = AttemptLog(uow_factory, clock)
+        self._restarts = Restarts(
+            uow_factory, clock, serve_instance=serve_instance, on_restart=on_restart
+        )
 
     def runtime(self, name: RuntimeName) -> Runtime:
         """The installed runtime ``name``; RuntimeNotInstalled when this cluster has none."""
@@ -125,10 +101,7 @@ class ReplicaSupervisor:
         """A removed service leaves nothing behind; its caller holds (and drops) its lock."""
         self._locks.pop(service_id, None)
         self._stopping.discard(service_id)
-        self._loops.pop(service_id, None)
-        self._running_since.pop(service_id, None)
-        self._launches.pop(service_id, None)
-        self._backoff.discard(service_id)
+        self._restarts.forget(service_id)
         self._router.forget(service_id)
 
     def tracked_services(self) -> frozenset[str]:
@@ -138,10 +111,7 @@ class ReplicaSupervisor:
                 *self._handles,
                 *self._stopping,
                 *self._locks,
-                *self._loops,
-                *self._running_since,
-                *self._launches,
-                *self._backoff,
+                *self._restarts.tracked_services(),
                 *self._router.tracked_services(),
             }
         )
@@ -156,41 +126,7 @@ class ReplicaSupervisor:
 
     async def recover(self) -> None:
         """At start: nothing from an earlier FICC process is believed running."""
-        async with self._uow_factory() as uow:
-            for service in await uow.services.list_all():
-                lost = 0
-                for attempt in await uow.attempts.for_service(service.id):
-                    event = recovery_event(attempt.state)
-                    if event is None:
-                        continue
-                    if event is AttemptEvent.RECOVERED and attempt.pid is not None:
-                        try:
-                            await self.runtime(service.spec.runtime).fence(
-                                ProcessIdentity(attempt.pid, attempt.pid_start_ticks or -1),
-                                self._grace,
-                            )
-                        except FiccError:
-                            # Not fenced: whether its process still runs cannot be proved.
-                            event = AttemptEvent.LOST
-                    if event is AttemptEvent.LOST:
-                        lost += 1
-                    await uow.attempts.update(
-                        replace(
-                            attempt,
-                            state=next_attempt_state(attempt.state, event),
-                            ended_at=self._clock(),
-                        )
-                    )
-                state = apply_event(service.state, ServiceEvent.INTERRUPTED)
-                if state is not service.state:
-                    reason = f"FICC restarted while the service was {service.state.value}"
-                    reason += "; its replicas were stopped"
-                    if lost:
-                        reason += f"; {lost} replica attempt(s) have an unknown outcome"
-                    await uow.services.update(
-                        replace(service, state=state, error=reason, updated_at=self._clock())
-                    )
-            await uow.commit()
+        await recover_attempts(self._uow_factory, self._clock, self.runtime, self._grace)
 
     async def close(self) -> None:
         """At a clean shutdown: stop every engine and record the services as stopped (those
@@ -199,7 +135,7 @@ class ReplicaSupervisor:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for service_id in sorted({*self._handles, *self._backoff}):
+        for service_id in sorted({*self._handles, *self._restarts.waiting()}):
             await self.stop_replicas(service_id)
             async with self._uow_factory() as uow:
                 service = await uow.services.get(service_id)
@@ -268,10 +204,7 @@ class ReplicaSupervisor:
         self._router.close(service.id)
         self._handles[service.id] = handles
         self._stopping.discard(service.id)
-        self._launches[service.id] = (node, model_path)
-        if not restarting:
-            self._loops.pop(service.id, None)
-        self._running_since.pop(service.id, None)
+        self._restarts.launching(service.id, node, model_path, restarting=restarting)
 
         def superseded() -> bool:
             """A stop, a crash or a newer start has taken this launch's replicas away."""
@@ -279,7 +212,7 @@ class ReplicaSupervisor:
 
         for index, attempt in enumerate(attempts):
             if superseded():
-                await self._never_launched(attempts[index:])
+                await self._attempts.never_launched(attempts[index:])
                 return
             request = LaunchRequest(
                 attempt_id=attempt.id,
@@ -291,16 +224,16 @@ class ReplicaSupervisor:
             try:
                 handle = await runtime.launch(request)
             except FiccError as exc:
-                await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
-                await self._never_launched(attempts[index + 1 :])
+                await self._attempts.event(attempt.id, AttemptEvent.LAUNCH_FAILED)
+                await self._attempts.never_launched(attempts[index + 1 :])
                 if not superseded():
                     await self._launch_failed(service.id, exc.message, restarting)
                 return
-            await self._attempt_launched(attempt.id, handle)
+            await self._attempts.launched(attempt.id, handle)
             if superseded():
                 # Stopped while this engine was being launched: end it here, or nobody will.
                 await self._end_replica(handle)
-                await self._never_launched(attempts[index + 1 :])
+                await self._attempts.never_launched(attempts[index + 1 :])
                 return
             handles.append(handle)
             self.spawn(self._watch(service.id, runtime, handle))
@@ -311,22 +244,14 @@ class ReplicaSupervisor:
             if not health.healthy:
                 claimed = self._claim(service.id)  # before any await: no watch takes it too
                 tail = "\n".join(runtime.log_tail(handle))
-                await self._attempt_event(handle.attempt_id, AttemptEvent.LAUNCH_FAILED, tail)
+                await self._attempts.event(handle.attempt_id, AttemptEvent.LAUNCH_FAILED, tail)
                 await self._launch_failed(
                     service.id, health.reason or "engine not ready", restarting, claimed
                 )
                 return
-            await self._attempt_event(handle.attempt_id, AttemptEvent.HEALTHY)
+            await self._attempts.event(handle.attempt_id, AttemptEvent.HEALTHY)
         if not superseded():
             await self._service_event(service.id, ServiceEvent.READY, None, tuple(handles))
-
-    async def _never_launched(self, attempts: list[AttemptRecord]) -> None:
-        """Attempts a launch gave up before starting them: provably no process, not pending.
-
-        Left pending, they would read as "unknown outcome" after a FICC restart.
-        """
-        for attempt in attempts:
-            await self._attempt_event(attempt.id, AttemptEvent.LAUNCH_FAILED)
 
     def _claim(self, service_id: str) -> list[ReplicaHandle]:
         """Take a service's replicas away from every other path, without awaiting anything:
@@ -356,7 +281,7 @@ class ReplicaSupervisor:
             return
         handles = self._claim(service_id)
         tail = "\n".join(ended.log_tail or runtime.log_tail(handle))
-        await self._attempt_event(handle.attempt_id, AttemptEvent.CRASHED, tail, ended.exit_code)
+        await self._attempts.event(handle.attempt_id, AttemptEvent.CRASHED, tail, ended.exit_code)
         for other in handles:
             await self._end_replica(other)  # the crashed one too: its runtime lets go of it
         clean = ended.exit_code == 0 and ended.signal is None and ended.reason is None
@@ -367,86 +292,27 @@ class ReplicaSupervisor:
     ) -> None:
         """Every replica of a service has ended after one ended without being asked: start it
         again after the backoff, or record it ``failed`` (policy, crash loop, lapsed grant)."""
-        async with self._uow_factory() as uow:
-            service = await uow.services.get(service_id)
-            if service is None:
-                return
-            now = self._clock()
-            running_since = self._running_since.pop(service_id, None)
-            decision = None
-            if service.desired is DesiredState.RUNNING and service.state in RESTARTABLE_STATES:
-                decision = decide_restart(
-                    service.spec.restart,
-                    clean_exit=clean_exit,
-                    loop=self._loops.get(service_id, CrashLoop()),
-                    now=now,
-                    running_since=running_since,
-                )
-                self._loops[service_id] = decision.loop
-                if decision.restart and await grant_lapsed(uow, service, now):
-                    decision = replace(
-                        decision, restart=False, reason="its grant is no longer active"
-                    )
-            if decision is None or not decision.restart:
-                state = apply_event(service.state, ServiceEvent.CRASHED)
-                if state is service.state:
-                    return
-                error = description
-                if decision is not None and decision.reason is not None:
-                    error = f"{description}; {decision.reason}"
-                await uow.services.update(
-                    replace(service, state=state, error=error, updated_at=now)
-                )
-                await uow.commit()
-                return
-            state = apply_event(service.state, ServiceEvent.RESTARTING)
-            error = (
-                f"{description}; starting again in {decision.delay_seconds:g} s "
-                f"(restart {decision.loop.consecutive})"
-            )
-            await uow.services.update(replace(service, state=state, error=error, updated_at=now))
-            await uow.commit()
-        self._backoff.add(service_id)
-        self.spawn(self._restart_later(service_id, service.revision, decision.delay_seconds))
+        backoff = await self._restarts.ended_by_itself(
+            service_id, description, clean_exit=clean_exit
+        )
+        if backoff is not None:
+            self.spawn(self._restart_later(service_id, backoff))
 
-    async def _restart_later(self, service_id: str, revision: int, delay_seconds: float) -> None:
+    async def _restart_later(self, service_id: str, backoff: Backoff) -> None:
         """After the backoff, start the service again, unless someone changed it meanwhile."""
-        await asyncio.sleep(delay_seconds)
-        self._backoff.discard(service_id)  # not when cancelled: the shutdown records it stopped
+        await asyncio.sleep(backoff.delay_seconds)
+        self._restarts.waited(service_id)
         lock = await self.lock_of(service_id)
-        launch = self._launches.get(service_id)
+        launch = self._restarts.last_launch(service_id)
         if lock is None or launch is None:
             return
         async with lock:
-            async with self._uow_factory() as uow:
-                service = await uow.services.get(service_id)
-                if (
-                    service is None
-                    or service.state is not ServiceState.STARTING
-                    or service.desired is not DesiredState.RUNNING
-                    or service.revision != revision
-                    or service_id in self._handles
-                ):
-                    return
-                attempts = await record_attempts(uow, service, self._serve_instance, self._clock())
-                loop = self._loops.get(service_id, CrashLoop())
-                await audit.record(
-                    uow,
-                    self._clock,
-                    action="service.restart",
-                    actor=SUPERVISOR_ACTOR,
-                    project=service.project,
-                    target=service_id,
-                    details={
-                        "restart": loop.consecutive,
-                        "policy": service.spec.restart.value,
-                        "delay_seconds": delay_seconds,
-                        "reason": service.error,
-                    },
-                )
-                await uow.commit()
-            if self._on_restart is not None:
-                self._on_restart(service.spec.restart)
+            restart = await self._restarts.record_restart(
+                service_id, backoff, lambda: service_id in self._handles
+            )
+            if restart is None:
+                return
+            service, attempts = restart
             node, model_path = launch
             self.spawn(self.launch(service, node, model_path, attempts, restarting=True))
 
@@ -474,54 +340,11 @@ class ReplicaSupervisor:
 
     async def _end_replica(self, handle: ReplicaHandle) -> None:
         runtime = self.runtime(handle.runtime)
-        await self._attempt_event(handle.attempt_id, AttemptEvent.STOP)
+        await self._attempts.event(handle.attempt_id, AttemptEvent.STOP)
         ended = await runtime.stop(handle, self._grace)
-        await self._attempt_event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
+        await self._attempts.event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
 
     # --- records -----------------------------------------------------------------------------
-
-    async def _attempt_launched(self, attempt_id: str, handle: ReplicaHandle) -> None:
-        async with self._uow_factory() as uow:
-            attempt = await uow.attempts.get(attempt_id)
-            if attempt is None:
-                return
-            await uow.attempts.update(
-                replace(
-                    attempt,
-                    state=next_attempt_state(attempt.state, AttemptEvent.LAUNCHED),
-                    pid=handle.pid,
-                    pid_start_ticks=None if handle.process is None else handle.process.start_ticks,
-                    port=handle.port,
-                )
-            )
-            await uow.commit()
-
-    async def _attempt_event(
-        self,
-        attempt_id: str,
-        event: AttemptEvent,
-        log_tail: str | None = None,
-        exit_code: int | None = None,
-    ) -> None:
-        async with self._uow_factory() as uow:
-            attempt = await uow.attempts.get(attempt_id)
-            if attempt is None:
-                return
-            try:
-                state = next_attempt_state(attempt.state, event)
-            except Conflict:
-                return  # a stale event: the attempt moved on already
-            ended = state in (AttemptState.STOPPED, AttemptState.CRASHED, AttemptState.FAILED)
-            await uow.attempts.update(
-                replace(
-                    attempt,
-                    state=state,
-                    log_tail=log_tail if log_tail is not None else attempt.log_tail,
-                    exit_code=exit_code if exit_code is not None else attempt.exit_code,
-                    ended_at=self._clock() if ended else attempt.ended_at,
-                )
-            )
-            await uow.commit()
 
     async def _service_event(
         self,
@@ -554,7 +377,7 @@ class ReplicaSupervisor:
             await uow.services.update(replace(service, state=state, error=shown, updated_at=now))
             await uow.commit()
             if state is ServiceState.RUNNING:
-                self._running_since[service_id] = now
+                self._restarts.running(service_id, now)
             if admits_requests(state) and ready:
                 self._router.open(
                     service_id, service.project, service.spec.runtime, ready, service.spec.options

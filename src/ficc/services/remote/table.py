@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
 from ficc.domain.operations import ANY_SCOPE, Streaming, only_fields, parse_body
@@ -33,10 +33,20 @@ if TYPE_CHECKING:
     from ficc.services.federation.peers import Peers
     from ficc.services.remote.inference_ops import InferenceOperations
     from ficc.services.remote.model_ops import ModelOperations
-    from ficc.services.transfers.serving import RangeServer
 
 DEFINITE_REFUSALS: Final = (InvalidInput, PermissionDenied, NotFound, Conflict, LimitExceeded)
 """Errors an effect raises before it commits anything (never a lost peer or an unknown)."""
+
+
+class RangeServing(Protocol):
+    """The grantor's side of a transfer, as the table needs it.
+
+    A port rather than ``transfers.serving.RangeServer`` itself: the transfers package imports
+    this one (the requester's client, the call), so naming its class here would make the two
+    import each other.
+    """
+
+    def serve_range(self, call: Call) -> AsyncIterator[bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,7 @@ class Handlers:
     grants: Grants
     inference: InferenceOperations
     models: ModelOperations
-    transfers: RangeServer
+    transfers: RangeServing
 
 
 @dataclass(frozen=True)
