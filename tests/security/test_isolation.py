@@ -34,7 +34,7 @@ from tests.support.isolation import (
 
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.sql.database import LoopConnection
-from ficc.adapters.sql.repositories import SqlGrants
+from ficc.adapters.sql.grants import SqlGrants
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PeerUnreachable
 from ficc.base.ids import new_id
 from ficc.base.units import GiB, MiB, TiB

@@ -333,68 +333,6 @@ def told_usage(
     }
 
 
-def duration_text(seconds: float) -> str:
-    """A wait as OpenAI's rate-limit headers spell it: ``1m30s``, ``12.5s``, ``0s``."""
-    if seconds >= 60:
-        minutes, rest = divmod(seconds, 60)
-        return f"{int(minutes)}m{round(rest, 3):g}s"
-    return f"{round(seconds, 3):g}s"
-
-
-def _count_of(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _field(value: object, name: str) -> object:
-    return value.get(name) if isinstance(value, Mapping) else None
-
-
-def rate_limit_headers(grant: Mapping[str, Any], told: Mapping[str, Any] | None) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers for an answer under ``grant`` (the requester's copy),
-    from what the grantor last told (else the copy's own figures).
-
-    Requests: the per-minute rule where the grant sets one, else the grant's ``requests``;
-    remaining is the least either leaves. Tokens (only where the grant limits them): the
-    per-minute rule where set, else ``tokens``; remaining is the least any token rule leaves.
-    ``x-ratelimit-reset-tokens`` (and ``-requests``) where a window applies.
-    """
-    source = told if told is not None else grant
-    remaining, windows = source.get("remaining"), source.get("windows")
-    headers: dict[str, str] = {}
-    rpm, requests = _count_of(grant.get("requests_per_minute")), _count_of(grant.get("requests"))
-    if rpm is not None or requests is not None:
-        headers["x-ratelimit-limit-requests"] = str(rpm if rpm is not None else requests)
-        lefts = [_count_of(_field(remaining, "requests"))]
-        if rpm is not None:
-            window = _field(windows, "requests_per_minute")
-            lefts.append(_count_of(_field(window, "remaining")) or (rpm if window is None else 0))
-            reset = _field(window, "reset_seconds")
-            headers["x-ratelimit-reset-requests"] = duration_text(
-                float(reset) if isinstance(reset, int | float) else 0.0
-            )
-        known = [v for v in lefts if v is not None]
-        if known:
-            headers["x-ratelimit-remaining-requests"] = str(min(known))
-    tpm, tokens = _count_of(grant.get("tokens_per_minute")), _count_of(grant.get("tokens"))
-    if tpm is None and tokens is None:
-        return headers
-    headers["x-ratelimit-limit-tokens"] = str(tpm if tpm is not None else tokens)
-    token_lefts: list[int] = []
-    if tokens is not None:
-        left = _count_of(_field(remaining, "tokens"))
-        token_lefts.append(tokens if left is None else left)
-    if tpm is not None:
-        window = _field(windows, "tokens_per_minute")
-        left = _count_of(_field(window, "remaining"))
-        token_lefts.append(tpm if left is None else left)
-        reset = _field(window, "reset_seconds")
-        headers["x-ratelimit-reset-tokens"] = duration_text(
-            float(reset) if isinstance(reset, int | float) else 0.0
-        )
-    headers["x-ratelimit-remaining-tokens"] = str(min(token_lefts))
-    return headers
-
-
 def parse_told(value: object) -> tuple[int, int] | None:
     """The counts a grantor told, if well formed."""
     if not isinstance(value, dict):

@@ -1,10 +1,11 @@
 """The HyperNet companion endpoint: iroh glue that drives the ficc.federation/1 core.
 
 Nothing above the adapters touches iroh. This module binds the endpoint (an explicit minimal
-preset and explicit bind addresses), accepts connections for our ALPN, runs the handshake and
-implements the :class:`~ficc.services.peer_channel.PeerChannel` port; which session is whose
-and what a stranger may hold are asked of :class:`~ficc.protocol.sessions.SessionTable`. One
-asyncio loop per process owns iroh: the bindings' event loop is process-global.
+preset and explicit bind addresses), accepts connections for our ALPN, dials peers (through
+:class:`~ficc.adapters.hypernet.dialing.Dialer`), runs the handshake and implements the
+:class:`~ficc.services.peer_channel.PeerChannel` port; which session is whose and what a
+stranger may hold are asked of :class:`~ficc.protocol.sessions.SessionTable`. One asyncio loop
+per process owns iroh: the bindings' event loop is process-global.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from ficc.adapters.hypernet.binding import (
     ExplicitBind,
     bind_addresses,
     claim_event_loop,
-    peer_address,
     refuse_incoming,
     relay_mode,
     source_of_incoming,
 )
+from ficc.adapters.hypernet.dialing import Dialer
 from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import refuse, run_handshake
 from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
@@ -38,7 +39,6 @@ from ficc.adapters.hypernet.wakefix import apply_wake_fix
 from ficc.adapters.hypernet.writefix import apply_write_fix
 from ficc.base.errors import (
     FiccError,
-    LimitExceeded,
     PeerUnreachable,
     PermissionDenied,
     ProtocolError,
@@ -49,9 +49,7 @@ from ficc.protocol.limits import SessionLimits
 from ficc.protocol.sessions import (
     HandshakePlace,
     NonceMemory,
-    SessionKey,
     SessionTable,
-    connect_backoff_seconds,
 )
 from ficc.protocol.signing import Signer, Verify
 from ficc.services.peer_channel import (
@@ -100,14 +98,17 @@ class HyperNetEndpoint:
         self._verify = verify
         self._bind = bind_addresses(bind_address)
         self._relay = relay_mode(relay)
-        self._connect_timeout = connect_timeout_seconds
         self._request_timeout = request_timeout_seconds
         self._on_peer_lost = on_peer_lost
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
         self._limits = limits or SessionLimits()
         self._table: SessionTable[PeerSession] = SessionTable()
-        self._connecting: dict[SessionKey, asyncio.Future[PeerSession]] = {}
+        self._dialer = Dialer(
+            endpoint=lambda: self._bound,
+            attempt=self._connect_once,
+            connect_timeout_seconds=connect_timeout_seconds,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -303,7 +304,6 @@ class HyperNetEndpoint:
     ) -> PeerSession:
         """The open session with ``peer``'s pairing at ``generation`` (0: none), connecting
         and handshaking if there is none."""
-        key = (peer, generation)
         if generation and not any(k.generation == generation for k in await self._lookup(peer)):
             # The pairing ended (or never was): its sessions serve nothing more.
             ended = PermissionDenied(
@@ -315,37 +315,7 @@ class HyperNetEndpoint:
         existing = self.session(peer, generation)
         if existing is not None:
             return existing
-        pending = self._connecting.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(self._connect(peer, generation, ticket))
-            self._connecting[key] = pending
-            pending.add_done_callback(lambda _: self._connecting.pop(key, None))
-        return await asyncio.shield(pending)
-
-    async def _connect(self, peer: str, generation: int, ticket: str | None) -> PeerSession:
-        """Connect and handshake within the connect deadline, trying again with backoff
-        after a refused or failed attempt (a peer's handshake places may be briefly full)."""
-        address = peer_address(peer, ticket)
-        if not ticket:
-            with contextlib.suppress(iroh.IrohError):
-                address = await self._bound.remote_addr(address.id()) or address
-        attempts = 0
-        last: FiccError | None = None
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                while True:
-                    try:
-                        return await self._connect_once(peer, address, generation)
-                    except (PeerUnreachable, LimitExceeded) as exc:
-                        last = exc
-                    await asyncio.sleep(connect_backoff_seconds(attempts))
-                    attempts += 1
-        except TimeoutError as exc:
-            why = f" (last: {last.message})" if last is not None else ""
-            raise PeerUnreachable(
-                f"could not reach the peer {peer} within {self._connect_timeout} s{why}",
-                details={"attempts": attempts + 1},
-            ) from exc
+        return await self._dialer.dial(peer, generation, ticket)
 
     async def _connect_once(
         self, peer: str, address: iroh.EndpointAddr, generation: int

@@ -22,8 +22,8 @@ from sqlalchemy import String, insert, select, text, type_coerce, update
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import SqlConnection
-from ficc.adapters.sql.repositories import SqlAudit
-from ficc.base.times import format_stored_time, parse_time
+from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.base.times import format_stored_time, format_time, parse_time
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import (
     GENESIS,
@@ -52,6 +52,55 @@ _CHAIN: Final = select(
 JSON was damaged on disk reads all the same, and its digest tells."""
 """Built once: an append runs on every audited change, and building a statement costs more
 than SQLite takes to run it."""
+
+
+class SqlAudit(_Repository):
+    async def append(self, entry: AuditEntry) -> int:
+        result = await self._c.execute(
+            insert(t.audit_log).values(
+                at=format_time(entry.at),
+                project=entry.project,
+                actor=entry.actor,
+                action=entry.action,
+                target=entry.target,
+                peer_hypernet_id=entry.peer_hypernet_id,
+                peer_cluster_key=entry.peer_cluster_key,
+                details=entry.details,
+            )
+        )
+        key = result.inserted_primary_key
+        return int(key[0]) if key is not None else 0
+
+    async def list(
+        self,
+        *,
+        project: str | None,
+        after_seq: int,
+        limit: int,
+        cluster_wide: bool = True,
+    ) -> list[AuditEntry]:
+        query = select(t.audit_log).where(t.audit_log.c.seq > after_seq)
+        if project is not None and cluster_wide:
+            query = query.where(
+                (t.audit_log.c.project == project) | t.audit_log.c.project.is_(None)
+            )
+        elif project is not None:
+            query = query.where(t.audit_log.c.project == project)
+        rows = await self._c.execute(query.order_by(t.audit_log.c.seq).limit(limit))
+        return [
+            AuditEntry(
+                seq=row.seq,
+                at=_req_time(row.at),
+                project=row.project,
+                actor=row.actor,
+                action=row.action,
+                target=row.target,
+                peer_hypernet_id=row.peer_hypernet_id,
+                peer_cluster_key=row.peer_cluster_key,
+                details=dict(row.details),
+            )
+            for row in rows
+        ]
 
 
 class SqlChainedAudit(SqlAudit):

@@ -5,29 +5,20 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from ficc.adapters.sql.accounts import SqlLoginLinks, SqlProjects, SqlSessions, SqlTokens, SqlUsers
 from ficc.adapters.sql.audit import SqlChainedAudit
+from ficc.adapters.sql.catalogue import SqlModels, SqlModelUsage
 from ficc.adapters.sql.database import Database, SqlConnection, WriterLock
+from ficc.adapters.sql.grants import SqlGrants
+from ficc.adapters.sql.inference import SqlAttempts, SqlServices
 from ficc.adapters.sql.leases import SqlLeases
-from ficc.adapters.sql.repositories import (
-    SqlAttempts,
-    SqlGrants,
-    SqlLoginLinks,
-    SqlModels,
-    SqlModelUsage,
-    SqlNodes,
-    SqlOffers,
-    SqlPeers,
-    SqlProjects,
-    SqlReceipts,
-    SqlRemoteGrants,
-    SqlServices,
-    SqlSessions,
-    SqlSettings,
-    SqlTokens,
-    SqlTransfers,
-    SqlUsers,
-)
+from ficc.adapters.sql.mutation_receipts import SqlReceipts
+from ficc.adapters.sql.nodes import SqlNodes
+from ficc.adapters.sql.offers import SqlOffers
+from ficc.adapters.sql.peers import SqlPeers, SqlRemoteGrants
 from ficc.adapters.sql.routes import SqlRoutes
+from ficc.adapters.sql.settings import SqlSettings
+from ficc.adapters.sql.transfers import SqlTransfers
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (

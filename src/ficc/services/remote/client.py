@@ -28,6 +28,7 @@ from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
+from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.metering import outcome_of, settle_surely, split_usage_event
@@ -329,7 +330,7 @@ class RemoteClient:
         if routed is None:
             return {}
         grant_id, terms = routed
-        return m.rate_limit_headers(terms, self.told.get(grant_id))
+        return rate_limit_headers(terms, self.told.get(grant_id))
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None

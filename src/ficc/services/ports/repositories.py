@@ -1,15 +1,14 @@
-"""Ports: what the use cases need from storage and the machine, as typing.Protocols.
+"""Storage ports: one repository per record kind, each a typing.Protocol.
 
-Adapters implement them; services never import an adapter.
+SQL implements them (``ficc.adapters.sql``), and so does the fast tier's fake unit of work;
+one set of contract tests holds both to the same behaviour.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 from ficc.domain.audit import AuditEntry
@@ -24,8 +23,6 @@ from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
-
-Clock = Callable[[], datetime]
 
 
 class UsersRepository(Protocol):
@@ -138,13 +135,6 @@ class LeasesRepository(Protocol):
         ...
 
 
-class CommitGuard(Protocol):
-    """Checked by a unit of work inside its transaction, just before it commits: an effect
-    of a process that no longer holds the active lease never lands."""
-
-    async def check(self, leases: LeasesRepository) -> None: ...
-
-
 class NodesRepository(Protocol):
     async def upsert(self, node: Node) -> None: ...
     async def get(self, node_id: str) -> Node | None: ...
@@ -182,94 +172,6 @@ class RoutesRepository(Protocol):
     async def delete(self, route_id: str) -> None: ...
 
 
-class UnitOfWork(Protocol):
-    """One transaction: everything done through it commits together or not at all."""
-
-    users: UsersRepository
-    tokens: TokensRepository
-    sessions: SessionsRepository
-    login_links: LoginLinksRepository
-    projects: ProjectsRepository
-    audit: AuditRepository
-    settings: SettingsRepository
-    nodes: NodesRepository
-    models: ModelsRepository
-    model_usage: ModelUsage
-    services: ServicesRepository
-    attempts: AttemptsRepository
-    receipts: ReceiptsRepository
-    peers: PeersRepository
-    offers: OffersRepository
-    grants: GrantsRepository
-    remote_grants: RemoteGrantsRepository
-    transfers: TransfersRepository
-    leases: LeasesRepository
-    routes: RoutesRepository
-    usage: UsageRepository
-
-    async def __aenter__(self) -> Self: ...
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-    async def commit(self) -> None: ...
-
-
-UnitOfWorkFactory = Callable[[], UnitOfWork]
-
-
-class Hasher(Protocol):
-    """A running SHA-256 (``hashlib.sha256()``)."""
-
-    def update(self, data: bytes, /) -> None: ...
-    def copy(self) -> Self: ...
-    def hexdigest(self) -> str: ...
-
-
-class PartialWriter(Protocol):
-    """Writes one range of a partial file in order, hashing it, on a thread of its own.
-
-    The event loop hands each received chunk over and goes back to receiving; a call waits
-    only while too many bytes are queued. Errors surface in :meth:`write`, :meth:`sync` or
-    :meth:`drain`. :meth:`close` waits for every queued job, also after a cancellation, so
-    no write of an abandoned range can land later.
-    """
-
-    async def write(self, position: int, data: bytes) -> None: ...
-    async def sync(self) -> None: ...
-    async def drain(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-class BlobStore(Protocol):
-    """Content-addressed file storage (blocking calls: run them off the event loop; only
-    :meth:`partial_writer` may be called on it, and its writer's methods are async)."""
-
-    def import_file(
-        self, source: Path, expected_sha256: str | None = None, *, field: str = "source"
-    ) -> tuple[str, int]: ...
-    def has(self, sha256: str) -> bool: ...
-    def blob_path(self, sha256: str) -> Path: ...
-    def remove(self, sha256: str) -> bool: ...
-    def read_blob(self, sha256: str, offset: int, size: int) -> bytes: ...
-    def partial_size(self, name: str) -> int: ...
-    def write_partial_at(self, name: str, offset: int, data: bytes) -> None: ...
-    def sync_partial(self, name: str) -> None: ...
-    def read_partial(self, name: str, offset: int, size: int) -> bytes: ...
-    def truncate_partial(self, name: str, size: int) -> None: ...
-    def remove_partial(self, name: str) -> bool: ...
-    def adopt_partial(self, name: str, verified_sha256: str, size: int) -> str: ...
-    def partial_writer(self, name: str, hasher: Hasher, queued_bytes: int) -> PartialWriter: ...
-
-
-class UserPathResolver(Protocol):
-    """Checks a path a user named on this machine and returns the real file."""
-
-    def __call__(self, path: str, *, field: str) -> Path: ...
-
-
 class ServicesRepository(Protocol):
     async def add(self, service: ServiceRecord) -> None: ...
     async def get(self, service_id: str) -> ServiceRecord | None: ...
@@ -294,56 +196,6 @@ class ReceiptsRepository(Protocol):
     async def delete_scope(self, scope: str) -> None: ...
     async def delete(self, scope: str, mutation_id: str) -> None: ...
     async def count(self, scope: str, operation: str, state: str) -> int: ...
-
-
-class EngineEvent(Protocol):
-    """One server-sent event from an engine."""
-
-    @property
-    def data(self) -> str: ...
-    @property
-    def done(self) -> bool: ...
-    def payload(self) -> dict[str, Any]:
-        """The event's JSON object, parsed at most once whoever asks (the relay, usage
-        counting, metering); EngineUnavailable if it is not one."""
-        ...
-
-
-class EngineStream(Protocol):
-    """An open streamed engine response; closing it stops the generation."""
-
-    def __aiter__(self) -> AsyncIterator[EngineEvent]: ...
-    async def aclose(self) -> None: ...
-    def ready(self) -> bool:
-        """Whether the next event has already arrived (taking it will not wait)."""
-        ...
-
-
-class EngineConnector(Protocol):
-    """Calls OpenAI-compatible engines, always in streaming mode."""
-
-    async def open_stream(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
-    ) -> EngineStream: ...
-    async def complete(
-        self,
-        base_url: str,
-        model: str,
-        path: str,
-        body: Mapping[str, Any],
-        *,
-        max_bytes: int | None = None,
-    ) -> dict[str, Any]:
-        """A plain answer; with ``max_bytes``, LimitExceeded as soon as the events received
-        would pass it (counted as a stream of them would be sent: ``data: …`` lines)."""
-        ...
-
-    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
-        """The tokens of ``text`` by the engine's tokenizer, before any generation; None
-        where the engine has no tokenizer FICC can ask."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 class PeersRepository(Protocol):

@@ -1,0 +1,259 @@
+"""Accounts in SQL: users, API tokens, web sessions, login links and projects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
+from ficc.base.times import format_time
+from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
+
+
+class SqlUsers(_Repository):
+    @staticmethod
+    def _user(row: Any) -> User:
+        return User(
+            id=row.id,
+            username=row.username,
+            password_hash=row.password_hash,
+            is_owner=row.is_owner,
+            scopes=frozenset(row.scopes),
+            projects=frozenset(row.projects),
+            created_at=_req_time(row.created_at),
+        )
+
+    async def add(self, user: User) -> None:
+        await self._c.execute(
+            insert(t.users).values(
+                id=user.id,
+                username=user.username,
+                password_hash=user.password_hash,
+                is_owner=user.is_owner,
+                scopes=sorted(user.scopes),
+                projects=sorted(user.projects),
+                created_at=format_time(user.created_at),
+            )
+        )
+
+    async def get(self, user_id: str) -> User | None:
+        row = await self._first_where(t.users, "id", user_id)
+        return None if row is None else self._user(row)
+
+    async def by_username(self, username: str) -> User | None:
+        row = await self._first_where(t.users, "username", username)
+        return None if row is None else self._user(row)
+
+    async def owner(self) -> User | None:
+        query = select(t.users).where(t.users.c.is_owner.is_(True)).limit(1)
+        row = (await self._c.execute(query)).first()
+        return None if row is None else self._user(row)
+
+    async def set_password_hash(self, user_id: str, password_hash: str) -> None:
+        await self._c.execute(
+            update(t.users).where(t.users.c.id == user_id).values(password_hash=password_hash)
+        )
+
+
+class SqlTokens(_Repository):
+    @staticmethod
+    def _token(row: Any) -> ApiToken:
+        return ApiToken(
+            id=row.id,
+            user_id=row.user_id,
+            secret_hash=row.secret_hash,
+            scopes=frozenset(row.scopes),
+            projects=frozenset(row.projects),
+            created_at=_req_time(row.created_at),
+            expires_at=_time(row.expires_at),
+            revoked_at=_time(row.revoked_at),
+            owner=bool(row.owner),
+            created_by=row.created_by,
+        )
+
+    async def add(self, token: ApiToken) -> None:
+        await self._c.execute(
+            insert(t.api_tokens).values(
+                id=token.id,
+                user_id=token.user_id,
+                secret_hash=token.secret_hash,
+                scopes=sorted(token.scopes),
+                projects=sorted(token.projects),
+                created_at=format_time(token.created_at),
+                expires_at=_opt(token.expires_at),
+                revoked_at=_opt(token.revoked_at),
+                owner=token.owner,
+                created_by=token.created_by,
+            )
+        )
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        row = await self._first_where(t.api_tokens, "id", token_id)
+        return None if row is None else self._token(row)
+
+    async def by_secret_hash(self, secret_hash: str) -> ApiToken | None:
+        row = await self._first_where(t.api_tokens, "secret_hash", secret_hash)
+        return None if row is None else self._token(row)
+
+    async def list(self) -> list[ApiToken]:
+        rows = await self._c.execute(select(t.api_tokens).order_by(t.api_tokens.c.created_at))
+        return [self._token(row) for row in rows]
+
+    async def revoke(self, token_id: str, at: datetime) -> None:
+        await self._c.execute(
+            update(t.api_tokens)
+            .where(t.api_tokens.c.id == token_id, t.api_tokens.c.revoked_at.is_(None))
+            .values(revoked_at=format_time(at))
+        )
+
+    async def revoke_minted_by(self, token_id: str, at: datetime) -> Sequence[str]:
+        """Revoke every token minted by ``token_id``, and theirs, down the ``created_by`` chain;
+        the IDs just revoked, nearest first.
+
+        One level per statement, so on PostgreSQL each level reads what committed before it:
+        a token minted meanwhile under a child (whose row the mint locks) is found at the next
+        level. A child revoked earlier is still walked through to its own children.
+        """
+        tokens = t.api_tokens.c
+        revoked: list[str] = []
+        seen = {token_id}
+        level = [token_id]
+        while level:
+            rows = await self._c.execute(
+                select(tokens.id, tokens.revoked_at)
+                .where(tokens.created_by.in_(level))
+                .order_by(tokens.created_at, tokens.id)
+            )
+            children = [row for row in rows if row.id not in seen]
+            live = [row.id for row in children if row.revoked_at is None]
+            if live:
+                await self._c.execute(
+                    update(t.api_tokens)
+                    .where(tokens.id.in_(live), tokens.revoked_at.is_(None))
+                    .values(revoked_at=format_time(at))
+                )
+            revoked += live
+            level = [row.id for row in children]
+            seen.update(level)
+        return revoked
+
+    async def lock(self, token_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.api_tokens.c.id).where(t.api_tokens.c.id == token_id).with_for_update()
+        )
+
+    async def mark_owner(self, secret_hash: str) -> bool:
+        """Mark the unrevoked token with this digest as the owner token; True if just marked."""
+        result = await self._c.execute(
+            update(t.api_tokens)
+            .where(
+                t.api_tokens.c.secret_hash == secret_hash,
+                t.api_tokens.c.revoked_at.is_(None),
+                t.api_tokens.c.owner.is_(False),
+            )
+            .values(owner=True)
+        )
+        return result.rowcount == 1
+
+
+class SqlSessions(_Repository):
+    async def add(self, session: WebSession) -> None:
+        await self._c.execute(
+            insert(t.web_sessions).values(
+                id=session.id,
+                user_id=session.user_id,
+                secret_hash=session.secret_hash,
+                csrf_token=session.csrf_token,
+                created_at=format_time(session.created_at),
+                expires_at=format_time(session.expires_at),
+            )
+        )
+
+    async def by_secret_hash(self, secret_hash: str) -> WebSession | None:
+        row = await self._first_where(t.web_sessions, "secret_hash", secret_hash)
+        if row is None:
+            return None
+        return WebSession(
+            id=row.id,
+            user_id=row.user_id,
+            secret_hash=row.secret_hash,
+            csrf_token=row.csrf_token,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+        )
+
+    async def delete(self, session_id: str) -> None:
+        await self._c.execute(delete(t.web_sessions).where(t.web_sessions.c.id == session_id))
+
+    async def delete_for_user(self, user_id: str, *, keep: str | None) -> int:
+        """End every session of ``user_id`` but ``keep``; the number ended."""
+        query = delete(t.web_sessions).where(t.web_sessions.c.user_id == user_id)
+        if keep is not None:
+            query = query.where(t.web_sessions.c.id != keep)
+        return int((await self._c.execute(query)).rowcount)
+
+    async def purge(self, *, now: datetime) -> int:
+        """Delete the sessions that have expired; the number deleted."""
+        query = delete(t.web_sessions).where(t.web_sessions.c.expires_at <= format_time(now))
+        return int((await self._c.execute(query)).rowcount or 0)
+
+
+class SqlLoginLinks(_Repository):
+    async def add(self, link: LoginLink) -> None:
+        await self._c.execute(
+            insert(t.login_links).values(
+                id=link.id,
+                user_id=link.user_id,
+                secret_hash=link.secret_hash,
+                created_at=format_time(link.created_at),
+                expires_at=format_time(link.expires_at),
+                used_at=_opt(link.used_at),
+            )
+        )
+
+    async def by_secret_hash(self, secret_hash: str) -> LoginLink | None:
+        row = await self._first_where(t.login_links, "secret_hash", secret_hash)
+        if row is None:
+            return None
+        return LoginLink(
+            id=row.id,
+            user_id=row.user_id,
+            secret_hash=row.secret_hash,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+            used_at=_time(row.used_at),
+        )
+
+    async def mark_used(self, link_id: str, at: datetime) -> bool:
+        result = await self._c.execute(
+            update(t.login_links)
+            .where(t.login_links.c.id == link_id, t.login_links.c.used_at.is_(None))
+            .values(used_at=format_time(at))
+        )
+        return result.rowcount == 1
+
+    async def purge(self, *, now: datetime) -> int:
+        """Delete the links that were used or have expired; the number deleted."""
+        links = t.login_links.c
+        query = delete(t.login_links).where(
+            links.used_at.is_not(None) | (links.expires_at <= format_time(now))
+        )
+        return int((await self._c.execute(query)).rowcount or 0)
+
+
+class SqlProjects(_Repository):
+    async def add(self, name: str, at: datetime) -> None:
+        await self._c.execute(insert(t.projects).values(name=name, created_at=format_time(at)))
+
+    async def exists(self, name: str) -> bool:
+        query = select(func.count()).select_from(t.projects).where(t.projects.c.name == name)
+        return bool((await self._c.execute(query)).scalar_one())
+
+    async def list(self) -> list[tuple[str, datetime]]:
+        rows = await self._c.execute(select(t.projects).order_by(t.projects.c.name))
+        return [(row.name, _req_time(row.created_at)) for row in rows]

@@ -1,0 +1,136 @@
+"""Grants in SQL: terms, state, what each used, and the records a grant created."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import bindparam, delete, insert, literal, select, union_all, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
+from ficc.base.times import format_time
+from ficc.domain.grants import Grant, parse_grant
+
+_CREATED_BY_GRANT: Final = union_all(
+    select(t.services.c.id, literal("service").label("kind")).where(
+        t.services.c.created_by_grant == bindparam("grant")
+    ),
+    select(t.models.c.id, literal("model").label("kind")).where(
+        t.models.c.created_by_grant == bindparam("grant")
+    ),
+)
+"""The service and model records a grant created (kept built, like ``_select_where``)."""
+
+_CHARGE_GRANT: Final = (
+    update(t.grants)
+    .where(t.grants.c.id == bindparam("grant"))
+    .values(
+        requests_used=t.grants.c.requests_used + bindparam("requests"),
+        transfer_bytes_used=t.grants.c.transfer_bytes_used + bindparam("transfer_bytes"),
+    )
+)
+
+_CHARGE_ONE_REQUEST: Final = (
+    update(t.grants)
+    .where(t.grants.c.id == bindparam("grant"))
+    .where(t.grants.c.requests_used < bindparam("requests"))
+    .values(requests_used=t.grants.c.requests_used + 1)
+)
+"""Charge one request only while one is left: the check and the charge in one statement."""
+
+
+class SqlGrants(_Repository):
+    @staticmethod
+    def _grant(row: Any, created_services: frozenset[str], created_models: frozenset[str]) -> Grant:
+        return Grant(
+            id=row.id,
+            project=row.project,
+            peer_id=row.peer_id,
+            terms=parse_grant(row.terms),
+            state=row.state,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+            revoked_at=_time(row.revoked_at),
+            requests_used=row.requests_used,
+            transfer_bytes_used=row.transfer_bytes_used,
+            created_services=created_services,
+            created_models=created_models,
+            prompt_tokens_used=row.prompt_tokens_used,
+            completion_tokens_used=row.completion_tokens_used,
+            tokens_reserved=row.tokens_reserved,
+        )
+
+    async def _load(self, row: Any) -> Grant:
+        """The grant with the records it created, read in one query."""
+        created = await self._c.execute(_CREATED_BY_GRANT, {"grant": row.id})
+        pairs = created.all()
+        return self._grant(
+            row,
+            frozenset(r.id for r in pairs if r.kind == "service"),
+            frozenset(r.id for r in pairs if r.kind == "model"),
+        )
+
+    async def add(self, grant: Grant) -> None:
+        await self._c.execute(
+            insert(t.grants).values(
+                id=grant.id,
+                project=grant.project,
+                peer_id=grant.peer_id,
+                terms=grant.terms.to_json(),
+                state=grant.state,
+                created_at=format_time(grant.created_at),
+                expires_at=format_time(grant.expires_at),
+                revoked_at=_opt(grant.revoked_at),
+                requests_used=grant.requests_used,
+                transfer_bytes_used=grant.transfer_bytes_used,
+            )
+        )
+
+    async def get(self, grant_id: str) -> Grant | None:
+        row = await self._first_where(t.grants, "id", grant_id)
+        return None if row is None else await self._load(row)
+
+    async def of_peer(self, peer_id: str) -> list[Grant]:
+        query = (
+            select(t.grants).where(t.grants.c.peer_id == peer_id).order_by(t.grants.c.created_at)
+        )
+        return [await self._load(row) for row in (await self._c.execute(query)).all()]
+
+    async def in_project(self, project: str) -> list[Grant]:
+        query = (
+            select(t.grants).where(t.grants.c.project == project).order_by(t.grants.c.created_at)
+        )
+        return [await self._load(row) for row in (await self._c.execute(query)).all()]
+
+    async def set_state(self, grant_id: str, state: str, at: datetime | None) -> None:
+        values: dict[str, Any] = {"state": state}
+        if at is not None:
+            values["revoked_at"] = format_time(at)
+        await self._c.execute(update(t.grants).where(t.grants.c.id == grant_id).values(**values))
+
+    async def charge_request(self, grant_id: str, *, requests: int) -> bool:
+        """Charge one request if fewer than ``requests`` were used; whether it was charged.
+
+        One conditional UPDATE: concurrent admissions cannot both read the last request as
+        free (on PostgreSQL the row lock of the UPDATE orders them; SQLite has one writer).
+        """
+        result = await self._c.execute(
+            _CHARGE_ONE_REQUEST, {"grant": grant_id, "requests": requests}
+        )
+        return result.rowcount == 1
+
+    async def charge(self, grant_id: str, *, requests: int, transfer_bytes: int) -> None:
+        await self._c.execute(
+            _CHARGE_GRANT,
+            {"grant": grant_id, "requests": requests, "transfer_bytes": transfer_bytes},
+        )
+
+    async def lock(self, grant_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.grants.c.id).where(t.grants.c.id == grant_id).with_for_update()
+        )
+
+    async def delete(self, grant_id: str) -> None:
+        await self._c.execute(delete(t.grants).where(t.grants.c.id == grant_id))

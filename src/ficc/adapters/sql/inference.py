@@ -1,0 +1,143 @@
+"""Inference services in SQL: the service records and their replicas' attempts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
+from ficc.base.times import format_time
+from ficc.domain.inference import (
+    AttemptState,
+    DesiredState,
+    ServiceState,
+    parse_service_spec,
+)
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
+
+
+class SqlServices(_Repository):
+    @staticmethod
+    def _service(row: Any) -> ServiceRecord:
+        return ServiceRecord(
+            id=row.id,
+            project=row.project,
+            spec=parse_service_spec(row.spec),
+            node=row.node,
+            state=ServiceState(row.state),
+            desired=DesiredState(row.desired),
+            revision=row.revision,
+            error=row.error,
+            created_by_grant=row.created_by_grant,
+            created_at=_req_time(row.created_at),
+            updated_at=_req_time(row.updated_at),
+        )
+
+    @staticmethod
+    def _values(service: ServiceRecord) -> dict[str, Any]:
+        return {
+            "project": service.project,
+            "name": service.spec.name,
+            "model": service.spec.model,
+            "node": service.node,
+            "spec": service.spec.to_json(),
+            "state": service.state.value,
+            "desired": service.desired.value,
+            "revision": service.revision,
+            "error": service.error,
+            "created_by_grant": service.created_by_grant,
+            "created_at": format_time(service.created_at),
+            "updated_at": format_time(service.updated_at),
+        }
+
+    async def add(self, service: ServiceRecord) -> None:
+        await self._c.execute(insert(t.services).values(id=service.id, **self._values(service)))
+
+    async def get(self, service_id: str) -> ServiceRecord | None:
+        row = await self._first_where(t.services, "id", service_id)
+        return None if row is None else self._service(row)
+
+    async def list_all(self) -> list[ServiceRecord]:
+        rows = await self._c.execute(select(t.services).order_by(t.services.c.created_at))
+        return [self._service(row) for row in rows]
+
+    async def list(self, project: str) -> list[ServiceRecord]:
+        query = select(t.services).where(t.services.c.project == project)
+        rows = await self._c.execute(query.order_by(t.services.c.created_at, t.services.c.id))
+        return [self._service(row) for row in rows]
+
+    async def update(self, service: ServiceRecord) -> None:
+        await self._c.execute(
+            update(t.services).where(t.services.c.id == service.id).values(**self._values(service))
+        )
+
+    async def delete(self, service_id: str) -> None:
+        await self._c.execute(delete(t.services).where(t.services.c.id == service_id))
+
+
+class SqlAttempts(_Repository):
+    @staticmethod
+    def _attempt(row: Any) -> AttemptRecord:
+        return AttemptRecord(
+            id=row.id,
+            service_id=row.service_id,
+            replica=row.replica,
+            state=AttemptState(row.state),
+            serve_instance=row.serve_instance,
+            created_at=_req_time(row.created_at),
+            pid=row.pid,
+            pid_start_ticks=row.pid_start_ticks,
+            port=row.port,
+            exit_code=row.exit_code,
+            log_tail=row.log_tail,
+            ended_at=_time(row.ended_at),
+        )
+
+    @staticmethod
+    def _values(attempt: AttemptRecord) -> dict[str, Any]:
+        return {
+            "service_id": attempt.service_id,
+            "replica": attempt.replica,
+            "state": attempt.state.value,
+            "serve_instance": attempt.serve_instance,
+            "created_at": format_time(attempt.created_at),
+            "pid": attempt.pid,
+            "pid_start_ticks": attempt.pid_start_ticks,
+            "port": attempt.port,
+            "exit_code": attempt.exit_code,
+            "log_tail": attempt.log_tail,
+            "ended_at": _opt(attempt.ended_at),
+        }
+
+    async def add(self, attempt: AttemptRecord) -> None:
+        await self._c.execute(
+            insert(t.replica_attempts).values(id=attempt.id, **self._values(attempt))
+        )
+
+    async def get(self, attempt_id: str) -> AttemptRecord | None:
+        row = await self._first_where(t.replica_attempts, "id", attempt_id)
+        return None if row is None else self._attempt(row)
+
+    async def for_service(self, service_id: str) -> list[AttemptRecord]:
+        query = select(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
+        rows = await self._c.execute(query.order_by(t.replica_attempts.c.created_at))
+        return [self._attempt(row) for row in rows]
+
+    async def update(self, attempt: AttemptRecord) -> None:
+        await self._c.execute(
+            update(t.replica_attempts)
+            .where(t.replica_attempts.c.id == attempt.id)
+            .values(**self._values(attempt))
+        )
+
+    async def delete_for_service(self, service_id: str) -> None:
+        await self._c.execute(
+            delete(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
+        )
+
+    async def delete(self, attempt_id: str) -> None:
+        await self._c.execute(
+            delete(t.replica_attempts).where(t.replica_attempts.c.id == attempt_id)
+        )

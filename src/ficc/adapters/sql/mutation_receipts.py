@@ -1,0 +1,79 @@
+"""Mutation receipts in SQL: what became of each ``mutation_id``, by scope."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
+from ficc.base.times import format_time
+from ficc.domain.service_records import MutationReceipt
+
+
+class SqlReceipts(_Repository):
+    async def get(self, scope: str, mutation_id: str) -> MutationReceipt | None:
+        query = select(t.mutation_receipts).where(
+            t.mutation_receipts.c.scope == scope, t.mutation_receipts.c.mutation_id == mutation_id
+        )
+        row = (await self._c.execute(query)).first()
+        if row is None:
+            return None
+        return MutationReceipt(
+            scope=row.scope,
+            mutation_id=row.mutation_id,
+            operation=row.operation,
+            arguments_sha256=row.arguments_sha256,
+            state=row.state,
+            result=None if row.result is None else dict(row.result),
+            created_at=_req_time(row.created_at),
+            completed_at=_time(row.completed_at),
+        )
+
+    async def put(self, receipt: MutationReceipt) -> None:
+        values = {
+            "operation": receipt.operation,
+            "arguments_sha256": receipt.arguments_sha256,
+            "state": receipt.state,
+            "result": receipt.result,
+            "created_at": format_time(receipt.created_at),
+            "completed_at": _opt(receipt.completed_at),
+        }
+        changed = await self._c.execute(
+            update(t.mutation_receipts)
+            .where(
+                t.mutation_receipts.c.scope == receipt.scope,
+                t.mutation_receipts.c.mutation_id == receipt.mutation_id,
+            )
+            .values(**values)
+        )
+        if changed.rowcount == 0:
+            await self._c.execute(
+                insert(t.mutation_receipts).values(
+                    scope=receipt.scope, mutation_id=receipt.mutation_id, **values
+                )
+            )
+
+    async def delete_scope(self, scope: str) -> None:
+        await self._c.execute(
+            delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
+        )
+
+    async def delete(self, scope: str, mutation_id: str) -> None:
+        await self._c.execute(
+            delete(t.mutation_receipts).where(
+                t.mutation_receipts.c.scope == scope,
+                t.mutation_receipts.c.mutation_id == mutation_id,
+            )
+        )
+
+    async def count(self, scope: str, operation: str, state: str) -> int:
+        query = (
+            select(func.count())
+            .select_from(t.mutation_receipts)
+            .where(
+                t.mutation_receipts.c.scope == scope,
+                t.mutation_receipts.c.operation == operation,
+                t.mutation_receipts.c.state == state,
+            )
+        )
+        return int((await self._c.execute(query)).scalar_one())

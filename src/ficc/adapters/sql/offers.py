@@ -1,0 +1,169 @@
+"""Offers in SQL, with a tombstone per ID so that an offer ID is never taken twice."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.base.times import format_time
+from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
+
+
+class SqlOffers(_Repository):
+    @staticmethod
+    def _offer(row: Any) -> Offer:
+        return Offer(
+            id=row.id,
+            direction=row.direction,
+            project=row.project,
+            service=row.service,
+            peer_label=row.peer_label,
+            peer_cluster_key=row.peer_cluster_key,
+            scopes=frozenset(row.scopes),
+            state=row.state,
+            revision=row.revision,
+            receipt=None if row.receipt is None else dict(row.receipt),
+            ticket=row.ticket,
+            created_at=_req_time(row.created_at),
+            expires_at=_req_time(row.expires_at),
+            peer_id=row.peer_id,
+            source=row.source,
+        )
+
+    @staticmethod
+    def _values(offer: Offer) -> dict[str, Any]:
+        return {
+            "direction": offer.direction,
+            "project": offer.project,
+            "service": offer.service,
+            "peer_label": offer.peer_label,
+            "peer_cluster_key": offer.peer_cluster_key,
+            "scopes": sorted(offer.scopes),
+            "state": offer.state,
+            "revision": offer.revision,
+            "receipt": offer.receipt,
+            "ticket": offer.ticket,
+            "peer_id": offer.peer_id,
+            "created_at": format_time(offer.created_at),
+            "expires_at": format_time(offer.expires_at),
+            "source": offer.source,
+        }
+
+    async def add(self, offer: Offer) -> None:
+        """Store the offer and tombstone its ID, so it is never taken again (also after
+        ``delete``)."""
+        await self._c.execute(insert(t.offers).values(id=offer.id, **self._values(offer)))
+        await self._c.execute(
+            insert(t.offer_tombstones).values(
+                id=offer.id, hypernet_id=offer.service, created_at=format_time(offer.created_at)
+            )
+        )
+
+    async def ever_used(self, offer_id: str) -> bool:
+        """True when an offer with this ID was ever sent or received."""
+        return await self._first_where(t.offer_tombstones, "id", offer_id) is not None
+
+    @staticmethod
+    def _waiting(now: datetime, service: str | None, source: str | None) -> Any:
+        """Incoming offers not yet approved nor expired, of ``service``/``source`` if given."""
+        offers = t.offers.c
+        clause = (
+            (offers.direction == INCOMING)
+            & (offers.state == RECEIVED)
+            & (offers.expires_at > format_time(now))
+        )
+        if service is not None:
+            clause &= offers.service == service
+        if source is not None:
+            clause &= func.coalesce(offers.source, offers.service) == source
+        return clause
+
+    async def count_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> int:
+        """Incoming offers waiting, from ``service``, from ``source`` or from everyone."""
+        query = select(func.count()).select_from(t.offers)
+        query = query.where(self._waiting(now, service, source))
+        return int((await self._c.execute(query)).scalar_one())
+
+    async def oldest_received(
+        self, *, now: datetime, service: str | None = None, source: str | None = None
+    ) -> Offer | None:
+        """The oldest incoming offer waiting, from ``service``, ``source`` or anyone."""
+        offers = t.offers.c
+        query = (
+            select(t.offers)
+            .where(self._waiting(now, service, source))
+            .order_by(offers.created_at, offers.id)
+            .limit(1)
+        )
+        row = (await self._c.execute(query)).first()
+        return None if row is None else self._offer(row)
+
+    async def busiest_source(self, *, now: datetime) -> str | None:
+        """The source with the most incoming offers waiting (ties: the one waiting longest)."""
+        offers = t.offers.c
+        source = func.coalesce(offers.source, offers.service)
+        query = (
+            select(source)
+            .where(self._waiting(now, None, None))
+            .group_by(source)
+            .order_by(func.count().desc(), func.min(offers.created_at))
+            .limit(1)
+        )
+        return (await self._c.execute(query)).scalar_one_or_none()
+
+    async def purge(self, *, expired_before: datetime) -> int:
+        """Delete offers no pairing refers to that expired before the moment given."""
+        offers = t.offers.c
+        result = await self._c.execute(
+            delete(t.offers).where(
+                offers.state.in_(sorted(PURGEABLE_STATES))
+                & (offers.expires_at < format_time(expired_before))
+            )
+        )
+        return int(result.rowcount or 0)
+
+    async def update(self, offer: Offer) -> None:
+        await self._c.execute(
+            update(t.offers).where(t.offers.c.id == offer.id).values(**self._values(offer))
+        )
+
+    async def get(self, offer_id: str) -> Offer | None:
+        row = await self._first_where(t.offers, "id", offer_id)
+        return None if row is None else self._offer(row)
+
+    async def lock(self, offer_id: str) -> None:
+        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
+        await self._c.execute(
+            select(t.offers.c.id).where(t.offers.c.id == offer_id).with_for_update()
+        )
+
+    async def visible_to(
+        self, project: str, *, after: str | None = None, limit: int | None = None
+    ) -> list[Offer]:
+        """This project's offers, and incoming offers no project has taken yet, oldest first;
+        only those after the offer ``after`` and at most ``limit`` of them when given."""
+        offers = t.offers.c
+        query = select(t.offers).where((offers.project == project) | offers.project.is_(None))
+        if after is not None:
+            start = await self._first_where(t.offers, "id", after)
+            if start is not None:
+                query = query.where(
+                    (offers.created_at > start.created_at)
+                    | ((offers.created_at == start.created_at) & (offers.id > after))
+                )
+        query = query.order_by(offers.created_at, offers.id)
+        if limit is not None:
+            query = query.limit(limit)
+        return [self._offer(row) for row in await self._c.execute(query)]
+
+    async def of_peer(self, peer_id: str) -> list[Offer]:
+        return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]
+
+    async def delete(self, offer_id: str) -> None:
+        await self._c.execute(delete(t.offers).where(t.offers.c.id == offer_id))

@@ -1,0 +1,95 @@
+"""Peers in SQL, and the grants each peer last said it holds for this cluster."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.base.times import format_time
+from ficc.domain.peers import Peer
+
+
+class SqlPeers(_Repository):
+    @staticmethod
+    def _peer(row: Any) -> Peer:
+        return Peer(
+            id=row.id,
+            project=row.project,
+            label=row.label,
+            hypernet_id=row.hypernet_id,
+            cluster_key=row.cluster_key,
+            state=row.state,
+            generation=row.generation,
+            role=row.role,
+            offer_id=row.offer_id,
+            selected_grant=row.selected_grant,
+            ticket=row.ticket,
+            created_at=_req_time(row.created_at),
+            updated_at=_req_time(row.updated_at),
+        )
+
+    @staticmethod
+    def _values(peer: Peer) -> dict[str, Any]:
+        return {
+            "project": peer.project,
+            "label": peer.label,
+            "hypernet_id": peer.hypernet_id,
+            "cluster_key": peer.cluster_key,
+            "state": peer.state,
+            "generation": peer.generation,
+            "role": peer.role,
+            "offer_id": peer.offer_id,
+            "selected_grant": peer.selected_grant,
+            "ticket": peer.ticket,
+            "created_at": format_time(peer.created_at),
+            "updated_at": format_time(peer.updated_at),
+        }
+
+    async def add(self, peer: Peer) -> None:
+        await self._c.execute(insert(t.peers).values(id=peer.id, **self._values(peer)))
+
+    async def update(self, peer: Peer) -> None:
+        await self._c.execute(
+            update(t.peers).where(t.peers.c.id == peer.id).values(**self._values(peer))
+        )
+
+    async def get(self, peer_id: str) -> Peer | None:
+        row = await self._first_where(t.peers, "id", peer_id)
+        return None if row is None else self._peer(row)
+
+    async def by_hypernet_id(self, hypernet_id: str) -> list[Peer]:
+        return [
+            self._peer(row) for row in await self._rows_where(t.peers, "hypernet_id", hypernet_id)
+        ]
+
+    async def in_project(self, project: str) -> list[Peer]:
+        query = select(t.peers).where(t.peers.c.project == project).order_by(t.peers.c.created_at)
+        return [self._peer(row) for row in await self._c.execute(query)]
+
+    async def delete(self, peer_id: str) -> None:
+        await self._c.execute(delete(t.peers).where(t.peers.c.id == peer_id))
+
+
+class SqlRemoteGrants(_Repository):
+    async def replace_for_peer(
+        self, peer_id: str, grants: list[dict[str, Any]], at: datetime
+    ) -> None:
+        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        for grant in grants:
+            await self._c.execute(
+                insert(t.remote_grants).values(
+                    id=grant["id"], peer_id=peer_id, data=grant, refreshed_at=format_time(at)
+                )
+            )
+
+    async def of_peer(self, peer_id: str) -> list[dict[str, Any]]:
+        return [
+            dict(row.data) for row in await self._rows_where(t.remote_grants, "peer_id", peer_id)
+        ]
+
+    async def delete_for_peer(self, peer_id: str) -> None:
+        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))

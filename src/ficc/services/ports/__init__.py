@@ -1,0 +1,84 @@
+"""Ports: what the use cases need from storage and the machine, as typing.Protocols.
+
+Adapters implement them; services never import an adapter. Services import every port from
+here; the modules say where each kind lives: ``repositories`` and ``unit_of_work`` (storage),
+``engines``, ``blobs`` and ``clock``.
+"""
+
+from __future__ import annotations
+
+from ficc.services.ports.blobs import (
+    BlobStore,
+    Hasher,
+    PartialWriter,
+    UserPathResolver,
+)
+from ficc.services.ports.clock import Clock
+from ficc.services.ports.engines import (
+    EngineConnector,
+    EngineEvent,
+    EngineStream,
+)
+from ficc.services.ports.repositories import (
+    AttemptsRepository,
+    AuditRepository,
+    GrantsRepository,
+    LeasesRepository,
+    LoginLinksRepository,
+    ModelsRepository,
+    ModelUsage,
+    NodesRepository,
+    OffersRepository,
+    PeersRepository,
+    ProjectsRepository,
+    ReceiptsRepository,
+    RemoteGrantsRepository,
+    RoutesRepository,
+    ServicesRepository,
+    SessionsRepository,
+    SettingsRepository,
+    TokensRepository,
+    TransfersRepository,
+    UsageRepository,
+    UsersRepository,
+)
+from ficc.services.ports.unit_of_work import (
+    CommitGuard,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
+
+__all__ = [
+    "AttemptsRepository",
+    "AuditRepository",
+    "BlobStore",
+    "Clock",
+    "CommitGuard",
+    "EngineConnector",
+    "EngineEvent",
+    "EngineStream",
+    "GrantsRepository",
+    "Hasher",
+    "LeasesRepository",
+    "LoginLinksRepository",
+    "ModelUsage",
+    "ModelsRepository",
+    "NodesRepository",
+    "OffersRepository",
+    "PartialWriter",
+    "PeersRepository",
+    "ProjectsRepository",
+    "ReceiptsRepository",
+    "RemoteGrantsRepository",
+    "RoutesRepository",
+    "ServicesRepository",
+    "SessionsRepository",
+    "SettingsRepository",
+    "TokensRepository",
+    "TransfersRepository",
+    "UnitOfWork",
+    "UnitOfWorkFactory",
+    "UsageRepository",
+    "UserPathResolver",
+    "UsersRepository",
+]

@@ -1,0 +1,56 @@
+"""The engines' port: OpenAI-compatible engines called in streaming mode, event by event."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+
+class EngineEvent(Protocol):
+    """One server-sent event from an engine."""
+
+    @property
+    def data(self) -> str: ...
+    @property
+    def done(self) -> bool: ...
+    def payload(self) -> dict[str, Any]:
+        """The event's JSON object, parsed at most once whoever asks (the relay, usage
+        counting, metering); EngineUnavailable if it is not one."""
+        ...
+
+
+class EngineStream(Protocol):
+    """An open streamed engine response; closing it stops the generation."""
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]: ...
+    async def aclose(self) -> None: ...
+    def ready(self) -> bool:
+        """Whether the next event has already arrived (taking it will not wait)."""
+        ...
+
+
+class EngineConnector(Protocol):
+    """Calls OpenAI-compatible engines, always in streaming mode."""
+
+    async def open_stream(
+        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+    ) -> EngineStream: ...
+    async def complete(
+        self,
+        base_url: str,
+        model: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """A plain answer; with ``max_bytes``, LimitExceeded as soon as the events received
+        would pass it (counted as a stream of them would be sent: ``data: …`` lines)."""
+        ...
+
+    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+        """The tokens of ``text`` by the engine's tokenizer, before any generation; None
+        where the engine has no tokenizer FICC can ask."""
+        ...
+
+    async def aclose(self) -> None: ...
