@@ -36,6 +36,8 @@ OUTCOMES: Final = (COMPLETED, CANCELLED, REVOKED, FAILED, REFUSED)
 
 GRANTOR: Final = "grantor"
 REQUESTER: Final = "requester"
+LOCAL: Final = "local"
+"""A restricted token's invocation of a local service (no grant): recorded for its usage."""
 
 
 class RollingWindow:
@@ -259,6 +261,8 @@ class UsageRecord:
     early: cancelled, revoked, failed); untold, the counts are this side's own."""
     seq: int = 0
     """The record's place in its store, the cursor of a page (set when stored)."""
+    token: str | None = None
+    """The local token that made the request (this side's records only: never told a peer)."""
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -280,6 +284,8 @@ class UsageRecord:
                 "completion_tokens": self.counted_completion_tokens,
             }
             record["told"] = bool(self.told)
+        if self.side in (REQUESTER, LOCAL):
+            record["token"] = self.token
         return record
 
 

@@ -28,6 +28,7 @@ from ficc.adapters.sql.repositories import (
     SqlUsers,
 )
 from ficc.adapters.sql.routes import SqlRoutes
+from ficc.adapters.sql.token_limits import SqlTokenLimits
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
@@ -49,6 +50,7 @@ from ficc.services.ports import (
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
+    TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
     UsageRepository,
@@ -103,6 +105,7 @@ class SqlUnitOfWork:
         self.leases: LeasesRepository = SqlLeases(connection)
         self.routes: RoutesRepository = SqlRoutes(connection)
         self.usage: UsageRepository = SqlUsage(connection)
+        self.token_limits: TokenLimitsRepository = SqlTokenLimits(connection)
         return self
 
     @property
