@@ -133,11 +133,16 @@ def _budget(value: object, field: str, maximum: int) -> int | None:
 
 def parse_restrictions(data: Mapping[str, Any]) -> TokenRestrictions:
     """The restrictions asked at creation, or the contract's 400 naming the field."""
-    budgets = {name: _budget(data.get(name), name, maximum) for name, maximum in BUDGET_FIELDS}
     return TokenRestrictions(
         peers=_names(data.get("peers"), "peers", kind="peer"),
         services=_names(data.get("services"), "services", kind=None),
-        **budgets,
+        tokens=_budget(data.get("tokens"), "tokens", MAX_TOKENS),
+        tokens_per_minute=_budget(
+            data.get("tokens_per_minute"), "tokens_per_minute", MAX_TOKENS_PER_MINUTE
+        ),
+        requests_per_minute=_budget(
+            data.get("requests_per_minute"), "requests_per_minute", MAX_REQUESTS_PER_MINUTE
+        ),
     )
 
 
@@ -153,24 +158,28 @@ def narrowed(
     """
     if creator is None or not creator.any:
         return asked
-    result = asked
-    for name in ("peers", "services"):
-        mine: frozenset[str] | None = getattr(creator, name)
-        wanted: frozenset[str] | None = getattr(asked, name)
-        if mine is None:
-            continue
-        if wanted is None:
-            result = replace(result, **{name: mine})
-            continue
-        beyond = sorted(wanted - mine)
-        if beyond:
-            raise _broader(name, f"{name} lists {beyond[0]}, which its creator may not reach")
+    peers = _within("peers", asked.peers, creator.peers)
+    services = _within("services", asked.services, creator.services)
     for name, _maximum in BUDGET_FIELDS:
         limit: int | None = getattr(creator, name)
         wanted_budget: int | None = getattr(asked, name)
         if limit is not None and wanted_budget is not None and wanted_budget > limit:
             raise _broader(name, f"{name} is {wanted_budget}; its creator's is {limit}")
-    return replace(result, parent=creator_id)
+    return replace(asked, peers=peers, services=services, parent=creator_id)
+
+
+def _within(
+    name: str, wanted: frozenset[str] | None, mine: frozenset[str] | None
+) -> frozenset[str] | None:
+    """A list of the new token: the creator's when it omits one, never beyond it."""
+    if mine is None:
+        return wanted
+    if wanted is None:
+        return mine
+    beyond = sorted(wanted - mine)
+    if beyond:
+        raise _broader(name, f"{name} lists {beyond[0]}, which its creator may not reach")
+    return wanted
 
 
 def _broader(name: str, why: str) -> PermissionDenied:

@@ -390,6 +390,17 @@ class GrantsRepository(Protocol):
     async def delete(self, grant_id: str) -> None: ...
 
 
+class BudgetRows(Protocol):
+    """Rows that hold a metered budget (a grant's, a restricted token's): reserve, settle,
+    read; ``UsageRepository`` and ``TokenLimitsRepository`` both are."""
+
+    async def reserve_tokens(self, holder: str, tokens: int, *, limit: int | None) -> bool: ...
+    async def settle_tokens(
+        self, holder: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None: ...
+    async def standing(self, holder: str) -> GrantStanding | None: ...
+
+
 class UsageRepository(Protocol):
     """Metering: token reservations on a grant, and one usage record per federated request."""
 
