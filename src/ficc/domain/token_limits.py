@@ -111,8 +111,7 @@ def _names(value: object, field: str, *, kind: str | None) -> frozenset[str] | N
             continue
         if not isinstance(item, str) or not 1 <= len(item) <= MAX_NAME_CHARS:
             raise InvalidInput(
-                f"{where} must be a service ID or a route name of 1 to {MAX_NAME_CHARS} "
-                "characters",
+                f"{where} must be a service ID or a route name of 1 to {MAX_NAME_CHARS} characters",
                 field=where,
             )
         names.add(item)
