@@ -281,7 +281,7 @@ class UsageRecord:
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "request": self.request,
-            "grant": self.grant,
+            "grant": self.grant or None,
             "operation": self.operation,
             "service": self.service,
             "started_at": self.started_at,

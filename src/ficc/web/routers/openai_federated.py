@@ -113,7 +113,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         )
         # The stream is open, its headers not yet sent: the limits as the grantor told them at
         # the end of the last answer.
-        sse.add_headers(response, remote.rate_limits(peer_id))
+        sse.add_headers(response, remote.rate_limits(peer_id, ctx.principal))
         return response
 
     async def result() -> Any:
@@ -129,7 +129,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
 
     response = await sse.relay(request, result())
     # After the answer: the limits as the grantor told them at its end.
-    sse.add_headers(response, remote.rate_limits(peer_id))
+    sse.add_headers(response, remote.rate_limits(peer_id, ctx.principal))
     return response
 
 
