@@ -294,12 +294,13 @@ class RemoteClient:
             started_at=self._clock(),
             request_bytes=len(canonical_json(inner)),
         )
+        if principal is not None and self._tokens is not None:
+            # A token's refusal leaves no record under the grant: nothing left this cluster.
+            usage.token = principal.token_id
+            usage.tab = await self._tokens.admit(principal, *_invocation(inner))
+            if usage.tab is not None and isinstance(inner, dict):
+                inner["body"] = usage.tab.bounded(*_invocation(inner))
         try:
-            if principal is not None and self._tokens is not None:
-                usage.token = principal.token_id
-                usage.tab = await self._tokens.admit(principal, *_invocation(inner))
-                if usage.tab is not None and isinstance(inner, dict):
-                    inner["body"] = usage.tab.bounded(*_invocation(inner))
             yield usage
         except BaseException as error:
             await settle_surely(self._record(usage, outcome_of(error)))
