@@ -891,7 +891,10 @@ class FakeTokenLimits(_Repository):
         return {i: self._s.token_limits[i] for i in token_ids if i in self._s.token_limits}
 
     def _put(self, row: TokenLimit, standing: GrantStanding) -> None:
-        self._s.token_limits = {**self._s.token_limits, row.token_id: replace(row, standing=standing)}
+        self._s.token_limits = {
+            **self._s.token_limits,
+            row.token_id: replace(row, standing=standing),
+        }
 
     async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool:
         row = self._s.token_limits.get(token_id)
