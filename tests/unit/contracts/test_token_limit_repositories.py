@@ -93,6 +93,6 @@ async def test_usage_records_are_found_by_the_token_that_made_them(
         totals = await uow.token_limits.usage_totals(mine)
         by_grant = await uow.usage.page(grant_id, m.REQUESTER, limit=10)
     assert [r.token for r in first + rest] == [mine] * 3
-    assert len(first) == 2 and len(rest) == 1
+    assert (len(first), len(rest)) == (2, 1)
     assert (totals["requests"], totals["prompt_tokens"]) == (3, 9)
     assert [r.token for r in by_grant] == [mine, mine, mine, other, None]
