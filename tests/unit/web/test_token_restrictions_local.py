@@ -116,3 +116,16 @@ async def test_a_restricted_tokens_stream_is_recorded_when_it_ends(
     assert listed[minted]["remaining"]["tokens"] == 10_000 - (
         record["prompt_tokens"] + record["completion_tokens"]
     )
+
+
+async def test_a_restricted_token_is_listed_only_the_models_it_may_use(
+    cluster: Cluster, api: httpx.AsyncClient
+) -> None:
+    service = await running_service(cluster)
+    route = {"name": "chat", "policy": "priority", "targets": [{"service": service}]}
+    assert (await api.post(ROUTES, json=route)).status_code == 201
+    _, by_route = await token(api, services=["chat"])
+    listed = (await api.get("/api/v1/inference/v1/models", headers=by_route)).json()["data"]
+    assert [m["id"] for m in listed] == ["chat"]
+    everything = (await api.get("/api/v1/inference/v1/models")).json()["data"]
+    assert [m["id"] for m in everything] == [service, "chat"]

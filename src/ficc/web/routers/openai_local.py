@@ -71,6 +71,11 @@ def route_object(route: Route, owner: str) -> dict[str, Any]:
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.router.running_services(ctx.project)
     routes = await ctx.cluster.routes.routes(ctx.project)
+    rules = ctx.principal.restrictions
+    if rules is not None:
+        # A restricted token is shown only the services and routes it lists.
+        services = [s for s in services if rules.admits_service(s.id)]
+        routes = [r for r in routes if rules.admits_service(r.name, r.id)]
     data = [model_object(s, ctx.project) for s in services]
     data += [route_object(route, ctx.project) for route in routes]
     return {"object": "list", "data": data}
