@@ -248,6 +248,8 @@ def test_a_project_token_lists_only_the_tokens_it_may_revoke_and_never_a_secret(
         assert set(token) == {
             "id", "state", "scopes", "projects", "owner", "created_by",
             "created_at", "expires_at", "revoked_at",
+            "peers", "services", "tokens", "tokens_per_minute", "requests_per_minute",
+            "used", "remaining",
         }  # fmt: skip
     assert all(issued["token"] not in listed.text for issued in minted.values())
     figures.record(tries=len(everything), refused=len(hidden))

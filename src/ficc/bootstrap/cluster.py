@@ -56,6 +56,7 @@ from ficc.services.remote.inference_ops import InferenceOperations
 from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.runtimes import Runtime
+from ficc.services.token_limits import TokenLimits
 from ficc.services.transfers import RangeServer, Transfers
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ class Cluster:
     federation: Federation
     remote: RemoteClient
     routes: Routes
+    tokens: TokenLimits
+    """Restricted local tokens: admission, settlement, usage and what remains."""
     transfers: Transfers
     ray: RayPlacement | None
     resolve_user_path: UserPathResolver
@@ -233,7 +236,8 @@ def build(
     pairing = Pairing(context, signer, verify_signature)
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)
-    remote = RemoteClient(uow_factory, link, copies, clock=clock)
+    tokens = TokenLimits(uow_factory, meter, clock)
+    remote = RemoteClient(uow_factory, link, copies, clock=clock, tokens=tokens)
     remote.on_settled = metrics.count_federation_tokens
     routes = Routes(
         uow_factory,
@@ -242,6 +246,7 @@ def build(
         inference.invocations,
         remote,
         count=metrics.count_route_outcome,
+        tokens=tokens,
     )
     transfers = Transfers(
         uow_factory,
@@ -290,6 +295,7 @@ def build(
         federation=federation,
         remote=remote,
         routes=routes,
+        tokens=tokens,
         transfers=transfers,
         ray=ray,
         resolve_user_path=owner_path,

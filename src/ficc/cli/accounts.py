@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+from urllib.parse import quote, urlencode
 
 import click
 
@@ -32,13 +33,59 @@ def project_create(state_dir: Path, project: str, name: str) -> None:
 @state_options
 @click.option("--scope", "scopes", multiple=True, required=True, help="A scope; repeat.")
 @click.option("--lifetime", type=int, default=None, help="Lifetime in seconds.")
+@click.option("--peer", "peers", multiple=True, help="A peer ID the token may call; repeat.")
+@click.option(
+    "--service", "services", multiple=True, help="A service ID or route name it may use; repeat."
+)
+@click.option("--tokens", type=int, default=None, help="Prompt + completion tokens, in all.")
+@click.option("--tokens-per-minute", type=int, default=None, help="Tokens in any 60 s.")
+@click.option("--requests-per-minute", type=int, default=None, help="Requests in any 60 s.")
 @handles_errors
 def token_create(
-    state_dir: Path, project: str, scopes: tuple[str, ...], lifetime: int | None
+    state_dir: Path,
+    project: str,
+    scopes: tuple[str, ...],
+    lifetime: int | None,
+    peers: tuple[str, ...],
+    services: tuple[str, ...],
+    tokens: int | None,
+    tokens_per_minute: int | None,
+    requests_per_minute: int | None,
 ) -> None:
-    """Create an API token for --project holding the scopes; prints it once."""
-    body = {"scopes": list(scopes), "projects": [project], "lifetime": lifetime}
+    """Create an API token for --project holding the scopes, optionally restricted to peers
+    and services and held to budgets; prints it once."""
+    body: dict[str, Any] = {"scopes": list(scopes), "projects": [project], "lifetime": lifetime}
+    if peers:
+        body["peers"] = list(peers)
+    if services:
+        body["services"] = list(services)
+    for name, value in (
+        ("tokens", tokens),
+        ("tokens_per_minute", tokens_per_minute),
+        ("requests_per_minute", requests_per_minute),
+    ):
+        if value is not None:
+            body[name] = value
     emit(call(state_dir, project, "POST", "/api/v1/tokens", body))
+
+
+@cli.command("token-usage")
+@state_options
+@click.argument("token")
+@handles_errors
+def token_usage(state_dir: Path, project: str, token: str) -> None:
+    """A token's usage records (every page) and their totals."""
+    records: list[dict[str, Any]] = []
+    after: str | None = None
+    page: dict[str, Any] = {}
+    while True:
+        query = urlencode({"limit": 1000, **({"after": after} if after else {})})
+        page = call(state_dir, project, "GET", f"/api/v1/tokens/{quote(token)}/usage?{query}")
+        records.extend(page["records"])
+        after = page.get("next")
+        if after is None:
+            break
+    emit({**page, "records": records, "next": None})
 
 
 @cli.command("login-link")

@@ -36,6 +36,8 @@ OUTCOMES: Final = (COMPLETED, CANCELLED, REVOKED, FAILED, REFUSED)
 
 GRANTOR: Final = "grantor"
 REQUESTER: Final = "requester"
+LOCAL: Final = "local"
+"""A restricted token's invocation of a local service (no grant): recorded for its usage."""
 
 
 class RollingWindow:
@@ -96,19 +98,24 @@ class RollingWindow:
         return not self._entries
 
 
-def window_refusal(name: str, limit: int, retry_after: int) -> LimitExceeded:
-    """The refusal of a rate rule: 429 naming it, with ``Retry-After``."""
+def window_refusal(
+    name: str, limit: int, retry_after: int, *, holder: str = "grant", rule: str = ""
+) -> LimitExceeded:
+    """The refusal of a rate rule: 429 naming it (``rule`` + its name: a token's rules are
+    ``token.…``), with ``Retry-After``."""
     unit = "requests" if name == "requests_per_minute" else "tokens"
     return LimitExceeded(
-        f"the grant allows {limit} {unit} per minute; try again in {retry_after} s",
-        details={"limit": name, "allowed": limit, "retry_after_seconds": retry_after},
+        f"the {holder} allows {limit} {unit} per minute; try again in {retry_after} s",
+        details={"limit": rule + name, "allowed": limit, "retry_after_seconds": retry_after},
     )
 
 
-def budget_refusal(needed: int, remaining: int) -> LimitExceeded:
+def budget_refusal(
+    needed: int, remaining: int, *, holder: str = "grant", rule: str = ""
+) -> LimitExceeded:
     return LimitExceeded(
-        f"the request needs {needed} tokens; the grant has {remaining} left",
-        details={"limit": "tokens", "needed": needed, "remaining": remaining},
+        f"the request needs {needed} tokens; the {holder} has {remaining} left",
+        details={"limit": rule + "tokens", "needed": needed, "remaining": remaining},
     )
 
 
@@ -191,7 +198,14 @@ def least_needed(prompt_tokens: int, max_tokens: int | None) -> int:
     return prompt_tokens + (0 if max_tokens == 0 else 1)
 
 
-def reserve(prompt_tokens: int, max_tokens: int | None, allowance: int | None) -> Reservation:
+def reserve(
+    prompt_tokens: int,
+    max_tokens: int | None,
+    allowance: int | None,
+    *,
+    holder: str = "grant",
+    rule: str = "",
+) -> Reservation:
     """The reservation of a request whose prompt is ``prompt_tokens``, asking for at most
     ``max_tokens`` (None: absent), when at most ``allowance`` tokens may be taken (None: no
     token rule applies). The completion is capped to what remains; nothing left for one
@@ -200,7 +214,9 @@ def reserve(prompt_tokens: int, max_tokens: int | None, allowance: int | None) -
         return Reservation(prompt_tokens, max_tokens)
     room = allowance - prompt_tokens
     if prompt_tokens + room < least_needed(prompt_tokens, max_tokens):
-        raise budget_refusal(least_needed(prompt_tokens, max_tokens), max(allowance, 0))
+        raise budget_refusal(
+            least_needed(prompt_tokens, max_tokens), max(allowance, 0), holder=holder, rule=rule
+        )
     completion = room if max_tokens is None else min(max_tokens, room)
     return Reservation(prompt_tokens, completion)
 
@@ -259,11 +275,13 @@ class UsageRecord:
     early: cancelled, revoked, failed); untold, the counts are this side's own."""
     seq: int = 0
     """The record's place in its store, the cursor of a page (set when stored)."""
+    token: str | None = None
+    """The local token that made the request (this side's records only: never told a peer)."""
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "request": self.request,
-            "grant": self.grant,
+            "grant": self.grant or None,
             "operation": self.operation,
             "service": self.service,
             "started_at": self.started_at,
@@ -280,6 +298,8 @@ class UsageRecord:
                 "completion_tokens": self.counted_completion_tokens,
             }
             record["told"] = bool(self.told)
+        if self.side in (REQUESTER, LOCAL):
+            record["token"] = self.token
         return record
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from ficc.base.errors import PermissionDenied
 from ficc.domain.scopes import LOCAL_SCOPES
+from ficc.domain.token_limits import TokenRestrictions
 
 Via = Literal["token", "session", "socket"]
 ALL_PROJECTS = "*"
@@ -28,6 +29,8 @@ class Principal:
     via: Via
     token_id: str | None = None
     session_id: str | None = None
+    restrictions: TokenRestrictions | None = None
+    """A restricted token's rules (None: the credential is not restricted)."""
 
     def admitted_to(self, project: str) -> bool:
         return ALL_PROJECTS in self.projects or project in self.projects

@@ -30,6 +30,15 @@ class TokenCreate(Strict):
     scopes: list[str]
     projects: list[str] | None = None
     lifetime: int | None = None
+    peers: list[str] | None = None
+    services: list[str] | None = None
+    tokens: int | None = None
+    tokens_per_minute: int | None = None
+    requests_per_minute: int | None = None
+
+    def restrictions(self) -> dict[str, Any]:
+        names = ("peers", "services", "tokens", "tokens_per_minute", "requests_per_minute")
+        return {name: getattr(self, name) for name in names}
 
 
 class ProjectCreate(Strict):

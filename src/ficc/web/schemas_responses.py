@@ -34,6 +34,25 @@ class TokenCreated(Shape):
     scopes: list[str]
     projects: list[str]
     expires_at: Time | None
+    peers: list[str] | None
+    services: list[str] | None
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
+
+
+class TokenUsed(Shape):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class TokenRemaining(Shape):
+    """The least the token's rules and its creators' leave (null: not limited so)."""
+
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
 
 
 class Token(Shape):
@@ -46,6 +65,14 @@ class Token(Shape):
     created_at: Time
     expires_at: Time | None
     revoked_at: Time | None
+    peers: list[str] | None
+    services: list[str] | None
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
+    used: TokenUsed | None
+    """Null for a token no rule restricts (nothing is metered for it)."""
+    remaining: TokenRemaining | None
 
 
 class TokenList(Shape):
@@ -219,10 +246,12 @@ class Grant(Shape):
 
 
 class UsageRecord(Shape):
-    """One federated request as this side saw it (``counted``: the requester's own count)."""
+    """One federated request as this side saw it (``counted``: the requester's own count;
+    ``token``: on the requester, the local token that made it). A restricted token's use of
+    a local service has ``grant`` null."""
 
     request: str
-    grant: str
+    grant: str | None
     operation: str
     service: str | None
     started_at: Time
@@ -234,6 +263,14 @@ class UsageRecord(Shape):
     outcome: Literal["completed", "cancelled", "revoked", "failed", "refused"]
     counted: dict[str, int | None] | None = None
     told: bool | None = None
+    token: str | None = None
+
+
+class TokenUsagePage(Shape):
+    token: str
+    records: list[UsageRecord]
+    totals: dict[str, Any]
+    next: str | None
 
 
 class UsagePage(Shape):

@@ -52,6 +52,42 @@ def test_a_revoked_token_is_refused_afterwards(cluster: RunningCluster) -> None:
     assert refused(state, "token-revoke", "tok_" + "a" * 26, status=1)["code"] == "not_found"
 
 
+def test_a_restricted_token_is_created_shown_and_its_usage_read(cluster: RunningCluster) -> None:
+    state = cluster.state_dir
+    service = "svc_" + "a" * 26
+    made = ok(
+        state,
+        "token-create",
+        "--scope",
+        "inference:invoke",
+        "--service",
+        service,
+        "--service",
+        "chat",
+        "--tokens",
+        "200000",
+        "--tokens-per-minute",
+        "5000",
+        "--requests-per-minute",
+        "10",
+    )
+    assert made["services"] == ["chat", service]
+    assert (made["tokens"], made["tokens_per_minute"], made["requests_per_minute"]) == (
+        200000,
+        5000,
+        10,
+    )
+    [shown] = [t for t in ok(state, "tokens")["tokens"] if t["id"] == made["id"]]
+    assert shown["remaining"] == {
+        "tokens": 200000,
+        "tokens_per_minute": 5000,
+        "requests_per_minute": 10,
+    }
+    assert ok(state, "token-usage", made["id"])["records"] == []
+    error = refused(state, "token-create", "--scope", "discover", "--tokens", "0", status=1)
+    assert error["details"]["field"] == "tokens"
+
+
 def test_a_model_is_added_with_a_long_wait_and_removed(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:

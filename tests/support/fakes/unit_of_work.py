@@ -50,6 +50,7 @@ from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.transfers import Transfer
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
@@ -71,6 +72,7 @@ from ficc.services.ports import (
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
+    TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
     UsageRepository,
@@ -116,6 +118,7 @@ class FakeStore:
     leases: dict[str, Lease] = field(default_factory=dict)
     routes: dict[str, Route] = field(default_factory=dict)
     usage: list[UsageRecord] = field(default_factory=list)
+    token_limits: dict[str, TokenLimit] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -853,16 +856,91 @@ class FakeUsage(_Repository):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> dict[str, Any]:
-        hours: dict[str, dict[str, int]] = {}
-        for r in self._matching(grant_id, side, since, until):
-            key = format_stored_time(r.started_at)[:HOUR_CHARS]
-            sums = hours.setdefault(key, empty_totals())
-            sums["requests"] += 1
-            sums["prompt_tokens"] += r.prompt_tokens
-            sums["completion_tokens"] += r.completion_tokens
-            sums["request_bytes"] += r.request_bytes
-            sums["response_bytes"] += r.response_bytes
-        return bucketed(sorted(hours.items()))
+        return _totals(self._matching(grant_id, side, since, until))
+
+
+def _totals(records: list[UsageRecord]) -> dict[str, Any]:
+    """Sums over ``records``, per hour, per day and whole, as the SQL groups them."""
+    hours: dict[str, dict[str, int]] = {}
+    for r in records:
+        key = format_stored_time(r.started_at)[:HOUR_CHARS]
+        sums = hours.setdefault(key, empty_totals())
+        sums["requests"] += 1
+        sums["prompt_tokens"] += r.prompt_tokens
+        sums["completion_tokens"] += r.completion_tokens
+        sums["request_bytes"] += r.request_bytes
+        sums["response_bytes"] += r.response_bytes
+    return bucketed(sorted(hours.items()))
+
+
+class FakeTokenLimits(_Repository):
+    """Restricted tokens' rows, reserved and settled as the grants' are."""
+
+    async def add(self, token_id: str, restrictions: TokenRestrictions) -> None:
+        if token_id in self._s.token_limits:
+            raise IntegrityError(f"token_limits.token_id {token_id}")
+        self._s.token_limits = {
+            **self._s.token_limits,
+            token_id: TokenLimit(token_id, restrictions, GrantStanding(0, 0, 0, 0, 0)),
+        }
+
+    async def get(self, token_id: str) -> TokenLimit | None:
+        return self._s.token_limits.get(token_id)
+
+    async def of_tokens(self, token_ids: Collection[str]) -> dict[str, TokenLimit]:
+        return {i: self._s.token_limits[i] for i in token_ids if i in self._s.token_limits}
+
+    def _put(self, row: TokenLimit, standing: GrantStanding) -> None:
+        self._s.token_limits = {
+            **self._s.token_limits,
+            row.token_id: replace(row, standing=standing),
+        }
+
+    async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool:
+        row = self._s.token_limits.get(token_id)
+        if row is None:
+            return False
+        s = row.standing
+        used = s.prompt_tokens_used + s.completion_tokens_used + s.tokens_reserved
+        if limit is not None and used + tokens > limit:
+            return False
+        self._put(row, replace(s, tokens_reserved=s.tokens_reserved + tokens))
+        return True
+
+    async def settle_tokens(
+        self, token_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        row = self._s.token_limits.get(token_id)
+        if row is not None:
+            s = row.standing
+            self._put(
+                row,
+                replace(
+                    s,
+                    requests_used=s.requests_used + 1,
+                    tokens_reserved=max(s.tokens_reserved - reserved, 0),
+                    prompt_tokens_used=s.prompt_tokens_used + prompt_tokens,
+                    completion_tokens_used=s.completion_tokens_used + completion_tokens,
+                ),
+            )
+
+    async def standing(self, token_id: str) -> GrantStanding | None:
+        row = self._s.token_limits.get(token_id)
+        return None if row is None else row.standing
+
+    async def clear_reservations(self) -> None:
+        for row in list(self._s.token_limits.values()):
+            if row.standing.tokens_reserved:
+                self._put(row, replace(row.standing, tokens_reserved=0))
+
+    async def usage_page(
+        self, token_id: str, *, after: int | None = None, limit: int
+    ) -> list[UsageRecord]:
+        found = [r for r in self._s.usage if r.token == token_id]
+        return [r for r in found if after is None or r.seq > after][:limit]
+
+    async def usage_totals(self, token_id: str) -> dict[str, Any]:
+        return _totals([r for r in self._s.usage if r.token == token_id])
 
 
 class FakeUnitOfWork:
@@ -900,6 +978,7 @@ class FakeUnitOfWork:
         self.leases: LeasesRepository = FakeLeases(store)
         self.routes: RoutesRepository = FakeRoutes(store)
         self.usage: UsageRepository = FakeUsage(store)
+        self.token_limits: TokenLimitsRepository = FakeTokenLimits(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

@@ -75,6 +75,7 @@ class FakeRemote:
         body: object,
         mutation_id: object = None,
         service: str | None = None,
+        via: tuple[str, ...] = (),
     ) -> Prepared:
         assert operation == "inference.invoke"
         if peer_id in self.refuses:

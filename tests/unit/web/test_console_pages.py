@@ -435,3 +435,43 @@ def test_the_approval_forms_token_limits_are_optional_and_checked_by_name() -> N
     with pytest.raises(InvalidInput) as bad:
         grant_from_form({**base, "tokens_per_minute": ["lots"]})
     assert bad.value.details["field"] == "grant.tokens_per_minute"
+
+
+def test_the_tokens_page_shows_each_tokens_restrictions_use_and_what_remains() -> None:
+    """The form takes the restrictions; the list shows a team's budget used and left."""
+    restricted = {
+        "id": "tok_team_a",
+        "state": "active",
+        "scopes": ["federation:invoke"],
+        "created_by": None,
+        "peers": ["per_partner"],
+        "services": ["svc_chat"],
+        "tokens": 200000,
+        "tokens_per_minute": None,
+        "requests_per_minute": 10,
+        "used": {"requests": 4, "prompt_tokens": 100, "completion_tokens": 300},
+        "remaining": {"tokens": 199600, "tokens_per_minute": None, "requests_per_minute": 9},
+    }
+    plain = {
+        "id": "tok_plain",
+        "state": "active",
+        "scopes": ["discover"],
+        "created_by": None,
+        "peers": None,
+        "services": None,
+        "tokens": None,
+        "tokens_per_minute": None,
+        "requests_per_minute": None,
+        "used": None,
+        "remaining": None,
+    }
+    html = _render(
+        "_tokens.html", path="/ui/p/default/tokens", all_scopes=[], tokens=[restricted, plain]
+    )
+    words = _text(html)
+    for name in ("peers", "services", "tokens", "tokens_per_minute", "requests_per_minute"):
+        assert f'name="{name}"' in html
+    assert "200000 tokens · 10 requests/min" in words
+    assert "4 requests, 400 tokens" in words
+    assert "199600 tokens · 9 requests this minute" in words
+    assert "not restricted" in words

@@ -323,6 +323,25 @@ usage_records = Table(
     Column("counted_prompt_tokens", BigInteger, nullable=True),
     Column("counted_completion_tokens", BigInteger, nullable=True),
     Column("told", Boolean, nullable=True),
+    # The local token that made the request (the requester's records; None where none did).
+    Column("token_id", String(40), nullable=True),
+)
+
+token_limits = Table(
+    "token_limits",
+    metadata,
+    Column("token_id", String(40), primary_key=True),
+    # The restricted token that minted this one: its budgets count this one's use too.
+    Column("parent", String(40), nullable=True),
+    Column("peers", JSON, nullable=True),
+    Column("services", JSON, nullable=True),
+    Column("tokens", BigInteger, nullable=True),
+    Column("tokens_per_minute", BigInteger, nullable=True),
+    Column("requests_per_minute", BigInteger, nullable=True),
+    Column("requests_used", BigInteger, nullable=False, server_default="0"),
+    Column("prompt_tokens_used", BigInteger, nullable=False, server_default="0"),
+    Column("completion_tokens_used", BigInteger, nullable=False, server_default="0"),
+    Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
 )
 
 remote_grants = Table(
@@ -360,6 +379,7 @@ Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
 Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
+Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
 
 leases = Table(

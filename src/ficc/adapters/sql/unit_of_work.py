@@ -18,6 +18,7 @@ from ficc.adapters.sql.offers import SqlOffers
 from ficc.adapters.sql.peers import SqlPeers, SqlRemoteGrants
 from ficc.adapters.sql.routes import SqlRoutes
 from ficc.adapters.sql.settings import SqlSettings
+from ficc.adapters.sql.token_limits import SqlTokenLimits
 from ficc.adapters.sql.transfers import SqlTransfers
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
@@ -40,6 +41,7 @@ from ficc.services.ports import (
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
+    TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
     UsageRepository,
@@ -94,6 +96,7 @@ class SqlUnitOfWork:
         self.leases: LeasesRepository = SqlLeases(connection)
         self.routes: RoutesRepository = SqlRoutes(connection)
         self.usage: UsageRepository = SqlUsage(connection)
+        self.token_limits: TokenLimitsRepository = SqlTokenLimits(connection)
         return self
 
     @property

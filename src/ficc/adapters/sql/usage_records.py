@@ -131,6 +131,7 @@ class SqlUsage:
                 counted_prompt_tokens=record.counted_prompt_tokens,
                 counted_completion_tokens=record.counted_completion_tokens,
                 told=record.told,
+                token_id=record.token,
             )
         )
 
@@ -163,7 +164,7 @@ class SqlUsage:
         if after is not None:
             query = query.where(_RECORDS.seq > after)
         query = query.order_by(_RECORDS.seq).limit(limit)
-        return [_record(row) for row in await self._c.execute(query)]
+        return [record_of(row) for row in await self._c.execute(query)]
 
     async def totals(
         self,
@@ -184,14 +185,14 @@ class SqlUsage:
         ]
         query = self._where(select(hour, *sums), grant_id, side, since, until)
         rows = (await self._c.execute(query.group_by(hour).order_by(hour))).all()
-        return bucketed([(row.bucket, _sums(row)) for row in rows])
+        return bucketed([(row.bucket, sums_of(row)) for row in rows])
 
 
-def _sums(row: Any) -> dict[str, int]:
+def sums_of(row: Any) -> dict[str, int]:
     return {name: int(getattr(row, name)) for name in empty_totals()}
 
 
-def _record(row: Any) -> UsageRecord:
+def record_of(row: Any) -> UsageRecord:
     return UsageRecord(
         request=row.request_id,
         grant=row.grant_id,
@@ -209,4 +210,5 @@ def _record(row: Any) -> UsageRecord:
         counted_completion_tokens=row.counted_completion_tokens,
         told=row.told,
         seq=row.seq,
+        token=row.token_id,
     )

@@ -25,6 +25,7 @@ from ficc.services.accounts.tokens import (
     list_tokens,
     mint_token,
     revoke_token,
+    visible_token,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "purge_expired",
     "revoke_token",
     "set_password",
+    "visible_token",
 ]

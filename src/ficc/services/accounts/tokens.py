@@ -4,15 +4,17 @@ and authenticated from a cache that revocation clears."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final, Protocol
 
 from ficc.base.errors import InvalidInput, NotFound, PermissionDenied, Unauthenticated
 from ficc.base.ids import parse_project_name
 from ficc.domain.accounts import ApiToken, User, parse_lifetime_seconds
 from ficc.domain.principals import ALL_PROJECTS, Principal
 from ficc.domain.scopes import parse_scopes
+from ficc.domain.token_limits import TokenRestrictions, narrowed, parse_restrictions
 from ficc.services import audit
 from ficc.services.accounts.credentials import digest, new_record_id, record_change
 from ficc.services.accounts.owner import DEFAULT_PROJECT
@@ -28,6 +30,7 @@ class IssuedToken:
     scopes: frozenset[str]
     projects: frozenset[str]
     expires_at: datetime | None
+    restrictions: TokenRestrictions | None = None
 
 
 async def mint_token(
@@ -42,6 +45,7 @@ async def mint_token(
     owner: bool = False,
     created_by: str | None = None,
     not_after: datetime | None = None,
+    restrictions: TokenRestrictions | None = None,
 ) -> IssuedToken:
     """Create a token inside the caller's transaction and return its secret (shown once).
 
@@ -66,6 +70,10 @@ async def mint_token(
         created_by=created_by,
     )
     await uow.tokens.add(token)
+    details: dict[str, Any] = {"scopes": sorted(scopes), "projects": sorted(projects)}
+    if restrictions is not None and restrictions.any:
+        await uow.token_limits.add(token.id, restrictions)
+        details["restrictions"] = restrictions.to_json()
     await audit.record(
         uow,
         clock,
@@ -73,9 +81,9 @@ async def mint_token(
         actor=actor,
         project=None,
         target=token.id,
-        details={"scopes": sorted(scopes), "projects": sorted(projects)},
+        details=details,
     )
-    return IssuedToken(token.id, secret, scopes, projects, expires_at)
+    return IssuedToken(token.id, secret, scopes, projects, expires_at, restrictions)
 
 
 async def create_token(
@@ -86,9 +94,11 @@ async def create_token(
     scopes: object,
     projects: object,
     lifetime: object,
+    restrictions: Mapping[str, object] | None = None,
 ) -> IssuedToken:
     """A token never holds more than its creator: scopes and projects are subsets, and it
-    expires no later than the token that mints it (revoking that one revokes it too)."""
+    expires no later than the token that mints it (revoking that one revokes it too). A
+    restricted creator's token is at most as broad as it (``token_limits.narrowed``)."""
     wanted_scopes = parse_scopes(scopes)
     beyond = sorted(wanted_scopes - principal.scopes)
     if beyond:
@@ -104,11 +114,26 @@ async def create_token(
         parse_project_name(name, field=f"projects[{index}]") for index, name in enumerate(projects)
     )
     lifetime_seconds = parse_lifetime_seconds(lifetime)
+    asked = parse_restrictions(restrictions or {})
     async with uow_factory() as uow:
         for name in sorted(names):
             if not await uow.projects.exists(name):
                 raise InvalidInput(f"projects names an unknown project {name}", field="projects")
             principal.require_project(name)
+        for index, peer_id in enumerate(sorted(asked.peers or ())):
+            peer = await uow.peers.get(peer_id)
+            if peer is None or peer.project not in names:
+                raise InvalidInput(
+                    f"peers names {peer_id}, which is no peer of the token's projects",
+                    field="peers",
+                    details={"peer": peer_id, "index": index},
+                )
+        creator = None
+        if principal.token_id is not None:
+            creator = await uow.token_limits.get(principal.token_id)
+        granted = narrowed(
+            asked, None if creator is None else creator.restrictions, principal.token_id
+        )
         user = await uow.users.get(principal.user_id)
         if user is None:
             raise Unauthenticated("the credential's user no longer exists")
@@ -123,6 +148,7 @@ async def create_token(
             actor=audit.actor_of(principal),
             created_by=principal.token_id,
             not_after=not_after,
+            restrictions=granted,
         )
         await uow.commit()
     return issued
@@ -178,13 +204,45 @@ async def revoke_token(
 
 
 async def list_tokens(
-    uow_factory: UnitOfWorkFactory, clock: Clock, principal: Principal
+    uow_factory: UnitOfWorkFactory,
+    clock: Clock,
+    principal: Principal,
+    limits: TokenLimitsView | None = None,
 ) -> list[dict[str, Any]]:
-    """The tokens this credential may revoke (the local owner: all), never their secrets."""
+    """The tokens this credential may revoke (the local owner: all), never their secrets;
+    each with its restrictions, ``used`` and ``remaining`` (``limits``: what metering knows)."""
     now = clock()
     async with uow_factory() as uow:
         tokens = await uow.tokens.list()
-    return [_token_json(token, now) for token in tokens if _may_revoke(principal, token)]
+    visible = [token for token in tokens if _may_revoke(principal, token)]
+    shown = {} if limits is None else await limits.shown([t.id for t in visible])
+    return [{**_token_json(token, now), **shown.get(token.id, UNRESTRICTED)} for token in visible]
+
+
+async def visible_token(
+    uow_factory: UnitOfWorkFactory, principal: Principal, token_id: str
+) -> ApiToken:
+    """A token this credential may see (the tokens it may revoke, and itself), else 404."""
+    async with uow_factory() as uow:
+        token = await uow.tokens.get(token_id)
+    if token is None or not (token.id == principal.token_id or _may_revoke(principal, token)):
+        raise NotFound(
+            f"no token {token_id} among the tokens this credential may see",
+            details={"token": token_id},
+        )
+    return token
+
+
+class TokenLimitsView(Protocol):
+    async def shown(self, token_ids: list[str]) -> dict[str, dict[str, Any]]: ...
+
+
+UNRESTRICTED: Final[dict[str, Any]] = {
+    **TokenRestrictions().to_json(),
+    "used": None,
+    "remaining": None,
+}
+"""What a token no rule restricts shows of restrictions (nothing is metered for it)."""
 
 
 def _token_json(token: ApiToken, now: datetime) -> dict[str, Any]:
@@ -261,6 +319,7 @@ async def authenticate_token(
         if token is None or not token.usable_at(clock()):
             raise Unauthenticated("the bearer token is unknown, expired or revoked")
         user = await uow.users.get(token.user_id)
+        limit = await uow.token_limits.get(token.id)
     if user is None:
         raise Unauthenticated("the bearer token is unknown, expired or revoked")
     principal = Principal(
@@ -272,6 +331,7 @@ async def authenticate_token(
         is_owner=user.is_owner and token.owner,
         via="token",
         token_id=token.id,
+        restrictions=None if limit is None else limit.restrictions,
     )
     if cache is not None:
         cache.put(secret_hash, principal, token.expires_at)

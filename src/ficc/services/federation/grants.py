@@ -64,6 +64,7 @@ class Grants:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
             # Nothing is in flight at start: what requests of a stopped process held is free.
             await uow.usage.clear_reservations()
+            await uow.token_limits.clear_reservations()
             await uow.commit()
         for grant in grants:
             self.arm_expiry(grant)

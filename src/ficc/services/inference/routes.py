@@ -36,6 +36,7 @@ from ficc.base.errors import (
 )
 from ficc.base.ids import PREFIXES, new_id
 from ficc.domain import grants as g
+from ficc.domain import token_limits as tl
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_responses import check_invocation
 from ficc.domain.principals import Principal
@@ -53,6 +54,7 @@ from ficc.domain.routes import (
 from ficc.services.inference.invoke import Invocations
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.token_limits import TokenLimits, check_service
 
 ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
 """Runtimes whose replica serves one request at a time (FICC runs llama.cpp's server so):
@@ -75,6 +77,7 @@ class RemoteInvoker(Protocol):
         body: object,
         mutation_id: object = None,
         service: str | None = None,
+        via: tuple[str, ...] = (),
     ) -> Any: ...
 
     async def send(self, prepared: Any) -> dict[str, Any]: ...
@@ -137,6 +140,7 @@ class Routes:
         monotonic: Callable[[], float] | None = None,
         admit_target: TargetAdmission = _always,
         count: OutcomeCounter = _uncounted,
+        tokens: TokenLimits | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
@@ -146,6 +150,7 @@ class Routes:
         self._monotonic = monotonic or (lambda: asyncio.get_running_loop().time())
         self._admit_target = admit_target
         self._count = count
+        self._tokens = tokens
         self._breakers: dict[tuple[str, str], Breaker] = {}
         self._remote_in_flight: dict[tuple[str, str], int] = {}
         self._remote_caps: dict[tuple[str, str], int] = {}
@@ -241,7 +246,10 @@ class Routes:
         busy: list[Target] = []
         for target, queue in self._plan(project, route, busy):
             try:
-                answer = await self._complete_at(principal, project, target, path, body, queue)
+                _token_admits(principal, route, target)
+                answer = await self._complete_at(
+                    principal, project, target, path, body, queue, route
+                )
             except _Skip as skip:
                 self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
@@ -284,7 +292,10 @@ class Routes:
         for target, queue in self._plan(project, route, busy):
             stack = contextlib.AsyncExitStack()
             try:
-                chunks = await self._stream_at(stack, principal, project, target, path, body, queue)
+                _token_admits(principal, route, target)
+                chunks = await self._stream_at(
+                    stack, principal, project, target, path, body, queue, route
+                )
             except _Skip as skip:
                 await stack.aclose()
                 self._skipped(route, target, skip.outcome, trace, busy)
@@ -336,14 +347,25 @@ class Routes:
         path: str,
         body: Mapping[str, Any],
         queue: bool,
+        route: Route | None = None,
     ) -> dict[str, Any]:
         if target.local:
             self._local_admits(principal, project, target, queue=queue)
-            # Nothing waits between the count above and the router's own count.
-            return await self._invocations.complete(
-                project, target.service, path, _addressed(body, target)
-            )
-        key, prepared, breaker = await self._remote_admits(principal, project, target, path, body)
+            # Nothing waits between the count above and the router's own count (a
+            # restricted token's reservation comes first: a refusal of it is the answer).
+            addressed = _addressed(body, target)
+            if self._tokens is not None and principal.restrictions is not None:
+                return await self._tokens.local(
+                    principal,
+                    target.service,
+                    path,
+                    addressed,
+                    lambda sent: self._invocations.complete(project, target.service, path, sent),
+                )
+            return await self._invocations.complete(project, target.service, path, addressed)
+        key, prepared, breaker = await self._remote_admits(
+            principal, project, target, path, body, route
+        )
         try:
             with self._counted(key):
                 answer = await self._remote.send(prepared)
@@ -369,13 +391,27 @@ class Routes:
         path: str,
         body: Mapping[str, Any],
         queue: bool,
+        route: Route | None = None,
     ) -> AsyncIterator[bytes]:
         if target.local:
             self._local_admits(principal, project, target, queue=queue)
+            addressed = _addressed(body, target)
+            if self._tokens is not None and principal.restrictions is not None:
+                return await stack.enter_async_context(
+                    self._tokens.local_stream(
+                        principal,
+                        target.service,
+                        path,
+                        addressed,
+                        lambda sent: self._invocations.stream(project, target.service, path, sent),
+                    )
+                )
             return await stack.enter_async_context(
-                self._invocations.stream(project, target.service, path, _addressed(body, target))
+                self._invocations.stream(project, target.service, path, addressed)
             )
-        key, prepared, breaker = await self._remote_admits(principal, project, target, path, body)
+        key, prepared, breaker = await self._remote_admits(
+            principal, project, target, path, body, route
+        )
         stack.enter_context(self._counted(key))
         try:
             chunks = await stack.enter_async_context(self._remote.stream(prepared))
@@ -422,6 +458,7 @@ class Routes:
         target: Target,
         path: str,
         body: Mapping[str, Any],
+        route: Route | None = None,
     ) -> tuple[tuple[str, str], Any, Breaker]:
         """A remote target's request, prepared, once nothing before sending skips it; the
         breaker returned has admitted it (a probe, when half-open)."""
@@ -446,6 +483,7 @@ class Routes:
                 operation="inference.invoke",
                 body={"service": target.service, "path": path, "body": _addressed(body, target)},
                 service=target.service,
+                via=() if route is None else (route.name, route.id),
             )
             cap = _term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
             if target.max_in_flight is not None:
@@ -509,6 +547,20 @@ class Routes:
     def breaker(self, project: str, label: str) -> Breaker | None:
         """The circuit breaker of a target (None before it was tried): for the console."""
         return self._breakers.get((project, label))
+
+
+def _token_admits(principal: Principal, route: Route, target: Target) -> None:
+    """Skip a target a restricted token may not reach: its peer is not among the token's
+    ``peers``, or neither its service nor the route (by name or ID) among its ``services``."""
+    rules = principal.restrictions
+    if rules is None:
+        return
+    try:
+        if target.peer is not None and not rules.admits_peer(target.peer):
+            raise tl.peer_refusal(target.peer)
+        check_service(principal, target.service, route.name, route.id)
+    except PermissionDenied as exc:
+        raise _Skip(Outcome.FORBIDDEN, exc) from exc
 
 
 def _local_capacity(target: Target, occupancy: Any) -> int | None:

@@ -22,6 +22,7 @@ from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.transfers import Transfer
 
 
@@ -247,6 +248,17 @@ class GrantsRepository(Protocol):
     async def delete(self, grant_id: str) -> None: ...
 
 
+class BudgetRows(Protocol):
+    """Rows that hold a metered budget (a grant's, a restricted token's): reserve, settle,
+    read; ``UsageRepository`` and ``TokenLimitsRepository`` both are."""
+
+    async def reserve_tokens(self, holder: str, tokens: int, *, limit: int | None) -> bool: ...
+    async def settle_tokens(
+        self, holder: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None: ...
+    async def standing(self, holder: str) -> GrantStanding | None: ...
+
+
 class UsageRepository(Protocol):
     """Metering: token reservations on a grant, and one usage record per federated request."""
 
@@ -285,6 +297,29 @@ class UsageRepository(Protocol):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> dict[str, Any]: ...
+
+
+class TokenLimitsRepository(Protocol):
+    """Restricted tokens: their rules, their budgets reserved then settled as a grant's are
+    (``UsageRepository``'s rule: one atomic step, whatever the concurrency), and the usage
+    records each token made."""
+
+    async def add(self, token_id: str, restrictions: TokenRestrictions) -> None: ...
+    async def get(self, token_id: str) -> TokenLimit | None: ...
+    async def of_tokens(self, token_ids: Collection[str]) -> dict[str, TokenLimit]: ...
+    async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool: ...
+    async def settle_tokens(
+        self, token_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        """Give back what was reserved, add the true counts and count the request."""
+        ...
+
+    async def standing(self, token_id: str) -> GrantStanding | None: ...
+    async def clear_reservations(self) -> None: ...
+    async def usage_page(
+        self, token_id: str, *, after: int | None = None, limit: int
+    ) -> list[UsageRecord]: ...
+    async def usage_totals(self, token_id: str) -> dict[str, Any]: ...
 
 
 class RemoteGrantsRepository(Protocol):

@@ -24,6 +24,7 @@ from ficc.services.ports.repositories import (
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
+    TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
     UsageRepository,
@@ -62,6 +63,7 @@ class UnitOfWork(Protocol):
     leases: LeasesRepository
     routes: RoutesRepository
     usage: UsageRepository
+    token_limits: TokenLimitsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(

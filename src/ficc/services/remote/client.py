@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from ficc.base.errors import (
     Conflict,
+    FiccError,
     GrantExpired,
     GrantRevoked,
     InvalidInput,
@@ -36,6 +37,7 @@ from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
 from ficc.services.remote.views import unpublished
+from ficc.services.token_limits import TokenLimits, TokenTab, check_peer, check_service
 
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
@@ -57,6 +59,8 @@ class Prepared:
     terms: dict[str, Any]
     operation: str
     wire: dict[str, Any]
+    principal: Principal | None = None
+    """Who asks: a restricted token's budgets hold the request before it is sent."""
 
 
 class RemoteClient:
@@ -69,8 +73,10 @@ class RemoteClient:
         copies: RemoteGrantCopies,
         *,
         clock: Clock | None = None,
+        tokens: TokenLimits | None = None,
     ) -> None:
         self._uow_factory = uow_factory
+        self._tokens = tokens
         self._channel = channel
         self._copies = copies
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -129,12 +135,18 @@ class RemoteClient:
         body: object,
         mutation_id: object = None,
         service: str | None = None,
+        via: tuple[str, ...] = (),
     ) -> Prepared:
         """Every check this cluster makes before sending: a refusal here proves nothing was
-        sent (a route tries its next target on it)."""
+        sent (a route tries its next target on it). ``via``: the route (name and ID) the
+        request comes through, which a restricted token may list instead of the service."""
+        check_peer(principal, peer_id)
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
         name, wire = _wire(grant_id, operation, body, mutation_id, terms)
-        return Prepared(peer, grant_id, terms, name, wire)
+        asked = wire["body"].get("service") if isinstance(wire["body"], dict) else None
+        for named in {service, asked} - {None}:
+            check_service(principal, str(named), *via)
+        return Prepared(peer, grant_id, terms, name, wire, principal)
 
     async def send(self, prepared: Prepared) -> dict[str, Any]:
         """Send a prepared request; nothing is retried."""
@@ -143,7 +155,7 @@ class RemoteClient:
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         if name == INVOKE:
-            async with self._recording(grant_id, wire) as usage:
+            async with self._recording(grant_id, wire, prepared.principal) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -240,7 +252,7 @@ class RemoteClient:
                     yield named
             return
         # Recorded from before the request is sent: a refusal, too, leaves its record.
-        async with self._recording(grant_id, wire) as usage, opening as chunks:
+        async with self._recording(grant_id, wire, prepared.principal) as usage, opening as chunks:
             named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
@@ -269,8 +281,12 @@ class RemoteClient:
         usage.ended = True
 
     @contextlib.asynccontextmanager
-    async def _recording(self, grant_id: str, wire: dict[str, Any]) -> AsyncIterator[_Usage]:
-        """One usage record of an ``inference.invoke``, written however the request ends."""
+    async def _recording(
+        self, grant_id: str, wire: dict[str, Any], principal: Principal | None = None
+    ) -> AsyncIterator[_Usage]:
+        """One usage record of an ``inference.invoke``, written however the request ends; a
+        restricted token's budgets hold it before it is sent (its completion bound lowered to
+        what they leave) and are settled with the record."""
         inner = wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
@@ -280,6 +296,12 @@ class RemoteClient:
             started_at=self._clock(),
             request_bytes=len(canonical_json(inner)),
         )
+        if principal is not None and self._tokens is not None:
+            # A token's refusal leaves no record under the grant: nothing left this cluster.
+            usage.token = principal.token_id
+            usage.tab = await self._tokens.admit(principal, *_invocation(inner))
+            if usage.tab is not None and isinstance(inner, dict):
+                inner["body"] = usage.tab.bounded(*_invocation(inner))
         try:
             yield usage
         except BaseException as error:
@@ -313,24 +335,31 @@ class RemoteClient:
             counted_prompt_tokens=usage.own_prompt,
             counted_completion_tokens=usage.own_completion,
             told=told is not None,
+            token=usage.token,
         )
         if told is not None and isinstance(usage.told, dict):
             self.told[usage.grant] = usage.told
         async with self._uow_factory() as uow:
+            if usage.tab is not None and self._tokens is not None:
+                await self._tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
             await uow.usage.add(record)
             await uow.commit()
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
 
-    def rate_limits(self, peer_id: str) -> dict[str, str]:
+    def rate_limits(self, peer_id: str, principal: Principal | None = None) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
         went through, from what its grantor last told (or the copy of the grant the request
-        was checked against); read from memory, so an answer pays nothing for them."""
+        was checked against); with ``principal``, the tighter of those and its token's rules.
+        Read from memory, so an answer pays nothing for them."""
         routed = self._routed.get(peer_id)
-        if routed is None:
-            return {}
-        grant_id, terms = routed
-        return rate_limit_headers(terms, self.told.get(grant_id))
+        headers: dict[str, str] = {}
+        if routed is not None:
+            grant_id, terms = routed
+            headers = rate_limit_headers(terms, self.told.get(grant_id))
+        if principal is not None and self._tokens is not None:
+            headers = self._tokens.rate_limits(principal, headers)
+        return headers
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
@@ -375,6 +404,25 @@ class _Usage:
     """The answer arrived whole."""
     error: Exception | None = None
     """What ended the stream, when its caller made an error event of it."""
+    token: str | None = None
+    """The local token that made the request."""
+    tab: TokenTab | None = None
+    """What a restricted token's budgets hold for it."""
+
+    @property
+    def sent(self) -> bool:
+        """Whether the request may have left (else a token is charged nothing)."""
+        return not isinstance(self.error, FiccError) or self.told is not None or self.ended
+
+
+def _invocation(inner: object) -> tuple[str, dict[str, Any]]:
+    """The OpenAI path and body an ``inference.invoke`` carries (checked by ``_wire``'s
+    caller as the grantor checks them; anything else counts as an empty chat)."""
+    if isinstance(inner, dict):
+        path, body = inner.get("path"), inner.get("body")
+        if isinstance(path, str) and isinstance(body, dict):
+            return path, body
+    return "", {}
 
 
 def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from ficc.bootstrap import Cluster
@@ -13,7 +13,9 @@ from ficc.domain.accounts import (
     PLAIN_HTTP_SESSION_LIFETIME_SECONDS,
     SESSION_LIFETIME_SECONDS,
 )
+from ficc.domain.token_limits import TokenRestrictions
 from ficc.services import accounts
+from ficc.services.federation.usage import DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE, parse_cursor
 from ficc.web.auth import (
     Context,
     forget_session_cookie,
@@ -31,6 +33,7 @@ from ficc.web.schemas_responses import (
     SessionCreated,
     TokenCreated,
     TokenList,
+    TokenUsagePage,
     answer,
 )
 
@@ -72,20 +75,45 @@ async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")
         scopes=body.scopes,
         projects=body.projects,
         lifetime=body.lifetime,
+        restrictions=body.restrictions(),
     )
+    return issued_json(issued)
+
+
+def issued_json(issued: accounts.IssuedToken) -> dict[str, Any]:
+    """A new token as ``POST /tokens`` answers it: its secret (shown once) and its rules."""
+    rules = (issued.restrictions or TokenRestrictions()).to_json()
     return {
         "id": issued.id,
         "token": issued.token,
         "scopes": issued.scopes,
         "projects": issued.projects,
         "expires_at": issued.expires_at,
+        **rules,
     }
 
 
 @router.get("/api/v1/tokens", responses=answer(TokenList))
 async def list_tokens(ctx: Context = scoped("tokens:manage")) -> Any:
-    tokens = await accounts.list_tokens(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    tokens = await accounts.list_tokens(
+        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, ctx.cluster.tokens
+    )
     return {"tokens": tokens}
+
+
+@router.get("/api/v1/tokens/{token_id}/usage", responses=answer(TokenUsagePage))
+async def token_usage(
+    token_id: str,
+    ctx: Context = scoped(),
+    after: str | None = Query(None, max_length=32),
+    limit: int = Query(DEFAULT_USAGE_PAGE, ge=1, le=MAX_USAGE_PAGE),
+) -> Any:
+    """The usage records a token made, and their totals: a token's own, or (``tokens:manage``)
+    those of the tokens the credential may revoke."""
+    if token_id != ctx.principal.token_id:
+        ctx.principal.require_scope("tokens:manage")
+    token = await accounts.visible_token(ctx.cluster.uow_factory, ctx.principal, token_id)
+    return await ctx.cluster.tokens.usage(token.id, after=parse_cursor(after), limit=limit)
 
 
 @router.delete("/api/v1/tokens/{token_id}", status_code=204, responses=NO_CONTENT)

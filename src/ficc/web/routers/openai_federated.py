@@ -23,6 +23,7 @@ from ficc.domain.openai_requests import (
 )
 from ficc.domain.openai_responses import RESPONSES_PATH, check_invocation
 from ficc.services.remote.views import unpublished
+from ficc.services.token_limits import check_peer
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.fast_routes import fast_path
@@ -62,7 +63,12 @@ async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
 async def list_models(peer_id: str, ctx: Context = scoped("federation:invoke")) -> Any:
+    check_peer(ctx.principal, peer_id)
     published = await ctx.cluster.remote.published_services(ctx.principal, ctx.project, peer_id)
+    rules = ctx.principal.restrictions
+    if rules is not None:
+        # A restricted token is shown only the services it may use.
+        published = [service for service in published if rules.admits_service(service)]
     data = []
     ask = True
     for service in published:
@@ -113,7 +119,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         )
         # The stream is open, its headers not yet sent: the limits as the grantor told them at
         # the end of the last answer.
-        sse.add_headers(response, remote.rate_limits(peer_id))
+        sse.add_headers(response, remote.rate_limits(peer_id, ctx.principal))
         return response
 
     async def result() -> Any:
@@ -129,7 +135,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
 
     response = await sse.relay(request, result())
     # After the answer: the limits as the grantor told them at its end.
-    sse.add_headers(response, remote.rate_limits(peer_id))
+    sse.add_headers(response, remote.rate_limits(peer_id, ctx.principal))
     return response
 
 

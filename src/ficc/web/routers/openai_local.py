@@ -20,6 +20,7 @@ from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.domain.routes import Route
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.routes import RouteTrace
+from ficc.services.token_limits import check_service
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.errors import error_response
@@ -70,6 +71,11 @@ def route_object(route: Route, owner: str) -> dict[str, Any]:
 async def list_models(ctx: Context = scoped("inference:invoke")) -> Any:
     services = await ctx.cluster.inference.router.running_services(ctx.project)
     routes = await ctx.cluster.routes.routes(ctx.project)
+    rules = ctx.principal.restrictions
+    if rules is not None:
+        # A restricted token is shown only the services and routes it lists.
+        services = [s for s in services if rules.admits_service(s.id)]
+        routes = [r for r in routes if rules.admits_service(r.name, r.id)]
     data = [model_object(s, ctx.project) for s in services]
     data += [route_object(route, ctx.project) for route in routes]
     return {"object": "list", "data": data}
@@ -99,6 +105,8 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
             return await relay_route(ctx, request, route, engine_path, body)
     invocations = ctx.cluster.inference.invocations
     call: Opening | Awaitable[dict[str, Any]]
+    if ctx.principal.restrictions is not None:
+        return await relay_restricted(ctx, request, service_id, engine_path, body)
     if body.get("stream") is True:
         call = invocations.stream(ctx.project, service_id, engine_path, body)
     else:
@@ -109,6 +117,39 @@ async def relay(ctx: Context, request: Request, engine_path: str) -> Response:
         # The usual mistake is a model's name: say what `model` is and which IDs work here.
         running = await ctx.cluster.inference.router.running_services(ctx.project)
         raise unknown_model(service_id, [service.id for service in running]) from exc
+
+
+async def relay_restricted(
+    ctx: Context, request: Request, service_id: str, engine_path: str, body: dict[str, Any]
+) -> Response:
+    """A restricted token's invocation of a local service: only a service it lists, held to
+    its budgets (and its creators'), answered with its rate-limit headers."""
+    check_service(ctx.principal, service_id)
+    invocations, tokens, project = (
+        ctx.cluster.inference.invocations,
+        ctx.cluster.tokens,
+        ctx.project,
+    )
+    call: Opening | Awaitable[dict[str, Any]]
+    if body.get("stream") is True:
+        call = tokens.local_stream(
+            ctx.principal,
+            service_id,
+            engine_path,
+            body,
+            lambda sent: invocations.stream(project, service_id, engine_path, sent),
+        )
+    else:
+        call = tokens.local(
+            ctx.principal,
+            service_id,
+            engine_path,
+            body,
+            lambda sent: invocations.complete(project, service_id, engine_path, sent),
+        )
+    response = await sse.relay(request, call)
+    sse.add_headers(response, tokens.rate_limits(ctx.principal, {}))
+    return response
 
 
 async def relay_route(

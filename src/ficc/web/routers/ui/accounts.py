@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -19,6 +21,9 @@ router = APIRouter(include_in_schema=False)
 
 @router.get(f"{P}/tokens", response_class=HTMLResponse)
 async def tokens(request: Request, ctx: ConsoleContext = console("tokens:manage")) -> Response:
+    """The tokens this session may revoke, each with its restrictions, use and what remains,
+    and the form that mints one."""
+    listed = (await accounts_api.list_tokens(ctx=ctx))["tokens"]
     return render_page(
         request,
         ctx,
@@ -26,7 +31,22 @@ async def tokens(request: Request, ctx: ConsoleContext = console("tokens:manage"
         "Tokens",
         projects=await projects_of(ctx),
         all_scopes=LOCAL_SCOPES,
+        tokens=listed,
     )
+
+
+def _listed(form: Mapping[str, Sequence[str]], name: str) -> list[str] | None:
+    """A list the form gives one entry a line (or comma-separated); blank: not restricted."""
+    text = " ".join(form.get(name, []))
+    entries = [entry for entry in text.replace(",", " ").split() if entry]
+    return entries or None
+
+
+def _optional_int(form: Mapping[str, Sequence[str]], name: str) -> int | None:
+    values = form.get(name, [])
+    if not values or not values[0].strip():
+        return None
+    return form_int(form, name)
 
 
 @router.post(f"{P}/tokens", response_class=HTMLResponse)
@@ -37,7 +57,14 @@ async def create_token(
     form = await read_form(request)
     lifetime = form_int(form, "lifetime_hours", field="lifetime") * 3600
     body = TokenCreate(
-        scopes=list(form.get("scopes", [])), projects=[ctx.project], lifetime=lifetime
+        scopes=list(form.get("scopes", [])),
+        projects=[ctx.project],
+        lifetime=lifetime,
+        peers=_listed(form, "peers"),
+        services=_listed(form, "services"),
+        tokens=_optional_int(form, "tokens"),
+        tokens_per_minute=_optional_int(form, "tokens_per_minute"),
+        requests_per_minute=_optional_int(form, "requests_per_minute"),
     )
     issued = await accounts_api.create_token(body, ctx=ctx)
     return render(request, "_token_created.html", ctx, issued=issued)
