@@ -88,8 +88,16 @@ class EventStreamResponse(Response):
             for task in (relay, listen):
                 task.cancel()
             await asyncio.gather(relay, listen, return_exceptions=True)
-        if relay.done() and not relay.cancelled() and relay.exception() is None:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not relay.done() or relay.cancelled():
+            return
+        failure = relay.exception()
+        if isinstance(failure, FiccError):
+            return  # a stream of octets, cut off unfinished
+        if failure is not None:
+            # A fault, not a refusal (those end in an error event): the server logs it and
+            # cuts the response, rather than the stream ending as if it were whole.
+            raise failure
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _relay(self, send: Send) -> None:
         try:
