@@ -24,6 +24,7 @@ from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.transfers import Transfer
+from ficc.domain.usage_receipts import Head, StoredReceipt
 
 Clock = Callable[[], datetime]
 
@@ -206,6 +207,7 @@ class UnitOfWork(Protocol):
     leases: LeasesRepository
     routes: RoutesRepository
     usage: UsageRepository
+    usage_receipts: UsageReceiptsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
@@ -408,6 +410,12 @@ class UsageRepository(Protocol):
         ...
 
     async def add(self, record: UsageRecord) -> None: ...
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, UsageRecord]:
+        """The records of these request IDs (the first of each)."""
+        ...
+
     async def page(
         self,
         grant_id: str,
@@ -426,6 +434,36 @@ class UsageRepository(Protocol):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> dict[str, Any]: ...
+
+
+class UsageReceiptsRepository(Protocol):
+    """Each side's usage receipts, by grant and seq, and the last reconciliation reports."""
+
+    async def head(self, grant_id: str, side: str) -> Head:
+        """The receipt of the highest seq kept (seq 0 and 64 zeros when none is)."""
+        ...
+
+    async def add(self, receipt: StoredReceipt) -> bool:
+        """Keep ``receipt``; False (nothing written) when one is kept at its seq already."""
+        ...
+
+    async def page(
+        self, grant_id: str, side: str, *, after: int, limit: int
+    ) -> list[StoredReceipt]: ...
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, StoredReceipt]:
+        """The receipts kept of these request IDs (the lowest seq of each)."""
+        ...
+
+    async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
+        """Set whether the receipt at ``seq`` verified (``problem`` None) or why not."""
+        ...
+
+    async def save_report(
+        self, grant_id: str, peer_id: str, at: datetime, report: dict[str, Any]
+    ) -> None: ...
+    async def last_report(self, grant_id: str) -> dict[str, Any] | None: ...
 
 
 class RemoteGrantsRepository(Protocol):

@@ -28,6 +28,7 @@ from ficc.adapters.sql.repositories import (
     SqlUsers,
 )
 from ficc.adapters.sql.routes import SqlRoutes
+from ficc.adapters.sql.usage_receipts import SqlUsageReceipts
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
@@ -51,6 +52,7 @@ from ficc.services.ports import (
     SettingsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageReceiptsRepository,
     UsageRepository,
     UsersRepository,
 )
@@ -103,6 +105,7 @@ class SqlUnitOfWork:
         self.leases: LeasesRepository = SqlLeases(connection)
         self.routes: RoutesRepository = SqlRoutes(connection)
         self.usage: UsageRepository = SqlUsage(connection)
+        self.usage_receipts: UsageReceiptsRepository = SqlUsageReceipts(connection)
         return self
 
     @property

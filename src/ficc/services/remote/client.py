@@ -30,6 +30,7 @@ from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.metering import outcome_of, parse_usage_event, settle_surely
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
@@ -68,8 +69,11 @@ class RemoteClient:
         copies: RemoteGrantCopies,
         *,
         clock: Clock | None = None,
+        receipts: UsageReceipts | None = None,
     ) -> None:
         self._uow_factory = uow_factory
+        self._receipts = receipts
+        """Checks and keeps the usage receipts answers carry (None: none kept)."""
         self._channel = channel
         self._copies = copies
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -142,7 +146,8 @@ class RemoteClient:
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         if name == INVOKE:
-            async with self._recording(grant_id, wire) as usage:
+            await self._catch_up(peer, grant_id)
+            async with self._recording(grant_id, wire, peer) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -239,7 +244,8 @@ class RemoteClient:
                     yield named
             return
         # Recorded from before the request is sent: a refusal, too, leaves its record.
-        async with self._recording(grant_id, wire) as usage, opening as chunks:
+        await self._catch_up(peer, grant_id)
+        async with self._recording(grant_id, wire, peer) as usage, opening as chunks:
             named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
@@ -266,12 +272,20 @@ class RemoteClient:
             raise
         usage.ended = True
 
+    async def _catch_up(self, peer: p.Peer, grant_id: str) -> None:
+        """Receipts the grant's chain lacks here are fetched before its next request."""
+        if self._receipts is not None:
+            await self._receipts.catch_up(peer, grant_id)
+
     @contextlib.asynccontextmanager
-    async def _recording(self, grant_id: str, wire: dict[str, Any]) -> AsyncIterator[_Usage]:
+    async def _recording(
+        self, grant_id: str, wire: dict[str, Any], peer: p.Peer
+    ) -> AsyncIterator[_Usage]:
         """One usage record of an ``inference.invoke``, written however the request ends."""
         inner = wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
+            peer=peer,
             grant=grant_id,
             request=current_request_id.get() or "",
             service=service if isinstance(service, str) else None,
@@ -316,6 +330,9 @@ class RemoteClient:
             self.told[usage.grant] = usage.told
         async with self._uow_factory() as uow:
             await uow.usage.add(record)
+            if self._receipts is not None:
+                receipt = usage.told.get("receipt") if isinstance(usage.told, dict) else None
+                await self._receipts.keep(uow, usage.peer, record, receipt)
             await uow.commit()
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
@@ -359,6 +376,7 @@ class RemoteClient:
 class _Usage:
     """What the requester learns of one ``inference.invoke`` as it goes."""
 
+    peer: p.Peer
     grant: str
     request: str
     service: str | None
