@@ -231,7 +231,7 @@ class UsageReceipts:
 
     async def _reconcile_grant(self, peer: p.Peer, grant_id: str) -> dict[str, Any]:
         async with self._ctx.uow_factory() as uow:
-            before = {item.seq: item.digest for item in await _all_receipts(uow, grant_id)}
+            before = {item.seq: dict(item.receipt) for item in await _all_receipts(uow, grant_id)}
         theirs, head, fetched = await self._fetch(
             peer, grant_id, timeout_seconds=PAIRING_TIMEOUT_SECONDS
         )
@@ -246,7 +246,7 @@ class UsageReceipts:
         for finding in their_findings:
             found[(finding.seq, finding.reason)] = None
         for seq, receipt in theirs:
-            if seq in before and before[seq] != receipt.get("digest"):
+            if seq in before and before[seq] != receipt:
                 found[(seq, r.DIFFERS)] = None
         async with self._ctx.uow_factory() as uow:
             for finding in await self._recheck(uow, peer, grant_id, head_seq=head.seq):
