@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 from tests.support.fakes.peer_channel import OWNER, Pair
+from tests.support.openapi import check_answer
 from tests.unit.federation.test_metered_grants import engine_of, invocation, metered
 
 from ficc.adapters.keys import verify_signature
@@ -25,6 +27,7 @@ from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
 from ficc.domain.receipts import b64
 from ficc.services.peer_channel import PeerIdentity
+from ficc.web.app import create_app
 
 
 async def ask(pair: Pair, peer_id: str, service_id: str, request: str) -> None:
@@ -317,3 +320,35 @@ async def test_usage_receipts_answers_a_grants_own_peer_alone_in_bounded_pages(
     with pytest.raises(InvalidInput) as bad:
         await serve(identity, "usage.receipts", {"grant": grant_id, "limit": 101}, 0)
     assert bad.value.details["field"] == "limit"
+
+
+async def test_the_reconcile_route_answers_its_documented_report_and_usage_shows_receipts(
+    pair: Pair,
+) -> None:
+    _, peer_id, grant_id = await three_receipts(pair)
+    del pair.grantor.uow_factory.store.usage_receipts[(grant_id, m.GRANTOR, 2)]
+    app = create_app(pair.requester)
+    token = (pair.requester.settings.state_dir / "owner.token").read_text().strip()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://127.0.0.1:8470",
+        headers={"Authorization": f"Bearer {token}"},
+    ) as api:
+        path = "/api/v1/federation/peers/{peer_id}/reconcile"
+        answer = await api.post(path.format(peer_id=peer_id), json={"grant": grant_id})
+        body = check_answer(app.openapi(), path, answer)
+        assert body["grants"][0]["invalid"] == [{"seq": 2, "reason": "missing"}]
+        everything = await api.post(path.format(peer_id=peer_id))
+        assert [g["grant"] for g in check_answer(app.openapi(), path, everything)["grants"]] == [
+            grant_id
+        ]
+        bad = await api.post(path.format(peer_id=peer_id), json={"grant": "nope"})
+        assert bad.status_code == 400
+        assert bad.json()["error"]["details"]["field"] == "grant"
+        usage_path = "/api/v1/federation/grants/{grant_id}/usage"
+        usage = await api.get(usage_path.format(grant_id=grant_id))
+        records = check_answer(app.openapi(), usage_path, usage)["records"]
+        assert all(r["receipt"]["body"]["kind"] == "ficc.usage/1" for r in records)
+        page = await api.get(f"/ui/p/default/grants/{grant_id}")
+        assert page.status_code == 200
+        assert "the chains do not match" in page.text
