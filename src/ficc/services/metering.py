@@ -309,7 +309,7 @@ class Meter:
             return None
         head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
         receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
-        await uow.usage_receipts.add(
+        await uow.usage_receipts.append(
             r.StoredReceipt(
                 grant=record.grant,
                 side=m.GRANTOR,

@@ -447,6 +447,11 @@ class UsageReceiptsRepository(Protocol):
         """Keep ``receipt``; False (nothing written) when one is kept at its seq already."""
         ...
 
+    async def append(self, receipt: StoredReceipt) -> None:
+        """Keep ``receipt``, past the head the caller read in this transaction (one
+        statement: nothing can be at its seq)."""
+        ...
+
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]: ...

@@ -906,6 +906,10 @@ class FakeUsageReceipts(_Repository):
         self._s.usage_receipts[key] = replace(receipt, receipt=_json(dict(receipt.receipt)))
         return True
 
+    async def append(self, receipt: StoredReceipt) -> None:
+        if not await self.add(receipt):
+            raise IntegrityError(f"receipt {receipt.seq} of {receipt.grant} exists")
+
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]:

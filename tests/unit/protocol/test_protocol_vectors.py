@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import rfc8785
 
 from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.base.errors import Conflict, ProtocolError
@@ -18,6 +19,7 @@ from ficc.base.times import parse_time
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import ChainRow, ChainVerifier, SignedHead, row_digest
 from ficc.domain.receipts import check_receipt, unb64
+from ficc.domain.usage_receipts import canonical as usage_canonical
 from ficc.domain.usage_receipts import verify_chain
 from ficc.protocol.canonical import canonical_json
 from ficc.protocol.handshake import Handshake, KnownPeer, Role, State
@@ -184,3 +186,15 @@ def test_ficc_verifies_the_recorded_usage_receipts_and_names_each_one_changed() 
         [chain[0], chain[2]], grant=grant, public_key=key, verify=ed25519_verify
     )
     assert [(f.seq, f.reason) for f in findings] == [(2, "missing")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"b": 1, "a": "x/y\n\u0001", "c": None, "d": [True, False], "e": {"z": -(2**53 - 1)}},
+        {"kind": "ficc.usage/1", "service": "Zürich 🔬", "x": 1.0, "y": 2**53 - 1},
+        {"\u00e9": 1, "e": 0.5e-7},
+    ],
+)
+def test_a_receipts_encoding_is_rfc_8785_whatever_the_body_holds(body: dict[str, Any]) -> None:
+    assert usage_canonical(body) == rfc8785.dumps(body)

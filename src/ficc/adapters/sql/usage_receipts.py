@@ -12,7 +12,6 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import SqlConnection
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after
-from ficc.protocol.canonical import canonical_json
 
 _R = t.usage_receipts.c
 
@@ -23,6 +22,9 @@ _HEAD: Final = (
     .order_by(_R.seq.desc())
     .limit(1)
 )
+
+
+_INSERT: Final = insert(t.usage_receipts)
 
 
 class SqlUsageReceipts:
@@ -42,25 +44,29 @@ class SqlUsageReceipts:
             return Head(int(row.seq), str(row.digest), {})
 
     async def add(self, receipt: StoredReceipt) -> bool:
+        kept = select(_R.seq).where(
+            _R.grant_id == receipt.grant, _R.side == receipt.side, _R.seq == receipt.seq
+        )
+        if (await self._c.execute(kept)).first() is not None:
+            return False
+        await self.append(receipt)
+        return True
+
+    async def append(self, receipt: StoredReceipt) -> None:
+        # The grantor appends under the grant's row lock (its settlement's UPDATE), the
+        # requester past the head it read: no two transactions insert one seq at once.
         values = {
             "grant_id": receipt.grant,
             "side": receipt.side,
             "seq": receipt.seq,
             "request_id": receipt.request[:128],
             "digest": receipt.digest[:64],
-            "receipt": canonical_json(dict(receipt.receipt)).decode(),
+            # As it was given, compact: the digest is checked on the body, not this text.
+            "receipt": json.dumps(receipt.receipt, separators=(",", ":"), ensure_ascii=False),
             "verified": receipt.verified,
             "problem": receipt.problem,
         }
-        kept = select(_R.seq).where(
-            _R.grant_id == receipt.grant, _R.side == receipt.side, _R.seq == receipt.seq
-        )
-        if (await self._c.execute(kept)).first() is not None:
-            return False
-        # The grantor adds under the grant's row lock (its settlement's UPDATE), the
-        # requester once per receipt: no two transactions insert one seq at once.
-        await self._c.execute(insert(t.usage_receipts).values(**values))
-        return True
+        await self._c.execute(_INSERT, values)
 
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int

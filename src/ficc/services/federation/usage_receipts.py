@@ -106,22 +106,24 @@ class UsageReceipts:
             log.warning("grant %s: the grantor's receipt of %s is malformed", grant, record.request)
             self.behind.add(grant)
             return None
+        head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if body is not None:
             if not r.matches_record(body, record):
                 problem = r.COUNTS
+            elif seq == head.seq + 1:
+                problem = r.follows(body, head)
+            elif seq > head.seq + 1:
+                self.behind.add(grant)
             else:
-                head = await uow.usage_receipts.head(grant, m.REQUESTER)
-                if seq == head.seq + 1:
-                    problem = r.follows(body, head)
-                elif seq > head.seq + 1:
-                    self.behind.add(grant)
-                else:
-                    problem = r.SEQ
+                problem = r.SEQ
         assert isinstance(receipt, Mapping)
         stored = r.StoredReceipt(
             grant, m.REQUESTER, seq, record.request, receipt, problem is None, problem
         )
-        if not await uow.usage_receipts.add(stored):
+        if seq > head.seq:
+            # Past the highest seq kept: nothing can be at it (the common case, one INSERT).
+            await uow.usage_receipts.append(stored)
+        elif not await uow.usage_receipts.add(stored):
             # The grantor gave a second receipt at one seq: the first one stays, and
             # reconcile shows the two differ.
             log.warning("grant %s: a second receipt at seq %d was refused", grant, seq)
