@@ -338,7 +338,7 @@ async def test_the_reconcile_route_answers_its_documented_report_and_usage_shows
         answer = await api.post(path.format(peer_id=peer_id), json={"grant": grant_id})
         body = check_answer(app.openapi(), path, answer)
         assert body["grants"][0]["invalid"] == [{"seq": 2, "reason": "missing"}]
-        everything = await api.post(path.format(peer_id=peer_id))
+        everything = await api.post(path.format(peer_id=peer_id), json={})
         assert [g["grant"] for g in check_answer(app.openapi(), path, everything)["grants"]] == [
             grant_id
         ]

@@ -117,12 +117,10 @@ async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/reconcile", responses=answer(Reconciliation))
-async def reconcile(
-    peer_id: str, body: Reconcile | None = None, ctx: Context = scoped("federation:read")
-) -> Any:
+async def reconcile(peer_id: str, body: Reconcile, ctx: Context = scoped("federation:read")) -> Any:
     """Both chains of usage receipts of each grant of the peer (or of ``grant``) compared."""
     return await ctx.cluster.federation.receipts.reconcile(
-        ctx.principal, ctx.project, peer_id, grant=None if body is None else body.grant
+        ctx.principal, ctx.project, peer_id, grant=body.grant
     )
 
 
