@@ -265,16 +265,18 @@ def verify_chain(
     public_key: bytes,
     verify: Verify,
     head_seq: int | None = None,
+    start: Head = EMPTY_HEAD,
 ) -> tuple[Head, list[Finding]]:
     """Check ``(seq, receipt)`` pairs fed in ``seq`` order as one chain (``seq``: where the
     side that kept it says it sits): each receipt alone, its ``body.seq`` its place, then
     linked to the one before it. A seq not there is ``missing`` (up to ``head_seq`` when
     given). A break is named where it is: the chain goes on from the next receipt that
-    verifies alone. The head is the last receipt that verified."""
-    head = EMPTY_HEAD
+    verifies alone. The head is the last receipt that verified. ``start``: the receipt the
+    first one fed follows (a chain checked from the middle)."""
+    head = start
     findings: list[Finding] = []
     linkable = True
-    expected = 1
+    expected = start.seq + 1
     for seq, receipt in receipts:
         if seq < expected:
             findings.append(Finding(seq, SEQ))

@@ -156,16 +156,28 @@ async def test_receipts_of_cancelled_and_revoked_answers_are_fetched_and_verify(
     assert [x["verified"] for x in usage["records"]] == [True, True, True]
 
 
-async def test_receipts_missing_after_a_cut_are_fetched_and_the_chains_match(pair: Pair) -> None:
+async def test_receipts_missing_after_a_cut_are_fetched_and_the_chains_match(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
     service_id, peer_id, grant_id = await metered(pair, tokens=1000)
     await ask(pair, peer_id, service_id, "req-0")
+    asked: list[dict[str, Any]] = []
+    sending = pair.channel.request
+
+    async def spied(peer: str, operation: str, body: Any, **options: Any) -> Any:
+        if operation == "usage.receipts":
+            asked.append(dict(body))
+        return await sending(peer, operation, body, **options)
+
+    monkeypatch.setattr(pair.channel, "request", spied)
     pair.channel.lose_answer_of.add("inference.invoke")
     with pytest.raises(OutcomeUnknown):
         await ask(pair, peer_id, service_id, "req-cut")
     assert sorted(stored(pair.requester, m.REQUESTER, grant_id)) == [1]
     await ask(pair, peer_id, service_id, "req-2")
     assert sorted(stored(pair.requester, m.REQUESTER, grant_id)) == [1, 2, 3]
-    assert pair.channel.sent.count("usage.receipts") == 1
+    # Fetched from the gap on, not from the chain's start.
+    assert asked == [{"grant": grant_id, "after": 1, "limit": 100}]
     report = await reconcile(pair, peer_id, grant_id)
     assert (report["matched"], report["head"]["seq"], report["invalid"]) == (True, 3, [])
     given = stored(pair.grantor, m.GRANTOR, grant_id)

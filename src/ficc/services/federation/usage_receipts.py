@@ -52,9 +52,9 @@ class UsageReceipts:
     def __init__(self, context: FederationContext, verify: Verify) -> None:
         self._ctx = context
         self._verify = verify
-        self.behind: set[str] = set()
-        """Grants whose chain this side knows to lack receipts: fetched before the next
-        request through them."""
+        self.behind: dict[str, int] = {}
+        """Grants whose chain this side knows to lack receipts, each with the seq after which
+        to fetch: fetched before the next request through them."""
 
     # The grantor's side.
 
@@ -94,8 +94,9 @@ class UsageReceipts:
         in the record's transaction, and keep it with what the check found. No receipt (an
         answer ended early) or one past a gap marks the grant behind."""
         grant = record.grant
+        head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if receipt is None:
-            self.behind.add(grant)
+            self._behind(grant, head.seq)
             return None
         body, problem = r.check_alone(
             receipt, grant=grant, public_key=unb64(peer.cluster_key), verify=self._verify
@@ -104,16 +105,15 @@ class UsageReceipts:
         seq = raw.get("seq") if isinstance(raw, Mapping) else None
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             log.warning("grant %s: the grantor's receipt of %s is malformed", grant, record.request)
-            self.behind.add(grant)
+            self._behind(grant, head.seq)
             return None
-        head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if body is not None:
             if not r.matches_record(body, record):
                 problem = r.COUNTS
             elif seq == head.seq + 1:
                 problem = r.follows(body, head)
             elif seq > head.seq + 1:
-                self.behind.add(grant)
+                self._behind(grant, head.seq)
             else:
                 problem = r.SEQ
         assert isinstance(receipt, Mapping)
@@ -127,7 +127,7 @@ class UsageReceipts:
             # The grantor gave a second receipt at one seq: the first one stays, and
             # reconcile shows the two differ.
             log.warning("grant %s: a second receipt at seq %d was refused", grant, seq)
-            self.behind.add(grant)
+            self._behind(grant, 0)
             return None
         if problem is not None:
             log.warning("grant %s: receipt %d fails verification: %s", grant, seq, problem)
@@ -136,22 +136,26 @@ class UsageReceipts:
     async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
         """Before a request through a grant that lacks receipts: fetch them (best effort,
         briefly: the request goes on whatever happens)."""
-        if grant_id not in self.behind:
+        after = self.behind.get(grant_id)
+        if after is None:
             return
         try:
-            await self._fetch(peer, grant_id, timeout_seconds=CATCH_UP_TIMEOUT_SECONDS)
+            await self._fetch(peer, grant_id, timeout_seconds=CATCH_UP_TIMEOUT_SECONDS, after=after)
         except FiccError as exc:
             log.info("grant %s: receipts not fetched: %s", grant_id, exc.message)
 
+    def _behind(self, grant_id: str, after: int) -> None:
+        self.behind[grant_id] = min(self.behind.get(grant_id, after), after)
+
     async def _fetch(
-        self, peer: p.Peer, grant_id: str, *, timeout_seconds: float
+        self, peer: p.Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
     ) -> tuple[list[tuple[int, dict[str, Any]]], r.Head, int]:
-        """The grantor's whole chain of ``grant_id``, keeping the receipts this side lacks
-        (each checked as :meth:`keep` checks one, then the chain again): its receipts by
-        seq, its head and how many were fetched."""
+        """The grantor's chain of ``grant_id`` past ``after`` (0: whole), keeping the
+        receipts this side lacks, then checking this side's chain again from there: the
+        grantor's receipts by seq, its head and how many were fetched."""
         theirs: list[tuple[int, dict[str, Any]]] = []
         head = r.EMPTY_HEAD
-        after = 0
+        start = after
         while True:
             answer = await self._ctx.link.request(
                 peer.hypernet_id,
@@ -175,23 +179,41 @@ class UsageReceipts:
                 )
                 if await uow.usage_receipts.add(stored):
                     fetched += 1
-            await self._recheck(uow, peer, grant_id)
+            await self._recheck(uow, peer, grant_id, after=start)
             await uow.commit()
-        self.behind.discard(grant_id)
+        self.behind.pop(grant_id, None)
         return theirs, head, fetched
 
     async def _recheck(
-        self, uow: UnitOfWork, peer: p.Peer, grant_id: str, head_seq: int | None = None
+        self,
+        uow: UnitOfWork,
+        peer: p.Peer,
+        grant_id: str,
+        *,
+        head_seq: int | None = None,
+        after: int = 0,
     ) -> list[r.Finding]:
-        """Verify this side's whole chain of ``grant_id`` again, each receipt against the
-        record of its request too, and mark each receipt with what was found."""
-        ours = await _all_receipts(uow, grant_id)
+        """Verify this side's chain of ``grant_id`` again past ``after`` (linked to the
+        receipt at ``after``), each receipt against the record of its request too, and mark
+        each receipt with what was found."""
+        ours = await _all_receipts(uow, grant_id, after=max(after - 1, 0))
+        start = r.EMPTY_HEAD
+        if after and ours and ours[0].seq == after:
+            try:
+                start = r.head_after(ours[0].receipt)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                start = r.Head(after, ours[0].digest, {})
+            ours = ours[1:]
+        elif after:
+            # The receipt to link to is not here: check the whole chain.
+            ours = await _all_receipts(uow, grant_id)
         _, findings = r.verify_chain(
             ((item.seq, dict(item.receipt)) for item in ours),
             grant=grant_id,
             public_key=unb64(peer.cluster_key),
             verify=self._verify,
             head_seq=head_seq,
+            start=start,
         )
         records = await uow.usage.of_requests(
             grant_id, m.REQUESTER, [item.request for item in ours]
@@ -312,9 +334,8 @@ def _page_of(
     return page, r.Head(seq, digest, {}), nxt
 
 
-async def _all_receipts(uow: UnitOfWork, grant_id: str) -> list[r.StoredReceipt]:
+async def _all_receipts(uow: UnitOfWork, grant_id: str, *, after: int = 0) -> list[r.StoredReceipt]:
     found: list[r.StoredReceipt] = []
-    after = 0
     while True:
         page = await uow.usage_receipts.page(grant_id, m.REQUESTER, after=after, limit=READ_PAGE)
         found.extend(page)
