@@ -1,5 +1,7 @@
 """Metered grants: CPU per federated streamed chat with token rules beside the same grant
-without them, and a token budget's admission under 8 concurrent clients.
+without them, a token budget's admission under 8 concurrent clients, and the CPU a usage
+receipt adds to a request (signed on the grantor, checked and kept on the requester, each in
+the usage record's own transaction on a real SQLite file) beside the same records without one.
 
 On the mock engine (an ``openai`` service, so no tokenizer call: what is measured is FICC's
 own work). ``python -m benchmarks metering``; ``FICC_BENCH_METERING_REQUESTS`` sets the count.
@@ -7,6 +9,7 @@ own work). ``python -m benchmarks metering``; ``FICC_BENCH_METERING_REQUESTS`` s
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
@@ -133,7 +136,130 @@ def run() -> list[dict[str, Any]]:
                 float(admitted + refused),
             )
         )
+        rows.extend(receipt_rows(RECEIPT_REQUESTS))
         return rows
+
+
+RECEIPT_REQUESTS: Final = int(os.environ.get("FICC_BENCH_RECEIPT_REQUESTS", "400"))
+
+
+def receipt_rows(requests: int) -> list[dict[str, Any]]:
+    """CPU ms per request of each side's usage-record transaction with its receipt beside
+    without (alternated twice, so drift weighs on both alike)."""
+    return asyncio.run(_receipt_rows(requests))
+
+
+async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
+    from datetime import UTC, datetime
+
+    from ficc.adapters.keys import ClusterKey, verify_signature
+    from ficc.adapters.sql.database import Database
+    from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+    from ficc.domain import grants as g
+    from ficc.domain import metering as m
+    from ficc.domain import peers as p
+    from ficc.services.federation.usage_receipts import UsageReceipts
+    from ficc.services.metering import Meter
+
+    now = datetime(2026, 12, 2, tzinfo=UTC)
+    key = ClusterKey.generate()
+    used: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="ficc-bench-receipts-") as temporary:
+        database = Database(f"sqlite+pysqlite:///{Path(temporary) / 'ficc.db'}")
+        await database.migrate()
+        factory = SqlUnitOfWorkFactory(database)
+        peer = p.Peer(
+            "per_" + "a" * 26,
+            "default",
+            None,
+            "b" * 64,
+            key.public_text,
+            p.PAIRED,
+            1,
+            "grantor",
+            None,
+            None,
+            None,
+            now,
+            now,
+        )
+        keeper = UsageReceipts(None, verify_signature)  # type: ignore[arg-type]
+        try:
+            for round_ in range(2):
+                for label, signing in (("off", False), ("on", True)):
+                    grant = g.Grant(
+                        id=f"grt_{round_}{label}".ljust(30, "x"),
+                        project="default",
+                        peer_id=peer.id,
+                        terms=g.parse_grant({"scopes": ["inference:invoke"]}),
+                        state="active",
+                        created_at=now,
+                        expires_at=now,
+                        revoked_at=None,
+                        requests_used=0,
+                        transfer_bytes_used=0,
+                    )
+                    meter = Meter(factory, lambda: now, sign=key.sign if signing else None)
+                    grantor = requester = 0.0
+                    for index in range(requests):
+                        tab = meter.open_tab(grant, f"req-{index}", "inference.invoke", None, 90)
+                        await tab.admit(12, 30)
+                        tab.engine_started, tab.completion_tokens = True, 30
+                        started = time.process_time()
+                        told = await meter.settle(tab, m.COMPLETED)
+                        middle = time.process_time()
+                        record = m.UsageRecord(
+                            tab.request,
+                            grant.id,
+                            m.REQUESTER,
+                            "inference.invoke",
+                            None,
+                            now,
+                            now,
+                            12,
+                            30,
+                            90,
+                            0,
+                            m.COMPLETED,
+                            told=True,
+                        )
+                        async with factory() as uow:
+                            await uow.usage.add(record)
+                            if signing:
+                                await keeper.keep(uow, peer, record, told.get("receipt"))
+                            await uow.commit()
+                        requester += time.process_time() - middle
+                        grantor += middle - started
+                    previous = used.get(label, {"grantor": 0.0, "requester": 0.0})
+                    used[label] = {
+                        "grantor": previous["grantor"] + grantor * 1000 / requests / 2,
+                        "requester": previous["requester"] + requester * 1000 / requests / 2,
+                    }
+        finally:
+            await database.dispose()
+    rows = [
+        row(
+            f"usage_receipts.cpu.{side}",
+            f"CPU ms of the {side}'s usage-record transaction with its receipt",
+            "CPU ms",
+            used["on"][side],
+            "the same record without a receipt",
+            used["off"][side],
+        )
+        for side in ("grantor", "requester")
+    ]
+    on, off = sum(used["on"].values()), sum(used["off"].values())
+    rows.append(
+        row(
+            "usage_receipts.cpu.added",
+            "CPU ms a usage receipt adds per request, both sides (target <= 0.2)",
+            "CPU ms",
+            on - off,
+            "both sides' records without receipts",
+            off,
+        )
+    )
+    return rows
 
 
 if __name__ == "__main__":

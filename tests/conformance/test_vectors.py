@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conformance import fedwire as w
+from tests.conformance import usage_receipts as u
 
 VECTORS = Path(__file__).resolve().parents[2] / "docs" / "vectors"
 
@@ -103,3 +104,41 @@ def test_the_usage_told_at_the_end_of_an_answer_follows_the_document() -> None:
     chunk = b"event: ficc.usage\ndata: " + told + b"\n\n"
     assert v["stream_chunk"].encode() == chunk
     assert bytes.fromhex(v["chunk_payload"]) == b"\x13" + chunk
+
+
+def test_the_usage_receipts_follow_the_document_and_the_offline_verifier_names_each_break() -> None:
+    v = load("usage_receipts.json")
+    key = w.Key(bytes.fromhex(v["grantor_cluster_key_seed"]))
+    assert key.public.hex() == v["grantor_cluster_key"]
+    assert w.unb64(v["grantor_cluster_key_text"]) == key.public
+    assert u.CONTEXT.hex() == v["context"]
+    prev = u.GENESIS
+    receipts = []
+    for item in v["receipts"]:
+        receipt = item["receipt"]
+        assert w.jcs(receipt["body"]).decode() == item["body_jcs"]
+        assert u.signed_message(receipt["digest"]).hex() == item["signed_message"]
+        # Ed25519 signs deterministically: the kit reproduces each receipt byte for byte.
+        assert u.sign(receipt["body"], key) == receipt
+        assert receipt["body"]["prev"] == prev
+        prev = receipt["digest"]
+        receipts.append(receipt)
+    assert u.problems_of(receipts, key.public) == []
+    assert v["told"]["receipt"] == receipts[0]
+    assert v["stream_chunk"].encode() == b"event: ficc.usage\ndata: " + w.jcs(v["told"]) + b"\n\n"
+    changed = {**receipts[1], "body": {**receipts[1]["body"], "completion_tokens": 0}}
+    assert u.problems_of([receipts[0], changed, receipts[2]], key.public) == [
+        (2, "digest_mismatch")
+    ]
+    assert u.problems_of([receipts[0], receipts[2]], key.public) == [(2, "missing")]
+    assert u.problems_of([receipts[1], receipts[0], receipts[2]], key.public) == [
+        (1, "missing"),
+        (1, "seq_mismatch"),
+    ]
+    forged = {**receipts[2], "signature": w.b64(bytes(64))}
+    assert u.problems_of([receipts[0], receipts[1], forged], key.public) == [(3, "signature")]
+    resigned = u.sign({**receipts[1]["body"], "prompt_tokens": 99}, key)
+    assert u.problems_of([receipts[0], resigned, receipts[2]], key.public) == [
+        (2, "totals_mismatch"),
+        (3, "prev_mismatch"),
+    ]

@@ -43,6 +43,7 @@ from ficc.services.federation.pairing import Pairing
 from ficc.services.federation.peers import Peers
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage import GrantUsage
+from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.inference import InferenceServices
 from ficc.services.inference.logs import ServiceLogs
@@ -79,6 +80,7 @@ class Federation:
     overview: Overview
     operations: PeerOperations
     usage: GrantUsage
+    receipts: UsageReceipts
 
 
 @dataclass
@@ -227,7 +229,7 @@ def build(
     known = KnownPeers(uow_factory)
     context = FederationContext(uow_factory, clock, link, known)
     slots = GrantSlots()
-    meter = Meter(uow_factory, clock)
+    meter = Meter(uow_factory, clock, sign=cluster_key.sign)
     meter.on_settled = metrics.count_federation_tokens
     copies = RemoteGrantCopies(context)
     grants = Grants(
@@ -237,7 +239,8 @@ def build(
     approval = Approval(context, grants, signer)
     peers = Peers(context, grants)
     tokens = TokenLimits(uow_factory, meter, clock)
-    remote = RemoteClient(uow_factory, link, copies, clock=clock, tokens=tokens)
+    receipts = UsageReceipts(context, verify_signature)
+    remote = RemoteClient(uow_factory, link, copies, clock=clock, tokens=tokens, receipts=receipts)
     remote.on_settled = metrics.count_federation_tokens
     routes = Routes(
         uow_factory,
@@ -269,6 +272,7 @@ def build(
             inference=InferenceOperations(uow_factory, inference, meter),
             models=ModelOperations(uow_factory, clock, blobs, slots),
             transfers=RangeServer(uow_factory, blobs),
+            receipts=receipts,
         ),
     )
     federation = Federation(
@@ -281,6 +285,7 @@ def build(
         overview=Overview(uow_factory, clock, companion, grants, copies, transfers.list),
         operations=operations,
         usage=GrantUsage(uow_factory),
+        receipts=receipts,
     )
     return Cluster(
         settings=settings,

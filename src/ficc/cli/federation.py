@@ -312,6 +312,17 @@ def federation_forget(state_dir: Path, project: str, peer: str, erase_audit: boo
     emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/forget", body))
 
 
+@cli.command("federation-reconcile")
+@state_options
+@click.argument("peer")
+@click.option("--grant", help="Only this grant of the peer (default: every one).")
+@handles_errors
+def federation_reconcile(state_dir: Path, project: str, peer: str, grant: str | None) -> None:
+    """Compare this side's usage receipts with the peer's, fetching those missing here."""
+    body = {} if grant is None else {"grant": grant}
+    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/reconcile", body))
+
+
 USAGE_FORMATS = ("json", "table", "csv")
 USAGE_COLUMNS = (
     "request",
@@ -339,6 +350,12 @@ USAGE_COLUMNS = (
     envvar="FICC_FORMAT",
     help="json, table or csv (default: table on a terminal, json otherwise).",
 )
+@click.option(
+    "--receipts",
+    is_flag=True,
+    help="Each record with its signed receipt (csv: a receipt column of its JSON), which a "
+    "third party verifies with the grantor's public cluster key alone.",
+)
 @click.option("--project", default="default", show_default=True, help="Project to act in.")
 @click.option(
     "--state-dir",
@@ -353,6 +370,7 @@ def federation_usage(
     since: str | None,
     until: str | None,
     output_format: str | None,
+    receipts: bool,
     project: str,
     state_dir: Path,
 ) -> None:
@@ -364,7 +382,13 @@ def federation_usage(
     page: dict[str, Any] = {}
     with ControlClient(state_dir, project) as client:
         while True:
-            query = {"limit": 1000, "since": since, "until": until, "after": after}
+            query = {
+                "limit": 1000,
+                "since": since,
+                "until": until,
+                "after": after,
+                "receipts": "true" if receipts else None,
+            }
             wanted = urlencode({k: v for k, v in query.items() if v is not None})
             page = client.request("GET", f"{PREFIX}/grants/{grant}/usage?{wanted}")
             records.extend(page["records"])
@@ -376,9 +400,15 @@ def federation_usage(
     if chosen == "csv":
         import csv
 
-        writer = csv.DictWriter(sys.stdout, fieldnames=USAGE_COLUMNS, extrasaction="ignore")
+        columns = (*USAGE_COLUMNS, "receipt") if receipts else USAGE_COLUMNS
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(records)
+        for record in records:
+            if receipts:
+                shown = record.get("receipt")
+                text = "" if shown is None else json.dumps(shown, separators=(",", ":"))
+                record = {**record, "receipt": text}
+            writer.writerow(record)
         return
     if chosen == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=True))

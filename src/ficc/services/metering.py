@@ -33,6 +33,7 @@ from typing import Any, Final
 from ficc.base.errors import FiccError, GrantExpired, GrantRevoked, LimitExceeded, TooLarge
 from ficc.domain import grants as g
 from ficc.domain import metering as m
+from ficc.domain import usage_receipts as r
 from ficc.protocol.canonical import canonical_json
 from ficc.services.peer_channel import ending_reason
 from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
@@ -140,9 +141,17 @@ class Tab:
 class Meter:
     """The grantor's metering, one per cluster (see the module's docstring)."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        clock: Clock,
+        sign: Callable[[bytes], bytes] | None = None,
+    ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
+        self._sign = sign
+        """The cluster key's signature: each usage record is signed as a receipt (None: not,
+        for tests of metering alone)."""
         self._windows: dict[str, _Windows] = {}
         self.settled: list[tuple[str, str, int, int]] = []
         """(direction, operation, prompt, completion) waiting for the metrics to take."""
@@ -396,6 +405,7 @@ class Meter:
                 completion_tokens=completion,
             )
             await uow.usage.add(record)
+            receipt = await self._signed(uow, record)
             standing = await uow.usage.standing(tab.grant.id)
             await uow.commit()
         tab.reserved_in_db = 0
@@ -411,10 +421,31 @@ class Meter:
                 completion_tokens_used=standing.completion_tokens_used,
                 tokens_reserved=standing.tokens_reserved,
             )
-        tab.told = m.told_usage(
-            prompt, completion, now_grant.remaining(), self.window_state(now_grant)
+        told = m.told_usage(prompt, completion, now_grant.remaining(), self.window_state(now_grant))
+        if receipt is not None:
+            told["receipt"] = receipt
+        tab.told = told
+        return told
+
+    async def _signed(self, uow: UnitOfWork, record: m.UsageRecord) -> dict[str, Any] | None:
+        """Sign ``record`` as the next receipt of its grant, in the record's transaction: the
+        settlement's UPDATE of the grant's row, made first, orders concurrent ones, so the
+        seqs of a grant have no gap and no repeat."""
+        if self._sign is None:
+            return None
+        head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
+        receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
+        await uow.usage_receipts.append(
+            r.StoredReceipt(
+                grant=record.grant,
+                side=m.GRANTOR,
+                seq=head.seq + 1,
+                request=record.request,
+                receipt=receipt,
+                verified=True,
+            )
         )
-        return tab.told
+        return receipt
 
     async def record_refused(
         self,

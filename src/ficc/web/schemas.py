@@ -98,6 +98,10 @@ class Refresh(Strict):
     grant: str | None = None
 
 
+class Reconcile(Strict):
+    grant: str | None = None
+
+
 class Forget(Strict):
     erase_audit: bool = False
     """Turn the audit rows naming the peer, its offers and its grants into signed tombstones."""

@@ -264,6 +264,10 @@ class UsageRecord(Shape):
     counted: dict[str, int | None] | None = None
     told: bool | None = None
     token: str | None = None
+    receipt: dict[str, Any] | None = None
+    """Its signed usage receipt: always shown on the requester, on the grantor when asked."""
+    verified: bool | None = None
+    receipt_problem: str | None = None
 
 
 class TokenUsagePage(Shape):
@@ -279,6 +283,34 @@ class UsagePage(Shape):
     records: list[UsageRecord]
     totals: dict[str, Any]
     next: str | None
+
+
+class ReceiptFinding(Shape):
+    seq: int
+    reason: str
+
+
+class MissingReceipt(Shape):
+    request: str
+    outcome: str
+
+
+class ChainHead(Shape):
+    seq: int
+    digest: str
+
+
+class GrantReconciliation(Shape):
+    grant: str
+    head: ChainHead
+    matched: bool
+    fetched: int
+    missing: list[MissingReceipt]
+    invalid: list[ReceiptFinding]
+
+
+class Reconciliation(Shape):
+    grants: list[GrantReconciliation]
 
 
 class Offer(Shape):

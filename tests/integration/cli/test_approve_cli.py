@@ -126,7 +126,7 @@ def test_token_limits_from_flags_are_in_the_grant_its_receipt_and_federation_gra
     assert (shown["tokens"], shown["requests_per_minute"]) == (20000, None)
     assert shown["remaining"]["tokens"] == 20000
     peer = approved["peer"]
-    ok(
+    finished = ok(
         alpha.state_dir,
         "federation-finish",
         offer["id"],
@@ -167,3 +167,27 @@ def test_token_limits_from_flags_are_in_the_grant_its_receipt_and_federation_gra
     ]
     error = refused(beta.state_dir, "federation-usage", grant_id, "--since", "soon", status=1)
     assert error["details"]["field"] == "since"
+    with_receipts = ficc(
+        "federation-usage", grant_id, "--format", "csv", "--receipts", state_dir=beta.state_dir
+    )
+    assert with_receipts.stdout.splitlines()[0].endswith(",outcome,receipt")
+    exported = ok(beta.state_dir, "federation-usage", grant_id, "--format", "json", "--receipts")
+    assert exported["records"] == []
+    requester_peer = finished["peer"]["id"]
+    report = ok(alpha.state_dir, "federation-reconcile", requester_peer, "--grant", grant_id)
+    assert report == {
+        "grants": [
+            {
+                "grant": grant_id,
+                "head": {"seq": 0, "digest": "0" * 64},
+                "matched": True,
+                "fetched": 0,
+                "missing": [],
+                "invalid": [],
+            }
+        ]
+    }
+    error = refused(
+        alpha.state_dir, "federation-reconcile", requester_peer, "--grant", "x", status=1
+    )
+    assert error["details"]["field"] == "grant"

@@ -18,6 +18,7 @@ from tests.unit.contracts.test_lease_repositories import *  # noqa: F403
 from tests.unit.contracts.test_route_repositories import *  # noqa: F403
 from tests.unit.contracts.test_stored_times import *  # noqa: F403
 from tests.unit.contracts.test_token_limit_repositories import *  # noqa: F403
+from tests.unit.contracts.test_usage_receipt_repositories import *  # noqa: F403
 from tests.unit.contracts.test_usage_repositories import *  # noqa: F403
 
 from ficc.adapters.sql.database import Database

@@ -52,6 +52,7 @@ from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.transfers import Transfer
+from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
     AttemptsRepository,
@@ -75,6 +76,7 @@ from ficc.services.ports import (
     TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageReceiptsRepository,
     UsageRepository,
     UsersRepository,
 )
@@ -119,6 +121,9 @@ class FakeStore:
     routes: dict[str, Route] = field(default_factory=dict)
     usage: list[UsageRecord] = field(default_factory=list)
     token_limits: dict[str, TokenLimit] = field(default_factory=dict)
+    usage_receipts: dict[tuple[str, str, int], StoredReceipt] = field(default_factory=dict)
+    """By (grant, side, seq)."""
+    usage_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -823,6 +828,16 @@ class FakeUsage(_Repository):
     async def add(self, record: UsageRecord) -> None:
         self._s.usage = [*self._s.usage, replace(record, seq=len(self._s.usage) + 1)]
 
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, UsageRecord]:
+        wanted = set(requests)
+        found: dict[str, UsageRecord] = {}
+        for r in reversed(self._s.usage):
+            if r.grant == grant_id and r.side == side and r.request in wanted:
+                found[r.request] = r
+        return found
+
     def _matching(
         self, grant_id: str, side: str, since: datetime | None, until: datetime | None
     ) -> list[UsageRecord]:
@@ -943,6 +958,66 @@ class FakeTokenLimits(_Repository):
         return _totals([r for r in self._s.usage if r.token == token_id])
 
 
+class FakeUsageReceipts(_Repository):
+    """Receipts by (grant, side, seq), as the SQL table keys them."""
+
+    def _of(self, grant_id: str, side: str) -> list[StoredReceipt]:
+        found = [
+            r for (g, s, _), r in self._s.usage_receipts.items() if g == grant_id and s == side
+        ]
+        return sorted(found, key=lambda r: r.seq)
+
+    async def head(self, grant_id: str, side: str) -> Head:
+        kept = self._of(grant_id, side)
+        if not kept:
+            return EMPTY_HEAD
+        last = kept[-1]
+        try:
+            return head_after(last.receipt)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return Head(last.seq, last.digest, {})
+
+    async def add(self, receipt: StoredReceipt) -> bool:
+        key = (receipt.grant, receipt.side, receipt.seq)
+        if key in self._s.usage_receipts:
+            return False
+        self._s.usage_receipts[key] = replace(receipt, receipt=_json(dict(receipt.receipt)))
+        return True
+
+    async def append(self, receipt: StoredReceipt) -> None:
+        if not await self.add(receipt):
+            raise IntegrityError(f"receipt {receipt.seq} of {receipt.grant} exists")
+
+    async def page(
+        self, grant_id: str, side: str, *, after: int, limit: int
+    ) -> list[StoredReceipt]:
+        return [r for r in self._of(grant_id, side) if r.seq > after][:limit]
+
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, StoredReceipt]:
+        wanted = set(requests)
+        found: dict[str, StoredReceipt] = {}
+        for r in reversed(self._of(grant_id, side)):
+            if r.request in wanted:
+                found[r.request] = r
+        return found
+
+    async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
+        key = (grant_id, side, seq)
+        if (kept := self._s.usage_receipts.get(key)) is not None:
+            self._s.usage_receipts[key] = replace(kept, verified=problem is None, problem=problem)
+
+    async def save_report(
+        self, grant_id: str, peer_id: str, at: datetime, report: dict[str, Any]
+    ) -> None:
+        self._s.usage_reports[grant_id] = _json(report)
+
+    async def last_report(self, grant_id: str) -> dict[str, Any] | None:
+        report = self._s.usage_reports.get(grant_id)
+        return None if report is None else _json(report)
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed (or its guard refused the commit)."""
@@ -979,6 +1054,7 @@ class FakeUnitOfWork:
         self.routes: RoutesRepository = FakeRoutes(store)
         self.usage: UsageRepository = FakeUsage(store)
         self.token_limits: TokenLimitsRepository = FakeTokenLimits(store)
+        self.usage_receipts: UsageReceiptsRepository = FakeUsageReceipts(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import rfc8785
 
 from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.base.errors import Conflict, ProtocolError
@@ -18,9 +19,13 @@ from ficc.base.times import parse_time
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import ChainRow, ChainVerifier, SignedHead, row_digest
 from ficc.domain.receipts import check_receipt, unb64
+from ficc.domain.usage_receipts import canonical as usage_canonical
+from ficc.domain.usage_receipts import verify_chain
+from ficc.protocol.canonical import canonical_json
 from ficc.protocol.handshake import Handshake, KnownPeer, Role, State
 from ficc.protocol.messages import Request, decode_message
 from ficc.protocol.requests import RequestVerifier
+from ficc.services.metering import parse_usage_event
 
 ROOT = Path(__file__).resolve().parents[3]
 VECTORS = ROOT / "docs" / "vectors"
@@ -158,3 +163,38 @@ def test_ficc_verifies_the_recorded_audit_chain_and_finds_each_row_changed() -> 
     assert not verifier.feed(changed)
     assert verifier.broken is not None
     assert (verifier.broken.seq, verifier.broken.reason) == (1, "digest_mismatch")
+
+
+def test_ficc_verifies_the_recorded_usage_receipts_and_names_each_one_changed() -> None:
+    vector = load("usage_receipts.json")
+    key = bytes.fromhex(vector["grantor_cluster_key"])
+    chain = [(item["receipt"]["body"]["seq"], item["receipt"]) for item in vector["receipts"]]
+    grant = chain[0][1]["body"]["grant"]
+    head, findings = verify_chain(chain, grant=grant, public_key=key, verify=ed25519_verify)
+    assert (findings, head.seq, head.digest) == ([], 3, chain[-1][1]["digest"])
+    assert [item["body_jcs"] for item in vector["receipts"]] == [
+        canonical_json(receipt["body"]).decode() for _, receipt in chain
+    ]
+    assert vector["told"]["receipt"] == chain[0][1]
+    assert parse_usage_event(vector["stream_chunk"].encode()) == vector["told"]
+    changed = [chain[0], (2, {**chain[1][1], "body": {**chain[1][1]["body"], "prompt_tokens": 1}})]
+    _, findings = verify_chain(
+        [*changed, chain[2]], grant=grant, public_key=key, verify=ed25519_verify
+    )
+    assert [(f.seq, f.reason) for f in findings] == [(2, "digest_mismatch")]
+    _, findings = verify_chain(
+        [chain[0], chain[2]], grant=grant, public_key=key, verify=ed25519_verify
+    )
+    assert [(f.seq, f.reason) for f in findings] == [(2, "missing")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"b": 1, "a": "x/y\n\u0001", "c": None, "d": [True, False], "e": {"z": -(2**53 - 1)}},
+        {"kind": "ficc.usage/1", "service": "Zürich 🔬", "x": 1.0, "y": 2**53 - 1},
+        {"\u00e9": 1, "e": 0.5e-7},
+    ],
+)
+def test_a_receipts_encoding_is_rfc_8785_whatever_the_body_holds(body: dict[str, Any]) -> None:
+    assert usage_canonical(body) == rfc8785.dumps(body)

@@ -27,6 +27,7 @@ VALID_OWN_BODIES: dict[str, dict[str, Any]] = {
     "peer.removed": {},
     "grant.revoked": {"grant": GRANT},
     "grants.list": {},
+    "usage.receipts": {"grant": GRANT},
 }
 
 
@@ -66,7 +67,7 @@ class RefuseAll:
 def dispatcher() -> tuple[PeerOperations, Recorder, RefuseAll]:
     recorder = Recorder()
     gate = RefuseAll()
-    handlers = Handlers(*([recorder] * 7))  # type: ignore[arg-type]
+    handlers = Handlers(*([recorder] * 8))  # type: ignore[arg-type]
     return PeerOperations(None, None, gate, handlers), recorder, gate  # type: ignore[arg-type]
 
 

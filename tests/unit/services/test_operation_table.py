@@ -140,6 +140,7 @@ def dispatcher() -> tuple[PeerOperations, CountingModels, FakeUnitOfWorkFactory]
         inference=None,  # type: ignore[arg-type]
         models=models,  # type: ignore[arg-type]
         transfers=None,  # type: ignore[arg-type]
+        receipts=None,  # type: ignore[arg-type]
     )
     operations = PeerOperations(factory, lambda: NOW, AdmitAll(), handlers)  # type: ignore[arg-type]
     return operations, models, factory

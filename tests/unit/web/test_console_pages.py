@@ -475,3 +475,37 @@ def test_the_tokens_page_shows_each_tokens_restrictions_use_and_what_remains() -
     assert "4 requests, 400 tokens" in words
     assert "199600 tokens · 9 requests this minute" in words
     assert "not restricted" in words
+
+
+def test_a_received_grants_page_shows_its_last_reconciliation_naming_each_failing_receipt() -> None:
+    grant = _grant("active", tokens=1000)
+    grant.setdefault("used", {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0})
+    grant.setdefault("windows", {"tokens_per_minute": None, "requests_per_minute": None})
+    report = {
+        "grant": "grant_1",
+        "head": {"seq": 7, "digest": DIGEST},
+        "matched": False,
+        "fetched": 2,
+        "missing": [{"request": "req-cut", "outcome": "failed"}],
+        "invalid": [{"seq": 4, "reason": "prev_mismatch"}],
+    }
+    values: dict[str, Any] = {
+        "path": "/ui/p/default/grants/grant_1",
+        "grant": grant,
+        "peer": None,
+        "usage": {"records": []},
+        "chart": None,
+        "received": True,
+    }
+    words = _text(_render("_grant.html", reconciliation=report, **values))
+    assert "the chains do not match" in words
+    assert "receipt 7" in words
+    assert "2 receipts this side lacked" in words
+    assert "req-cut (failed)" in words
+    assert "4 prev_mismatch" in words
+    assert "Revoke" not in words
+    matched = {**report, "matched": True, "missing": [], "invalid": []}
+    assert "both chains match" in _text(_render("_grant.html", reconciliation=matched, **values))
+    assert "Not reconciled yet" in _text(_render("_grant.html", reconciliation=None, **values))
+    given = _text(_render("_grant.html", **{**values, "received": False}))
+    assert "Usage receipts" not in given

@@ -344,6 +344,31 @@ token_limits = Table(
     Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
 )
 
+usage_receipts = Table(
+    "usage_receipts",
+    metadata,
+    Column("grant_id", String(40), primary_key=True),
+    Column("side", String(20), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("request_id", String(128), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("receipt", Text, nullable=False),
+    Column("verified", Boolean, nullable=False),
+    Column("problem", String(40), nullable=True),
+)
+"""Each side's usage receipts by grant and seq; ``receipt`` is its RFC 8785 text as it was
+signed or received, so an alteration on disk shows in its digest."""
+
+usage_reports = Table(
+    "usage_reports",
+    metadata,
+    Column("grant_id", String(40), primary_key=True),
+    Column("peer_id", String(40), nullable=False),
+    Column("at", TIME, nullable=False),
+    Column("report", JSON, nullable=False),
+)
+"""The last reconciliation report of each grant this cluster holds."""
+
 remote_grants = Table(
     "remote_grants",
     metadata,
@@ -380,6 +405,12 @@ Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
 Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
 Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
+Index(
+    "usage_receipts_by_request",
+    usage_receipts.c.grant_id,
+    usage_receipts.c.side,
+    usage_receipts.c.request_id,
+)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
 
 leases = Table(

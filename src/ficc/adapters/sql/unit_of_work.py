@@ -20,6 +20,7 @@ from ficc.adapters.sql.routes import SqlRoutes
 from ficc.adapters.sql.settings import SqlSettings
 from ficc.adapters.sql.token_limits import SqlTokenLimits
 from ficc.adapters.sql.transfers import SqlTransfers
+from ficc.adapters.sql.usage_receipts import SqlUsageReceipts
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services.ports import (
@@ -44,6 +45,7 @@ from ficc.services.ports import (
     TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageReceiptsRepository,
     UsageRepository,
     UsersRepository,
 )
@@ -97,6 +99,7 @@ class SqlUnitOfWork:
         self.routes: RoutesRepository = SqlRoutes(connection)
         self.usage: UsageRepository = SqlUsage(connection)
         self.token_limits: TokenLimitsRepository = SqlTokenLimits(connection)
+        self.usage_receipts: UsageReceiptsRepository = SqlUsageReceipts(connection)
         return self
 
     @property

@@ -135,6 +135,20 @@ class SqlUsage:
             )
         )
 
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, UsageRecord]:
+        if not requests:
+            return {}
+        query = (
+            select(t.usage_records)
+            .where(_RECORDS.grant_id == grant_id)
+            .where(_RECORDS.side == side)
+            .where(_RECORDS.request_id.in_(sorted(set(requests))))
+            .order_by(_RECORDS.seq.desc())
+        )
+        return {row.request_id: record_of(row) for row in await self._c.execute(query)}
+
     def _where(
         self,
         query: Select[Any],

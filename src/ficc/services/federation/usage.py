@@ -12,6 +12,7 @@ from ficc.base.ids import parse_id
 from ficc.base.times import parse_time, with_times_formatted
 from ficc.domain import metering as m
 from ficc.domain.principals import Principal
+from ficc.domain.usage_receipts import StoredReceipt
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
 DEFAULT_USAGE_PAGE: Final = 100
@@ -64,7 +65,10 @@ class GrantUsage:
         limit: int = DEFAULT_USAGE_PAGE,
         since: str | None = None,
         until: str | None = None,
+        receipts: bool = False,
     ) -> dict[str, Any]:
+        """A page of records; on the requester each carries its receipt and whether it
+        verified, on the grantor with ``receipts`` (an export a third party can check)."""
         principal.require_scope("federation:read")
         grant_id = parse_id("grant", grant_id, field="grant")
         cursor = parse_cursor(after)
@@ -77,15 +81,33 @@ class GrantUsage:
                 grant_id, side, after=cursor, limit=limit + 1, since=start, until=end
             )
             totals = await uow.usage.totals(grant_id, side, since=start, until=end)
-        more = len(records) > limit
-        records = records[:limit]
+            more = len(records) > limit
+            records = records[:limit]
+            kept = {}
+            if side == m.REQUESTER or receipts:
+                kept = await uow.usage_receipts.of_requests(
+                    grant_id, side, [r.request for r in records]
+                )
+        shown = [r.to_json() for r in records]
+        if side == m.REQUESTER or receipts:
+            for record in shown:
+                _with_receipt(record, kept.get(record["request"]), side)
         page: dict[str, Any] = with_times_formatted(
             {
                 "grant": grant_id,
                 "side": side,
-                "records": [r.to_json() for r in records],
+                "records": shown,
                 "totals": totals,
                 "next": str(records[-1].seq) if more and records else None,
             }
         )
         return page
+
+
+def _with_receipt(record: dict[str, Any], kept: StoredReceipt | None, side: str) -> None:
+    """A record as shown with its receipt; on the requester, whether it verified and, when
+    not, why (``receipt_problem``: ``null`` while a receipt is still to be fetched)."""
+    record["receipt"] = None if kept is None else dict(kept.receipt)
+    if side == m.REQUESTER:
+        record["verified"] = kept is not None and kept.verified
+        record["receipt_problem"] = None if kept is None else kept.problem

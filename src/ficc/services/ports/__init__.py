@@ -41,6 +41,7 @@ from ficc.services.ports.repositories import (
     TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageReceiptsRepository,
     UsageRepository,
     UsersRepository,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "TransfersRepository",
     "UnitOfWork",
     "UnitOfWorkFactory",
+    "UsageReceiptsRepository",
     "UsageRepository",
     "UserPathResolver",
     "UsersRepository",

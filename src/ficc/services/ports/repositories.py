@@ -24,6 +24,7 @@ from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.transfers import Transfer
+from ficc.domain.usage_receipts import Head, StoredReceipt
 
 
 class UsersRepository(Protocol):
@@ -279,6 +280,12 @@ class UsageRepository(Protocol):
         ...
 
     async def add(self, record: UsageRecord) -> None: ...
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, UsageRecord]:
+        """The records of these request IDs (the first of each)."""
+        ...
+
     async def page(
         self,
         grant_id: str,
@@ -320,6 +327,41 @@ class TokenLimitsRepository(Protocol):
         self, token_id: str, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]: ...
     async def usage_totals(self, token_id: str) -> dict[str, Any]: ...
+
+
+class UsageReceiptsRepository(Protocol):
+    """Each side's usage receipts, by grant and seq, and the last reconciliation reports."""
+
+    async def head(self, grant_id: str, side: str) -> Head:
+        """The receipt of the highest seq kept (seq 0 and 64 zeros when none is)."""
+        ...
+
+    async def add(self, receipt: StoredReceipt) -> bool:
+        """Keep ``receipt``; False (nothing written) when one is kept at its seq already."""
+        ...
+
+    async def append(self, receipt: StoredReceipt) -> None:
+        """Keep ``receipt``, past the head the caller read in this transaction (one
+        statement: nothing can be at its seq)."""
+        ...
+
+    async def page(
+        self, grant_id: str, side: str, *, after: int, limit: int
+    ) -> list[StoredReceipt]: ...
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, StoredReceipt]:
+        """The receipts kept of these request IDs (the lowest seq of each)."""
+        ...
+
+    async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
+        """Set whether the receipt at ``seq`` verified (``problem`` None) or why not."""
+        ...
+
+    async def save_report(
+        self, grant_id: str, peer_id: str, at: datetime, report: dict[str, Any]
+    ) -> None: ...
+    async def last_report(self, grant_id: str) -> dict[str, Any] | None: ...
 
 
 class RemoteGrantsRepository(Protocol):

@@ -27,6 +27,7 @@ from ficc.services.ports.repositories import (
     TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
+    UsageReceiptsRepository,
     UsageRepository,
     UsersRepository,
 )
@@ -64,6 +65,7 @@ class UnitOfWork(Protocol):
     routes: RoutesRepository
     usage: UsageRepository
     token_limits: TokenLimitsRepository
+    usage_receipts: UsageReceiptsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(

@@ -32,6 +32,7 @@ from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
+from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
@@ -74,9 +75,12 @@ class RemoteClient:
         *,
         clock: Clock | None = None,
         tokens: TokenLimits | None = None,
+        receipts: UsageReceipts | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._tokens = tokens
+        self._receipts = receipts
+        """Checks and keeps the usage receipts answers carry (None: none kept)."""
         self._channel = channel
         self._copies = copies
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -155,7 +159,8 @@ class RemoteClient:
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         if name == INVOKE:
-            async with self._recording(grant_id, wire, prepared.principal) as usage:
+            await self._catch_up(peer, grant_id)
+            async with self._recording(grant_id, wire, peer, prepared.principal) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -252,7 +257,11 @@ class RemoteClient:
                     yield named
             return
         # Recorded from before the request is sent: a refusal, too, leaves its record.
-        async with self._recording(grant_id, wire, prepared.principal) as usage, opening as chunks:
+        await self._catch_up(peer, grant_id)
+        async with (
+            self._recording(grant_id, wire, peer, prepared.principal) as usage,
+            opening as chunks,
+        ):
             named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
@@ -280,9 +289,18 @@ class RemoteClient:
             raise
         usage.ended = True
 
+    async def _catch_up(self, peer: p.Peer, grant_id: str) -> None:
+        """Receipts the grant's chain lacks here are fetched before its next request."""
+        if self._receipts is not None:
+            await self._receipts.catch_up(peer, grant_id)
+
     @contextlib.asynccontextmanager
     async def _recording(
-        self, grant_id: str, wire: dict[str, Any], principal: Principal | None = None
+        self,
+        grant_id: str,
+        wire: dict[str, Any],
+        peer: p.Peer,
+        principal: Principal | None = None,
     ) -> AsyncIterator[_Usage]:
         """One usage record of an ``inference.invoke``, written however the request ends; a
         restricted token's budgets hold it before it is sent (its completion bound lowered to
@@ -290,6 +308,7 @@ class RemoteClient:
         inner = wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
+            peer=peer,
             grant=grant_id,
             request=current_request_id.get() or "",
             service=service if isinstance(service, str) else None,
@@ -343,6 +362,9 @@ class RemoteClient:
             if usage.tab is not None and self._tokens is not None:
                 await self._tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
             await uow.usage.add(record)
+            if self._receipts is not None:
+                receipt = usage.told.get("receipt") if isinstance(usage.told, dict) else None
+                await self._receipts.keep(uow, usage.peer, record, receipt)
             await uow.commit()
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
@@ -390,6 +412,7 @@ class RemoteClient:
 class _Usage:
     """What the requester learns of one ``inference.invoke`` as it goes."""
 
+    peer: p.Peer
     grant: str
     request: str
     service: str | None

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ficc.services.federation.grants import Grants
     from ficc.services.federation.pairing import Pairing
     from ficc.services.federation.peers import Peers
+    from ficc.services.federation.usage_receipts import UsageReceipts
     from ficc.services.remote.inference_ops import InferenceOperations
     from ficc.services.remote.model_ops import ModelOperations
 
@@ -60,6 +61,7 @@ class Handlers:
     inference: InferenceOperations
     models: ModelOperations
     transfers: RangeServing
+    receipts: UsageReceipts
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,12 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "peer.removed": Operation(None, peer=lambda h: h.peers.on_peer_removed),
     "grant.revoked": Operation(None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked),
     "grants.list": Operation(None, peer=lambda h: h.grants.on_grants_list),
+    "usage.receipts": Operation(
+        None,
+        _f("grant", "after", "limit"),
+        _f("grant"),
+        peer=lambda h: h.receipts.on_usage_receipts,
+    ),
     # Under a grant.
     "discover": Operation(_f("discover"), answer=lambda h: h.inference.discover),
     "inference.prepare": Operation(MANAGE, answer=lambda h: h.inference.prepare),

@@ -20,6 +20,7 @@ from ficc.web.schemas import (
     OfferApprove,
     OfferCreate,
     OfferFinish,
+    Reconcile,
     Refresh,
     RemoteRequest,
 )
@@ -30,6 +31,7 @@ from ficc.web.schemas_responses import (
     Grant,
     Offer,
     OpenObject,
+    Reconciliation,
     UsagePage,
     answer,
 )
@@ -114,6 +116,14 @@ async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation
     )
 
 
+@router.post(f"{PREFIX}/peers/{{peer_id}}/reconcile", responses=answer(Reconciliation))
+async def reconcile(peer_id: str, body: Reconcile, ctx: Context = scoped("federation:read")) -> Any:
+    """Both chains of usage receipts of each grant of the peer (or of ``grant``) compared."""
+    return await ctx.cluster.federation.receipts.reconcile(
+        ctx.principal, ctx.project, peer_id, grant=body.grant
+    )
+
+
 @router.post(f"{PREFIX}/grants/{{grant_id}}/retire", responses=answer(Grant))
 async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
     return await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
@@ -176,10 +186,19 @@ async def grant_usage(
     limit: int = Query(DEFAULT_USAGE_PAGE, ge=1, le=MAX_USAGE_PAGE),
     since: str | None = Query(None, max_length=64),
     until: str | None = Query(None, max_length=64),
+    receipts: bool = Query(False),
 ) -> Any:
-    """A grant's usage records on this side (given or held), a page at a time, and totals."""
+    """A grant's usage records on this side (given or held), a page at a time, and totals;
+    ``receipts``: each record with its signed receipt on the grantor too."""
     return await ctx.cluster.federation.usage.usage(
-        ctx.principal, ctx.project, grant_id, after=after, limit=limit, since=since, until=until
+        ctx.principal,
+        ctx.project,
+        grant_id,
+        after=after,
+        limit=limit,
+        since=since,
+        until=until,
+        receipts=receipts,
     )
 
 

@@ -160,10 +160,23 @@ async def grant(
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
     found = next((item for item in view["grants"] if item["id"] == grant_id), None)
+    peer = (
+        None
+        if found is None
+        else next((item for item in view["peers"] if item["id"] == found["peer"]), None)
+    )
+    received = found is None
+    if found is None:
+        # A grant this project holds: the peer's copy, and the last reconciliation of its
+        # usage receipts.
+        for item in view["peers"]:
+            for copy in item.get("remote_grants", []):
+                if copy.get("id") == grant_id:
+                    found, peer = {**copy, "peer": item["id"]}, item
     if found is None:
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
-    peer = next((item for item in view["peers"] if item["id"] == found["peer"]), None)
     used = await ctx.cluster.federation.usage.usage(ctx.principal, ctx.project, grant_id, limit=20)
+    report = await ctx.cluster.federation.receipts.last_report(grant_id) if received else None
     return render_page(
         request,
         ctx,
@@ -174,6 +187,8 @@ async def grant(
         peer=peer,
         usage=used,
         chart=usage_chart(used["totals"]["hours"][-48:]),
+        received=received,
+        reconciliation=report,
     )
 
 

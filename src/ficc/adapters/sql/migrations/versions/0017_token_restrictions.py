@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017_token_restrictions"
-down_revision = "0015_audit_chain"
+down_revision = "0016_usage_receipts"
 
 
 def upgrade() -> None:

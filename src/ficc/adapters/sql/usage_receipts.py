@@ -1,0 +1,137 @@
+"""Usage receipts' storage: one row per receipt by grant, side and seq, its RFC 8785 text as
+it was signed or received; and the last reconciliation report of each grant."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import bindparam, delete, insert, select, update
+
+from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.database import SqlConnection
+from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after
+
+_R = t.usage_receipts.c
+
+_HEAD: Final = (
+    select(_R.seq, _R.digest, _R.receipt)
+    .where(_R.grant_id == bindparam("grant"))
+    .where(_R.side == bindparam("side"))
+    .order_by(_R.seq.desc())
+    .limit(1)
+)
+
+
+_INSERT: Final = insert(t.usage_receipts)
+
+
+class SqlUsageReceipts:
+    """Implements ``ficc.services.ports.UsageReceiptsRepository``."""
+
+    def __init__(self, connection: SqlConnection) -> None:
+        self._c = connection
+
+    async def head(self, grant_id: str, side: str) -> Head:
+        row = (await self._c.execute(_HEAD, {"grant": grant_id, "side": side})).first()
+        if row is None:
+            return EMPTY_HEAD
+        try:
+            return head_after(json.loads(row.receipt))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # A row that no longer reads as a receipt: its place and digest still chain.
+            return Head(int(row.seq), str(row.digest), {})
+
+    async def add(self, receipt: StoredReceipt) -> bool:
+        kept = select(_R.seq).where(
+            _R.grant_id == receipt.grant, _R.side == receipt.side, _R.seq == receipt.seq
+        )
+        if (await self._c.execute(kept)).first() is not None:
+            return False
+        await self.append(receipt)
+        return True
+
+    async def append(self, receipt: StoredReceipt) -> None:
+        # The grantor appends under the grant's row lock (its settlement's UPDATE), the
+        # requester past the head it read: no two transactions insert one seq at once.
+        values = {
+            "grant_id": receipt.grant,
+            "side": receipt.side,
+            "seq": receipt.seq,
+            "request_id": receipt.request[:128],
+            "digest": receipt.digest[:64],
+            # As it was given, compact: the digest is checked on the body, not this text.
+            "receipt": json.dumps(receipt.receipt, separators=(",", ":"), ensure_ascii=False),
+            "verified": receipt.verified,
+            "problem": receipt.problem,
+        }
+        await self._c.execute(_INSERT, values)
+
+    async def page(
+        self, grant_id: str, side: str, *, after: int, limit: int
+    ) -> list[StoredReceipt]:
+        query = (
+            select(t.usage_receipts)
+            .where(_R.grant_id == grant_id)
+            .where(_R.side == side)
+            .where(_R.seq > after)
+            .order_by(_R.seq)
+            .limit(limit)
+        )
+        return [_stored(row) for row in await self._c.execute(query)]
+
+    async def of_requests(
+        self, grant_id: str, side: str, requests: list[str]
+    ) -> dict[str, StoredReceipt]:
+        if not requests:
+            return {}
+        query = (
+            select(t.usage_receipts)
+            .where(_R.grant_id == grant_id)
+            .where(_R.side == side)
+            .where(_R.request_id.in_(sorted(set(requests))))
+            .order_by(_R.seq.desc())
+        )
+        return {row.request_id: _stored(row) for row in await self._c.execute(query)}
+
+    async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
+        await self._c.execute(
+            update(t.usage_receipts)
+            .where(_R.grant_id == grant_id)
+            .where(_R.side == side)
+            .where(_R.seq == seq)
+            .values(verified=problem is None, problem=problem)
+        )
+
+    async def save_report(
+        self, grant_id: str, peer_id: str, at: datetime, report: dict[str, Any]
+    ) -> None:
+        await self._c.execute(delete(t.usage_reports).where(t.usage_reports.c.grant_id == grant_id))
+        await self._c.execute(
+            insert(t.usage_reports).values(grant_id=grant_id, peer_id=peer_id, at=at, report=report)
+        )
+
+    async def last_report(self, grant_id: str) -> dict[str, Any] | None:
+        row = (
+            await self._c.execute(
+                select(t.usage_reports.c.report).where(t.usage_reports.c.grant_id == grant_id)
+            )
+        ).first()
+        return None if row is None else dict(row.report)
+
+
+def _stored(row: Any) -> StoredReceipt:
+    try:
+        receipt = json.loads(row.receipt)
+    except ValueError:
+        receipt = {}
+    return StoredReceipt(
+        grant=row.grant_id,
+        side=row.side,
+        seq=int(row.seq),
+        request=row.request_id,
+        receipt=receipt if isinstance(receipt, dict) else {},
+        verified=bool(row.verified),
+        problem=row.problem,
+    )

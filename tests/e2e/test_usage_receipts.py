@@ -1,0 +1,94 @@
+"""Usage receipts on two real clusters (llama.cpp's server on the tiny model, real HyperNet on
+loopback): after streamed, plain and cancelled requests every receipt on the requester
+verifies with the grantor's cluster key, the cancelled one fetched on the next request, and
+reconcile reports both chains matching; the export verifies offline with that key alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from tests.conformance.usage_receipts import verify_export
+from tests.support.cluster import ficc
+from tests.support.federation import API, ok
+from tests.support.metering import PLAIN_TEXT, new_request_id, stream_chat, usage
+from tests.support.remote import Federated, federation
+from tests.support.tiny_gguf import write_tiny_gguf
+
+from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
+from ficc.domain.receipts import unb64
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
+    root = tmp_path_factory.mktemp("receipts")
+    tiny = write_tiny_gguf(root / "tiny.gguf")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CONNECT_SECONDS_VARIABLE, "2")
+        with federation(root, "tiny", tiny, n_ctx=4096) as running:
+            yield running
+
+
+def cancelled_stream(fed: Federated, request_id: str) -> None:
+    body = {
+        "model": fed.service,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 3000,
+        "logit_bias": PLAIN_TEXT,
+        "stream": True,
+    }
+    read = 0
+    with fed.alpha.owner().stream(
+        "POST",
+        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
+        json=body,
+        headers={"X-Request-ID": request_id},
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            read += line.startswith("data: ")
+            if read == 10:
+                break
+
+
+def test_receipts_verify_after_streamed_and_cancelled_requests_and_the_chains_match(
+    fed: Federated,
+) -> None:
+    grant = fed.grant(scopes=["inference:invoke"], services=[fed.service], tokens=100_000)
+    streamed = new_request_id()
+    assert stream_chat(fed, fed.service, max_tokens=8, request_id=streamed)[0] == 200
+    cancelled = new_request_id()
+    cancelled_stream(fed, cancelled)
+    fed.wait_idle(grant)
+    after = new_request_id()
+    assert stream_chat(fed, fed.service, max_tokens=4, request_id=after)[0] == 200
+    fed.wait_idle(grant)
+
+    requester = usage(fed.alpha.owner(), grant)["records"]
+    assert [r["request"] for r in requester] == [streamed, cancelled, after]
+    assert [r["verified"] for r in requester] == [True, True, True]
+    assert [r["receipt"]["body"]["seq"] for r in requester] == [1, 2, 3]
+    assert requester[1]["receipt"]["body"]["outcome"] == "cancelled"
+    report = ok(fed.alpha.owner().post(f"{API}/peers/{fed.peer}/reconcile", json={"grant": grant}))
+    [mine] = report["grants"]
+    assert (mine["matched"], mine["head"]["seq"], mine["missing"], mine["invalid"]) == (
+        True,
+        3,
+        [],
+        [],
+    )
+
+    grantor_key = ok(fed.beta.owner().get(f"{API}/"))["identity"]["cluster_key"]
+    exported = ficc(
+        "federation-usage", grant, "--format", "json", "--receipts", state_dir=fed.beta.state_dir
+    )
+    assert exported.returncode == 0, exported.stderr
+    checked = verify_export(exported.stdout, unb64(grantor_key))
+    assert (checked["verified"], checked["receipts"], checked["invalid"]) == (True, 3, [])
+    assert checked["head"] == mine["head"]
+    altered = json.loads(exported.stdout)
+    altered["records"][1]["receipt"]["body"]["completion_tokens"] += 1
+    assert verify_export(json.dumps(altered), unb64(grantor_key))["invalid"] == [
+        {"seq": 2, "reason": "digest_mismatch"}
+    ]

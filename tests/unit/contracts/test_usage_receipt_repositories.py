@@ -1,0 +1,100 @@
+"""Usage receipts' storage behaves alike in the fake and in SQL: a receipt is kept once per
+grant, side and seq exactly as it was given, the head is the highest seq, pages go in seq
+order, receipts are found by request, marks record why one failed, and a grant's last
+reconciliation report is kept and replaced."""
+
+from __future__ import annotations
+
+from tests.unit.contracts.records import NOW, fresh
+from tests.unit.contracts.test_usage_repositories import record
+
+from ficc.domain import metering as m
+from ficc.domain import usage_receipts as r
+from ficc.services.ports import UnitOfWorkFactory
+
+
+def _chain(grant_id: str, count: int) -> list[r.StoredReceipt]:
+    head, made = r.EMPTY_HEAD, []
+    for index in range(count):
+        usage = record(grant_id, index, request=f"req-{index}", service="svc_é")
+        receipt = r.sign_receipt(r.receipt_body(usage, head), lambda message: b"\x01" * 64)
+        made.append(r.StoredReceipt(grant_id, m.GRANTOR, index + 1, usage.request, receipt, True))
+        head = r.head_after(receipt)
+    return made
+
+
+async def test_receipts_are_kept_once_per_seq_as_given_and_read_back_in_seq_order(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    grant_id = fresh("grant")
+    chain = _chain(grant_id, 3)
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.head(grant_id, m.GRANTOR) == r.EMPTY_HEAD
+        for item in reversed(chain):
+            assert await uow.usage_receipts.add(item)
+        assert not await uow.usage_receipts.add(chain[0])
+        await uow.usage_receipts.add(
+            r.StoredReceipt(grant_id, m.REQUESTER, 1, "req-0", chain[0].receipt, False, "x")
+        )
+        await uow.commit()
+    async with uow_factory() as uow:
+        head = await uow.usage_receipts.head(grant_id, m.GRANTOR)
+        assert head == r.head_after(chain[2].receipt)
+        assert head.totals["requests"] == 3
+        page = await uow.usage_receipts.page(grant_id, m.GRANTOR, after=0, limit=2)
+        assert page == chain[:2]
+        assert r.digest_of(page[0].body) == page[0].digest
+        rest = await uow.usage_receipts.page(grant_id, m.GRANTOR, after=2, limit=10)
+        assert rest == chain[2:]
+        found = await uow.usage_receipts.of_requests(grant_id, m.GRANTOR, ["req-1", "nope"])
+        assert found == {"req-1": chain[1]}
+        [theirs] = await uow.usage_receipts.page(grant_id, m.REQUESTER, after=0, limit=10)
+        assert (theirs.verified, theirs.problem) == (False, "x")
+        await uow.usage_receipts.mark(grant_id, m.REQUESTER, 1, None)
+        await uow.usage_receipts.mark(grant_id, m.GRANTOR, 2, r.PREV)
+        await uow.commit()
+    async with uow_factory() as uow:
+        [theirs] = await uow.usage_receipts.page(grant_id, m.REQUESTER, after=0, limit=10)
+        assert (theirs.verified, theirs.problem) == (True, None)
+        second = (await uow.usage_receipts.page(grant_id, m.GRANTOR, after=1, limit=1))[0]
+        assert (second.verified, second.problem) == (False, r.PREV)
+        assert await uow.usage_receipts.head(fresh("grant"), m.GRANTOR) == r.EMPTY_HEAD
+
+
+async def test_a_rolled_back_receipt_is_not_kept(uow_factory: UnitOfWorkFactory) -> None:
+    grant_id = fresh("grant")
+    async with uow_factory() as uow:
+        await uow.usage_receipts.add(_chain(grant_id, 1)[0])
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.head(grant_id, m.GRANTOR) == r.EMPTY_HEAD
+
+
+async def test_the_last_reconciliation_report_of_a_grant_is_kept_and_replaced(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    grant_id, peer_id = fresh("grant"), fresh("peer")
+    first = {"grant": grant_id, "matched": False, "invalid": [{"seq": 2, "reason": "missing"}]}
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.last_report(grant_id) is None
+        await uow.usage_receipts.save_report(grant_id, peer_id, NOW, first)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.last_report(grant_id) == first
+        await uow.usage_receipts.save_report(grant_id, peer_id, NOW, {"matched": True})
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.last_report(grant_id) == {"matched": True}
+
+
+async def test_usage_records_are_found_by_request(uow_factory: UnitOfWorkFactory) -> None:
+    grant_id = fresh("grant")
+    rows = [record(grant_id, 0, request="a"), record(grant_id, 1, request="b")]
+    async with uow_factory() as uow:
+        for row in rows:
+            await uow.usage.add(row)
+        await uow.commit()
+    async with uow_factory() as uow:
+        found = await uow.usage.of_requests(grant_id, m.GRANTOR, ["b", "c"])
+        assert list(found) == ["b"]
+        assert found["b"].request_bytes == rows[1].request_bytes
+        assert await uow.usage.of_requests(grant_id, m.REQUESTER, ["a"]) == {}
