@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
 from ficc.base.errors import InvalidInput
-from ficc.domain.openai_answers import sse_event
 from ficc.domain.openai_requests import (
     CHAT_COMPLETIONS_PATH,
     MAX_NESTING_DEPTH,
@@ -445,10 +445,113 @@ def response_object(body: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[
     return _finished(response, choice.get("finish_reason"), answer.get("usage"))
 
 
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(value, separators=(",", ":"))`` without building an encoder per call: compact,
+with ASCII escapes, as the compatible URLs send every answer."""
+
+
+def _json(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode("ascii")
+
+
+def _string(text: str) -> bytes:
+    """A string as :func:`_json` spells it, by the C function that encoder calls."""
+    return encode_basestring_ascii(text).encode("ascii")
+
+
 def typed_event(event: Mapping[str, Any]) -> bytes:
     """One typed server-sent event as OpenAI sends them: ``event:`` names its ``type``."""
-    data = json.dumps(event, separators=(",", ":"))
-    return b"event: " + str(event["type"]).encode() + b"\n" + sse_event(data)
+    return b"event: " + str(event["type"]).encode() + b"\n" + b"data: " + _json(event) + b"\n\n"
+
+
+class _Template:
+    """A JSON object encoded once but for the fields named ``variable``, spelled at each
+    :meth:`render`: the ``response`` object's echo of the request (its instructions, tools and
+    schema, which may be long) is encoded once per stream, not once per event carrying it."""
+
+    def __init__(self, value: Mapping[str, Any], variable: frozenset[str]) -> None:
+        self._fixed: list[bytes] = []
+        """The text before each variable field's value (and after the last one)."""
+        self._names: list[str] = []
+        fixed: dict[str, Any] = {}
+        text = b"{"
+        for key, item in value.items():
+            if key not in variable:
+                fixed[key] = item
+                continue
+            if fixed:
+                text += _json(fixed)[1:-1] + b","
+                fixed = {}
+            self._fixed.append(text + _string(key) + b":")
+            self._names.append(key)
+            text = b","
+        if fixed:
+            text += _json(fixed)[1:-1]
+        self._fixed.append(text.removesuffix(b",") + b"}")
+
+    def render(self, values: Mapping[str, bytes]) -> bytes:
+        """The object, ``values`` holding each variable field's encoded value."""
+        parts: list[bytes] = []
+        for fixed, name in zip(self._fixed[:-1], self._names, strict=True):
+            parts += (fixed, values[name])
+        parts.append(self._fixed[-1])
+        return b"".join(parts)
+
+
+_PRODUCED: Final = frozenset({"status", "incomplete_details", "output", "usage"})
+"""The ``response`` object's fields that the answer fills in; the others echo the request."""
+_IN_PROGRESS: Final = {
+    "status": b'"in_progress"',
+    "incomplete_details": b"null",
+    "output": b"[]",
+    "usage": b"null",
+}
+_CUT: Final = b'{"reason":"max_output_tokens"}'
+
+
+def _head(kind: str) -> bytes:
+    """An event's bytes up to its sequence number: the ``event:`` line and the data's start."""
+    return f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":'.encode()
+
+
+_CREATED: Final = _head("response.created")
+_IN_PROGRESS_EVENT: Final = _head("response.in_progress")
+_ITEM_ADDED: Final = _head("response.output_item.added")
+_ITEM_DONE: Final = _head("response.output_item.done")
+_PART_ADDED: Final = _head("response.content_part.added")
+_PART_DONE: Final = _head("response.content_part.done")
+_TEXT_DELTA: Final = _head("response.output_text.delta")
+_TEXT_DONE: Final = _head("response.output_text.done")
+_ARGUMENTS_DELTA: Final = _head("response.function_call_arguments.delta")
+_ARGUMENTS_DONE: Final = _head("response.function_call_arguments.done")
+_COMPLETED: Final = _head("response.completed")
+_INCOMPLETE: Final = _head("response.incomplete")
+_EMPTY_PART: Final = b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}'
+
+
+def _message_bytes(item_id: bytes, text: str, status: str) -> bytes:
+    """:func:`_message_item` as :func:`_json` spells it."""
+    content = b"[" + _part_bytes(text) + b"]" if status != "in_progress" else b"[]"
+    return (
+        b'{"id":' + item_id + b',"type":"message","role":"assistant","status":'
+        + _string(status) + b',"content":' + content + b"}"
+    )  # fmt: skip
+
+
+def _part_bytes(text: str) -> bytes:
+    """:func:`_text_part` as :func:`_json` spells it."""
+    return b'{"type":"output_text","text":' + _string(text) + b',"annotations":[],"logprobs":[]}'
+
+
+def _call_bytes(item_id: str, call: Mapping[str, Any], status: str) -> bytes:
+    """:func:`_call_item` as :func:`_json` spells it (the engine's call ID may be any value)."""
+    function = call.get("function") or {}
+    return (
+        b'{"id":' + _string(item_id) + b',"type":"function_call","status":' + _string(status)
+        + b',"call_id":' + _json(call.get("id") or item_id)
+        + b',"name":' + _json(function.get("name") or "")
+        + b',"arguments":' + _json(function.get("arguments") or "") + b"}"
+    )  # fmt: skip
 
 
 @dataclass
@@ -456,53 +559,60 @@ class _Call:
     item_id: str
     output_index: int
     call: dict[str, Any]
+    where: bytes
+    """The ``item_id`` and ``output_index`` of its events, encoded once."""
 
 
 @dataclass
 class ResponseEvents:
-    """Chat completion chunks in, the Responses API's typed events out.
+    """Chat completion chunks in, the Responses API's typed events out, as the bytes sent.
 
     States: nothing sent; ``response.created`` sent (on the first chunk); a message item open
     (text arriving); function call items open (arguments arriving); ended (``response.completed``
     or ``response.incomplete`` sent at the engine's ``[DONE]``). A text item is closed before
     the first call item opens, so items never interleave. Every event carries the next
     ``sequence_number``.
+
+    Each event is spelled as ``json.dumps(event, separators=(",", ":"))`` spells the object
+    OpenAI's schema gives it, but without building it: a delta is a template around the
+    engine's text, what every event repeats (an item's ID, the request's echo) is encoded once.
     """
 
     body: Mapping[str, Any]
     sequence: int = 0
-    response: dict[str, Any] | None = None
-    output: list[dict[str, Any]] = field(default_factory=list)
+    base: str | None = None
+    """The response's ID less its ``resp_`` prefix, once the first chunk named it."""
+    envelope: _Template | None = None
+    output: list[bytes] = field(default_factory=list)
+    """The finished items, encoded."""
     text: list[str] | None = None
     """The open message item's text so far; None when no message item is open."""
+    where: bytes = b""
+    """The open message item's ``item_id``, ``output_index`` and ``content_index``, encoded."""
     calls: dict[int, _Call] = field(default_factory=dict)
     finish_reason: Any = None
     usage: Any = None
     ended: bool = False
 
-    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": kind, "sequence_number": self.sequence, **fields}
+    def _event(self, head: bytes, fields: bytes) -> bytes:
+        frame = head + str(self.sequence).encode() + b"," + fields + b"}\n\n"
         self.sequence += 1
-        return event
+        return frame
 
-    def _base(self) -> str:
-        assert self.response is not None
-        return str(self.response["id"]).removeprefix("resp_")
-
-    def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The events one engine chunk makes."""
-        events: list[dict[str, Any]] = []
+    def feed(self, chunk: Mapping[str, Any]) -> bytes:
+        """The events one engine chunk makes, framed."""
         if self.ended:
-            return events
-        if self.response is None:
-            self.response = _envelope(
-                self.body,
-                f"resp_{_base_id(chunk.get('id'))}",
-                chunk.get("created"),
-                chunk.get("model"),
+            return b""
+        events: list[bytes] = []
+        if self.base is None:
+            self.base = _base_id(chunk.get("id"))
+            echoed = _envelope(
+                self.body, f"resp_{self.base}", chunk.get("created"), chunk.get("model")
             )
-            events.append(self._event("response.created", response=self.response))
-            events.append(self._event("response.in_progress", response=self.response))
+            self.envelope = _Template(echoed, _PRODUCED)
+            response = b'"response":' + self.envelope.render(_IN_PROGRESS)
+            events.append(self._event(_CREATED, response))
+            events.append(self._event(_IN_PROGRESS_EVENT, response))
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices") or []
@@ -510,77 +620,71 @@ class ResponseEvents:
         delta = choice.get("delta") or {}
         content = delta.get("content")
         if isinstance(content, str) and content and not self.calls:
-            events.extend(self._text_delta(content))
+            self._text_delta(content, events)
         for call_delta in delta.get("tool_calls") or []:
             if isinstance(call_delta, dict):
-                events.extend(self._call_delta(call_delta))
+                self._call_delta(call_delta, events)
         if choice.get("finish_reason") is not None:
             self.finish_reason = choice["finish_reason"]
-        return events
+        return events[0] if len(events) == 1 else b"".join(events)
 
-    def _text_delta(self, content: str) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-        item_id = f"msg_{self._base()}"
-        index = len(self.output)
+    def _text_delta(self, content: str, events: list[bytes]) -> None:
         if self.text is None:
             self.text = []
-            item = _message_item(item_id, "", "in_progress")
-            events.append(self._event("response.output_item.added", output_index=index, item=item))
-            events.append(
-                self._event(
-                    "response.content_part.added",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    part=_text_part(""),
-                )
+            item_id = _string(f"msg_{self.base}")
+            index = str(len(self.output)).encode()
+            self.where = (
+                b'"item_id":' + item_id + b',"output_index":' + index + b',"content_index":0'
             )
+            item = _message_bytes(item_id, "", "in_progress")
+            events.append(self._event(_ITEM_ADDED, b'"output_index":' + index + b',"item":' + item))
+            events.append(self._event(_PART_ADDED, self.where + b"," + _EMPTY_PART))
         self.text.append(content)
         events.append(
             self._event(
-                "response.output_text.delta",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                delta=content,
-                logprobs=[],
+                _TEXT_DELTA, self.where + b',"delta":' + _string(content) + b',"logprobs":[]'
             )
         )
-        return events
 
-    def _close_text(self) -> list[dict[str, Any]]:
+    def _close_text(self, events: list[bytes]) -> None:
         if self.text is None:
-            return []
+            return
         text, self.text = "".join(self.text), None
-        item_id = f"msg_{self._base()}"
-        index = len(self.output)
+        index = str(len(self.output)).encode()
         status = "incomplete" if self.finish_reason == "length" else "completed"
-        item = _message_item(item_id, text, status)
+        item = _message_bytes(_string(f"msg_{self.base}"), text, status)
         self.output.append(item)
-        where = {"item_id": item_id, "output_index": index, "content_index": 0}
-        return [
-            self._event("response.output_text.done", **where, text=text, logprobs=[]),
-            self._event("response.content_part.done", **where, part=_text_part(text)),
-            self._event("response.output_item.done", output_index=index, item=item),
-        ]
+        where = self.where
+        events.append(
+            self._event(_TEXT_DONE, where + b',"text":' + _string(text) + b',"logprobs":[]')
+        )
+        events.append(self._event(_PART_DONE, where + b',"part":' + _part_bytes(text)))
+        events.append(self._event(_ITEM_DONE, b'"output_index":' + index + b',"item":' + item))
 
-    def _call_delta(self, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
-        events = self._close_text()
+    def _call_delta(self, delta: Mapping[str, Any], events: list[bytes]) -> None:
+        self._close_text(events)
         key = int(delta.get("index", len(self.calls)))
         function = delta.get("function") or {}
         held = self.calls.get(key)
         if held is None:
-            item_id = f"fc_{self._base()}_{key}"
-            held = _Call(item_id, len(self.output) + len(self.calls), {"function": {}})
+            item_id = f"fc_{self.base}_{key}"
+            output_index = len(self.output) + len(self.calls)
+            where = (
+                b'"item_id":' + _string(item_id) + b',"output_index":' + str(output_index).encode()
+            )
+            held = _Call(item_id, output_index, {"function": {}}, where)
             self.calls[key] = held
             if delta.get("id"):
                 held.call["id"] = delta["id"]
             name = function.get("name") if isinstance(function, dict) else None
             if isinstance(name, str):
                 held.call["function"]["name"] = name
-            item = _call_item(item_id, {**held.call, "function": {"name": name}}, "in_progress")
+            item = _call_bytes(item_id, {**held.call, "function": {"name": name}}, "in_progress")
             events.append(
-                self._event("response.output_item.added", output_index=held.output_index, item=item)
+                self._event(
+                    _ITEM_ADDED,
+                    b'"output_index":' + str(output_index).encode() + b',"item":' + item,
+                )
             )
         elif delta.get("id") and "id" not in held.call:
             held.call["id"] = delta["id"]
@@ -589,41 +693,43 @@ class ResponseEvents:
             target = held.call["function"]
             target["arguments"] = target.get("arguments", "") + arguments
             events.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=held.item_id,
-                    output_index=held.output_index,
-                    delta=arguments,
-                )
+                self._event(_ARGUMENTS_DELTA, held.where + b',"delta":' + _string(arguments))
             )
-        return events
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> bytes:
         """The closing events, at the engine's ``[DONE]``: every open item done, then the
         finished response with its usage."""
         if self.ended:
-            return []
-        events = self.feed({}) if self.response is None else []
-        events.extend(self._close_text())
+            return b""
+        events = [self.feed({})] if self.base is None else []
+        self._close_text(events)
         for key in sorted(self.calls):
             held = self.calls[key]
-            item = _call_item(held.item_id, held.call, "completed")
+            item = _call_bytes(held.item_id, held.call, "completed")
             self.output.append(item)
+            function = held.call["function"]
             events.append(
                 self._event(
-                    "response.function_call_arguments.done",
-                    item_id=held.item_id,
-                    output_index=held.output_index,
-                    name=item["name"],
-                    arguments=item["arguments"],
+                    _ARGUMENTS_DONE,
+                    held.where
+                    + b',"name":'
+                    + _string(function.get("name") or "")
+                    + b',"arguments":'
+                    + _string(function.get("arguments") or ""),
                 )
             )
-            events.append(
-                self._event("response.output_item.done", output_index=held.output_index, item=item)
-            )
+            index = str(held.output_index).encode()
+            events.append(self._event(_ITEM_DONE, b'"output_index":' + index + b',"item":' + item))
         self.ended = True
-        assert self.response is not None
-        done = _finished({**self.response, "output": self.output}, self.finish_reason, self.usage)
-        kind = "response.incomplete" if done["status"] == "incomplete" else "response.completed"
-        events.append(self._event(kind, response=done))
-        return events
+        assert self.envelope is not None
+        cut = self.finish_reason == "length"
+        response = self.envelope.render(
+            {
+                "status": b'"incomplete"' if cut else b'"completed"',
+                "incomplete_details": _CUT if cut else b"null",
+                "output": b"[" + b",".join(self.output) + b"]",
+                "usage": _json(responses_usage(self.usage)),
+            }
+        )
+        events.append(self._event(_INCOMPLETE if cut else _COMPLETED, b'"response":' + response))
+        return b"".join(events)

@@ -26,7 +26,6 @@ from ficc.domain.openai_responses import (
     chat_request,
     check_invocation,
     response_object,
-    typed_event,
 )
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities, engine_body
 from ficc.protocol.canonical import canonical_json_and_compact_size
@@ -303,7 +302,7 @@ async def _typed(
             if state.usage is not None:
                 _take_usage(tab, state.usage, "")
         if produced:
-            yield b"".join(map(typed_event, produced))
+            yield produced
 
 
 async def _bounded(
