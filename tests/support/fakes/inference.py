@@ -151,7 +151,11 @@ class FakeEvent:
     done: bool = False
 
     def payload(self) -> dict[str, Any]:
-        value = json.loads(self.data)
+        """As the real event's: an engine's text that is not JSON is the engine's failure."""
+        try:
+            value = json.loads(self.data)
+        except ValueError as exc:
+            raise EngineUnavailable("the engine sent an event that is not JSON") from exc
         if not isinstance(value, dict):
             raise EngineUnavailable("the engine sent an event that is not a JSON object")
         return value
