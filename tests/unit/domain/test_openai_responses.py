@@ -16,13 +16,9 @@ from hypothesis import strategies as st
 from tests.support.openai_schemas import assert_matches
 
 from ficc.base.errors import InvalidInput
-from ficc.domain.openai_responses import (
-    ResponseEvents,
-    chat_request,
-    check_responses_request,
-    response_object,
-    typed_event,
-)
+from ficc.domain.openai_response_answers import response_object
+from ficc.domain.openai_response_events import ResponseEvents, typed_event
+from ficc.domain.openai_responses import chat_request, check_responses_request
 
 BASE: dict[str, Any] = {"model": "svc_x", "input": "Hi"}
 
