@@ -551,10 +551,11 @@ def _responses_cpu_rows(target: Target, pids: dict[str, int], count: int) -> lis
                     used[name][label] += ms / 2
     for name in calls:
         used[name]["clusters"] = used[name]["alpha"] + used[name]["beta"]
+    who = {"alpha": "alpha", "beta": "beta", "clusters": "alpha + beta"}
     return [
         row(
             f"federation.cpu.mock.responses_streamed.{label}",
-            f"CPU ms {label} used per streamed Responses request through both clusters",
+            f"CPU ms {who[label]} used per streamed Responses request through both clusters",
             "CPU ms",
             used["responses"][label],
             "streamed chat with usage, same grant",
