@@ -222,6 +222,35 @@ def _streamed_chat(client: httpx.Client, target: Target) -> tuple[float, float]:
     return (first - started) * 1000, (ended - started) * 1000
 
 
+def _streamed_response(client: httpx.Client, target: Target) -> None:
+    """One streamed Responses request, checked to end with its last typed event."""
+    body = {"model": target.model, "input": "Hi", "max_output_tokens": 2, "stream": True}
+    last = ""
+    with client.stream("POST", "/responses", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{target.label} answered {response.status_code}")
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                last = line
+    if last not in ("event: response.completed", "event: response.incomplete"):
+        raise RuntimeError(f"{target.label}: the Responses stream ended with {last[:200]}")
+
+
+def _streamed_chat_with_usage(client: httpx.Client, target: Target) -> None:
+    """One streamed chat asking for usage, as the chat a Responses stream is translated to."""
+    body = {
+        **CHAT,
+        "model": target.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with client.stream("POST", "/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{target.label} answered {response.status_code}")
+        for _ in response.iter_lines():
+            pass
+
+
 def _plain_chat(client: httpx.Client, target: Target) -> None:
     """One chat answered as a single JSON object, checked to be complete."""
     response = client.post("/chat/completions", json={**CHAT, "model": target.model})
@@ -506,6 +535,36 @@ def _chat_cpu_rows(
     return rows
 
 
+def _responses_cpu_rows(target: Target, pids: dict[str, int], count: int) -> list[dict[str, Any]]:
+    """A streamed Responses request through both clusters (translated to chat completions by
+    the grantor) beside the streamed chat with usage it becomes, CPU ms per request by process
+    and for both clusters; issue 27 asks the ratio to stay within 1.1."""
+    used: dict[str, dict[str, float]] = {}
+    calls = {"responses": _streamed_response, "chat": _streamed_chat_with_usage}
+    with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60) as http:
+        # Alternated, twice each: the machine's load drifts between one run and the next.
+        for _ in range(2):
+            for name, call in calls.items():
+                found = _cpu_ms(pids, partial(call, http, target), count)
+                for label, ms in found.items():
+                    used.setdefault(name, {}).setdefault(label, 0.0)
+                    used[name][label] += ms / 2
+    for name in calls:
+        used[name]["clusters"] = used[name]["alpha"] + used[name]["beta"]
+    who = {"alpha": "alpha", "beta": "beta", "clusters": "alpha + beta"}
+    return [
+        row(
+            f"federation.cpu.mock.responses_streamed.{label}",
+            f"CPU ms {who[label]} used per streamed Responses request through both clusters",
+            "CPU ms",
+            used["responses"][label],
+            "streamed chat with usage, same grant",
+            used["chat"][label],
+        )
+        for label in ("alpha", "beta", "clusters")
+    ]
+
+
 # --- CPU per streamed chunk: real answer lengths and body sizes ------------------------------
 
 STREAM_TOKENS: Final = (128, 512)
@@ -784,6 +843,9 @@ def run() -> list[dict[str, Any]]:
         rows += _discover_cpu_rows(alpha, beta, peer, raw_cpu_ms)
         rows += _chat_cpu_rows(
             "mock", mock_targets, {**processes, "engine": mock_engine.pid}, CPU_REQUESTS
+        )
+        rows += _responses_cpu_rows(
+            mock_targets["federated"], {"alpha": alpha.pid, "beta": beta.pid}, CPU_REQUESTS
         )
         rows += _chat_cpu_rows(
             "llama_cpp",

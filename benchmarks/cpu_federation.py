@@ -58,35 +58,6 @@ def _thread_cpu_ms(pid: int) -> tuple[float, float]:
     return main, others
 
 
-def _streamed_response(client: httpx.Client, target: federation.Target) -> None:
-    """One streamed Responses request, checked to end with its last typed event."""
-    body = {"model": target.model, "input": "Hi", "max_output_tokens": 2, "stream": True}
-    last = ""
-    with client.stream("POST", "/responses", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"{target.label} answered {response.status_code}")
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                last = line
-    if last not in ("event: response.completed", "event: response.incomplete"):
-        raise RuntimeError(f"{target.label}: the Responses stream ended with {last[:200]}")
-
-
-def _streamed_chat_with_usage(client: httpx.Client, target: federation.Target) -> None:
-    """One streamed chat asking for usage, as a Responses stream always does."""
-    body = {
-        **federation.CHAT,
-        "model": target.model,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    with client.stream("POST", "/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"{target.label} answered {response.status_code}")
-        for _ in response.iter_lines():
-            pass
-
-
 def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ficc-cpu-") as temporary, ExitStack() as stack:
         work = Path(temporary)
@@ -136,12 +107,15 @@ def measure() -> dict[str, Any]:
             }
             # The Responses API through both clusters, beside the chat it is translated to.
             for label, call in (
-                ("federated_responses_cpu_ms", _streamed_response),
-                ("federated_usage_chat_cpu_ms", _streamed_chat_with_usage),
+                ("federated_responses_cpu_ms", federation._streamed_response),
+                ("federated_usage_chat_cpu_ms", federation._streamed_chat_with_usage),
             ):
                 found[label] = federation._cpu_ms(
                     {**servers, "engine": engine.pid}, lambda c=call: c(http, federated), REQUESTS
                 )
+        found["federated_responses_ratio"] = sum(
+            found["federated_responses_cpu_ms"][name] for name in servers
+        ) / sum(found["federated_usage_chat_cpu_ms"][name] for name in servers)
         with httpx.Client(base_url=local.base_url, headers=beta_auth, timeout=60) as http:
             found["local_cpu_ms"] = federation._cpu_ms(
                 {"beta": beta.pid}, lambda: federation._streamed_chat(http, local), REQUESTS

@@ -19,6 +19,7 @@ from typing import Any, Final
 from ficc.base.errors import ProtocolError, TooLarge
 from ficc.base.units import MiB
 from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.chunk_frames import encode_chunk_frames
 from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
 from ficc.protocol.limits import OFF_LOOP_JSON_BYTES
 from ficc.protocol.messages import (
@@ -27,7 +28,6 @@ from ficc.protocol.messages import (
     End,
     Request,
     Tag,
-    encode_chunk_frames,
     encode_message,
 )
 

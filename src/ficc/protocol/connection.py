@@ -21,6 +21,7 @@ from ficc.protocol.answers import (
     AssemblyRoom,
     encode_answer,
 )
+from ficc.protocol.chunk_frames import decode_message_parts, encode_chunk_frames
 from ficc.protocol.events import (
     Event,
     PeerClosed,
@@ -39,15 +40,7 @@ from ficc.protocol.limits import (
     SessionLimits,
 )
 from ficc.protocol.liveness import Liveness
-from ficc.protocol.messages import (
-    Cancel,
-    End,
-    Error,
-    Heartbeat,
-    decode_message_parts,
-    encode_chunk_frames,
-    encode_message,
-)
+from ficc.protocol.messages import Cancel, End, Error, Heartbeat, encode_message
 from ficc.protocol.read_budget import ReadBudget
 from ficc.protocol.request_stream import RequestStream
 from ficc.protocol.requests import RequestSigner, RequestVerifier

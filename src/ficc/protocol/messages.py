@@ -3,7 +3,8 @@
 Every payload starts with a one-byte tag. Fixed-size cryptographic messages and stream chunks
 use fixed binary headers (a chunk is its tag then the raw bytes, so bulk data is never
 re-encoded); the other control messages carry canonical JSON. ``docs/protocol.md`` lists every
-layout byte for byte. :func:`decode_message` raises only :class:`ProtocolError`.
+layout byte for byte. :func:`decode_message` raises only :class:`ProtocolError`. Chunk frames,
+built and read with one copy of their bytes, are :mod:`ficc.protocol.chunk_frames`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Final
 
 from ficc.base.errors import FiccError, ProtocolError
 from ficc.protocol.canonical import canonical_json, first_member_bytes, parse_json_object
-from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES, join_parts
+from ficc.protocol.frames import LENGTH_BYTES
 
 PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)
@@ -25,11 +26,11 @@ KEY_BYTES: Final = 32
 SIGNATURE_BYTES: Final = 64
 MAX_VERSIONS: Final = 16
 REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+"""A request ID a request may carry: no spaces, quotes or control characters."""
 SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
 MAX_FOLLOWING_BODY_BYTES: Final = 65 * 1024 * 1024
 """The largest request body sent in chunks after its request: a grant's ``request_bytes`` is
 at most 64 MiB, and the request's envelope around it fits in the rest."""
-"""A request ID a request may carry: no spaces, quotes or control characters."""
 MAX_U64: Final = 2**64 - 1
 
 _ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -160,10 +161,6 @@ class Heartbeat:
 
 Message = Hello | Challenge | Proof | Request | Response | Error | Chunk | End | Cancel | Heartbeat
 
-CHUNK_HEADER_BYTES: Final = 1
-MAX_CHUNK_BYTES: Final = MAX_FRAME_BYTES - CHUNK_HEADER_BYTES
-_CHUNK_FRAME_HEAD = struct.Struct(">IB")
-
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
     try:
@@ -239,34 +236,6 @@ def request_content(
         content["body_bytes"] = following.size
         content["body_sha256"] = following.sha256
     return canonical_json(content)
-
-
-def encode_chunk_frame(data: bytes | memoryview) -> bytes:
-    """A whole chunk frame (length, tag, bytes) built with a single copy of ``data``."""
-    if len(data) > MAX_CHUNK_BYTES:
-        raise ProtocolError(f"a chunk carries at most {MAX_CHUNK_BYTES} bytes")
-    return _CHUNK_FRAME_HEAD.pack(len(data) + CHUNK_HEADER_BYTES, Tag.CHUNK) + data
-
-
-def encode_chunk_frames(data: bytes | memoryview) -> bytes:
-    """``data`` as chunk frames in one buffer, built with a single copy of ``data``.
-
-    Data over one frame is cut into pieces of equal size (give or take a byte), so no frame
-    is tiny: 1 MiB becomes two frames of 512 KiB, not one of 1 MiB - 1 and one of 1 byte.
-    """
-    size = len(data)
-    if size <= MAX_CHUNK_BYTES:
-        return encode_chunk_frame(data)
-    view = memoryview(data)
-    count = -(-size // MAX_CHUNK_BYTES)
-    pieces: list[bytes | memoryview] = []
-    start = 0
-    for index in range(count):
-        end = size * (index + 1) // count
-        pieces.append(_CHUNK_FRAME_HEAD.pack(end - start + CHUNK_HEADER_BYTES, Tag.CHUNK))
-        pieces.append(view[start:end])
-        start = end
-    return b"".join(pieces)
 
 
 def _fixed(rest: bytes, size: int, name: str) -> bytes:
@@ -394,24 +363,9 @@ def decode_message(payload: bytes) -> Message:
     raise ProtocolError(f"unknown message tag 0x{tag:02x}")
 
 
-def decode_message_parts(parts: list[memoryview]) -> Message:
-    """:func:`decode_message` of a payload given as views (``FrameDecoder.feed_parts``).
-
-    A chunk's bytes are copied once, straight out of the views; other messages are small.
-    """
-    if parts and parts[0][0] == Tag.CHUNK:
-        first = parts[0][CHUNK_HEADER_BYTES:]
-        if len(parts) == 1:
-            return Chunk(data=bytes(first))
-        return Chunk(data=b"".join([first, *parts[1:]]))
-    return decode_message(join_parts(parts))
-
-
 __all__ = [
-    "CHUNK_HEADER_BYTES",
     "KEY_BYTES",
     "LENGTH_BYTES",
-    "MAX_CHUNK_BYTES",
     "MAX_FOLLOWING_BODY_BYTES",
     "NONCE_BYTES",
     "PROTOCOL_VERSION",
@@ -433,9 +387,6 @@ __all__ = [
     "Response",
     "Tag",
     "decode_message",
-    "decode_message_parts",
-    "encode_chunk_frame",
-    "encode_chunk_frames",
     "encode_message",
     "request_content",
 ]

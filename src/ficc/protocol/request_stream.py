@@ -21,6 +21,7 @@ from ficc.protocol.answers import (
     gather_answer,
     parse_answer,
 )
+from ficc.protocol.chunk_frames import decode_message_parts
 from ficc.protocol.events import (
     AnswerEnded,
     AnswerReceived,
@@ -36,17 +37,7 @@ from ficc.protocol.events import (
 )
 from ficc.protocol.frames import FrameDecoder
 from ficc.protocol.limits import FRAME_OVERHEAD, MIN_READ_BYTES, OFF_LOOP_JSON_BYTES
-from ficc.protocol.messages import (
-    Cancel,
-    Chunk,
-    End,
-    Error,
-    Message,
-    Request,
-    Response,
-    Tag,
-    decode_message_parts,
-)
+from ficc.protocol.messages import Cancel, Chunk, End, Error, Message, Request, Response, Tag
 from ficc.protocol.requests import RequestVerifier
 from ficc.protocol.stream_states import TERMINAL, Side, StreamState, after_receiving
 

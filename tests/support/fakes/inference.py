@@ -151,6 +151,7 @@ class FakeEvent:
     done: bool = False
 
     def payload(self) -> dict[str, Any]:
+        """As the real event's: an engine's text that is not JSON is the engine's failure."""
         try:
             value = json.loads(self.data)
         except ValueError as exc:

@@ -8,19 +8,17 @@ Tables: requests refused (naming the parameter) or translated, chat answers turn
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.support.openai_schemas import assert_matches
 
 from ficc.base.errors import InvalidInput
-from ficc.domain.openai_responses import (
-    ResponseEvents,
-    chat_request,
-    check_responses_request,
-    response_object,
-    typed_event,
-)
+from ficc.domain.openai_response_answers import response_object
+from ficc.domain.openai_response_events import ResponseEvents, typed_event
+from ficc.domain.openai_responses import chat_request, check_responses_request
 
 BASE: dict[str, Any] = {"model": "svc_x", "input": "Hi"}
 
@@ -254,10 +252,25 @@ def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any
     return {"id": "chatcmpl-abc", "created": 1700, "model": "smol", "choices": choices, **extra}
 
 
+def _events(frames: bytes) -> list[dict[str, Any]]:
+    """The events of ``frames``, each checked to be spelled as :func:`typed_event` spells the
+    object it carries (``json.dumps``, compact, ASCII escapes): the bytes are built without it."""
+    events: list[dict[str, Any]] = []
+    for frame in frames.split(b"\n\n")[:-1]:
+        event = json.loads(frame.split(b"\ndata: ", 1)[1])
+        assert frame + b"\n\n" == typed_event(event)
+        events.append(event)
+    assert frames.endswith(b"\n\n") or not frames
+    return events
+
+
+def _stream(body: dict[str, Any], chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    state = ResponseEvents(body)
+    return _events(b"".join(state.feed(chunk) for chunk in chunks) + state.finish())
+
+
 def _run(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    state = ResponseEvents({"model": "svc_x", "input": "Hi", "stream": True})
-    events = [event for chunk in chunks for event in state.feed(chunk)]
-    return events + state.finish()
+    return _stream({"model": "svc_x", "input": "Hi", "stream": True}, chunks)
 
 
 def test_streamed_text_becomes_openais_typed_events_in_order() -> None:
@@ -347,15 +360,158 @@ def test_streamed_tool_calls_become_function_call_items_after_the_text() -> None
 
 def test_a_stream_with_no_chunk_still_opens_and_closes_and_ends_once() -> None:
     state = ResponseEvents(BASE)
-    events = state.finish()
+    events = _events(state.finish())
     assert [e["type"] for e in events] == [
         "response.created",
         "response.in_progress",
         "response.completed",
     ]
     assert [e["sequence_number"] for e in events] == [0, 1, 2]
-    assert state.finish() == []
-    assert state.feed(_chunk({"content": "late"})) == []
+    assert state.finish() == b""
+    assert state.feed(_chunk({"content": "late"})) == b""
+
+
+GOLDEN_BODY: dict[str, Any] = {
+    "model": "svc_x",
+    "input": "Hi",
+    "stream": True,
+    "instructions": "Be brief.",
+    "temperature": 0.7,
+    "user": "u",
+    "tools": [{"type": "function", "name": "f"}],
+}
+GOLDEN_CHUNKS: list[dict[str, Any]] = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": 'é\n"\x7f'}),
+    _chunk(
+        {
+            "tool_calls": [
+                {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"a":'}}
+            ]
+        }
+    ),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "tool_calls"),
+    _chunk(None, usage=CHAT_USAGE),
+]
+GOLDEN_STREAM: Final = (
+    'event: response.created\ndata: {"type":"response.created","sequence_number":0,'
+    '"response":{"id":"resp_abc","object":"response","created_at":1700,'
+    '"status":"in_progress","background":false,"error":null,"incomplete_details":null,'
+    '"instructions":"Be brief.","max_output_tokens":null,"metadata":{},"model":"smol",'
+    '"output":[],"parallel_tool_calls":true,"previous_response_id":null,'
+    '"reasoning":{"effort":null,"summary":null},"store":false,"temperature":0.7,'
+    '"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[{"type":"function",'
+    '"name":"f","parameters":null,"strict":null}],"top_p":1.0,"truncation":"disabled",'
+    '"usage":null,"user":"u"}}\n\n'
+    'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1,'
+    '"response":{"id":"resp_abc","object":"response","created_at":1700,'
+    '"status":"in_progress","background":false,"error":null,"incomplete_details":null,'
+    '"instructions":"Be brief.","max_output_tokens":null,"metadata":{},"model":"smol",'
+    '"output":[],"parallel_tool_calls":true,"previous_response_id":null,'
+    '"reasoning":{"effort":null,"summary":null},"store":false,"temperature":0.7,'
+    '"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[{"type":"function",'
+    '"name":"f","parameters":null,"strict":null}],"top_p":1.0,"truncation":"disabled",'
+    '"usage":null,"user":"u"}}\n\n'
+    'event: response.output_item.added\ndata: {"type":"response.output_item.added",'
+    '"sequence_number":2,"output_index":0,"item":{"id":"msg_abc","type":"message",'
+    '"role":"assistant","status":"in_progress","content":[]}}\n\n'
+    'event: response.content_part.added\ndata: {"type":"response.content_part.added",'
+    '"sequence_number":3,"item_id":"msg_abc","output_index":0,"content_index":0,'
+    '"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}\n\n'
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    '"sequence_number":4,"item_id":"msg_abc","output_index":0,"content_index":0,'
+    '"delta":"\\u00e9\\n\\"\\u007f","logprobs":[]}\n\n'
+    'event: response.output_text.done\ndata: {"type":"response.output_text.done",'
+    '"sequence_number":5,"item_id":"msg_abc","output_index":0,"content_index":0,'
+    '"text":"\\u00e9\\n\\"\\u007f","logprobs":[]}\n\n'
+    'event: response.content_part.done\ndata: {"type":"response.content_part.done",'
+    '"sequence_number":6,"item_id":"msg_abc","output_index":0,"content_index":0,'
+    '"part":{"type":"output_text","text":"\\u00e9\\n\\"\\u007f","annotations":[],'
+    '"logprobs":[]}}\n\n'
+    'event: response.output_item.done\ndata: {"type":"response.output_item.done",'
+    '"sequence_number":7,"output_index":0,"item":{"id":"msg_abc","type":"message",'
+    '"role":"assistant","status":"completed","content":[{"type":"output_text",'
+    '"text":"\\u00e9\\n\\"\\u007f","annotations":[],"logprobs":[]}]}}\n\n'
+    'event: response.output_item.added\ndata: {"type":"response.output_item.added",'
+    '"sequence_number":8,"output_index":1,"item":{"id":"fc_abc_0","type":"function_call",'
+    '"status":"in_progress","call_id":"call_1","name":"f","arguments":""}}\n\n'
+    "event: response.function_call_arguments.delta\n"
+    'data: {"type":"response.function_call_arguments.delta",'
+    '"sequence_number":9,"item_id":"fc_abc_0","output_index":1,"delta":"{\\"a\\":"}\n\n'
+    "event: response.function_call_arguments.delta\n"
+    'data: {"type":"response.function_call_arguments.delta",'
+    '"sequence_number":10,"item_id":"fc_abc_0","output_index":1,"delta":"1}"}\n\n'
+    "event: response.function_call_arguments.done\n"
+    'data: {"type":"response.function_call_arguments.done",'
+    '"sequence_number":11,"item_id":"fc_abc_0","output_index":1,"name":"f",'
+    '"arguments":"{\\"a\\":1}"}\n\n'
+    'event: response.output_item.done\ndata: {"type":"response.output_item.done",'
+    '"sequence_number":12,"output_index":1,"item":{"id":"fc_abc_0","type":"function_call",'
+    '"status":"completed","call_id":"call_1","name":"f","arguments":"{\\"a\\":1}"}}\n\n'
+    'event: response.completed\ndata: {"type":"response.completed","sequence_number":13,'
+    '"response":{"id":"resp_abc","object":"response","created_at":1700,"status":"completed",'
+    '"background":false,"error":null,"incomplete_details":null,"instructions":"Be brief.",'
+    '"max_output_tokens":null,"metadata":{},"model":"smol","output":[{"id":"msg_abc",'
+    '"type":"message","role":"assistant","status":"completed",'
+    '"content":[{"type":"output_text","text":"\\u00e9\\n\\"\\u007f","annotations":[],'
+    '"logprobs":[]}]},{"id":"fc_abc_0","type":"function_call","status":"completed",'
+    '"call_id":"call_1","name":"f","arguments":"{\\"a\\":1}"}],"parallel_tool_calls":true,'
+    '"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":false,'
+    '"temperature":0.7,"text":{"format":{"type":"text"}},"tool_choice":"auto",'
+    '"tools":[{"type":"function","name":"f","parameters":null,"strict":null}],"top_p":1.0,'
+    '"truncation":"disabled","usage":{"input_tokens":5,'
+    '"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":3,'
+    '"output_tokens_details":{"reasoning_tokens":0},"total_tokens":8},"user":"u"}}\n\n'
+)
+"""What encoding each event object one by one (``json.dumps``, compact, ASCII escapes) sent."""
+
+
+def test_a_stream_is_spelled_byte_for_byte_as_its_event_objects_encoded_one_by_one() -> None:
+    """The events are written from byte templates, not built and encoded: held, key order,
+    escapes and all, to the bytes that encoding OpenAI's event objects gave."""
+    state = ResponseEvents(GOLDEN_BODY)
+    frames = b"".join(state.feed(chunk) for chunk in GOLDEN_CHUNKS) + state.finish()
+    assert frames.decode("ascii") == GOLDEN_STREAM
+
+
+_TEXTS = st.text(max_size=6)
+_DELTAS = st.one_of(
+    st.fixed_dictionaries({"content": _TEXTS}),
+    st.fixed_dictionaries(
+        {
+            "tool_calls": st.lists(
+                st.fixed_dictionaries(
+                    {"index": st.integers(0, 2)},
+                    optional={
+                        "id": _TEXTS,
+                        "function": st.fixed_dictionaries(
+                            {}, optional={"name": _TEXTS, "arguments": _TEXTS}
+                        ),
+                    },
+                ),
+                max_size=2,
+            )
+        }
+    ),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(_DELTAS, st.sampled_from([None, "stop", "length"]), st.booleans()), max_size=6
+    )
+)
+def test_any_stream_is_spelled_as_its_event_objects_and_numbered_in_order(
+    chunks: list[tuple[dict[str, Any], str | None, bool]],
+) -> None:
+    events = _run(
+        [
+            _chunk(delta, finish, **({"usage": CHAT_USAGE} if usage else {}))
+            for delta, finish, usage in chunks
+        ]
+    )
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
 
 
 def test_a_typed_event_names_its_type_on_the_event_line() -> None:
@@ -404,8 +560,7 @@ def test_every_response_and_streamed_event_matches_openais_published_schemas() -
         ),
     ]
     for body, chunks in streams:
-        state = ResponseEvents(body)
-        events = [event for chunk in chunks for event in state.feed(chunk)] + state.finish()
+        events = _stream(body, chunks)
         for event in events:
             assert_matches("ResponseStreamEvent", event)
         assert_matches("Response", events[-1]["response"])

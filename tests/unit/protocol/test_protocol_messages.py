@@ -10,9 +10,14 @@ from hypothesis import strategies as st
 
 from ficc.base.errors import ProtocolError
 from ficc.protocol.canonical import canonical_json, parse_canonical_json
+from ficc.protocol.chunk_frames import (
+    MAX_CHUNK_BYTES,
+    decode_message_parts,
+    encode_chunk_frame,
+    encode_chunk_frames,
+)
 from ficc.protocol.frames import FrameDecoder, encode_frame
 from ficc.protocol.messages import (
-    MAX_CHUNK_BYTES,
     Cancel,
     Challenge,
     Chunk,
@@ -25,9 +30,6 @@ from ficc.protocol.messages import (
     Request,
     Response,
     decode_message,
-    decode_message_parts,
-    encode_chunk_frame,
-    encode_chunk_frames,
     encode_message,
 )
 

@@ -27,9 +27,10 @@ from ficc.base.errors import (
     ProtocolError,
 )
 from ficc.base.units import seconds_setting
+from ficc.protocol.chunk_frames import decode_message_parts
 from ficc.protocol.frames import FrameDecoder, encode_frame, join_parts
 from ficc.protocol.limits import MIN_READ_BYTES, WRITE_PIECE_BYTES, WRITE_STALL_SECONDS
-from ficc.protocol.messages import Message, decode_message_parts, encode_message
+from ficc.protocol.messages import Message, encode_message
 from ficc.protocol.stream_states import FAILED_CODE, GRANT_EXPIRED_CODE, GRANT_REVOKED_CODE
 
 WRITE_STALL_VARIABLE: Final = "FICC_HYPERNET_WRITE_STALL_SECONDS"

@@ -20,14 +20,9 @@ from ficc.domain import metering as m
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH
-from ficc.domain.openai_responses import (
-    RESPONSES_PATH,
-    ResponseEvents,
-    chat_request,
-    check_invocation,
-    response_object,
-    typed_event,
-)
+from ficc.domain.openai_response_answers import response_object
+from ficc.domain.openai_response_events import ResponseEvents
+from ficc.domain.openai_responses import RESPONSES_PATH, chat_request, check_invocation
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities, engine_body
 from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
@@ -303,7 +298,7 @@ async def _typed(
             if state.usage is not None:
                 _take_usage(tab, state.usage, "")
         if produced:
-            yield b"".join(map(typed_event, produced))
+            yield produced
 
 
 async def _bounded(
