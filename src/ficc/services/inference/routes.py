@@ -366,19 +366,8 @@ class Routes:
         key, prepared, breaker = await self._remote_admits(
             principal, project, target, path, body, route
         )
-        try:
-            with self._counted(key):
-                answer = await self._remote.send(prepared)
-        except FiccError as exc:
-            self._after_send(breaker, exc)
-            outcome = skip_outcome(target, exc)
-            if outcome is not None:
-                raise _Skip(outcome, exc) from exc
-            raise
-        except BaseException:
-            breaker.released()
-            raise
-        breaker.answered()
+        with self._sent(target, breaker), self._counted(key):
+            answer = await self._remote.send(prepared)
         result: dict[str, Any] = answer["result"]
         return result
 
@@ -413,18 +402,8 @@ class Routes:
             principal, project, target, path, body, route
         )
         stack.enter_context(self._counted(key))
-        try:
+        with self._sent(target, breaker):
             chunks = await stack.enter_async_context(self._remote.stream(prepared))
-        except FiccError as exc:
-            self._after_send(breaker, exc)
-            outcome = skip_outcome(target, exc)
-            if outcome is not None:
-                raise _Skip(outcome, exc) from exc
-            raise
-        except BaseException:
-            breaker.released()
-            raise
-        breaker.answered()
         return chunks
 
     def _local_admits(
@@ -511,11 +490,25 @@ class Routes:
             raise
         return key, prepared, breaker
 
-    def _after_send(self, breaker: Breaker, exc: FiccError) -> None:
-        if isinstance(exc, PeerUnreachable):
-            breaker.failed(self._monotonic())
-        else:
-            breaker.answered()  # the peer answered, if only to refuse
+    @contextlib.contextmanager
+    def _sent(self, target: Target, breaker: Breaker) -> Iterator[None]:
+        """What sending a remote target's request tells its breaker, and a refusal that proves
+        nothing started turned into a skip; the same for a plain answer and a stream."""
+        try:
+            yield
+        except FiccError as exc:
+            if isinstance(exc, PeerUnreachable):
+                breaker.failed(self._monotonic())
+            else:
+                breaker.answered()  # the peer answered, if only to refuse
+            outcome = skip_outcome(target, exc)
+            if outcome is not None:
+                raise _Skip(outcome, exc) from exc
+            raise
+        except BaseException:
+            breaker.released()
+            raise
+        breaker.answered()
 
     @contextlib.contextmanager
     def _counted(self, key: tuple[str, str]) -> Any:
