@@ -23,7 +23,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from ficc.base.errors import (
     Conflict,
@@ -61,6 +61,8 @@ ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
 such a local target is at its concurrency with one request per ready replica in flight."""
 
 ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"
+
+_A = TypeVar("_A")
 
 
 class RemoteInvoker(Protocol):
@@ -242,24 +244,11 @@ class Routes:
     ) -> dict[str, Any]:
         """The plain answer of the first target, in the policy's order, that accepts it."""
         check_invocation(path, body)
-        last: FiccError | None = None
-        busy: list[Target] = []
-        for target, queue in self._plan(project, route, busy):
-            try:
-                _token_admits(principal, route, target)
-                answer = await self._complete_at(
-                    principal, project, target, path, body, queue, route
-                )
-            except _Skip as skip:
-                self._skipped(route, target, skip.outcome, trace, busy)
-                last = skip.error
-                continue
-            except FiccError:
-                self._answered(route, target, Outcome.ERROR, trace)
-                raise
-            self._answered(route, target, Outcome.OK, trace)
-            return answer
-        raise _all_skipped(route, trace, last)
+
+        async def attempt(target: Target, queue: bool) -> dict[str, Any]:
+            return await self._complete_at(principal, project, target, path, body, queue, route)
+
+        return await self._first(principal, project, route, trace, attempt)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -287,27 +276,46 @@ class Routes:
         body: Mapping[str, Any],
         trace: RouteTrace,
     ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
-        last: FiccError | None = None
-        busy: list[Target] = []
-        for target, queue in self._plan(project, route, busy):
+        async def attempt(
+            target: Target, queue: bool
+        ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
             stack = contextlib.AsyncExitStack()
             try:
-                _token_admits(principal, route, target)
                 chunks = await self._stream_at(
                     stack, principal, project, target, path, body, queue, route
                 )
-            except _Skip as skip:
+            except BaseException:
                 await stack.aclose()
+                raise
+            return stack, chunks
+
+        return await self._first(principal, project, route, trace, attempt)
+
+    async def _first(
+        self,
+        principal: Principal,
+        project: str,
+        route: Route,
+        trace: RouteTrace,
+        attempt: Callable[[Target, bool], Awaitable[_A]],
+    ) -> _A:
+        """The first target's answer, in the policy's order, that ``attempt`` does not skip
+        (``attempt(target, queue)``, which leaves nothing open when it raises)."""
+        last: FiccError | None = None
+        busy: list[Target] = []
+        for target, queue in self._plan(project, route, busy):
+            try:
+                _token_admits(principal, route, target)
+                answer = await attempt(target, queue)
+            except _Skip as skip:
                 self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
                 continue
-            except BaseException as exc:
-                await stack.aclose()
-                if isinstance(exc, FiccError):
-                    self._answered(route, target, Outcome.ERROR, trace)
+            except FiccError:
+                self._answered(route, target, Outcome.ERROR, trace)
                 raise
             self._answered(route, target, Outcome.OK, trace)
-            return stack, chunks
+            return answer
         raise _all_skipped(route, trace, last)
 
     def _plan(
