@@ -23,32 +23,7 @@ from ficc.adapters.sql.transfers import SqlTransfers
 from ficc.adapters.sql.usage_receipts import SqlUsageReceipts
 from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
-from ficc.services.ports import (
-    AttemptsRepository,
-    AuditRepository,
-    CommitGuard,
-    GrantsRepository,
-    LeasesRepository,
-    LoginLinksRepository,
-    ModelsRepository,
-    ModelUsage,
-    NodesRepository,
-    OffersRepository,
-    PeersRepository,
-    ProjectsRepository,
-    ReceiptsRepository,
-    RemoteGrantsRepository,
-    RoutesRepository,
-    ServicesRepository,
-    SessionsRepository,
-    SettingsRepository,
-    TokenLimitsRepository,
-    TokensRepository,
-    TransfersRepository,
-    UsageReceiptsRepository,
-    UsageRepository,
-    UsersRepository,
-)
+from ficc.services import ports as p
 
 
 class SqlUnitOfWork:
@@ -58,7 +33,7 @@ class SqlUnitOfWork:
         self,
         database: Database,
         lock: WriterLock,
-        guard: CommitGuard | None = None,
+        guard: p.CommitGuard | None = None,
         audit_signer: Signer | None = None,
     ) -> None:
         self._database = database
@@ -75,31 +50,31 @@ class SqlUnitOfWork:
             await self._lock.__aexit__()
             raise
         self._connection = connection
-        self.users: UsersRepository = SqlUsers(connection)
-        self.tokens: TokensRepository = SqlTokens(connection)
-        self.sessions: SessionsRepository = SqlSessions(connection)
-        self.login_links: LoginLinksRepository = SqlLoginLinks(connection)
-        self.projects: ProjectsRepository = SqlProjects(connection)
-        self.audit: AuditRepository = SqlChainedAudit(
+        self.users: p.UsersRepository = SqlUsers(connection)
+        self.tokens: p.TokensRepository = SqlTokens(connection)
+        self.sessions: p.SessionsRepository = SqlSessions(connection)
+        self.login_links: p.LoginLinksRepository = SqlLoginLinks(connection)
+        self.projects: p.ProjectsRepository = SqlProjects(connection)
+        self.audit: p.AuditRepository = SqlChainedAudit(
             connection, postgres=not self._database.is_sqlite, signer=self._audit_signer
         )
-        self.settings: SettingsRepository = SqlSettings(connection)
-        self.nodes: NodesRepository = SqlNodes(connection)
-        self.models: ModelsRepository = SqlModels(connection)
-        self.model_usage: ModelUsage = SqlModelUsage(connection)
-        self.services: ServicesRepository = SqlServices(connection)
-        self.attempts: AttemptsRepository = SqlAttempts(connection)
-        self.receipts: ReceiptsRepository = SqlReceipts(connection)
-        self.peers: PeersRepository = SqlPeers(connection)
-        self.offers: OffersRepository = SqlOffers(connection)
-        self.grants: GrantsRepository = SqlGrants(connection)
-        self.remote_grants: RemoteGrantsRepository = SqlRemoteGrants(connection)
-        self.transfers: TransfersRepository = SqlTransfers(connection)
-        self.leases: LeasesRepository = SqlLeases(connection)
-        self.routes: RoutesRepository = SqlRoutes(connection)
-        self.usage: UsageRepository = SqlUsage(connection)
-        self.token_limits: TokenLimitsRepository = SqlTokenLimits(connection)
-        self.usage_receipts: UsageReceiptsRepository = SqlUsageReceipts(connection)
+        self.settings: p.SettingsRepository = SqlSettings(connection)
+        self.nodes: p.NodesRepository = SqlNodes(connection)
+        self.models: p.ModelsRepository = SqlModels(connection)
+        self.model_usage: p.ModelUsage = SqlModelUsage(connection)
+        self.services: p.ServicesRepository = SqlServices(connection)
+        self.attempts: p.AttemptsRepository = SqlAttempts(connection)
+        self.receipts: p.ReceiptsRepository = SqlReceipts(connection)
+        self.peers: p.PeersRepository = SqlPeers(connection)
+        self.offers: p.OffersRepository = SqlOffers(connection)
+        self.grants: p.GrantsRepository = SqlGrants(connection)
+        self.remote_grants: p.RemoteGrantsRepository = SqlRemoteGrants(connection)
+        self.transfers: p.TransfersRepository = SqlTransfers(connection)
+        self.leases: p.LeasesRepository = SqlLeases(connection)
+        self.routes: p.RoutesRepository = SqlRoutes(connection)
+        self.usage: p.UsageRepository = SqlUsage(connection)
+        self.token_limits: p.TokenLimitsRepository = SqlTokenLimits(connection)
+        self.usage_receipts: p.UsageReceiptsRepository = SqlUsageReceipts(connection)
         return self
 
     @property
@@ -141,7 +116,7 @@ class SqlUnitOfWorkFactory:
     def __init__(
         self,
         database: Database,
-        guard: CommitGuard | None = None,
+        guard: p.CommitGuard | None = None,
         *,
         audit_signer: Signer | None = None,
         lock: WriterLock | None = None,

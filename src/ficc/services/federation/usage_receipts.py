@@ -10,8 +10,8 @@ both chains into a report. A mismatch or a gap is kept and shown, never accepted
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import parse_id
@@ -36,6 +36,8 @@ CATCH_UP_TIMEOUT_SECONDS: Final = 3.0
 """How long a request waits for the receipts its grant lacks before it is sent anyway."""
 READ_PAGE: Final = 1000
 """Receipts and records read per query while reconciling."""
+
+_Seq = TypeVar("_Seq", r.StoredReceipt, m.UsageRecord)
 
 
 def _count(value: object, field: str, default: int, maximum: int) -> int:
@@ -335,20 +337,25 @@ def _page_of(
 
 
 async def _all_receipts(uow: UnitOfWork, grant_id: str, *, after: int = 0) -> list[r.StoredReceipt]:
-    found: list[r.StoredReceipt] = []
-    while True:
-        page = await uow.usage_receipts.page(grant_id, m.REQUESTER, after=after, limit=READ_PAGE)
-        found.extend(page)
-        if len(page) < READ_PAGE:
-            return found
-        after = page[-1].seq
+    return await _every(
+        lambda seq: uow.usage_receipts.page(grant_id, m.REQUESTER, after=seq or 0, limit=READ_PAGE),
+        after,
+    )
 
 
 async def _all_records(uow: UnitOfWork, grant_id: str) -> list[m.UsageRecord]:
-    found: list[m.UsageRecord] = []
-    after: int | None = None
+    return await _every(
+        lambda seq: uow.usage.page(grant_id, m.REQUESTER, after=seq, limit=READ_PAGE), None
+    )
+
+
+async def _every(
+    read: Callable[[int | None], Awaitable[list[_Seq]]], after: int | None
+) -> list[_Seq]:
+    """Every row a paged read returns, page after page, each from the last ``seq`` read."""
+    found: list[_Seq] = []
     while True:
-        page = await uow.usage.page(grant_id, m.REQUESTER, after=after, limit=READ_PAGE)
+        page = await read(after)
         found.extend(page)
         if len(page) < READ_PAGE:
             return found

@@ -23,7 +23,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from ficc.base.errors import (
     Conflict,
@@ -61,6 +61,8 @@ ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
 such a local target is at its concurrency with one request per ready replica in flight."""
 
 ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"
+
+_A = TypeVar("_A")
 
 
 class RemoteInvoker(Protocol):
@@ -116,6 +118,17 @@ class RouteTrace:
             "route_target": self.target,
             "route_skipped": [{"target": t, "outcome": o.value} for t, o in self.skipped],
         }
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One request through a route, as each of its targets is tried with it."""
+
+    principal: Principal
+    project: str
+    route: Route
+    path: str
+    body: Mapping[str, Any]
 
 
 @dataclass
@@ -242,24 +255,12 @@ class Routes:
     ) -> dict[str, Any]:
         """The plain answer of the first target, in the policy's order, that accepts it."""
         check_invocation(path, body)
-        last: FiccError | None = None
-        busy: list[Target] = []
-        for target, queue in self._plan(project, route, busy):
-            try:
-                _token_admits(principal, route, target)
-                answer = await self._complete_at(
-                    principal, project, target, path, body, queue, route
-                )
-            except _Skip as skip:
-                self._skipped(route, target, skip.outcome, trace, busy)
-                last = skip.error
-                continue
-            except FiccError:
-                self._answered(route, target, Outcome.ERROR, trace)
-                raise
-            self._answered(route, target, Outcome.OK, trace)
-            return answer
-        raise _all_skipped(route, trace, last)
+        ask = _Ask(principal, project, route, path, body)
+
+        async def attempt(target: Target, queue: bool) -> dict[str, Any]:
+            return await self._complete_at(ask, target, queue)
+
+        return await self._first(ask, trace, attempt)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -274,40 +275,44 @@ class Routes:
         """The stream of the first target that accepts it (a remote one once its first chunk
         came: until then a refusal is still the gate's); leaving the block cancels it."""
         check_invocation(path, body)
-        stack, chunks = await self._open(principal, project, route, path, body, trace)
+        ask = _Ask(principal, project, route, path, body)
+
+        async def attempt(
+            target: Target, queue: bool
+        ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
+            stack = contextlib.AsyncExitStack()
+            try:
+                chunks = await self._stream_at(stack, ask, target, queue)
+            except BaseException:
+                await stack.aclose()
+                raise
+            return stack, chunks
+
+        stack, chunks = await self._first(ask, trace, attempt)
         async with stack:
             yield chunks
 
-    async def _open(
-        self,
-        principal: Principal,
-        project: str,
-        route: Route,
-        path: str,
-        body: Mapping[str, Any],
-        trace: RouteTrace,
-    ) -> tuple[contextlib.AsyncExitStack, AsyncIterator[bytes]]:
+    async def _first(
+        self, ask: _Ask, trace: RouteTrace, attempt: Callable[[Target, bool], Awaitable[_A]]
+    ) -> _A:
+        """The first target's answer, in the policy's order, that ``attempt`` does not skip
+        (``attempt(target, queue)``, which leaves nothing open when it raises)."""
+        route = ask.route
         last: FiccError | None = None
         busy: list[Target] = []
-        for target, queue in self._plan(project, route, busy):
-            stack = contextlib.AsyncExitStack()
+        for target, queue in self._plan(ask.project, route, busy):
             try:
-                _token_admits(principal, route, target)
-                chunks = await self._stream_at(
-                    stack, principal, project, target, path, body, queue, route
-                )
+                _token_admits(ask.principal, route, target)
+                answer = await attempt(target, queue)
             except _Skip as skip:
-                await stack.aclose()
                 self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
                 continue
-            except BaseException as exc:
-                await stack.aclose()
-                if isinstance(exc, FiccError):
-                    self._answered(route, target, Outcome.ERROR, trace)
+            except FiccError:
+                self._answered(route, target, Outcome.ERROR, trace)
                 raise
             self._answered(route, target, Outcome.OK, trace)
-            return stack, chunks
+            return answer
         raise _all_skipped(route, trace, last)
 
     def _plan(
@@ -339,21 +344,13 @@ class Routes:
 
     # --- one target ---------------------------------------------------------------------------
 
-    async def _complete_at(
-        self,
-        principal: Principal,
-        project: str,
-        target: Target,
-        path: str,
-        body: Mapping[str, Any],
-        queue: bool,
-        route: Route | None = None,
-    ) -> dict[str, Any]:
+    async def _complete_at(self, ask: _Ask, target: Target, queue: bool) -> dict[str, Any]:
+        principal, project, path = ask.principal, ask.project, ask.path
         if target.local:
             self._local_admits(principal, project, target, queue=queue)
             # Nothing waits between the count above and the router's own count (a
             # restricted token's reservation comes first: a refusal of it is the answer).
-            addressed = _addressed(body, target)
+            addressed = _addressed(ask.body, target)
             if self._tokens is not None and principal.restrictions is not None:
                 return await self._tokens.local(
                     principal,
@@ -363,39 +360,19 @@ class Routes:
                     lambda sent: self._invocations.complete(project, target.service, path, sent),
                 )
             return await self._invocations.complete(project, target.service, path, addressed)
-        key, prepared, breaker = await self._remote_admits(
-            principal, project, target, path, body, route
-        )
-        try:
-            with self._counted(key):
-                answer = await self._remote.send(prepared)
-        except FiccError as exc:
-            self._after_send(breaker, exc)
-            outcome = skip_outcome(target, exc)
-            if outcome is not None:
-                raise _Skip(outcome, exc) from exc
-            raise
-        except BaseException:
-            breaker.released()
-            raise
-        breaker.answered()
+        key, prepared, breaker = await self._remote_admits(ask, target)
+        with self._sent(target, breaker), self._counted(key):
+            answer = await self._remote.send(prepared)
         result: dict[str, Any] = answer["result"]
         return result
 
     async def _stream_at(
-        self,
-        stack: contextlib.AsyncExitStack,
-        principal: Principal,
-        project: str,
-        target: Target,
-        path: str,
-        body: Mapping[str, Any],
-        queue: bool,
-        route: Route | None = None,
+        self, stack: contextlib.AsyncExitStack, ask: _Ask, target: Target, queue: bool
     ) -> AsyncIterator[bytes]:
+        principal, project, path = ask.principal, ask.project, ask.path
         if target.local:
             self._local_admits(principal, project, target, queue=queue)
-            addressed = _addressed(body, target)
+            addressed = _addressed(ask.body, target)
             if self._tokens is not None and principal.restrictions is not None:
                 return await stack.enter_async_context(
                     self._tokens.local_stream(
@@ -409,22 +386,10 @@ class Routes:
             return await stack.enter_async_context(
                 self._invocations.stream(project, target.service, path, addressed)
             )
-        key, prepared, breaker = await self._remote_admits(
-            principal, project, target, path, body, route
-        )
+        key, prepared, breaker = await self._remote_admits(ask, target)
         stack.enter_context(self._counted(key))
-        try:
+        with self._sent(target, breaker):
             chunks = await stack.enter_async_context(self._remote.stream(prepared))
-        except FiccError as exc:
-            self._after_send(breaker, exc)
-            outcome = skip_outcome(target, exc)
-            if outcome is not None:
-                raise _Skip(outcome, exc) from exc
-            raise
-        except BaseException:
-            breaker.released()
-            raise
-        breaker.answered()
         return chunks
 
     def _local_admits(
@@ -452,17 +417,12 @@ class Routes:
             raise _Skip(outcome, _busy(target))
 
     async def _remote_admits(
-        self,
-        principal: Principal,
-        project: str,
-        target: Target,
-        path: str,
-        body: Mapping[str, Any],
-        route: Route | None = None,
+        self, ask: _Ask, target: Target
     ) -> tuple[tuple[str, str], Any, Breaker]:
         """A remote target's request, prepared, once nothing before sending skips it; the
         breaker returned has admitted it (a probe, when half-open)."""
         assert target.peer is not None
+        principal, project, path, route = ask.principal, ask.project, ask.path, ask.route
         if "federation:invoke" not in principal.scopes:
             raise _Skip(Outcome.FORBIDDEN, _missing_scope("federation:invoke"))
         key = (project, target.label)
@@ -481,9 +441,13 @@ class Routes:
                 project,
                 target.peer,
                 operation="inference.invoke",
-                body={"service": target.service, "path": path, "body": _addressed(body, target)},
+                body={
+                    "service": target.service,
+                    "path": path,
+                    "body": _addressed(ask.body, target),
+                },
                 service=target.service,
-                via=() if route is None else (route.name, route.id),
+                via=(route.name, route.id),
             )
             cap = _term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
             if target.max_in_flight is not None:
@@ -511,11 +475,25 @@ class Routes:
             raise
         return key, prepared, breaker
 
-    def _after_send(self, breaker: Breaker, exc: FiccError) -> None:
-        if isinstance(exc, PeerUnreachable):
-            breaker.failed(self._monotonic())
-        else:
-            breaker.answered()  # the peer answered, if only to refuse
+    @contextlib.contextmanager
+    def _sent(self, target: Target, breaker: Breaker) -> Iterator[None]:
+        """What sending a remote target's request tells its breaker, and a refusal that proves
+        nothing started turned into a skip; the same for a plain answer and a stream."""
+        try:
+            yield
+        except FiccError as exc:
+            if isinstance(exc, PeerUnreachable):
+                breaker.failed(self._monotonic())
+            else:
+                breaker.answered()  # the peer answered, if only to refuse
+            outcome = skip_outcome(target, exc)
+            if outcome is not None:
+                raise _Skip(outcome, exc) from exc
+            raise
+        except BaseException:
+            breaker.released()
+            raise
+        breaker.answered()
 
     @contextlib.contextmanager
     def _counted(self, key: tuple[str, str]) -> Any:

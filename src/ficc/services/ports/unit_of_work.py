@@ -6,66 +6,42 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self
 
-from ficc.services.ports.repositories import (
-    AttemptsRepository,
-    AuditRepository,
-    GrantsRepository,
-    LeasesRepository,
-    LoginLinksRepository,
-    ModelsRepository,
-    ModelUsage,
-    NodesRepository,
-    OffersRepository,
-    PeersRepository,
-    ProjectsRepository,
-    ReceiptsRepository,
-    RemoteGrantsRepository,
-    RoutesRepository,
-    ServicesRepository,
-    SessionsRepository,
-    SettingsRepository,
-    TokenLimitsRepository,
-    TokensRepository,
-    TransfersRepository,
-    UsageReceiptsRepository,
-    UsageRepository,
-    UsersRepository,
-)
+from ficc.services.ports import repositories as r
 
 
 class CommitGuard(Protocol):
     """Checked by a unit of work inside its transaction, just before it commits: an effect
     of a process that no longer holds the active lease never lands."""
 
-    async def check(self, leases: LeasesRepository) -> None: ...
+    async def check(self, leases: r.LeasesRepository) -> None: ...
 
 
 class UnitOfWork(Protocol):
     """One transaction: everything done through it commits together or not at all."""
 
-    users: UsersRepository
-    tokens: TokensRepository
-    sessions: SessionsRepository
-    login_links: LoginLinksRepository
-    projects: ProjectsRepository
-    audit: AuditRepository
-    settings: SettingsRepository
-    nodes: NodesRepository
-    models: ModelsRepository
-    model_usage: ModelUsage
-    services: ServicesRepository
-    attempts: AttemptsRepository
-    receipts: ReceiptsRepository
-    peers: PeersRepository
-    offers: OffersRepository
-    grants: GrantsRepository
-    remote_grants: RemoteGrantsRepository
-    transfers: TransfersRepository
-    leases: LeasesRepository
-    routes: RoutesRepository
-    usage: UsageRepository
-    token_limits: TokenLimitsRepository
-    usage_receipts: UsageReceiptsRepository
+    users: r.UsersRepository
+    tokens: r.TokensRepository
+    sessions: r.SessionsRepository
+    login_links: r.LoginLinksRepository
+    projects: r.ProjectsRepository
+    audit: r.AuditRepository
+    settings: r.SettingsRepository
+    nodes: r.NodesRepository
+    models: r.ModelsRepository
+    model_usage: r.ModelUsage
+    services: r.ServicesRepository
+    attempts: r.AttemptsRepository
+    receipts: r.ReceiptsRepository
+    peers: r.PeersRepository
+    offers: r.OffersRepository
+    grants: r.GrantsRepository
+    remote_grants: r.RemoteGrantsRepository
+    transfers: r.TransfersRepository
+    leases: r.LeasesRepository
+    routes: r.RoutesRepository
+    usage: r.UsageRepository
+    token_limits: r.TokenLimitsRepository
+    usage_receipts: r.UsageReceiptsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
