@@ -194,7 +194,10 @@ class EngineStream:
         size = 0
         event: str | None = None
         received = False
-        chunks: list[dict[str, Any]] = []
+        kept: list[SseEvent] = []
+        """The events a usage count may need, kept as they came: decoded only at ``[DONE]``,
+        and only when no usage chunk arrived (an engine that streams usage costs nothing)."""
+        has_usage = False
         lines = self._lines()
         try:
             async for line in lines:
@@ -217,8 +220,8 @@ class EngineStream:
                 item = SseEvent("\n".join(data), event, self._last_event(event))
                 data, size, event = [], 0, None
                 if item.done:
-                    if self._count_usage is not None and not _has_usage(chunks):
-                        usage_chunk = await self._usage_chunk(chunks)
+                    if self._count_usage is not None and not has_usage:
+                        usage_chunk = await self._usage_chunk([e.payload() for e in kept])
                         if usage_chunk is not None:
                             yield usage_chunk
                     yield item
@@ -226,8 +229,12 @@ class EngineStream:
                     return
                 _raise_for_error_event(item)
                 received = True
-                if self._count_usage is not None and len(chunks) < MAX_ASSEMBLED_EVENTS:
-                    chunks.append(item.payload())
+                if self._count_usage is not None and not has_usage:
+                    if _names_usage(item):
+                        has_usage = True
+                        kept.clear()
+                    elif len(kept) < MAX_ASSEMBLED_EVENTS:
+                        kept.append(item)
                 yield item
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
@@ -285,8 +292,10 @@ async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
     return True
 
 
-def _has_usage(chunks: list[dict[str, Any]]) -> bool:
-    return any(chunk.get("usage") for chunk in chunks)
+def _names_usage(item: SseEvent) -> bool:
+    """Whether the event carries a usage (decoded only when its text names one)."""
+    data = item.data
+    return '"usage"' in data and '"usage":null' not in data and bool(item.payload().get("usage"))
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")

@@ -67,6 +67,10 @@ _STANDING: Final = select(
     _GRANTS.tokens_reserved,
 ).where(_GRANTS.id == bindparam("grant"))
 
+_ADD_RECORD: Final = insert(t.usage_records)
+"""One usage record, its values bound per request (built once: every federated request
+writes one on each side)."""
+
 
 class SqlUsage:
     """Implements ``ficc.services.ports.UsageRepository``."""
@@ -115,24 +119,25 @@ class SqlUsage:
 
     async def add(self, record: UsageRecord) -> None:
         await self._c.execute(
-            insert(t.usage_records).values(
-                grant_id=record.grant,
-                side=record.side,
-                request_id=record.request,
-                operation=record.operation,
-                service=record.service,
-                started_at=record.started_at,
-                ended_at=record.ended_at,
-                prompt_tokens=record.prompt_tokens,
-                completion_tokens=record.completion_tokens,
-                request_bytes=record.request_bytes,
-                response_bytes=record.response_bytes,
-                outcome=record.outcome,
-                counted_prompt_tokens=record.counted_prompt_tokens,
-                counted_completion_tokens=record.counted_completion_tokens,
-                told=record.told,
-                token_id=record.token,
-            )
+            _ADD_RECORD,
+            {
+                "grant_id": record.grant,
+                "side": record.side,
+                "request_id": record.request,
+                "operation": record.operation,
+                "service": record.service,
+                "started_at": record.started_at,
+                "ended_at": record.ended_at,
+                "prompt_tokens": record.prompt_tokens,
+                "completion_tokens": record.completion_tokens,
+                "request_bytes": record.request_bytes,
+                "response_bytes": record.response_bytes,
+                "outcome": record.outcome,
+                "counted_prompt_tokens": record.counted_prompt_tokens,
+                "counted_completion_tokens": record.counted_completion_tokens,
+                "told": record.told,
+                "token_id": record.token,
+            },
         )
 
     async def of_requests(
