@@ -87,57 +87,43 @@ class Gate:
         """
         admitted = False
         try:
-            async with self._admitted(
-                identity, operation, scopes, mutation, wire, body, body_bytes
-            ) as call:
-                admitted = True
-                yield call
+            grant_id = parse_id("grant", wire.get("grant"), field="grant")
+            now = self._clock()
+            if not self._peers.knows(identity):
+                # Not paired at this generation: refuse before saying anything about the grant.
+                raise PermissionDenied(
+                    "this cluster has no pairing with the requesting peer at this generation",
+                    details={"reason": "not_paired"},
+                )
+            fixed = await self._fixed_terms(grant_id, identity)
+            check_scope(operation, scopes, fixed.terms.scopes)
+            mutation_id = check_mutation_id(operation, mutation, wire.get("mutation_id"))
+            try:
+                async with self._admission(identity, fixed, grant_id, body_bytes, now) as (
+                    peer,
+                    current,
+                    slot,
+                ):
+                    admitted = True
+                    yield Call(
+                        identity, peer, current, operation, body, mutation_id, slot, body_bytes
+                    )
+            except _Refused as refused:
+                if operation == INVOKE:
+                    service = body.get("service")
+                    await self._meter.record_refused(
+                        fixed,
+                        current_request_id.get() or "",
+                        operation,
+                        service if isinstance(service, str) else None,
+                        body_bytes,
+                        refused.error,
+                    )
+                raise refused.error from None
         except FiccError as exc:
             if not admitted:
                 exc.details.setdefault("stage", ADMISSION_STAGE)
             raise
-
-    @contextlib.asynccontextmanager
-    async def _admitted(
-        self,
-        identity: PeerIdentity,
-        operation: str,
-        scopes: frozenset[str],
-        mutation: bool,
-        wire: dict[str, Any],
-        body: dict[str, Any],
-        body_bytes: int,
-    ) -> AsyncIterator[Call]:
-        grant_id = parse_id("grant", wire.get("grant"), field="grant")
-        now = self._clock()
-        if not self._peers.knows(identity):
-            # Not paired at this generation: refuse before saying anything about the grant.
-            raise PermissionDenied(
-                "this cluster has no pairing with the requesting peer at this generation",
-                details={"reason": "not_paired"},
-            )
-        fixed = await self._fixed_terms(grant_id, identity)
-        check_scope(operation, scopes, fixed.terms.scopes)
-        mutation_id = check_mutation_id(operation, mutation, wire.get("mutation_id"))
-        try:
-            async with self._admission(identity, fixed, grant_id, body_bytes, now) as (
-                peer,
-                current,
-                slot,
-            ):
-                yield Call(identity, peer, current, operation, body, mutation_id, slot, body_bytes)
-        except _Refused as refused:
-            if operation == INVOKE:
-                service = body.get("service")
-                await self._meter.record_refused(
-                    fixed,
-                    current_request_id.get() or "",
-                    operation,
-                    service if isinstance(service, str) else None,
-                    body_bytes,
-                    refused.error,
-                )
-            raise refused.error from None
 
     @contextlib.asynccontextmanager
     async def _admission(
