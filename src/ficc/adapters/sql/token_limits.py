@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from sqlalchemy import Select, bindparam, case, func, insert, select, update
+from sqlalchemy import Select, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
 from ficc.adapters.sql.usage_records import record_of, sums_of
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed
@@ -18,42 +19,7 @@ from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 _ROWS = t.token_limits.c
 _RECORDS = t.usage_records.c
 
-_RESERVE_WITHIN: Final = (
-    update(t.token_limits)
-    .where(_ROWS.token_id == bindparam("token"))
-    .where(
-        _ROWS.prompt_tokens_used
-        + _ROWS.completion_tokens_used
-        + _ROWS.tokens_reserved
-        + bindparam("amount")
-        <= bindparam("budget")
-    )
-    .values(tokens_reserved=_ROWS.tokens_reserved + bindparam("amount"))
-)
-"""Reserve ``tokens`` only while they fit under the token's ``tokens``."""
-
-_RESERVE: Final = (
-    update(t.token_limits)
-    .where(_ROWS.token_id == bindparam("token"))
-    .values(tokens_reserved=_ROWS.tokens_reserved + bindparam("amount"))
-)
-
-_SETTLE: Final = (
-    update(t.token_limits)
-    .where(_ROWS.token_id == bindparam("token"))
-    .values(
-        tokens_reserved=case(
-            (
-                _ROWS.tokens_reserved >= bindparam("reserved"),
-                _ROWS.tokens_reserved - bindparam("reserved"),
-            ),
-            else_=0,
-        ),
-        requests_used=_ROWS.requests_used + 1,
-        prompt_tokens_used=_ROWS.prompt_tokens_used + bindparam("prompt"),
-        completion_tokens_used=_ROWS.completion_tokens_used + bindparam("completion"),
-    )
-)
+_BUDGET: Final = BudgetRow(t.token_limits, _ROWS.token_id, counts_requests=True)
 
 
 def _standing(row: Any) -> GrantStanding:
@@ -113,25 +79,17 @@ class SqlTokenLimits:
         return {row.token_id: _limit(row) for row in await self._c.execute(query)}
 
     async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool:
-        if limit is None:
-            result = await self._c.execute(_RESERVE, {"token": token_id, "amount": tokens})
-        else:
-            result = await self._c.execute(
-                _RESERVE_WITHIN, {"token": token_id, "amount": tokens, "budget": limit}
-            )
-        return result.rowcount == 1
+        return await _BUDGET.reserve(self._c, token_id, tokens, limit)
 
     async def settle_tokens(
         self, token_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
     ) -> None:
-        await self._c.execute(
-            _SETTLE,
-            {
-                "token": token_id,
-                "reserved": reserved,
-                "prompt": prompt_tokens,
-                "completion": completion_tokens,
-            },
+        await _BUDGET.settle(
+            self._c,
+            token_id,
+            reserved=reserved,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
         )
 
     async def standing(self, token_id: str) -> GrantStanding | None:

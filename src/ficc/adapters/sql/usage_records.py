@@ -12,9 +12,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Select, bindparam, case, func, insert, select, update
+from sqlalchemy import Select, bindparam, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
 from ficc.base.times import parse_time
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
@@ -22,41 +23,7 @@ from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, buckete
 _GRANTS = t.grants.c
 _RECORDS = t.usage_records.c
 
-_RESERVE_WITHIN: Final = (
-    update(t.grants)
-    .where(_GRANTS.id == bindparam("grant"))
-    .where(
-        _GRANTS.prompt_tokens_used
-        + _GRANTS.completion_tokens_used
-        + _GRANTS.tokens_reserved
-        + bindparam("tokens")
-        <= bindparam("limit")
-    )
-    .values(tokens_reserved=_GRANTS.tokens_reserved + bindparam("tokens"))
-)
-"""Reserve ``tokens`` only while they fit under the grant's ``tokens``."""
-
-_RESERVE: Final = (
-    update(t.grants)
-    .where(_GRANTS.id == bindparam("grant"))
-    .values(tokens_reserved=_GRANTS.tokens_reserved + bindparam("tokens"))
-)
-
-_SETTLE: Final = (
-    update(t.grants)
-    .where(_GRANTS.id == bindparam("grant"))
-    .values(
-        tokens_reserved=case(
-            (
-                _GRANTS.tokens_reserved >= bindparam("reserved"),
-                _GRANTS.tokens_reserved - bindparam("reserved"),
-            ),
-            else_=0,
-        ),
-        prompt_tokens_used=_GRANTS.prompt_tokens_used + bindparam("prompt"),
-        completion_tokens_used=_GRANTS.completion_tokens_used + bindparam("completion"),
-    )
-)
+_BUDGET: Final = BudgetRow(t.grants, _GRANTS.id)
 
 
 _STANDING: Final = select(
@@ -79,25 +46,17 @@ class SqlUsage:
         self._c = connection
 
     async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
-        if limit is None:
-            result = await self._c.execute(_RESERVE, {"grant": grant_id, "tokens": tokens})
-        else:
-            result = await self._c.execute(
-                _RESERVE_WITHIN, {"grant": grant_id, "tokens": tokens, "limit": limit}
-            )
-        return result.rowcount == 1
+        return await _BUDGET.reserve(self._c, grant_id, tokens, limit)
 
     async def settle_tokens(
         self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
     ) -> None:
-        await self._c.execute(
-            _SETTLE,
-            {
-                "grant": grant_id,
-                "reserved": reserved,
-                "prompt": prompt_tokens,
-                "completion": completion_tokens,
-            },
+        await _BUDGET.settle(
+            self._c,
+            grant_id,
+            reserved=reserved,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
         )
 
     async def clear_reservations(self) -> None:

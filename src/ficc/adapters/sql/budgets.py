@@ -1,0 +1,87 @@
+"""A metered budget's row (a grant's, a restricted token's): reserved, then settled.
+
+Both are one conditional UPDATE of the holder's row, built once: the check and the charge in
+one statement, so concurrent reservations (at once on PostgreSQL) never pass the budget.
+The parameters are named apart from every column (``b_…``): SQLAlchemy reserves a column's
+name for its own value in an UPDATE, and a token's row has a column ``tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Column, Table, Update, bindparam, case, update
+
+from ficc.adapters.sql.database import SqlConnection
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """The statements over ``table``'s row named by ``key``; ``counts_requests``: a
+    settlement also counts the request (a grant counts its requests at admission)."""
+
+    table: Table
+    key: Column[Any]
+    counts_requests: bool = False
+    _within: Update = field(init=False)
+    _reserve: Update = field(init=False)
+    _settle: Update = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.table.c
+        row = update(self.table).where(self.key == bindparam("b_holder"))
+        used = c.prompt_tokens_used + c.completion_tokens_used + c.tokens_reserved
+        reserve = row.values(tokens_reserved=c.tokens_reserved + bindparam("b_tokens"))
+        settled: dict[str, Any] = {
+            "tokens_reserved": case(
+                (
+                    c.tokens_reserved >= bindparam("b_reserved"),
+                    c.tokens_reserved - bindparam("b_reserved"),
+                ),
+                else_=0,
+            ),
+            "prompt_tokens_used": c.prompt_tokens_used + bindparam("b_prompt"),
+            "completion_tokens_used": c.completion_tokens_used + bindparam("b_completion"),
+        }
+        if self.counts_requests:
+            settled["requests_used"] = c.requests_used + 1
+        object.__setattr__(self, "_reserve", reserve)
+        object.__setattr__(
+            self, "_within", reserve.where(used + bindparam("b_tokens") <= bindparam("b_limit"))
+        )
+        object.__setattr__(self, "_settle", row.values(**settled))
+
+    async def reserve(
+        self, connection: SqlConnection, holder: str, tokens: int, limit: int | None
+    ) -> bool:
+        """Reserve ``tokens``, only while they fit under ``limit`` (None: no budget)."""
+        if limit is None:
+            result = await connection.execute(
+                self._reserve, {"b_holder": holder, "b_tokens": tokens}
+            )
+        else:
+            result = await connection.execute(
+                self._within, {"b_holder": holder, "b_tokens": tokens, "b_limit": limit}
+            )
+        return result.rowcount == 1
+
+    async def settle(
+        self,
+        connection: SqlConnection,
+        holder: str,
+        *,
+        reserved: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> None:
+        """Give back what was reserved and add the true counts."""
+        await connection.execute(
+            self._settle,
+            {
+                "b_holder": holder,
+                "b_reserved": reserved,
+                "b_prompt": prompt_tokens,
+                "b_completion": completion_tokens,
+            },
+        )
