@@ -67,3 +67,24 @@ def rate_limit_headers(grant: Mapping[str, Any], told: Mapping[str, Any] | None)
         )
     headers["x-ratelimit-remaining-tokens"] = str(min(token_lefts))
     return headers
+
+
+def spent_limit(told: Mapping[str, Any], age_seconds: float) -> str | None:
+    """The grant's rule that the grantor's last word says would refuse a request now: a
+    budget left at 0 (``tokens``, ``requests``), or a window left at 0 that has not reset
+    since (``age_seconds`` ago). None when nothing is known to be spent: a route then tries
+    the target, and its grantor decides."""
+    remaining, windows = told.get("remaining"), told.get("windows")
+    for name in ("tokens", "requests"):
+        if _count_of(_field(remaining, name)) == 0:
+            return name
+    for name in ("tokens_per_minute", "requests_per_minute"):
+        window = _field(windows, name)
+        reset = _field(window, "reset_seconds")
+        if (
+            _count_of(_field(window, "remaining")) == 0
+            and isinstance(reset, int | float)
+            and age_seconds < float(reset)
+        ):
+            return name
+    return None

@@ -64,6 +64,11 @@ class FakeRemote:
     terms: dict[str, Any] = field(default_factory=dict)
     sent: list[str] = field(default_factory=list)
     release: asyncio.Event | None = None
+    spent: dict[str, str] = field(default_factory=dict)
+    """Per peer: the grant's rule its grantor last said is spent."""
+
+    def known_refusal(self, prepared: Any) -> str | None:
+        return self.spent.get(prepared.peer)
 
     async def prepare(
         self,
@@ -334,6 +339,18 @@ async def test_the_admission_hook_skips_a_target_before_anything_is_sent(tmp_pat
     assert trace.skipped == [(f"{PEER_A}/{REMOTE_SVC}", Outcome.LIMIT_EXCEEDED)]
     assert s.remote.sent == [PEER_B]
     assert checked == [f"{PEER_A}/{REMOTE_SVC}", f"{PEER_B}/{REMOTE_SVC}"]
+
+
+async def test_a_target_whose_grantor_said_its_budget_is_spent_is_skipped_unsent(
+    tmp_path: Path,
+) -> None:
+    s = await make(tmp_path)
+    s.remote.spent[PEER_A] = "tokens"
+    route = await s.route(remote(PEER_A), remote(PEER_B))
+    answer, trace = await s.ask(route)
+    assert answer["served_by"] == PEER_B
+    assert trace.skipped == [(f"{PEER_A}/{REMOTE_SVC}", Outcome.LIMIT_EXCEEDED)]
+    assert s.remote.sent == [PEER_B]
 
 
 async def _stream(s: Setup, route: Route) -> tuple[list[bytes], RouteTrace]:

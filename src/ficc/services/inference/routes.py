@@ -11,8 +11,9 @@ its error, is the answer: nothing is replayed. Each target's own grant, scope an
 to what it serves; a local target needs ``inference:invoke``, a remote one
 ``federation:invoke``.
 
-The hook :data:`TargetAdmission` is where a peer's remaining token budget or rate window
-(metering) can skip a target that would refuse, before anything is sent.
+A remote target whose grantor last said a budget or a window of its grant is spent (the
+counts told at the end of each answer) is skipped before anything is sent; the hook
+:data:`TargetAdmission` may add checks of its own.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class RemoteInvoker(Protocol):
     async def send(self, prepared: Any) -> dict[str, Any]: ...
 
     def stream(self, prepared: Any) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
+
+    def known_refusal(self, prepared: Any) -> str | None:
+        """The grant's rule its grantor last said is spent, if any (tokens, a window)."""
+        ...
 
 
 TargetAdmission = Callable[[str, Target], Awaitable[Outcome | None]]
@@ -455,6 +460,16 @@ class Routes:
             self._remote_caps[key] = cap
             if self._remote_in_flight.get(key, 0) >= cap:
                 raise _Skip(Outcome.BUSY, _busy(target))
+            spent = self._remote.known_refusal(prepared)
+            if spent is not None:
+                raise _Skip(
+                    Outcome.LIMIT_EXCEEDED,
+                    LimitExceeded(
+                        f"target {target.label}'s grant has its {spent} spent, as its "
+                        "grantor last said",
+                        details={"limit": spent, "target": target.label},
+                    ),
+                )
             outcome = await self._admit_target(project, target)
             if outcome is not None:
                 raise _Skip(

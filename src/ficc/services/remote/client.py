@@ -29,7 +29,7 @@ from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
-from ficc.domain.rate_limit_headers import rate_limit_headers
+from ficc.domain.rate_limit_headers import rate_limit_headers, spent_limit
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
@@ -86,6 +86,7 @@ class RemoteClient:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.told: dict[str, dict[str, Any]] = {}
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
+        self._told_at: dict[str, datetime] = {}
         self.on_settled: Callable[[str, str, int, int], None] | None = None
         self._routed: dict[str, tuple[str, dict[str, Any]]] = {}
         """By peer: the grant its last request went through and the copy of its terms."""
@@ -358,6 +359,7 @@ class RemoteClient:
         )
         if told is not None and isinstance(usage.told, dict):
             self.told[usage.grant] = usage.told
+            self._told_at[usage.grant] = self._clock()
         async with self._uow_factory() as uow:
             if usage.tab is not None and self._tokens is not None:
                 await self._tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
@@ -368,6 +370,15 @@ class RemoteClient:
             await uow.commit()
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
+
+    def known_refusal(self, prepared: Prepared) -> str | None:
+        """The grant's rule its grantor last said is spent (a budget at 0, a window at 0 not
+        reset since): a route skips that target rather than send a request it would refuse."""
+        told = self.told.get(prepared.grant_id)
+        if told is None:
+            return None
+        age = (self._clock() - self._told_at[prepared.grant_id]).total_seconds()
+        return spent_limit(told, age)
 
     def rate_limits(self, peer_id: str, principal: Principal | None = None) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
