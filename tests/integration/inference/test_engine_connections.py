@@ -81,6 +81,18 @@ async def test_an_engine_that_never_reads_the_request_fails_it_within_the_write_
         done.set()
 
 
+async def test_an_engine_nobody_listens_for_cannot_be_reached() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    async with EngineClient(f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(EngineUnavailable, match="cannot be reached"):
+            await client.open_stream(CHAT, _body("clean"))
+        with pytest.raises(EngineUnavailable, match="cannot be reached"):
+            await client.list_models()
+
+
 async def test_at_most_the_keep_alive_bound_of_idle_connections_is_kept() -> None:
     async with scripted_engine() as engine, EngineClient(engine.url) as client:
         streams = [
