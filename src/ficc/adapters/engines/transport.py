@@ -5,6 +5,9 @@ chunk (``docs/benchmarks.md``). A connection goes back to the pool only when its
 read to its end and the caller judged it clean; any other answer closes its connection, so a
 caller that goes away mid-stream closes the engine's socket (the engine stops generating), and
 a connection an engine may have left dead after a failed answer carries no later request.
+Two of aiohttp's private hooks are overridden for that (``_HeldResponse``, ``_KeptConnector``);
+the pin holds them, and ``tests/integration/inference/test_engine_connections.py`` fails if
+either stops working.
 """
 
 from __future__ import annotations
