@@ -271,6 +271,36 @@ async def test_a_hostile_upstream_cannot_fill_memory(figures: Figures) -> None:
     )
 
 
+async def test_an_upstreams_redirect_is_refused_never_followed() -> None:
+    """An allowed prefix cannot send FICC on to an address the owner did not allow."""
+    reached: list[bytes] = []
+
+    async def elsewhere(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reached.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+    target = await asyncio.start_server(elsewhere, "127.0.0.1", 0)
+    location = f"http://127.0.0.1:{target.sockets[0].getsockname()[1]}/v1/chat/completions"
+
+    async def redirecting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\n"
+            "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(redirecting, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{upstream.sockets[0].getsockname()[1]}"
+    async with target, upstream, EngineClient(url) as client:
+        with pytest.raises(EngineUnavailable, match="the engine failed"):
+            await client.complete(CHAT_COMPLETIONS, {"messages": []})
+        with pytest.raises(EngineUnavailable, match="the engine failed"):
+            await client.list_models()
+    assert reached == []
+
+
 # --- engine API key and clients ---------------------------------------------------------------
 
 

@@ -30,6 +30,13 @@ ANSWERS: dict[str, bytes] = {
     # A refusal whose whole body arrives.
     "refused": b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
     b'Content-Length: 34\r\n\r\n{"error": {"message": "it broke"}}',
+    # llama.cpp's server with a prompt past the context: a stream that ends before any event...
+    "empty": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    # ...and its refusal of the same request made plainly.
+    "empty, plain": b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 87\r\n\r\n"
+    b'{"error": {"message": "exceeds the context window", "code": "context_length_exceeded"}}',
 }
 """Every answer keeps the connection open, as llama.cpp's server does."""
 
@@ -59,6 +66,9 @@ class ScriptedEngine:
     opened: int = 0
     closed_by_client: int = 0
     requests: int = 0
+    sent_after_failure: int = 0
+    """Requests that came on a connection after a failed answer on it: llama.cpp's server can
+    leave such a connection dead, so a client must never send one."""
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def wait_closed_by_client(self, count: int, seconds: float = 5.0) -> None:
@@ -67,9 +77,12 @@ class ScriptedEngine:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.opened += 1
+        failed = False
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if failed:
+                    self.sent_after_failure += 1
                 length = 0
                 for line in head.split(b"\r\n"):
                     name, _, value = line.partition(b":")
@@ -84,8 +97,10 @@ class ScriptedEngine:
                     await writer.drain()
                     await reader.read()
                     break
-                writer.write(ANSWERS[str(model)])
+                answer = str(model) if body.get("stream") is not False else f"{model}, plain"
+                writer.write(ANSWERS[answer])
                 await writer.drain()
+                failed = answer in ("unfinished", "refused", "empty")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         async with self.changed:

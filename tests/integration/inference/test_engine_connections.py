@@ -8,12 +8,14 @@ closes its connection (the engine stops generating).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from tests.support.engine_connections import RESPONSE, scripted_engine
 
 from ficc.adapters.engines.client import COMPLETIONS, EngineClient
+from ficc.adapters.engines.transport import KEEPALIVE_CONNECTIONS, EngineTimeout
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import ContextLengthExceeded, EngineUnavailable, FiccError
 from ficc.domain.openai_responses import RESPONSES_PATH
@@ -57,6 +59,66 @@ async def test_a_failed_answer_the_engine_finished_never_carries_the_next_reques
         assert await _chat(client, "clean")
         assert engine.opened == 2
         assert engine.requests == 4
+        assert engine.sent_after_failure == 0
+
+
+async def test_an_engine_that_never_reads_the_request_fails_it_within_the_write_timeout() -> None:
+    accepted, done = asyncio.Event(), asyncio.Event()
+
+    async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()  # nothing is read: the client's writes fill the buffers
+        await done.wait()
+        writer.close()
+
+    server = await asyncio.start_server(never_read, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    body = {"messages": [{"role": "user", "content": "x" * (32 * 2**20)}]}
+    timeout = EngineTimeout(connect=5.0, read=300.0, write=0.2, pool=5.0)
+    async with server, EngineClient(f"http://127.0.0.1:{port}", timeout=timeout) as client:
+        with pytest.raises(EngineUnavailable, match="did not answer in time"):
+            await client.open_stream(CHAT, body)
+        assert accepted.is_set()
+        done.set()
+
+
+async def test_an_engine_nobody_listens_for_cannot_be_reached() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    async with EngineClient(f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(EngineUnavailable, match="cannot be reached"):
+            await client.open_stream(CHAT, _body("clean"))
+        with pytest.raises(EngineUnavailable, match="cannot be reached"):
+            await client.list_models()
+
+
+async def test_at_most_the_keep_alive_bound_of_idle_connections_is_kept() -> None:
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        streams = [
+            await client.open_stream(CHAT, _body("clean")) for _ in range(KEEPALIVE_CONNECTIONS + 1)
+        ]
+        for stream in streams:
+            async with stream:
+                assert [event.data async for event in stream][-1] == "[DONE]"
+        # One connection more than the bound came back idle: the client closed it.
+        await engine.wait_closed_by_client(1)
+        for _ in range(KEEPALIVE_CONNECTIONS):
+            await _chat(client, "clean")
+        assert engine.opened == KEEPALIVE_CONNECTIONS + 1
+        assert engine.closed_by_client == 1
+
+
+async def test_a_stream_that_ended_empty_is_asked_why_on_another_connection() -> None:
+    """llama.cpp's server refuses a prompt past the context only to a plain request, after an
+    empty stream that can leave its connection dead: the question goes on a fresh one."""
+    async with scripted_engine() as engine, EngineClient(engine.url) as client:
+        await _chat(client, "clean")
+        with pytest.raises(ContextLengthExceeded):
+            await _chat(client, "empty")
+        assert (await _chat(client, "clean"))[-1] == "[DONE]"
+        assert engine.requests == 4
+        assert engine.sent_after_failure == 0
 
 
 async def test_a_stream_closed_mid_way_closes_its_connection() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+import aiohttp
 import pytest
 
-from ficc.adapters.engines.errors import status_error
+from ficc.adapters.engines.errors import status_error, transport_error
 from ficc.base import errors as e
 
 
@@ -89,3 +90,21 @@ def test_other_answers_keep_who_can_act_on_them(status: int, cls: type[e.FiccErr
 def test_a_parameter_name_that_is_not_a_path_is_not_shown() -> None:
     error = status_error(400, _openai_error("bad", "/srv/models/x.gguf"))
     assert "field" not in error.details
+
+
+@pytest.mark.parametrize(
+    ("failure", "message"),
+    [
+        (aiohttp.ConnectionTimeoutError(), "the engine did not answer in time"),
+        (aiohttp.SocketTimeoutError(), "the engine did not answer in time"),
+        (TimeoutError(), "the engine did not answer in time"),
+        (aiohttp.ServerDisconnectedError(), "the connection to the engine broke"),
+        (aiohttp.ClientPayloadError("cut"), "the connection to the engine broke"),
+    ],
+)
+def test_an_http_failure_is_the_engine_being_unavailable(
+    failure: aiohttp.ClientError | TimeoutError, message: str
+) -> None:
+    error = transport_error(failure)
+    assert type(error) is e.EngineUnavailable
+    assert error.message == message

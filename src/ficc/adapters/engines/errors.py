@@ -6,7 +6,7 @@ import json
 import re
 from typing import Final
 
-import httpx
+import aiohttp
 
 from ficc.base.errors import (
     ContextLengthExceeded,
@@ -142,9 +142,11 @@ def status_error(status: int, body: bytes) -> FiccError:
     return EngineUnavailable(f"the engine failed: {message}", details=details)
 
 
-def transport_error(exc: httpx.HTTPError) -> FiccError:
-    if isinstance(exc, httpx.TimeoutException):
+def transport_error(exc: aiohttp.ClientError | TimeoutError) -> FiccError:
+    """An HTTP failure reaching or reading the engine, as the caller's error (aiohttp's
+    timeouts are TimeoutErrors too; a refused or unresolvable address a connector error)."""
+    if isinstance(exc, TimeoutError):
         return EngineUnavailable("the engine did not answer in time")
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return EngineUnavailable("the engine cannot be reached")
     return EngineUnavailable("the connection to the engine broke")

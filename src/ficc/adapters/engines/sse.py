@@ -9,9 +9,9 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
-import httpx
+import aiohttp
 
 from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
 from ficc.base.errors import EngineUnavailable, FiccError
@@ -66,6 +66,15 @@ class SseEvent:
         return value
 
 
+class RawBody(Protocol):
+    """An engine's answer body: its bytes as they arrive, and its end (which decides whether
+    its connection is kept)."""
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 UsageCounter = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
 """Counts the usage of a finished stream from its chunks, for engines that stream none."""
 WhyEmpty = Callable[[], Awaitable[FiccError]]
@@ -81,7 +90,7 @@ class EngineStream:
 
     def __init__(
         self,
-        response: httpx.Response,
+        response: RawBody,
         path: str,
         count_usage: UsageCounter | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
@@ -129,14 +138,15 @@ class EngineStream:
                 await on_close()
 
     async def _finish(self) -> None:
-        """Close the response (an unfinished one closes its connection) and tell the client
-        whether the connection may be dead though finished (see :meth:`EngineClient._release`)."""
+        """Tell the client whether the connection may be dead though finished (it closes that
+        one), then end the response: an unfinished one closes its connection, a clean one goes
+        back to the pool."""
+        release, self._release = self._release, None
         try:
-            await self._response.aclose()
-        finally:
-            release, self._release = self._release, None
             if release is not None:
                 await release(self._ended and not self._clean)
+        finally:
+            await self._response.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -236,7 +246,7 @@ class EngineStream:
                     elif len(kept) < MAX_ASSEMBLED_EVENTS:
                         kept.append(item)
                 yield item
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc) from exc
         finally:
             await self._finish()
@@ -287,7 +297,7 @@ async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
             async for line in lines:
                 if line:
                     return False
-    except (TimeoutError, httpx.HTTPError, EngineUnavailable):
+    except (TimeoutError, aiohttp.ClientError, EngineUnavailable):
         return False
     return True
 

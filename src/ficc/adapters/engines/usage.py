@@ -6,9 +6,8 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-import httpx
-
 from ficc.adapters.engines.sse import UsageCounter
+from ficc.base.errors import FiccError
 from ficc.domain.openai_answers import assemble_chat_completion, assemble_text_completion
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 
@@ -24,7 +23,8 @@ PROBE_DEADLINE_SECONDS: Final = 10.0
 """The plain request that asks why a stream ended empty: a refusal comes before any token."""
 
 PostJson = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
-"""POSTs a small JSON body to a path of the engine and answers its decoded JSON."""
+"""POSTs a small JSON body to a path of the engine and answers its decoded JSON (a FiccError
+where the engine cannot be reached or refuses, ValueError where the answer is no JSON)."""
 
 
 class UsageProbe:
@@ -54,7 +54,7 @@ class UsageProbe:
                     completion_tokens += max_tokens
                 else:
                     completion_tokens += await self._token_count(text)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        except (FiccError, ValueError, KeyError, TypeError):
             return None
         return {
             "prompt_tokens": prompt_tokens,

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-import httpx
-
-from ficc.adapters.engines.client import EngineClient
+from ficc.adapters.engines.client import EngineClient, EngineTimeout
 from ficc.adapters.engines.pool import EngineClients
 from ficc.base.errors import FiccError, InvalidInput
 from ficc.domain.inference import RuntimeName, ServiceSpec, UpstreamAllowList, parse_base_url
@@ -28,7 +26,7 @@ from ficc.services.runtimes import (
     ReplicaHandle,
 )
 
-HEALTH_TIMEOUT: Final = httpx.Timeout(5.0)
+HEALTH_TIMEOUT: Final = EngineTimeout.each(5.0)
 READY_POLL_SECONDS: Final = 0.5
 
 

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import httpx
-
 from ficc.adapters.engine_logs import engine_log_path
-from ficc.adapters.engines.client import EngineClient
+from ficc.adapters.engines.client import EngineClient, EngineTimeout
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.processes import (
     EngineProcess,
@@ -44,7 +42,7 @@ from ficc.services.runtimes import (
     ReplicaHandle,
 )
 
-HEALTH_TIMEOUT: Final = httpx.Timeout(2.0)
+HEALTH_TIMEOUT: Final = EngineTimeout.each(2.0)
 READY_POLL_SECONDS: Final = 0.1
 """The engine offers no readiness event; between two polls a crash still ends the wait at once."""
 KEPT_LOGS_PER_SERVICE: Final = 5
