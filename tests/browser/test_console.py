@@ -349,7 +349,6 @@ def test_a_restricted_token_a_route_and_a_metered_grant_show_what_they_allow_and
     expect(row.locator(".token-restrictions")).to_contain_text("500 tokens")
     expect(row.locator(".token-remaining")).to_contain_text(f"{500 - spent} tokens")
     assert accessibility_problems(page) == [], describe(accessibility_problems(page))
-    screenshot(page, "tokens-restricted")
     page.set_viewport_size(PHONE)
     assert accessibility_problems(page) == [], describe(accessibility_problems(page))
     assert page.evaluate(SIDEWAYS) <= 0, "the tokens page scrolls sideways on a phone"
@@ -372,7 +371,6 @@ def test_a_restricted_token_a_route_and_a_metered_grant_show_what_they_allow_and
     assert given is not None
     assert given["remaining"]["tokens"] == 1000 - spent
     assert accessibility_problems(page) == [], describe(accessibility_problems(page))
-    screenshot(page, "grant-usage")
 
     # alpha reconciles the receipts; its page of the grant tells the chains match.
     ok(alpha.owner().post(f"{API}/peers/{requester_peer}/reconcile", json={"grant": grant["id"]}))
