@@ -31,9 +31,11 @@ from tests.support.federation import (
     ok,
     overview,
     pair,
+    refresh,
     send_offer,
 )
-from tests.support.inference import get, wait_for_state
+from tests.support.inference import add_model, get, spec, start_running, wait_for_state
+from tests.support.metering import PLAIN_TEXT
 from tests.support.tiny_gguf import write_tiny_gguf
 from tests.support.transfers import (
     TRANSFER_SCOPES,
@@ -49,6 +51,8 @@ from tests.support.transfers import (
 from ficc.web.console import SCOPE_WORDS, fingerprint, grouped
 
 TRANSFER_SIZE = 96 * MiB
+SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+"""How far a page scrolls sideways (more than 0: it does not fit its width)."""
 PAIRING_SCOPES = ["discover", *TRANSFER_SCOPES]
 
 
@@ -296,6 +300,89 @@ def _model_id(stdout: str) -> str:
     return str(json.loads(stdout)["id"])
 
 
+def test_a_restricted_token_a_route_and_a_metered_grant_show_what_they_allow_and_what_is_left(
+    clusters: Clusters, new_context: Any, tmp_path: Path
+) -> None:
+    alpha, beta = clusters.alpha, clusters.beta
+    requester_peer, service_peer = _paired_peers(clusters)
+    model = add_model(beta, "chat", write_tiny_gguf(tmp_path / "chat.gguf"))
+    service = start_running(beta.owner(), spec("console-chat", model))
+    route = {"name": "console-route", "policy": "priority", "targets": [{"service": service["id"]}]}
+    made_route = ok(beta.owner().post("/api/v1/inference/routes", json=route), 201)
+    terms = {"scopes": ["inference:invoke"], "services": [service["id"]], "tokens": 1000}
+    grant = ok(beta.owner().post(f"{API}/peers/{service_peer}/grants", json=terms), 201)
+    ok(refresh(alpha.owner(), requester_peer))
+    ok(refresh(alpha.owner(), requester_peer, grant=grant["id"]))
+
+    # alpha's owner mints a token for beta alone with a budget of its own, through the form.
+    page = _page(new_context)
+    sign_in(page, alpha, "/ui/p/default/tokens")
+    page.get_by_role("checkbox", name="federation:invoke", exact=True).check()
+    page.get_by_role("checkbox", name="inference:invoke", exact=True).check()
+    page.get_by_label("Peers it may call (peer IDs, one a line)").fill(requester_peer)
+    page.get_by_label("Tokens in all (prompt + completion)").fill("500")
+    page.get_by_role("button", name="Create token", exact=True).click()
+    secret_field = page.locator("#token-secret")
+    expect(secret_field).to_have_value(re.compile(r"^ficc_"))
+    secret = secret_field.input_value()
+    minted = next(t for t in ok(alpha.owner().get("/api/v1/tokens"))["tokens"] if t["peers"])
+    assert (minted["peers"], minted["tokens"]) == ([requester_peer], 500)
+
+    # The token calls beta's service under the grant; its row and the grant's pages show it.
+    answer = alpha.client().post(
+        f"{API}/peers/{requester_peer}/v1/chat/completions",
+        json={
+            "model": service["id"],
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 4,
+            "temperature": 0,
+            "logit_bias": PLAIN_TEXT,
+        },
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    spent = int(answer.json()["usage"]["total_tokens"])
+    page.reload()
+    row = page.locator(f"#row-{minted['id']}")
+    expect(row.locator(".token-restrictions")).to_contain_text(requester_peer)
+    expect(row.locator(".token-restrictions")).to_contain_text("500 tokens")
+    expect(row.locator(".token-remaining")).to_contain_text(f"{500 - spent} tokens")
+    assert accessibility_problems(page) == [], describe(accessibility_problems(page))
+    page.set_viewport_size(PHONE)
+    assert accessibility_problems(page) == [], describe(accessibility_problems(page))
+    assert page.evaluate(SIDEWAYS) <= 0, "the tokens page scrolls sideways on a phone"
+
+    # beta's services page lists the route with its target.
+    page = _page(new_context)
+    sign_in(page, beta, "/ui/p/default/services")
+    listed = page.locator(f"#row-{made_route['id']}")
+    expect(listed.get_by_role("rowheader")).to_have_text("console-route")
+    expect(listed.locator("ol li")).to_have_text([service["id"]])
+    assert accessibility_problems(page) == [], describe(accessibility_problems(page))
+
+    # beta's page of the grant draws its use per hour and tells what is left of the budget.
+    page.goto(f"{beta.url}/ui/p/default/grants/{grant['id']}")
+    expect(page.locator("svg.usage-chart rect.completion")).to_have_count(1)
+    expect(page.locator("#usage-chart-caption")).to_contain_text(f"the tallest bar is {spent}")
+    expect(page.locator("#grant-tokens-used")).to_contain_text("over 1 requests")
+    expect(page.locator("main")).to_contain_text(f"{1000 - spent} of 1000 left")
+    given = grant_in(overview(beta.owner()), grant["id"])
+    assert given is not None
+    assert given["remaining"]["tokens"] == 1000 - spent
+    assert accessibility_problems(page) == [], describe(accessibility_problems(page))
+
+    # alpha reconciles the receipts; its page of the grant tells the chains match.
+    ok(alpha.owner().post(f"{API}/peers/{requester_peer}/reconcile", json={"grant": grant["id"]}))
+    held = _page(new_context)
+    sign_in(held, alpha, f"/ui/p/default/grants/{grant['id']}")
+    expect(held.locator("#reconcile-matched")).to_have_text("both chains match")
+    expect(held.locator("svg.usage-chart")).to_be_visible()
+    assert accessibility_problems(held) == [], describe(accessibility_problems(held))
+    held.set_viewport_size(PHONE)
+    assert held.evaluate(SIDEWAYS) <= 0, "the held grant's page scrolls sideways on a phone"
+
+
 def test_password_sign_in_project_switch_and_log_out_with_the_keyboard_only(
     clusters: Clusters, new_context: Any
 ) -> None:
@@ -363,6 +450,17 @@ PAGES = [
 ]
 
 
+def _grant_pages(cluster: RunningCluster) -> list[tuple[str, str]]:
+    """The pages of the grants the cluster gives that are still active (the tests before
+    this one made them: a metered grant's page carries its usage chart)."""
+    grants = overview(cluster.owner())["grants"]
+    return [
+        (f"grant-{g['id']}", f"/ui/p/default/grants/{g['id']}")
+        for g in grants
+        if g["state"] == "active"
+    ]
+
+
 def test_every_page_passes_the_accessibility_check_at_desktop_and_phone_width(
     clusters: Clusters, new_context: Any
 ) -> None:
@@ -376,15 +474,15 @@ def test_every_page_passes_the_accessibility_check_at_desktop_and_phone_width(
         )
         page.on("pageerror", lambda error: errors.append(str(error)))
         sign_in(page, beta)
-        for name, path in PAGES:
+        for name, path in [*PAGES, *_grant_pages(beta)]:
             page.goto(beta.url + path)
             expect(page.locator("main h1")).to_be_visible()
             problems = accessibility_problems(page)
             assert problems == [], f"{path} at {viewport['width']} px: {describe(problems)}"
-            overflow = page.evaluate(
-                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-            )
+            overflow = page.evaluate(SIDEWAYS)
             assert overflow <= 0, f"{path} scrolls sideways at {viewport['width']} px"
+            if name.startswith("grant-"):
+                continue
             if suffix == "" or name in ("overview", "federation-list"):
                 screenshot(page, name + suffix)
     assert errors == [], errors
