@@ -599,7 +599,7 @@ async def test_another_peers_grant_id_is_answered_like_an_unknown_one_and_takes_
             answers.append((error.code, str(error), sorted(error.details)))
         assert answers[0][0] == answers[1][0] == "not_found"
         assert answers[0][1].replace(grant.id, "G") == answers[1][1].replace(unknown, "G")
-        assert answers[0][2] == answers[1][2] == ["grant"]
+        assert answers[0][2] == answers[1][2] == ["grant", "stage"]
         assert cluster.federation.slots.in_flight(grant.id) == 0
         assert (await stored_grant(cluster, grant.id)).requests_used == 0
         # The holder's own request is still admitted (its one slot was never taken).
