@@ -299,8 +299,9 @@ def test_a_client_that_disconnects_before_the_first_byte_cancels_at_the_engine(
     fed: Federated, endless: dict[str, Any]
 ) -> None:
     grant = invoking(fed)
-    # Keep the engine busy for a few seconds, so the federated stream gets no first byte.
-    busy = {**endless, "model": fed.service, "max_tokens": 100, "stream": True}
+    # Keep the engine busy for a few seconds, so the federated stream gets no first byte: 300
+    # tokens, since on a quiet machine the engine writes 100 in about the read timeout.
+    busy = {**endless, "model": fed.service, "max_tokens": 300, "stream": True}
     generating = threading.Event()
     finished = threading.Event()
 
