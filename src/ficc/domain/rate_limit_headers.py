@@ -88,3 +88,14 @@ def spent_limit(told: Mapping[str, Any], age_seconds: float) -> str | None:
         ):
             return name
     return None
+
+
+def header_rule(headers: Mapping[str, str], kind: str) -> tuple[int, int, str | None] | None:
+    """The grant's rule for ``kind`` as its headers say it (None where it sets none)."""
+    limit, remaining = (
+        headers.get(f"x-ratelimit-limit-{kind}"),
+        headers.get(f"x-ratelimit-remaining-{kind}"),
+    )
+    if limit is None or remaining is None or not limit.isdigit() or not remaining.isdigit():
+        return None
+    return int(limit), int(remaining), headers.get(f"x-ratelimit-reset-{kind}")

@@ -10,8 +10,7 @@ left), settled to the counts charged when the answer ends, and recorded, naming 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -24,8 +23,9 @@ from ficc.domain import token_limits as tl
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.domain.principals import Principal
-from ficc.domain.rate_limit_headers import duration_text
+from ficc.domain.rate_limit_headers import duration_text, header_rule
 from ficc.protocol.canonical import canonical_json
+from ficc.services.local_streams import Counted
 from ficc.services.metering import Budget, Holding, Meter, outcome_of, settle_surely
 from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
@@ -194,7 +194,7 @@ class TokenLimits:
         if left is None:
             return headers
         for kind in ("requests", "tokens"):
-            best = _candidate(headers, kind)
+            best = header_rule(headers, kind)
             for budget in left.budgets:
                 for candidate in self._candidates(budget, left, kind):
                     if best is None or candidate[1] < best[1]:
@@ -323,7 +323,7 @@ class TokenLimits:
             return
         started = self._clock()
         sent = tab.bounded(path, body)
-        counted = _Counted()
+        counted = Counted()
         try:
             async with opening(sent) as chunks:
                 counting = counted.count(chunks)
@@ -390,50 +390,3 @@ class TokenLimits:
                 )
             )
             await uow.commit()
-
-
-def _candidate(headers: Mapping[str, str], kind: str) -> tuple[int, int, str | None] | None:
-    """The grant's rule for ``kind`` as its headers say it (None where it sets none)."""
-    limit, remaining = (
-        headers.get(f"x-ratelimit-limit-{kind}"),
-        headers.get(f"x-ratelimit-remaining-{kind}"),
-    )
-    if limit is None or remaining is None or not limit.isdigit() or not remaining.isdigit():
-        return None
-    return int(limit), int(remaining), headers.get(f"x-ratelimit-reset-{kind}")
-
-
-@dataclass
-class _Counted:
-    """What a local stream sent: events (each after the first one token) and bytes, and the
-    engine's usage chunk where it sent one."""
-
-    events: int = 0
-    sent_bytes: int = 0
-    usage: tuple[int, int] | None = None
-    ended: bool = False
-
-    @property
-    def counts(self) -> tuple[int, int]:
-        return self.usage if self.usage is not None else (0, max(self.events - 1, 0))
-
-    async def count(self, chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-        async for chunk in chunks:
-            self.sent_bytes += len(chunk)
-            self.events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
-            if b'"usage"' in chunk:
-                self._take_usage(chunk)
-            yield chunk
-        self.ended = True
-
-    def _take_usage(self, chunk: bytes) -> None:
-        for line in chunk.split(b"\n"):
-            if not line.startswith(b"data: {"):
-                continue
-            try:
-                payload = json.loads(line[len(b"data: ") :])
-            except ValueError:
-                continue
-            told = m.parse_told(payload.get("usage")) if isinstance(payload, dict) else None
-            if told is not None:
-                self.usage = told
