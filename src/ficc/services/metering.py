@@ -1,23 +1,7 @@
 """Metering of grants: reserve, then settle; rolling windows; one usage record per request.
 
-Where each rule is kept, and why:
-
-- ``tokens`` (the grant's lifetime budget) is kept in the database, on the grant's row: a
-  reservation reads what is settled and reserved, and adds its share with one conditional
-  UPDATE (settled + reserved + share <= tokens), which takes the row's lock on PostgreSQL
-  and is checked again there against the row a concurrent UPDATE left: concurrent requests,
-  on any number of connections, can never both take the last tokens. Settling gives back
-  what was reserved and adds the true count, never more than the reservation.
-- ``tokens_per_minute`` and ``requests_per_minute`` are rolling 60 s windows kept in this
-  process: one process owns the HyperNet endpoint that serves a grant, the windows change
-  on every request (a row write per request would cost more than the request's relay), and
-  the event loop makes each check-and-take one step (nothing awaits between them). A restart
-  forgets the windows, never the budget.
-
-The same rules meter a restricted local token on the requesting cluster (its row in
-``token_limits``, its windows here): a :class:`Budget` is one holder's rules, and a request
-is reserved in every budget it counts against (a grant's; a token's and each of its
-creators') in one transaction, or in none.
+Budgets, windows and reservations are :mod:`ficc.services.budgets`; this module meters a
+grant's requests with them and records each one.
 """
 
 from __future__ import annotations
@@ -26,7 +10,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -35,11 +19,10 @@ from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
 from ficc.protocol.canonical import canonical_json
+from ficc.services.budgets import Budgets, grant_budget
 from ficc.services.peer_channel import ending_reason
-from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
-RESERVE_TRIES: Final = 3
-"""Reads and conditional UPDATEs one reservation may take when others race it."""
 REFUSALS: Final = (LimitExceeded, GrantRevoked, GrantExpired, TooLarge)
 """What refuses a request under a grant before any work (the grant's end is recorded as
 ``revoked`` on both sides, a limit as ``refused``)."""
@@ -58,57 +41,6 @@ def outcome_of(error: BaseException, *, engine_started: bool = False) -> str:
     if isinstance(error, asyncio.CancelledError | GeneratorExit):
         return m.CANCELLED
     return m.FAILED
-
-
-@dataclass(frozen=True)
-class Budget:
-    """One holder's metered rules, a grant's or a restricted token's: where its row is kept
-    (``rows``), the key of its windows, and how its refusals name it."""
-
-    holder: str
-    rows: Callable[[UnitOfWork], BudgetRows]
-    tokens: int | None
-    tokens_per_minute: int | None
-    requests_per_minute: int | None
-    noun: str = "grant"
-    rule: str = ""
-    """What ``details.limit`` starts with: nothing for a grant's rule, ``token.`` for a token's."""
-
-    @property
-    def limits_tokens(self) -> bool:
-        return self.tokens is not None or self.tokens_per_minute is not None
-
-
-def grant_budget(grant: g.Grant) -> Budget:
-    terms = grant.terms
-    return Budget(
-        grant.id,
-        _grant_rows,
-        terms.tokens,
-        terms.tokens_per_minute,
-        terms.requests_per_minute,
-    )
-
-
-def _grant_rows(uow: UnitOfWork) -> BudgetRows:
-    return uow.usage
-
-
-@dataclass
-class Holding:
-    """What one request holds in its budgets: the reservation, each window entry it took
-    and what each row holds reserved for it."""
-
-    budgets: tuple[Budget, ...]
-    reservation: m.Reservation
-    token_entries: list[tuple[str, list[float]]] = field(default_factory=list)
-    reserved: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class _Windows:
-    requests: m.RollingWindow = field(default_factory=m.RollingWindow)
-    tokens: m.RollingWindow = field(default_factory=m.RollingWindow)
 
 
 @dataclass
@@ -138,8 +70,8 @@ class Tab:
         return await self.admit_hook(prompt_tokens, max_tokens)
 
 
-class Meter:
-    """The grantor's metering, one per cluster (see the module's docstring)."""
+class Meter(Budgets):
+    """The grantor's metering, one per cluster (see :mod:`ficc.services.budgets`)."""
 
     def __init__(
         self,
@@ -147,90 +79,13 @@ class Meter:
         clock: Clock,
         sign: Callable[[bytes], bytes] | None = None,
     ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
+        super().__init__(uow_factory, clock)
         self._sign = sign
         """The cluster key's signature: each usage record is signed as a receipt (None: not,
         for tests of metering alone)."""
-        self._windows: dict[str, _Windows] = {}
         self.settled: list[tuple[str, str, int, int]] = []
         """(direction, operation, prompt, completion) waiting for the metrics to take."""
         self.on_settled: Callable[[str, str, int, int], None] | None = None
-
-    def _seconds(self) -> float:
-        return self._clock().timestamp()
-
-    def _of(self, grant_id: str) -> _Windows:
-        windows = self._windows.get(grant_id)
-        if windows is None:
-            windows = self._windows[grant_id] = _Windows()
-        return windows
-
-    def hold_request(self, terms: g.GrantTerms, grant_id: str) -> list[float] | None:
-        """Take one request of ``requests_per_minute``, or refuse with ``Retry-After``."""
-        limit = terms.requests_per_minute
-        if limit is None:
-            return None
-        held = self.hold_requests(
-            [Budget(grant_id, _grant_rows, None, None, limit)],
-        )
-        return held[0][1]
-
-    def hold_requests(self, budgets: list[Budget]) -> list[tuple[str, list[float]]]:
-        """Take one request in the ``requests_per_minute`` of every budget that has one, or
-        refuse naming the first that is full (checked all before any is taken)."""
-        now = self._seconds()
-        limited = [b for b in budgets if b.requests_per_minute is not None]
-        for budget in limited:
-            limit = budget.requests_per_minute
-            assert limit is not None
-            window = self._of(budget.holder).requests
-            if window.total(now) + 1 > limit:
-                raise m.window_refusal(
-                    "requests_per_minute",
-                    limit,
-                    window.retry_after(now, 1, limit),
-                    holder=budget.noun,
-                    rule=budget.rule,
-                )
-        return [(b.holder, self._of(b.holder).requests.add(now, 1)) for b in limited]
-
-    def release_request(self, grant_id: str, entry: list[float] | None) -> None:
-        """A request refused after its window entry was taken gives it back."""
-        if entry is not None:
-            self._of(grant_id).requests.remove(entry)
-
-    def release_requests(self, held: list[tuple[str, list[float]]]) -> None:
-        for holder, entry in held:
-            self._of(holder).requests.remove(entry)
-
-    def windows_of(self, budget: Budget) -> dict[str, Any]:
-        """A budget's windows as the API shows them: used, remaining, seconds to reset."""
-        now = self._seconds()
-        state: dict[str, Any] = {}
-        windows = self._windows.get(budget.holder)
-        for name, limit in (
-            ("requests_per_minute", budget.requests_per_minute),
-            ("tokens_per_minute", budget.tokens_per_minute),
-        ):
-            if limit is None:
-                state[name] = None
-                continue
-            window = None
-            if windows is not None:
-                window = windows.requests if name == "requests_per_minute" else windows.tokens
-            used = 0 if window is None else window.total(now)
-            reset = 0.0 if window is None else window.reset_seconds(now)
-            state[name] = {
-                "used": used,
-                "remaining": max(limit - used, 0),
-                "reset_seconds": round(reset, 3),
-            }
-        return state
-
-    def window_state(self, grant: g.Grant) -> dict[str, Any]:
-        """The windows as the requester is shown them: used, remaining, seconds to reset."""
-        return self.windows_of(grant_budget(grant))
 
     def open_tab(
         self,
@@ -256,118 +111,6 @@ class Meter:
         tab.reserved_in_db = holding.reserved.get(tab.grant.id, 0)
         tab.window_entry = holding.token_entries[0][1] if holding.token_entries else None
         return holding.reservation.completion_tokens if tab.grant.terms.limits_tokens else None
-
-    async def reserve(
-        self, budgets: list[Budget], prompt_tokens: int, max_tokens: int | None
-    ) -> Holding:
-        """Reserve a request's tokens in every budget (or in none, refusing naming the rule
-        that has too little): the ``tokens_per_minute`` windows at once, in full (nothing
-        awaits between their checks and the takes; lowered below if a budget leaves less),
-        then the lifetime budgets in the database."""
-        metered = tuple(b for b in budgets if b.limits_tokens)
-        if not metered:
-            # Nothing to hold: the request settles to whatever the engine counted.
-            return Holding(tuple(budgets), m.Reservation(prompt_tokens, None))
-        needed = m.least_needed(prompt_tokens, max_tokens)
-        now = self._seconds()
-        window_room: int | None = None
-        windowed = [b for b in metered if b.tokens_per_minute is not None]
-        for budget in windowed:
-            limit = budget.tokens_per_minute
-            assert limit is not None
-            window = self._of(budget.holder).tokens
-            room = limit - window.total(now)
-            if room < needed:
-                raise m.window_refusal(
-                    "tokens_per_minute",
-                    limit,
-                    window.retry_after(now, min(needed, limit), limit),
-                    holder=budget.noun,
-                    rule=budget.rule,
-                )
-            window_room = room if window_room is None else min(window_room, room)
-        entries: list[tuple[str, list[float]]] = []
-        if window_room is not None:
-            tentative = m.reserve(prompt_tokens, max_tokens, window_room)
-            entries = [
-                (b.holder, self._of(b.holder).tokens.add(now, tentative.tokens)) for b in windowed
-            ]
-        holding = Holding(tuple(budgets), m.Reservation(prompt_tokens, None), entries)
-        try:
-            budgeted = [b for b in metered if b.tokens is not None]
-            if not budgeted:
-                assert window_room is not None
-                holding.reservation = m.reserve(prompt_tokens, max_tokens, window_room)
-            else:
-                holding.reservation = await self._reserve_rows(
-                    holding, budgeted, prompt_tokens, max_tokens, window_room
-                )
-        except BaseException:
-            for holder, entry in entries:
-                self._of(holder).tokens.remove(entry)
-            raise
-        for holder, entry in entries:
-            self._of(holder).tokens.adjust(entry, holding.reservation.tokens)
-        return holding
-
-    async def _reserve_rows(
-        self,
-        holding: Holding,
-        budgets: list[Budget],
-        prompt_tokens: int,
-        max_tokens: int | None,
-        window_room: int | None,
-    ) -> m.Reservation:
-        """The lifetime budgets: one conditional UPDATE per row that takes the share only if
-        it still fits (see the module), all in one transaction. A bound given that fits costs
-        nothing more; else each row is read, the share is what the least of them leaves, and
-        a reservation that lost a race (a row took tokens between the read and the UPDATE)
-        reads again and tries once more."""
-        needed = m.least_needed(prompt_tokens, max_tokens)
-        async with self._uow_factory() as uow:
-            if max_tokens is not None:
-                # The common case, a bound given that fits: one statement a row, nothing read.
-                wanted = m.reserve(prompt_tokens, max_tokens, window_room)
-                if await _take_all(uow, budgets, wanted.tokens):
-                    await uow.commit()
-                    holding.reserved = {b.holder: wanted.tokens for b in budgets}
-                    return wanted
-            least: tuple[Budget, int] | None = None
-            for _ in range(RESERVE_TRIES):
-                least = None
-                for budget in budgets:
-                    assert budget.tokens is not None
-                    standing = await budget.rows(uow).standing(budget.holder)
-                    left = 0 if standing is None else standing.tokens_left(budget.tokens)
-                    if least is None or left < least[1]:
-                        least = (budget, left)
-                assert least is not None
-                if least[1] < needed:
-                    break
-                allowance = least[1] if window_room is None else min(least[1], window_room)
-                reservation = m.reserve(prompt_tokens, max_tokens, allowance)
-                if await _take_all(uow, budgets, reservation.tokens):
-                    await uow.commit()
-                    holding.reserved = {b.holder: reservation.tokens for b in budgets}
-                    return reservation
-        assert least is not None
-        raise m.budget_refusal(needed, least[1], holder=least[0].noun, rule=least[0].rule)
-
-    async def settle_rows(
-        self, uow: UnitOfWork, holding: Holding, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        """Settle every budget's row (inside the caller's transaction) and its windows to
-        the counts charged; each row gives back what it held for the request."""
-        for budget in holding.budgets:
-            await budget.rows(uow).settle_tokens(
-                budget.holder,
-                reserved=holding.reserved.get(budget.holder, 0),
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-            )
-        holding.reserved = {}
-        for holder, entry in holding.token_entries:
-            self._of(holder).tokens.adjust(entry, prompt_tokens + completion_tokens)
 
     async def settle(self, tab: Tab, outcome: str) -> dict[str, Any]:
         """Settle the tab to its true counts and record it; what the requester is told.
@@ -478,19 +221,6 @@ class Meter:
             outcome = outcome_of(error, engine_started=tab.engine_started)
             await settle_surely(self.settle(tab, outcome))
             raise
-
-
-async def _take_all(uow: UnitOfWork, budgets: list[Budget], tokens: int) -> bool:
-    """Reserve ``tokens`` on every budget's row, or (one does not fit) give back those taken
-    in this transaction and say so."""
-    taken: list[Budget] = []
-    for budget in budgets:
-        if not await budget.rows(uow).reserve_tokens(budget.holder, tokens, limit=budget.tokens):
-            for other in taken:
-                await other.rows(uow).reserve_tokens(other.holder, -tokens, limit=None)
-            return False
-        taken.append(budget)
-    return True
 
 
 async def settle_surely(settling: Awaitable[Any]) -> None:

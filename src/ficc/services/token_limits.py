@@ -25,8 +25,9 @@ from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import duration_text, header_rule
 from ficc.protocol.canonical import canonical_json
+from ficc.services.budgets import Budget, Holding
 from ficc.services.local_streams import Counted
-from ficc.services.metering import Budget, Holding, Meter, outcome_of, settle_surely
+from ficc.services.metering import Meter, outcome_of, settle_surely
 from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
 MAX_CHAIN: Final = 32
