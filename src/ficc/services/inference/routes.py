@@ -22,23 +22,16 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from ficc.base.errors import (
     Conflict,
     FiccError,
     InvalidInput,
-    LimitExceeded,
     NotFound,
-    PeerUnreachable,
-    PermissionDenied,
 )
 from ficc.base.ids import PREFIXES, new_id
-from ficc.domain import grants as g
-from ficc.domain import token_limits as tl
-from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_responses import check_invocation
 from ficc.domain.principals import Principal
 from ficc.domain.routes import (
@@ -46,62 +39,31 @@ from ficc.domain.routes import (
     Outcome,
     Route,
     Target,
-    free_slots,
-    local_skip,
     order,
     parse_route_spec,
-    skip_outcome,
 )
 from ficc.services.inference.invoke import Invocations
+from ficc.services.inference.route_targets import (
+    Ask,
+    RemoteInvoker,
+    RouteTargets,
+    Skip,
+    TargetAdmission,
+    addressed_to,
+    always,
+    token_admits,
+)
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
-from ficc.services.token_limits import TokenLimits, check_service
-
-ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
-"""Runtimes whose replica serves one request at a time (FICC runs llama.cpp's server so):
-such a local target is at its concurrency with one request per ready replica in flight."""
+from ficc.services.token_limits import TokenLimits
 
 ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"
 
 _A = TypeVar("_A")
 
 
-class RemoteInvoker(Protocol):
-    """The requester's side as routes use it (``RemoteClient``): every check before sending,
-    then the send, so a refusal of the first proves nothing went out."""
-
-    async def prepare(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
-        via: tuple[str, ...] = (),
-    ) -> Any: ...
-
-    async def send(self, prepared: Any) -> dict[str, Any]: ...
-
-    def stream(self, prepared: Any) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
-
-    def known_refusal(self, prepared: Any) -> str | None:
-        """The grant's rule its grantor last said is spent, if any (tokens, a window)."""
-        ...
-
-
-TargetAdmission = Callable[[str, Target], Awaitable[Outcome | None]]
-"""``check(project, target)`` before a remote target is tried: a skip (a peer's token budget
-or rate window that would refuse, known from metering), or None to try it."""
-
 OutcomeCounter = Callable[[str, str, Outcome], None]
 """``count(route_name, target_label, outcome)``: ``ficc_route_requests_total``."""
-
-
-async def _always(project: str, target: Target) -> Outcome | None:
-    return None
 
 
 def _uncounted(route: str, target: str, outcome: Outcome) -> None:
@@ -125,25 +87,6 @@ class RouteTrace:
         }
 
 
-@dataclass(frozen=True)
-class _Ask:
-    """One request through a route, as each of its targets is tried with it."""
-
-    principal: Principal
-    project: str
-    route: Route
-    path: str
-    body: Mapping[str, Any]
-
-
-@dataclass
-class _Skip(Exception):
-    """A target skipped before anything was sent, with the error to answer if all are."""
-
-    outcome: Outcome
-    error: FiccError
-
-
 class Routes:
     """Route records (create, read, replace, remove) and invocations through them."""
 
@@ -156,22 +99,22 @@ class Routes:
         remote: RemoteInvoker,
         *,
         monotonic: Callable[[], float] | None = None,
-        admit_target: TargetAdmission = _always,
+        admit_target: TargetAdmission = always,
         count: OutcomeCounter = _uncounted,
         tokens: TokenLimits | None = None,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
-        self._router = router
         self._invocations = invocations
         self._remote = remote
-        self._monotonic = monotonic or (lambda: asyncio.get_running_loop().time())
-        self._admit_target = admit_target
+        self._targets = RouteTargets(
+            router,
+            remote,
+            monotonic=monotonic or (lambda: asyncio.get_running_loop().time()),
+            admit_target=admit_target,
+        )
         self._count = count
         self._tokens = tokens
-        self._breakers: dict[tuple[str, str], Breaker] = {}
-        self._remote_in_flight: dict[tuple[str, str], int] = {}
-        self._remote_caps: dict[tuple[str, str], int] = {}
         self._cache: dict[str, dict[str, Route]] = {}
         """By project: its routes by ID and by name, loaded once (every change goes here)."""
 
@@ -260,7 +203,7 @@ class Routes:
     ) -> dict[str, Any]:
         """The plain answer of the first target, in the policy's order, that accepts it."""
         check_invocation(path, body)
-        ask = _Ask(principal, project, route, path, body)
+        ask = Ask(principal, project, route, path, body)
 
         async def attempt(target: Target, queue: bool) -> dict[str, Any]:
             return await self._complete_at(ask, target, queue)
@@ -280,7 +223,7 @@ class Routes:
         """The stream of the first target that accepts it (a remote one once its first chunk
         came: until then a refusal is still the gate's); leaving the block cancels it."""
         check_invocation(path, body)
-        ask = _Ask(principal, project, route, path, body)
+        ask = Ask(principal, project, route, path, body)
 
         async def attempt(
             target: Target, queue: bool
@@ -298,7 +241,7 @@ class Routes:
             yield chunks
 
     async def _first(
-        self, ask: _Ask, trace: RouteTrace, attempt: Callable[[Target, bool], Awaitable[_A]]
+        self, ask: Ask, trace: RouteTrace, attempt: Callable[[Target, bool], Awaitable[_A]]
     ) -> _A:
         """The first target's answer, in the policy's order, that ``attempt`` does not skip
         (``attempt(target, queue)``, which leaves nothing open when it raises)."""
@@ -307,9 +250,9 @@ class Routes:
         busy: list[Target] = []
         for target, queue in self._plan(ask.project, route, busy):
             try:
-                _token_admits(ask.principal, route, target)
+                token_admits(ask.principal, route, target)
                 answer = await attempt(target, queue)
-            except _Skip as skip:
+            except Skip as skip:
                 self._skipped(route, target, skip.outcome, trace, busy)
                 last = skip.error
                 continue
@@ -334,28 +277,18 @@ class Routes:
 
     def _ordered(self, project: str, route: Route) -> list[Target]:
         targets = route.spec.targets
-        free = [self._free(project, target) for target in targets]
+        free = [self._targets.free(project, target) for target in targets]
         return [targets[i] for i in order(route.spec.policy, targets, free)]
-
-    def _free(self, project: str, target: Target) -> float:
-        if target.local:
-            occupancy = self._router.occupancy(project, target.service)
-            if occupancy is None:
-                return -float("inf")
-            return free_slots(_local_capacity(target, occupancy), occupancy.in_flight)
-        key = (project, target.label)
-        cap = self._remote_caps.get(key, target.max_in_flight or g.DEFAULT_CONCURRENT)
-        return free_slots(cap, self._remote_in_flight.get(key, 0))
 
     # --- one target ---------------------------------------------------------------------------
 
-    async def _complete_at(self, ask: _Ask, target: Target, queue: bool) -> dict[str, Any]:
+    async def _complete_at(self, ask: Ask, target: Target, queue: bool) -> dict[str, Any]:
         principal, project, path = ask.principal, ask.project, ask.path
         if target.local:
-            self._local_admits(principal, project, target, queue=queue)
+            self._targets.local_admits(principal, project, target, queue=queue)
             # Nothing waits between the count above and the router's own count (a
             # restricted token's reservation comes first: a refusal of it is the answer).
-            addressed = _addressed(ask.body, target)
+            addressed = addressed_to(ask.body, target)
             if self._tokens is not None and principal.restrictions is not None:
                 return await self._tokens.local(
                     principal,
@@ -365,19 +298,19 @@ class Routes:
                     lambda sent: self._invocations.complete(project, target.service, path, sent),
                 )
             return await self._invocations.complete(project, target.service, path, addressed)
-        key, prepared, breaker = await self._remote_admits(ask, target)
-        with self._sent(target, breaker), self._counted(key):
+        key, prepared, breaker = await self._targets.remote_admits(ask, target)
+        with self._targets.sent(target, breaker), self._targets.counted(key):
             answer = await self._remote.send(prepared)
         result: dict[str, Any] = answer["result"]
         return result
 
     async def _stream_at(
-        self, stack: contextlib.AsyncExitStack, ask: _Ask, target: Target, queue: bool
+        self, stack: contextlib.AsyncExitStack, ask: Ask, target: Target, queue: bool
     ) -> AsyncIterator[bytes]:
         principal, project, path = ask.principal, ask.project, ask.path
         if target.local:
-            self._local_admits(principal, project, target, queue=queue)
-            addressed = _addressed(ask.body, target)
+            self._targets.local_admits(principal, project, target, queue=queue)
+            addressed = addressed_to(ask.body, target)
             if self._tokens is not None and principal.restrictions is not None:
                 return await stack.enter_async_context(
                     self._tokens.local_stream(
@@ -391,134 +324,11 @@ class Routes:
             return await stack.enter_async_context(
                 self._invocations.stream(project, target.service, path, addressed)
             )
-        key, prepared, breaker = await self._remote_admits(ask, target)
-        stack.enter_context(self._counted(key))
-        with self._sent(target, breaker):
+        key, prepared, breaker = await self._targets.remote_admits(ask, target)
+        stack.enter_context(self._targets.counted(key))
+        with self._targets.sent(target, breaker):
             chunks = await stack.enter_async_context(self._remote.stream(prepared))
         return chunks
-
-    def _local_admits(
-        self, principal: Principal, project: str, target: Target, *, queue: bool = False
-    ) -> None:
-        """Skip a local target the credential may not invoke, or that would not start it
-        (``queue``: past its implicit concurrency, as every other target was skipped)."""
-        if "inference:invoke" not in principal.scopes:
-            raise _Skip(Outcome.FORBIDDEN, _missing_scope("inference:invoke"))
-        occupancy = self._router.occupancy(project, target.service)
-        outcome = local_skip(
-            admitting=occupancy is not None,
-            capacity=None if occupancy is None else _local_capacity(target, occupancy),
-            in_flight=0 if occupancy is None else occupancy.in_flight,
-        )
-        if outcome is Outcome.NOT_RUNNING:
-            raise _Skip(
-                outcome,
-                Conflict(
-                    f"service {target.service} has no ready replica",
-                    details={"service": target.service},
-                ),
-            )
-        if outcome is Outcome.BUSY and not queue:
-            raise _Skip(outcome, _busy(target))
-
-    async def _remote_admits(
-        self, ask: _Ask, target: Target
-    ) -> tuple[tuple[str, str], Any, Breaker]:
-        """A remote target's request, prepared, once nothing before sending skips it; the
-        breaker returned has admitted it (a probe, when half-open)."""
-        assert target.peer is not None
-        principal, project, path, route = ask.principal, ask.project, ask.path, ask.route
-        if "federation:invoke" not in principal.scopes:
-            raise _Skip(Outcome.FORBIDDEN, _missing_scope("federation:invoke"))
-        key = (project, target.label)
-        breaker = self._breakers.setdefault(key, Breaker())
-        if not breaker.admits(self._monotonic()):
-            raise _Skip(
-                Outcome.CIRCUIT_OPEN,
-                PeerUnreachable(
-                    f"peer {target.peer} failed to connect; it is tried again later",
-                    details={"peer": target.peer},
-                ),
-            )
-        try:
-            prepared = await self._remote.prepare(
-                principal,
-                project,
-                target.peer,
-                operation="inference.invoke",
-                body={
-                    "service": target.service,
-                    "path": path,
-                    "body": _addressed(ask.body, target),
-                },
-                service=target.service,
-                via=(route.name, route.id),
-            )
-            cap = _term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
-            if target.max_in_flight is not None:
-                cap = min(cap, target.max_in_flight)
-            self._remote_caps[key] = cap
-            if self._remote_in_flight.get(key, 0) >= cap:
-                raise _Skip(Outcome.BUSY, _busy(target))
-            spent = self._remote.known_refusal(prepared)
-            if spent is not None:
-                raise _Skip(
-                    Outcome.LIMIT_EXCEEDED,
-                    LimitExceeded(
-                        f"target {target.label}'s grant has its {spent} spent, as its "
-                        "grantor last said",
-                        details={"limit": spent, "target": target.label},
-                    ),
-                )
-            outcome = await self._admit_target(project, target)
-            if outcome is not None:
-                raise _Skip(
-                    outcome,
-                    LimitExceeded(
-                        f"target {target.label} would refuse the request",
-                        details={"limit": "route_target", "target": target.label},
-                    ),
-                )
-        except _Skip:
-            breaker.released()
-            raise
-        except FiccError as exc:
-            breaker.released()
-            raise _Skip(Outcome.NOT_SENT, exc) from exc
-        except BaseException:
-            breaker.released()
-            raise
-        return key, prepared, breaker
-
-    @contextlib.contextmanager
-    def _sent(self, target: Target, breaker: Breaker) -> Iterator[None]:
-        """What sending a remote target's request tells its breaker, and a refusal that proves
-        nothing started turned into a skip; the same for a plain answer and a stream."""
-        try:
-            yield
-        except FiccError as exc:
-            if isinstance(exc, PeerUnreachable):
-                breaker.failed(self._monotonic())
-            else:
-                breaker.answered()  # the peer answered, if only to refuse
-            outcome = skip_outcome(target, exc)
-            if outcome is not None:
-                raise _Skip(outcome, exc) from exc
-            raise
-        except BaseException:
-            breaker.released()
-            raise
-        breaker.answered()
-
-    @contextlib.contextmanager
-    def _counted(self, key: tuple[str, str]) -> Any:
-        self._remote_in_flight[key] = self._remote_in_flight.get(key, 0) + 1
-        try:
-            yield
-        finally:
-            self._remote_in_flight[key] -= 1
-            if not self._remote_in_flight[key]:
-                del self._remote_in_flight[key]
 
     def _skipped(
         self,
@@ -539,56 +349,7 @@ class Routes:
 
     def breaker(self, project: str, label: str) -> Breaker | None:
         """The circuit breaker of a target (None before it was tried): for the console."""
-        return self._breakers.get((project, label))
-
-
-def _token_admits(principal: Principal, route: Route, target: Target) -> None:
-    """Skip a target a restricted token may not reach: its peer is not among the token's
-    ``peers``, or neither its service nor the route (by name or ID) among its ``services``."""
-    rules = principal.restrictions
-    if rules is None:
-        return
-    try:
-        if target.peer is not None and not rules.admits_peer(target.peer):
-            raise tl.peer_refusal(target.peer)
-        check_service(principal, target.service, route.name, route.id)
-    except PermissionDenied as exc:
-        raise _Skip(Outcome.FORBIDDEN, exc) from exc
-
-
-def _local_capacity(target: Target, occupancy: Any) -> int | None:
-    """The most requests a local target takes at once: the target's own bound, else one per
-    replica for a one-at-a-time runtime, else unbounded (the engine queues)."""
-    if target.max_in_flight is not None:
-        return int(target.max_in_flight)
-    if occupancy.runtime in ONE_AT_A_TIME:
-        return int(occupancy.replicas)
-    return None
-
-
-def _term(terms: Mapping[str, Any], name: str, default: int) -> int:
-    value = terms.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return default
-    return value
-
-
-def _addressed(body: Mapping[str, Any], target: Target) -> dict[str, Any]:
-    """The caller's body with ``model`` naming the target's service."""
-    return {**body, "model": target.service}
-
-
-def _busy(target: Target) -> LimitExceeded:
-    return LimitExceeded(
-        f"target {target.label} is at its concurrency",
-        details={"limit": "concurrent", "target": target.label},
-    )
-
-
-def _missing_scope(scope: str) -> PermissionDenied:
-    return PermissionDenied(
-        f"this credential lacks the scope {scope}", details={"missing_scope": scope}
-    )
+        return self._targets.breaker(project, label)
 
 
 def _all_skipped(route: Route, trace: RouteTrace, last: FiccError | None) -> FiccError:
