@@ -25,7 +25,7 @@ from tests.support.fakes.peer_channel import open_pair, paired
 from tests.support.isolation import add_node, record_model
 
 from ficc.bootstrap import Cluster
-from ficc.web import schemas_responses
+from ficc.web import schemas_federation, schemas_responses
 from ficc.web.app import create_app
 from ficc.web.errors import OPENAI_PATH
 
@@ -37,7 +37,8 @@ def documented_model(document: dict[str, Any], method: str, path: str, status: i
     operation = document["paths"][path][method.lower()]
     schema = operation["responses"][str(status)]["content"]["application/json"]["schema"]
     name = schema["$ref"].rsplit("/", 1)[-1]
-    model: type[Any] = getattr(schemas_responses, name)
+    module = schemas_responses if hasattr(schemas_responses, name) else schemas_federation
+    model: type[Any] = getattr(module, name)
     return model
 
 

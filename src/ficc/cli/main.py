@@ -188,6 +188,7 @@ def main() -> None:
         routes,
         service_logs,
         services,
+        usage,
     )
     from ficc.cli.output import run
 

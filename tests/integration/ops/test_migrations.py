@@ -14,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 from tests.support.cluster import ficc, start_cluster
 
+from ficc.adapters.sql import metering_tables  # noqa: F401  (registers its tables on the metadata)
 from ficc.adapters.sql.schema import SCRIPT_LOCATION, head_revision, previous_revision
 from ficc.adapters.sql.tables import metadata
 

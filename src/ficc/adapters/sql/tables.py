@@ -304,71 +304,6 @@ grants = Table(
     Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
 )
 
-usage_records = Table(
-    "usage_records",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("grant_id", String(40), nullable=False),
-    Column("side", String(20), nullable=False),
-    Column("request_id", String(128), nullable=False),
-    Column("operation", String(40), nullable=False),
-    Column("service", String(40), nullable=True),
-    Column("started_at", TIME, nullable=False),
-    Column("ended_at", TIME, nullable=False),
-    Column("prompt_tokens", BigInteger, nullable=False),
-    Column("completion_tokens", BigInteger, nullable=False),
-    Column("request_bytes", BigInteger, nullable=False),
-    Column("response_bytes", BigInteger, nullable=False),
-    Column("outcome", String(20), nullable=False),
-    Column("counted_prompt_tokens", BigInteger, nullable=True),
-    Column("counted_completion_tokens", BigInteger, nullable=True),
-    Column("told", Boolean, nullable=True),
-    # The local token that made the request (the requester's records; None where none did).
-    Column("token_id", String(40), nullable=True),
-)
-
-token_limits = Table(
-    "token_limits",
-    metadata,
-    Column("token_id", String(40), primary_key=True),
-    # The restricted token that minted this one: its budgets count this one's use too.
-    Column("parent", String(40), nullable=True),
-    Column("peers", JSON, nullable=True),
-    Column("services", JSON, nullable=True),
-    Column("tokens", BigInteger, nullable=True),
-    Column("tokens_per_minute", BigInteger, nullable=True),
-    Column("requests_per_minute", BigInteger, nullable=True),
-    Column("requests_used", BigInteger, nullable=False, server_default="0"),
-    Column("prompt_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("completion_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
-)
-
-usage_receipts = Table(
-    "usage_receipts",
-    metadata,
-    Column("grant_id", String(40), primary_key=True),
-    Column("side", String(20), primary_key=True),
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
-    Column("request_id", String(128), nullable=False),
-    Column("digest", String(64), nullable=False),
-    Column("receipt", Text, nullable=False),
-    Column("verified", Boolean, nullable=False),
-    Column("problem", String(40), nullable=True),
-)
-"""Each side's usage receipts by grant and seq; ``receipt`` is its RFC 8785 text as it was
-signed or received, so an alteration on disk shows in its digest."""
-
-usage_reports = Table(
-    "usage_reports",
-    metadata,
-    Column("grant_id", String(40), primary_key=True),
-    Column("peer_id", String(40), nullable=False),
-    Column("at", TIME, nullable=False),
-    Column("report", JSON, nullable=False),
-)
-"""The last reconciliation report of each grant this cluster holds."""
-
 remote_grants = Table(
     "remote_grants",
     metadata,
@@ -403,14 +338,6 @@ Index("audit_by_prev", audit_log.c.prev, unique=True)
 Index("services_by_model", services.c.model)
 Index("peers_by_hypernet_id", peers.c.hypernet_id)
 Index("grants_by_peer", grants.c.peer_id)
-Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
-Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
-Index(
-    "usage_receipts_by_request",
-    usage_receipts.c.grant_id,
-    usage_receipts.c.side,
-    usage_receipts.c.request_id,
-)
 Index("transfers_by_model", transfers.c.project, transfers.c.peer_id, transfers.c.remote_model)
 
 leases = Table(

@@ -9,17 +9,17 @@ from typing import Any, Final
 
 from sqlalchemy import Select, func, insert, select, update
 
-from ficc.adapters.sql import tables as t
+from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
 from ficc.adapters.sql.usage_records import record_of, sums_of
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 
-_ROWS = t.token_limits.c
-_RECORDS = t.usage_records.c
+_ROWS = m.token_limits.c
+_RECORDS = m.usage_records.c
 
-_BUDGET: Final = BudgetRow(t.token_limits, _ROWS.token_id, counts_requests=True)
+_BUDGET: Final = BudgetRow(m.token_limits, _ROWS.token_id, counts_requests=True)
 
 
 def _standing(row: Any) -> GrantStanding:
@@ -56,7 +56,7 @@ class SqlTokenLimits:
     async def add(self, token_id: str, restrictions: TokenRestrictions) -> None:
         r = restrictions
         await self._c.execute(
-            insert(t.token_limits).values(
+            insert(m.token_limits).values(
                 token_id=token_id,
                 parent=r.parent,
                 peers=None if r.peers is None else sorted(r.peers),
@@ -68,14 +68,14 @@ class SqlTokenLimits:
         )
 
     async def get(self, token_id: str) -> TokenLimit | None:
-        query = select(t.token_limits).where(_ROWS.token_id == token_id)
+        query = select(m.token_limits).where(_ROWS.token_id == token_id)
         row = (await self._c.execute(query)).first()
         return None if row is None else _limit(row)
 
     async def of_tokens(self, token_ids: Collection[str]) -> dict[str, TokenLimit]:
         if not token_ids:
             return {}
-        query = select(t.token_limits).where(_ROWS.token_id.in_(sorted(token_ids)))
+        query = select(m.token_limits).where(_ROWS.token_id.in_(sorted(token_ids)))
         return {row.token_id: _limit(row) for row in await self._c.execute(query)}
 
     async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool:
@@ -93,13 +93,13 @@ class SqlTokenLimits:
         )
 
     async def standing(self, token_id: str) -> GrantStanding | None:
-        query = select(t.token_limits).where(_ROWS.token_id == token_id)
+        query = select(m.token_limits).where(_ROWS.token_id == token_id)
         row = (await self._c.execute(query)).first()
         return None if row is None else _standing(row)
 
     async def clear_reservations(self) -> None:
         await self._c.execute(
-            update(t.token_limits).where(_ROWS.tokens_reserved != 0).values(tokens_reserved=0)
+            update(m.token_limits).where(_ROWS.tokens_reserved != 0).values(tokens_reserved=0)
         )
 
     def _mine(self, query: Select[Any], token_id: str) -> Select[Any]:
@@ -108,7 +108,7 @@ class SqlTokenLimits:
     async def usage_page(
         self, token_id: str, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]:
-        query = self._mine(select(t.usage_records), token_id)
+        query = self._mine(select(m.usage_records), token_id)
         if after is not None:
             query = query.where(_RECORDS.seq > after)
         query = query.order_by(_RECORDS.seq).limit(limit)

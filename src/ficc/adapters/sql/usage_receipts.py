@@ -9,11 +9,11 @@ from typing import Any, Final
 
 from sqlalchemy import bindparam, delete, insert, select, update
 
-from ficc.adapters.sql import tables as t
+from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.database import SqlConnection
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after
 
-_R = t.usage_receipts.c
+_R = m.usage_receipts.c
 
 _HEAD: Final = (
     select(_R.seq, _R.digest, _R.receipt)
@@ -24,7 +24,7 @@ _HEAD: Final = (
 )
 
 
-_INSERT: Final = insert(t.usage_receipts)
+_INSERT: Final = insert(m.usage_receipts)
 
 
 class SqlUsageReceipts:
@@ -72,7 +72,7 @@ class SqlUsageReceipts:
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]:
         query = (
-            select(t.usage_receipts)
+            select(m.usage_receipts)
             .where(_R.grant_id == grant_id)
             .where(_R.side == side)
             .where(_R.seq > after)
@@ -87,7 +87,7 @@ class SqlUsageReceipts:
         if not requests:
             return {}
         query = (
-            select(t.usage_receipts)
+            select(m.usage_receipts)
             .where(_R.grant_id == grant_id)
             .where(_R.side == side)
             .where(_R.request_id.in_(sorted(set(requests))))
@@ -97,7 +97,7 @@ class SqlUsageReceipts:
 
     async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
         await self._c.execute(
-            update(t.usage_receipts)
+            update(m.usage_receipts)
             .where(_R.grant_id == grant_id)
             .where(_R.side == side)
             .where(_R.seq == seq)
@@ -107,15 +107,15 @@ class SqlUsageReceipts:
     async def save_report(
         self, grant_id: str, peer_id: str, at: datetime, report: dict[str, Any]
     ) -> None:
-        await self._c.execute(delete(t.usage_reports).where(t.usage_reports.c.grant_id == grant_id))
+        await self._c.execute(delete(m.usage_reports).where(m.usage_reports.c.grant_id == grant_id))
         await self._c.execute(
-            insert(t.usage_reports).values(grant_id=grant_id, peer_id=peer_id, at=at, report=report)
+            insert(m.usage_reports).values(grant_id=grant_id, peer_id=peer_id, at=at, report=report)
         )
 
     async def last_report(self, grant_id: str) -> dict[str, Any] | None:
         row = (
             await self._c.execute(
-                select(t.usage_reports.c.report).where(t.usage_reports.c.grant_id == grant_id)
+                select(m.usage_reports.c.report).where(m.usage_reports.c.grant_id == grant_id)
             )
         ).first()
         return None if row is None else dict(row.report)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from sqlalchemy import Select, bindparam, func, insert, select, update
 
+from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
@@ -21,7 +22,7 @@ from ficc.base.times import parse_time
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
 
 _GRANTS = t.grants.c
-_RECORDS = t.usage_records.c
+_RECORDS = m.usage_records.c
 
 _BUDGET: Final = BudgetRow(t.grants, _GRANTS.id)
 
@@ -34,7 +35,7 @@ _STANDING: Final = select(
     _GRANTS.tokens_reserved,
 ).where(_GRANTS.id == bindparam("grant"))
 
-_ADD_RECORD: Final = insert(t.usage_records)
+_ADD_RECORD: Final = insert(m.usage_records)
 """One usage record, its values bound per request (built once: every federated request
 writes one on each side)."""
 
@@ -105,7 +106,7 @@ class SqlUsage:
         if not requests:
             return {}
         query = (
-            select(t.usage_records)
+            select(m.usage_records)
             .where(_RECORDS.grant_id == grant_id)
             .where(_RECORDS.side == side)
             .where(_RECORDS.request_id.in_(sorted(set(requests))))
@@ -138,7 +139,7 @@ class SqlUsage:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[UsageRecord]:
-        query = self._where(select(t.usage_records), grant_id, side, since, until)
+        query = self._where(select(m.usage_records), grant_id, side, since, until)
         if after is not None:
             query = query.where(_RECORDS.seq > after)
         query = query.order_by(_RECORDS.seq).limit(limit)

@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from ficc.base.errors import (
     Conflict,
-    FiccError,
     GrantExpired,
     GrantRevoked,
     InvalidInput,
@@ -22,30 +21,28 @@ from ficc.base.errors import (
     OutcomeUnknown,
     TooLarge,
 )
-from ficc.base.request_ids import current_request_id
 from ficc.base.units import MiB
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
-from ficc.domain.rate_limit_headers import rate_limit_headers, spent_limit
+from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
-from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
+from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished
-from ficc.services.token_limits import TokenLimits, TokenTab, check_peer, check_service
+from ficc.services.token_limits import TokenLimits, check_peer, check_service
 
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
 GRANT_ANSWER_BYTES: Final = 4 * MiB
 """The most an answer under a grant may be, but for ``inference.invoke`` and
 ``models.manifest``: the others answer records and lists of a few KiB."""
-INVOKE: Final = "inference.invoke"
 MANIFEST_ANSWER_BYTES: Final = 1 * MiB
 """A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
 
@@ -79,17 +76,26 @@ class RemoteClient:
     ) -> None:
         self._uow_factory = uow_factory
         self._tokens = tokens
-        self._receipts = receipts
-        """Checks and keeps the usage receipts answers carry (None: none kept)."""
         self._channel = channel
         self._copies = copies
         self._clock = clock or (lambda: datetime.now(UTC))
-        self.told: dict[str, dict[str, Any]] = {}
-        """The last counts and allowances each grantor told, by grant (for rate headers)."""
-        self._told_at: dict[str, datetime] = {}
-        self.on_settled: Callable[[str, str, int, int], None] | None = None
+        self._usage = RequesterUsage(uow_factory, self._clock, tokens, receipts)
         self._routed: dict[str, tuple[str, dict[str, Any]]] = {}
         """By peer: the grant its last request went through and the copy of its terms."""
+
+    @property
+    def told(self) -> dict[str, dict[str, Any]]:
+        """The last counts and allowances each grantor told, by grant (for rate headers)."""
+        return self._usage.told
+
+    @property
+    def on_settled(self) -> Callable[[str, str, int, int], None] | None:
+        """Told each settled invocation's direction, operation and token counts."""
+        return self._usage.on_settled
+
+    @on_settled.setter
+    def on_settled(self, callback: Callable[[str, str, int, int], None] | None) -> None:
+        self._usage.on_settled = callback
 
     async def published_services(
         self, principal: Principal, project: str, peer_id: str
@@ -160,8 +166,8 @@ class RemoteClient:
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         if name == INVOKE:
-            await self._catch_up(peer, grant_id)
-            async with self._recording(grant_id, wire, peer, prepared.principal) as usage:
+            await self._usage.catch_up(peer, grant_id)
+            async with self._usage.recording(grant_id, wire, peer, prepared.principal) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -258,127 +264,19 @@ class RemoteClient:
                     yield named
             return
         # Recorded from before the request is sent: a refusal, too, leaves its record.
-        await self._catch_up(peer, grant_id)
+        await self._usage.catch_up(peer, grant_id)
         async with (
-            self._recording(grant_id, wire, peer, prepared.principal) as usage,
+            self._usage.recording(grant_id, wire, peer, prepared.principal) as usage,
             opening as chunks,
         ):
-            named = self._metered_stream(_naming_grant(chunks, grant_id), usage)
+            named = metered_stream(_naming_grant(chunks, grant_id), usage)
             async with contextlib.aclosing(named):
                 yield named
-
-    async def _metered_stream(
-        self, chunks: AsyncIterator[bytes], usage: _Usage
-    ) -> AsyncGenerator[bytes, None]:
-        """The chunks, the grantor's usage event taken off and kept, with what this side
-        counted itself: each event after the first (the role) one token, as engines stream."""
-        events = 0
-        try:
-            async for joined in chunks:
-                chunk, told = split_usage_event(joined)
-                if told is not None:
-                    usage.told = told
-                if not chunk:
-                    continue
-                usage.response_bytes += len(chunk)
-                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
-                usage.own_completion = max(events - 1, 0)
-                yield chunk
-        except Exception as exc:
-            # The caller turns it into the stream's error event: kept for the record.
-            usage.error = exc
-            raise
-        usage.ended = True
-
-    async def _catch_up(self, peer: p.Peer, grant_id: str) -> None:
-        """Receipts the grant's chain lacks here are fetched before its next request."""
-        if self._receipts is not None:
-            await self._receipts.catch_up(peer, grant_id)
-
-    @contextlib.asynccontextmanager
-    async def _recording(
-        self,
-        grant_id: str,
-        wire: dict[str, Any],
-        peer: p.Peer,
-        principal: Principal | None = None,
-    ) -> AsyncIterator[_Usage]:
-        """One usage record of an ``inference.invoke``, written however the request ends; a
-        restricted token's budgets hold it before it is sent (its completion bound lowered to
-        what they leave) and are settled with the record."""
-        inner = wire.get("body")
-        service = inner.get("service") if isinstance(inner, dict) else None
-        usage = _Usage(
-            peer=peer,
-            grant=grant_id,
-            request=current_request_id.get() or "",
-            service=service if isinstance(service, str) else None,
-            started_at=self._clock(),
-            request_bytes=len(canonical_json(inner)),
-        )
-        if principal is not None and self._tokens is not None:
-            # A token's refusal leaves no record under the grant: nothing left this cluster.
-            usage.token = principal.token_id
-            usage.tab = await self._tokens.admit(principal, *_invocation(inner))
-            if usage.tab is not None and isinstance(inner, dict):
-                inner["body"] = usage.tab.bounded(*_invocation(inner))
-        try:
-            yield usage
-        except BaseException as error:
-            await settle_surely(self._record(usage, outcome_of(error)))
-            raise
-        if usage.error is not None:
-            outcome = outcome_of(usage.error)
-        else:
-            # Left before its end without an error: the caller went away.
-            outcome = m.COMPLETED if usage.ended else m.CANCELLED
-        await self._record(usage, outcome)
-
-    async def _record(self, usage: _Usage, outcome: str) -> None:
-        told = m.parse_told(usage.told)
-        prompt, completion = (
-            told if told is not None else (usage.own_prompt or 0, usage.own_completion or 0)
-        )
-        record = m.UsageRecord(
-            request=usage.request,
-            grant=usage.grant,
-            side=m.REQUESTER,
-            operation=INVOKE,
-            service=usage.service,
-            started_at=usage.started_at,
-            ended_at=self._clock(),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            request_bytes=usage.request_bytes,
-            response_bytes=usage.response_bytes,
-            outcome=outcome,
-            counted_prompt_tokens=usage.own_prompt,
-            counted_completion_tokens=usage.own_completion,
-            told=told is not None,
-            token=usage.token,
-        )
-        if told is not None and isinstance(usage.told, dict):
-            self.told[usage.grant] = usage.told
-            self._told_at[usage.grant] = self._clock()
-        async with self._uow_factory() as uow:
-            if usage.tab is not None and self._tokens is not None:
-                await self._tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
-            await uow.usage.add(record)
-            if self._receipts is not None:
-                receipt = usage.told.get("receipt") if isinstance(usage.told, dict) else None
-                await self._receipts.keep(uow, usage.peer, record, receipt)
-            await uow.commit()
-        if self.on_settled is not None:
-            self.on_settled("out", INVOKE, prompt, completion)
 
     def known_refusal(self, prepared: Prepared) -> str | None:
         """The grant's rule its grantor last said is spent (a budget at 0, a window at 0 not
         reset since): a route skips that target rather than send a request it would refuse."""
-        told = self.told.get(prepared.grant_id)
-        if told is None:
-            return None
-        age = (self._clock() - self._told_at[prepared.grant_id]).total_seconds()
-        return spent_limit(told, age)
+        return self._usage.known_refusal(prepared.grant_id)
 
     def rate_limits(self, peer_id: str, principal: Principal | None = None) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
@@ -417,46 +315,6 @@ class RemoteClient:
         terms = next((item for item in remote if item.get("id") == peer.selected_grant), {})
         self._routed[peer.id] = (peer.selected_grant, terms)
         return peer, peer.selected_grant, terms
-
-
-@dataclass
-class _Usage:
-    """What the requester learns of one ``inference.invoke`` as it goes."""
-
-    peer: p.Peer
-    grant: str
-    request: str
-    service: str | None
-    started_at: datetime
-    request_bytes: int
-    response_bytes: int = 0
-    told: Any = None
-    own_prompt: int | None = None
-    own_completion: int | None = None
-    """What this side counted itself (None: it did not count that)."""
-    ended: bool = False
-    """The answer arrived whole."""
-    error: Exception | None = None
-    """What ended the stream, when its caller made an error event of it."""
-    token: str | None = None
-    """The local token that made the request."""
-    tab: TokenTab | None = None
-    """What a restricted token's budgets hold for it."""
-
-    @property
-    def sent(self) -> bool:
-        """Whether the request may have left (else a token is charged nothing)."""
-        return not isinstance(self.error, FiccError) or self.told is not None or self.ended
-
-
-def _invocation(inner: object) -> tuple[str, dict[str, Any]]:
-    """The OpenAI path and body an ``inference.invoke`` carries (checked by ``_wire``'s
-    caller as the grantor checks them; anything else counts as an empty chat)."""
-    if isinstance(inner, dict):
-        path, body = inner.get("path"), inner.get("body")
-        if isinstance(path, str) and isinstance(body, dict):
-            return path, body
-    return "", {}
 
 
 def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:

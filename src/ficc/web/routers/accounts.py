@@ -26,6 +26,7 @@ from ficc.web.auth import (
     session_cookie_name,
 )
 from ficc.web.schemas import PasswordSet, SessionCreate, TokenCreate
+from ficc.web.schemas_federation import TokenUsagePage
 from ficc.web.schemas_responses import (
     NO_CONTENT,
     LoginLink,
@@ -33,7 +34,6 @@ from ficc.web.schemas_responses import (
     SessionCreated,
     TokenCreated,
     TokenList,
-    TokenUsagePage,
     answer,
 )
 

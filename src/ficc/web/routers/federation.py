@@ -24,17 +24,14 @@ from ficc.web.schemas import (
     Refresh,
     RemoteRequest,
 )
-from ficc.web.schemas_responses import (
-    OPENAI_ANSWER,
-    AuditPage,
+from ficc.web.schemas_federation import (
     FederationOverview,
     Grant,
     Offer,
-    OpenObject,
     Reconciliation,
     UsagePage,
-    answer,
 )
+from ficc.web.schemas_responses import OPENAI_ANSWER, AuditPage, OpenObject, answer
 
 router = APIRouter()
 

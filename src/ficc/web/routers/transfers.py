@@ -8,7 +8,8 @@ from fastapi import APIRouter
 
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas import Acquire
-from ficc.web.schemas_responses import Transfer, answer
+from ficc.web.schemas_federation import Transfer
+from ficc.web.schemas_responses import answer
 
 router = APIRouter()
 

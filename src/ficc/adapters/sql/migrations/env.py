@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from ficc.adapters.sql import metering_tables  # noqa: F401  (registers its tables on the metadata)
 from ficc.adapters.sql.tables import metadata
 
 connection = context.config.attributes["connection"]
