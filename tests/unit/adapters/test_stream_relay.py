@@ -134,7 +134,15 @@ async def test_events_the_engine_sent_while_the_relay_was_behind_go_on_in_one_wr
     engine = [_event("a") + _event("b") + _event("c") + b"data: [DONE]\n\n"]
     writes = await _relay(engine)
     assert b"".join(writes) == b"".join(engine)
-    assert len(writes) == 1
+    assert writes == [_event("a"), _event("b") + _event("c") + b"data: [DONE]\n\n"]
+
+
+async def test_the_first_event_is_written_alone_though_the_whole_answer_waited() -> None:
+    # An engine that answers at once: the first token must not wait for the last.
+    engine = [_event("a") + _event("b") + b"data: [DONE]\n\n"]
+    writes = await _relay(engine)
+    assert writes[0] == _event("a")
+    assert b"".join(writes[1:]) == _event("b") + b"data: [DONE]\n\n"
 
 
 async def test_events_arriving_one_by_one_are_written_one_by_one() -> None:

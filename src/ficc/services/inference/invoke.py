@@ -324,11 +324,15 @@ async def _coalesced(
 ) -> AsyncGenerator[bytes, None]:
     """The chunks, those the engine had already sent while the last went on joined into one
     piece (the same bytes): when whoever reads falls behind the engine, each write to it
-    carries all that waited, not one event; a reader keeping up gets each as it comes."""
+    carries all that waited, not one event; a reader keeping up gets each as it comes. The
+    first goes on alone, whatever waits behind it: the time to the first token is never the
+    time to the whole answer."""
     waiting: list[bytes] = []
+    first = True
     async for chunk in chunks:
         waiting.append(chunk)
-        if not events.ready():
+        if first or not events.ready():
+            first = False
             yield waiting[0] if len(waiting) == 1 else b"".join(waiting)
             waiting = []
     if waiting:
