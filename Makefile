@@ -84,10 +84,12 @@ test: lint
 # Schemathesis's pytest plugin serves only the OpenAPI fuzz of tests/integration; loading it
 # (and rewriting its asserts) is about a tenth of this tier's time. The tier keeps its bytecode
 # (and pytest's rewritten tests) under build/pycache even where PYTHONDONTWRITEBYTECODE is set:
-# compiling every module again on each run is about another tenth.
+# compiling every module again on each run is about another tenth. Its properties take 25
+# examples each (`make test` runs them with 100): they were half of what is left.
 unit: $(VENV)/.installed-test
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/build/pycache \
-		$(BIN)/python -m pytest tests/unit -q -m 'not slow' -p no:schemathesis
+		$(BIN)/python -m pytest tests/unit -q -m 'not slow' -p no:schemathesis \
+		--hypothesis-profile=fast-tier
 
 screenshots: setup-test
 	FICC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/in-loopback-netns $(BIN)/python -m pytest tests/browser

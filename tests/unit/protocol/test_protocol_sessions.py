@@ -310,7 +310,10 @@ class SessionsMachine(RuleBasedStateMachine):
             assert self.table._handshakes_of.get(peer, 0) == admitted
 
 
-SessionsMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+# 60 runs under the default profile, fewer under the fast tier's.
+SessionsMachine.TestCase.settings = settings(
+    max_examples=settings.default.max_examples * 3 // 5, stateful_step_count=60, deadline=None
+)
 test_sessions_machine = SessionsMachine.TestCase
 
 
