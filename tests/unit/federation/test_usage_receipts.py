@@ -364,3 +364,78 @@ async def test_the_reconcile_route_answers_its_documented_report_and_usage_shows
         page = await api.get(f"/ui/p/default/grants/{grant_id}")
         assert page.status_code == 200
         assert "the chains do not match" in page.text
+
+
+async def keep_in_order(pair: Pair, peer_id: str, grant_id: str, order: list[int]) -> None:
+    """The requester keeps the grantor's receipts of ``grant_id`` as if their answers had
+    arrived in ``order`` (concurrent answers end in one order and arrive in another)."""
+    given = stored(pair.grantor, m.GRANTOR, grant_id)
+    store = pair.requester.uow_factory.store
+    for key in [k for k in store.usage_receipts if k[0] == grant_id and k[1] == m.REQUESTER]:
+        del store.usage_receipts[key]
+    records = {u.request: u for u in store.usage if u.grant == grant_id and u.side == m.REQUESTER}
+    receipts = pair.requester.federation.receipts
+    receipts.behind.pop(grant_id, None)
+    async with pair.requester.uow_factory() as uow:
+        peer = await uow.peers.get(peer_id)
+        assert peer is not None
+        for seq in order:
+            await receipts.keep(uow, peer, records[given[seq].request], given[seq].receipt)
+        await uow.commit()
+
+
+async def test_answers_arriving_out_of_order_leave_no_gap_and_every_receipt_verifies(
+    pair: Pair,
+) -> None:
+    # Eight clients on one grant: answers end 1, 2, 3 at the grantor and arrive 1, 3, 2. The
+    # late one fills its place: nothing is fetched, nothing is marked failing.
+    _, peer_id, grant_id = await three_receipts(pair)
+    await keep_in_order(pair, peer_id, grant_id, [1, 3, 2])
+    kept = stored(pair.requester, m.REQUESTER, grant_id)
+    assert [(s, kept[s].verified, kept[s].problem) for s in sorted(kept)] == [
+        (1, True, None),
+        (2, True, None),
+        (3, True, None),
+    ]
+    assert grant_id not in pair.requester.federation.receipts.behind
+
+
+async def test_a_late_receipt_that_does_not_link_to_its_neighbours_is_kept_failing(
+    pair: Pair,
+) -> None:
+    _, peer_id, grant_id = await three_receipts(pair)
+    given = pair.grantor.uow_factory.store.usage_receipts
+    two = given[(grant_id, m.GRANTOR, 2)]
+    forged = {**two.receipt, "body": {**two.receipt["body"], "prev": "1" * 64}}
+    given[(grant_id, m.GRANTOR, 2)] = replace(two, receipt=forged)
+    await keep_in_order(pair, peer_id, grant_id, [1, 3, 2])
+    kept = stored(pair.requester, m.REQUESTER, grant_id)
+    assert not kept[2].verified
+    assert kept[2].problem is not None
+
+
+async def test_a_gap_is_not_fetched_while_requests_that_may_fill_it_are_on_their_way(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, peer_id, grant_id = await three_receipts(pair)
+    await keep_in_order(pair, peer_id, grant_id, [1, 3])
+    receipts = pair.requester.federation.receipts
+    assert receipts.behind == {grant_id: 1}
+    asked: list[str] = []
+    sending = pair.channel.request
+
+    async def spied(peer: str, operation: str, body: Any, **options: Any) -> Any:
+        asked.append(operation)
+        return await sending(peer, operation, body, **options)
+
+    monkeypatch.setattr(pair.channel, "request", spied)
+    async with pair.requester.uow_factory() as uow:
+        peer = await uow.peers.get(peer_id)
+    assert peer is not None
+    await receipts.catch_up(peer, grant_id, busy=True)
+    assert asked == []
+    # Quiet again (or the gap old enough): the next request fetches it, once.
+    await receipts.catch_up(peer, grant_id, busy=False)
+    assert asked == ["usage.receipts"]
+    assert grant_id not in receipts.behind
+    assert sorted(stored(pair.requester, m.REQUESTER, grant_id)) == [1, 2, 3]

@@ -6,6 +6,7 @@ checks each receipt that comes with an answer (signature, seq, previous digest, 
 saw), keeps it with what the check found, fetches those that did not arrive (an answer ended
 early, a cut connection) on its next request through the grant and on demand, and reconciles
 both chains into a report. A mismatch or a gap is kept and shown, never accepted silently.
+Concurrent answers through one grant may arrive out of order: see ``receipt_gaps``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ficc.services.federation.common import (
     project_peer,
 )
 from ficc.services.federation.known_peers import paired_peer
+from ficc.services.federation.receipt_gaps import ReceiptGaps, late_problem
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
@@ -54,7 +56,8 @@ class UsageReceipts:
     def __init__(self, context: FederationContext, verify: Verify) -> None:
         self._ctx = context
         self._verify = verify
-        self.behind: dict[str, int] = {}
+        self._gaps = ReceiptGaps()
+        self.behind = self._gaps.behind
         """Grants whose chain this side knows to lack receipts, each with the seq after which
         to fetch: fetched before the next request through them."""
 
@@ -117,7 +120,7 @@ class UsageReceipts:
             elif seq > head.seq + 1:
                 self._behind(grant, head.seq)
             else:
-                problem = r.SEQ
+                problem = await late_problem(uow, grant, seq, body, receipt)
         assert isinstance(receipt, Mapping)
         stored = r.StoredReceipt(
             grant, m.REQUESTER, seq, record.request, receipt, problem is None, problem
@@ -133,21 +136,27 @@ class UsageReceipts:
             return None
         if problem is not None:
             log.warning("grant %s: receipt %d fails verification: %s", grant, seq, problem)
+        if seq < head.seq:
+            await self._gaps.filled(uow, grant, head.seq)
         return stored
 
-    async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
+    async def catch_up(self, peer: p.Peer, grant_id: str, *, busy: bool = False) -> None:
         """Before a request through a grant that lacks receipts: fetch them (best effort,
-        briefly: the request goes on whatever happens)."""
-        after = self.behind.get(grant_id)
+        briefly: the request goes on whatever happens). ``busy``: other requests through the
+        grant are still on their way, and may bring what is missing."""
+        after = self._gaps.due(grant_id, busy=busy)
         if after is None:
             return
-        try:
-            await self._fetch(peer, grant_id, timeout_seconds=CATCH_UP_TIMEOUT_SECONDS, after=after)
-        except FiccError as exc:
-            log.info("grant %s: receipts not fetched: %s", grant_id, exc.message)
+        with self._gaps.fetching(grant_id):
+            try:
+                await self._fetch(
+                    peer, grant_id, timeout_seconds=CATCH_UP_TIMEOUT_SECONDS, after=after
+                )
+            except FiccError as exc:
+                log.info("grant %s: receipts not fetched: %s", grant_id, exc.message)
 
     def _behind(self, grant_id: str, after: int) -> None:
-        self.behind[grant_id] = min(self.behind.get(grant_id, after), after)
+        self._gaps.mark(grant_id, after)
 
     async def _fetch(
         self, peer: p.Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
@@ -183,7 +192,7 @@ class UsageReceipts:
                     fetched += 1
             await self._recheck(uow, peer, grant_id, after=start)
             await uow.commit()
-        self.behind.pop(grant_id, None)
+        self._gaps.clear(grant_id)
         return theirs, head, fetched
 
     async def _recheck(

@@ -44,12 +44,14 @@ class RequesterUsage:
         self.told: dict[str, dict[str, Any]] = {}
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
         self._told_at: dict[str, datetime] = {}
+        self._open: dict[str, int] = {}
+        """Requests under way through each grant (their receipts are still to come)."""
         self.on_settled: Callable[[str, str, int, int], None] | None = None
 
     async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
         """Receipts the grant's chain lacks here are fetched before its next request."""
         if self._receipts is not None:
-            await self._receipts.catch_up(peer, grant_id)
+            await self._receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
 
     @contextlib.asynccontextmanager
     async def recording(
@@ -78,17 +80,24 @@ class RequesterUsage:
             usage.tab = await self._tokens.admit(principal, *_invocation(inner))
             if usage.tab is not None and isinstance(inner, dict):
                 inner["body"] = usage.tab.bounded(*_invocation(inner))
+        self._open[grant_id] = self._open.get(grant_id, 0) + 1
         try:
-            yield usage
-        except BaseException as error:
-            await settle_surely(self._record(usage, outcome_of(error)))
-            raise
-        if usage.error is not None:
-            outcome = outcome_of(usage.error)
-        else:
-            # Left before its end without an error: the caller went away.
-            outcome = m.COMPLETED if usage.ended else m.CANCELLED
-        await self._record(usage, outcome)
+            try:
+                yield usage
+            except BaseException as error:
+                await settle_surely(self._record(usage, outcome_of(error)))
+                raise
+            if usage.error is not None:
+                outcome = outcome_of(usage.error)
+            else:
+                # Left before its end without an error: the caller went away.
+                outcome = m.COMPLETED if usage.ended else m.CANCELLED
+            await self._record(usage, outcome)
+        finally:
+            if self._open[grant_id] == 1:
+                del self._open[grant_id]
+            else:
+                self._open[grant_id] -= 1
 
     async def _record(self, usage: _Usage, outcome: str) -> None:
         told = m.parse_told(usage.told)
