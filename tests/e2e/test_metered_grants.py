@@ -22,7 +22,7 @@ from tests.support.metering import (
     stream_chat,
     usage,
 )
-from tests.support.remote import Federated, federation
+from tests.support.remote import Federated, federation, invoke_body
 from tests.support.tiny_gguf import write_tiny_gguf
 
 from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
@@ -87,8 +87,15 @@ def test_requests_per_minute_refuses_with_retry_after(fed: Federated, rated: str
     assert error["message"] == (
         f"the grant allows {PER_MINUTE} requests per minute; try again in {retry_after} s"
     )
+    # FICC's shape (the Federation API's request): the refusal names the rule.
+    answered = fed.request("inference.invoke", invoke_body(fed.service))
+    error = error_of(answered, 429)
+    assert error["code"] == "limit_exceeded"
+    assert error["details"]["limit"] == "requests_per_minute"
+    assert 1 <= int(answered.headers["retry-after"]) <= 60
     grantor, requester = both_sides(fed, rated)
-    assert [r["outcome"] for r in grantor["records"]] == ["completed", "completed", "refused"]  # type: ignore[index]
+    outcomes = [r["outcome"] for r in grantor["records"]]  # type: ignore[index]
+    assert outcomes == ["completed", "completed", "refused", "refused"]
     # Refused before the engine ran: nothing counted.
     assert by_request(grantor["records"])[refused_id][4:6] == (0, 0)  # type: ignore[arg-type]
     agree(grantor["records"], requester["records"])  # type: ignore[arg-type]
