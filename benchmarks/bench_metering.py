@@ -45,10 +45,12 @@ def _grant(alpha: federation.Cluster, beta: federation.Cluster, peer: str, **ter
     return str(given["id"])
 
 
-def _admissions(target: federation.Target, budget_requests: int) -> tuple[float, int, int]:
+def _admissions(
+    target: federation.Target, budget_requests: int, max_tokens: int
+) -> tuple[float, int, int]:
     """8 clients racing for a budget: ms per admission decision (admitted or refused), and
     how many of each."""
-    body = {**federation.CHAT, "model": target.model, "stream": True}
+    body = {**federation.CHAT, "model": target.model, "stream": True, "max_tokens": max_tokens}
     statuses: list[int] = []
 
     def one(_: int) -> int:
@@ -65,6 +67,50 @@ def _admissions(target: federation.Target, budget_requests: int) -> tuple[float,
         statuses = list(pool.map(one, range(budget_requests)))
     elapsed = (time.perf_counter() - started) * 1000
     return elapsed / len(statuses), statuses.count(200), statuses.count(429)
+
+
+RACE_REQUESTS: Final = 80
+RACE_MAX_TOKENS: Final = 60
+RACE_SETTLED: Final = 61
+"""What one racing chat settles to: the mock engine's usage (1 prompt token, ``max_tokens``
+of completion); its reservation is larger (the prompt's byte count and template, 74, plus
+``max_tokens``), so the budget is spent by what settles, not by what is held."""
+RACE_BUDGET: Final = 20 * RACE_SETTLED
+"""About 20 chats' settled tokens, raced by 8 clients asking for 80."""
+
+
+def budget_race_rows(
+    beta: federation.Cluster, grant: str, target: federation.Target
+) -> list[dict[str, Any]]:
+    """The race for :data:`RACE_BUDGET` under ``grant``: ms per decision, and the tokens
+    the grant settled beside its budget (never above it)."""
+    per_ms, admitted, refused = _admissions(target, RACE_REQUESTS, RACE_MAX_TOKENS)
+    overview = federation._ok(beta.client.get(f"{federation.API}/"))
+    (shown,) = [item for item in overview["grants"] if item["id"] == grant]
+    settled = shown["used"]["prompt_tokens"] + shown["used"]["completion_tokens"]
+    if settled > RACE_BUDGET or admitted + refused != RACE_REQUESTS:
+        raise AssertionError(
+            f"the budget race settled {settled} of {RACE_BUDGET} tokens "
+            f"({admitted} admitted, {refused} refused of {RACE_REQUESTS})"
+        )
+    return [
+        row(
+            "metering.admission.c8",
+            f"ms per token-budget decision, 8 clients ({admitted} admitted, {refused} refused)",
+            "ms",
+            per_ms,
+            "admitted + refused",
+            float(admitted + refused),
+        ),
+        row(
+            "metering.admission.c8.settled",
+            f"tokens settled by the 8 clients' race ({admitted} admitted, {refused} refused)",
+            "tokens",
+            float(settled),
+            "the grant's tokens budget",
+            float(RACE_BUDGET),
+        ),
+    ]
 
 
 def run() -> list[dict[str, Any]]:
@@ -121,21 +167,8 @@ def run() -> list[dict[str, Any]]:
                 off,
             )
         )
-        # A budget of about 20 chats' reservations ("Hi": 2 bytes + 72 of template, and 2 of
-        # completion), raced by 8 clients asking for 80.
-        chat_tokens = 76
-        _grant(alpha, beta, peer, **base, tokens=20 * chat_tokens, requests=1_000_000)
-        per_ms, admitted, refused = _admissions(target, 80)
-        rows.append(
-            row(
-                "metering.admission.c8",
-                f"ms per token-budget decision, 8 clients ({admitted} admitted, {refused} refused)",
-                "ms",
-                per_ms,
-                "admitted + refused",
-                float(admitted + refused),
-            )
-        )
+        raced = _grant(alpha, beta, peer, **base, tokens=RACE_BUDGET, requests=1_000_000)
+        rows.extend(budget_race_rows(beta, raced, target))
         rows.extend(receipt_rows(RECEIPT_REQUESTS))
         return rows
 

@@ -5,8 +5,10 @@ agree request by request."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from tests.support.cluster import ficc
 from tests.support.federation import API, error_of, ok, wait_for
@@ -20,13 +22,15 @@ from tests.support.metering import (
     stream_chat,
     usage,
 )
-from tests.support.remote import Federated, federation
+from tests.support.remote import Federated, federation, invoke_body
 from tests.support.tiny_gguf import write_tiny_gguf
 
 from ficc.bootstrap import CONNECT_SECONDS_VARIABLE
 
 BUDGET = 500
 """A few streams' worth of the tiny model's tokens."""
+PER_MINUTE = 2
+"""The rate grant's ``requests_per_minute``."""
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +51,54 @@ def both_sides(fed: Federated, grant: str) -> tuple[dict[str, object], dict[str,
     """Both sides' usage once neither has a request of the grant in flight."""
     fed.wait_idle(grant)
     return usage(fed.beta.owner(), grant), usage(fed.alpha.owner(), grant)
+
+
+@pytest.fixture(scope="module")
+def rated(fed: Federated) -> str:
+    """A grant of :data:`PER_MINUTE` requests a minute, made as the module starts.
+
+    Its window is 60 s of real time (the contract's), kept in beta's process: the first test
+    fills it, the module's other tests run, and the last one meets the refusal with what is
+    left of that minute as ``Retry-After``, waits it and is admitted again.
+    """
+    return metered(fed, requests_per_minute=PER_MINUTE)
+
+
+def short_chat(client: httpx.Client, fed: Federated, request_id: str) -> httpx.Response:
+    url = f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions"
+    body = {"model": fed.service, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    return client.post(url, json=body, headers={"X-Request-ID": request_id})
+
+
+def test_requests_per_minute_refuses_with_retry_after(fed: Federated, rated: str) -> None:
+    fed.select(rated)
+    client = fed.alpha.owner()
+    for _ in range(PER_MINUTE):
+        answered = short_chat(client, fed, new_request_id())
+        assert answered.status_code == 200, answered.text
+        assert answered.headers["x-ratelimit-limit-requests"] == str(PER_MINUTE)
+    refused_id = new_request_id()
+    refused = short_chat(client, fed, refused_id)
+    error = error_of(refused, 429)
+    # OpenAI's shape under the compatible URL: the message names the rule and the wait.
+    retry_after = int(refused.headers["retry-after"])
+    assert 1 <= retry_after <= 60
+    assert error["code"] == "limit_exceeded"
+    assert error["message"] == (
+        f"the grant allows {PER_MINUTE} requests per minute; try again in {retry_after} s"
+    )
+    # FICC's shape (the Federation API's request): the refusal names the rule.
+    answered = fed.request("inference.invoke", invoke_body(fed.service))
+    error = error_of(answered, 429)
+    assert error["code"] == "limit_exceeded"
+    assert error["details"]["limit"] == "requests_per_minute"
+    assert 1 <= int(answered.headers["retry-after"]) <= 60
+    grantor, requester = both_sides(fed, rated)
+    outcomes = [r["outcome"] for r in grantor["records"]]  # type: ignore[index]
+    assert outcomes == ["completed", "completed", "refused", "refused"]
+    # Refused before the engine ran: nothing counted.
+    assert by_request(grantor["records"])[refused_id][4:6] == (0, 0)  # type: ignore[arg-type]
+    agree(grantor["records"], requester["records"])  # type: ignore[arg-type]
 
 
 def test_eight_concurrent_streams_never_pass_the_budget_and_the_next_is_refused_unrun(
@@ -160,18 +212,41 @@ def test_a_revoked_stream_is_recorded_revoked_on_both_sides(fed: Federated) -> N
     agree(grantor["records"], requester["records"])
 
 
-def test_requests_per_minute_refuses_with_retry_after(fed: Federated) -> None:
-    grant = metered(fed, requests_per_minute=2)
-    url = f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions"
-    body = {"model": fed.service, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+@pytest.mark.slow
+def test_a_rate_limit_admits_again_once_its_retry_after_has_passed(
+    fed: Federated, rated: str
+) -> None:
+    """Last in the module, so the minute the first test opened has mostly passed: the wait
+    is what the refusal names, real seconds on both clusters (alone, it fills the window
+    itself and waits about a minute)."""
+    fed.select(rated)
     client = fed.alpha.owner()
-    for _ in range(2):
-        answered = client.post(url, json=body)
-        assert answered.status_code == 200, answered.text
-        assert answered.headers["x-ratelimit-limit-requests"] == "2"
-    refused = client.post(url, json=body)
-    assert error_of(refused, 429)["code"] == "limit_exceeded"
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
-    grantor, requester = both_sides(fed, grant)
-    assert [r["outcome"] for r in grantor["records"]] == ["completed", "completed", "refused"]  # type: ignore[index]
+    refused: httpx.Response | None = None
+    for _ in range(PER_MINUTE + 1):
+        answered = short_chat(client, fed, new_request_id())
+        if answered.status_code != 200:
+            refused = answered
+            break
+    assert refused is not None, "the window never filled"
+    error = error_of(refused, 429)
+    retry_after = int(refused.headers["retry-after"])
+    assert 1 <= retry_after <= 60
+    assert error["code"] == "limit_exceeded"
+    assert error["message"] == (
+        f"the grant allows {PER_MINUTE} requests per minute; try again in {retry_after} s"
+    )
+    window = fed.grantor_view(rated)["windows"]["requests_per_minute"]
+    assert window["remaining"] == 0, window
+    # Waiting exactly what the refusal said is enough: a request of the window has left it.
+    time.sleep(retry_after)
+    admitted_id = new_request_id()
+    admitted = short_chat(client, fed, admitted_id)
+    assert admitted.status_code == 200, admitted.text
+    assert admitted.headers["x-ratelimit-limit-requests"] == str(PER_MINUTE)
+    grantor, requester = both_sides(fed, rated)
+    records = by_request(grantor["records"])  # type: ignore[arg-type]
+    assert records[admitted_id][-1] == "completed"
+    refusals = [r for r in grantor["records"] if r["outcome"] == "refused"]  # type: ignore[union-attr]
+    assert refusals
+    assert all(r["prompt_tokens"] == r["completion_tokens"] == 0 for r in refusals)
     agree(grantor["records"], requester["records"])  # type: ignore[arg-type]

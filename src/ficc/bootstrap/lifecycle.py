@@ -151,6 +151,7 @@ async def start(cluster: Cluster) -> None:
     await cluster.transfers.recover()
     peers = await cluster.federation.known.load()
     await cluster.federation.grants.load(peers)
+    await cluster.federation.receipts.load()
     await _purge(cluster)
     cluster.purger = asyncio.create_task(_purge_daily(cluster))
     await cluster.companion.restore()

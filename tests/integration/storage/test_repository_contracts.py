@@ -15,6 +15,7 @@ from tests.unit.contracts.test_catalogue_repositories import *  # noqa: F403
 from tests.unit.contracts.test_federation_repositories import *  # noqa: F403
 from tests.unit.contracts.test_inference_repositories import *  # noqa: F403
 from tests.unit.contracts.test_lease_repositories import *  # noqa: F403
+from tests.unit.contracts.test_receipt_chain_repositories import *  # noqa: F403
 from tests.unit.contracts.test_route_repositories import *  # noqa: F403
 from tests.unit.contracts.test_stored_times import *  # noqa: F403
 from tests.unit.contracts.test_token_limit_repositories import *  # noqa: F403

@@ -67,6 +67,7 @@ from ficc.services.ports import (
     OffersRepository,
     PeersRepository,
     ProjectsRepository,
+    ReceiptChainsRepository,
     ReceiptsRepository,
     RemoteGrantsRepository,
     RoutesRepository,
@@ -124,6 +125,8 @@ class FakeStore:
     usage_receipts: dict[tuple[str, str, int], StoredReceipt] = field(default_factory=dict)
     """By (grant, side, seq)."""
     usage_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    receipt_chains: list[tuple[str, str, int | None]] = field(default_factory=list)
+    """(grant, peer, after) as inserted: gaps noticed, and (after None) a grant's peer."""
     state_changes: list[tuple[ServiceState, ServiceState]] = field(default_factory=list)
     """Every committed change of a service's state, as (from, to): the state tables' test."""
     commits: int = field(default=0, metadata={"kept": True})
@@ -1018,6 +1021,28 @@ class FakeUsageReceipts(_Repository):
         return None if report is None else _json(report)
 
 
+class FakeReceiptChains(_Repository):
+    """Rows only inserted and deleted, as the SQL table's are."""
+
+    async def note(self, grant_id: str, peer_id: str, after: int | None) -> None:
+        self._s.receipt_chains.append((grant_id, peer_id, after))
+
+    async def behind(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for grant_id, _, after in self._s.receipt_chains:
+            if after is not None:
+                found[grant_id] = min(found.get(grant_id, after), after)
+        return found
+
+    async def caught_up(self, grant_id: str) -> None:
+        self._s.receipt_chains = [
+            row for row in self._s.receipt_chains if row[0] != grant_id or row[2] is None
+        ]
+
+    async def of_peer(self, peer_id: str) -> list[str]:
+        return sorted({grant for grant, peer, _ in self._s.receipt_chains if peer == peer_id})
+
+
 class FakeUnitOfWork:
     """One transaction: it holds the store's writer from enter to exit, and puts back what it
     found unless it committed (or its guard refused the commit)."""
@@ -1055,6 +1080,7 @@ class FakeUnitOfWork:
         self.usage: UsageRepository = FakeUsage(store)
         self.token_limits: TokenLimitsRepository = FakeTokenLimits(store)
         self.usage_receipts: UsageReceiptsRepository = FakeUsageReceipts(store)
+        self.receipt_chains: ReceiptChainsRepository = FakeReceiptChains(store)
 
     async def __aenter__(self) -> Self:
         await self._store.writer.acquire()

@@ -375,7 +375,6 @@ async def keep_in_order(pair: Pair, peer_id: str, grant_id: str, order: list[int
         del store.usage_receipts[key]
     records = {u.request: u for u in store.usage if u.grant == grant_id and u.side == m.REQUESTER}
     receipts = pair.requester.federation.receipts
-    receipts.behind.pop(grant_id, None)
     async with pair.requester.uow_factory() as uow:
         peer = await uow.peers.get(peer_id)
         assert peer is not None
@@ -397,7 +396,7 @@ async def test_answers_arriving_out_of_order_leave_no_gap_and_every_receipt_veri
         (2, True, None),
         (3, True, None),
     ]
-    assert grant_id not in pair.requester.federation.receipts.behind
+    assert pair.requester.federation.receipts.gaps.after(grant_id) is None
 
 
 async def test_a_late_receipt_that_does_not_link_to_its_neighbours_is_kept_failing(
@@ -420,7 +419,7 @@ async def test_a_gap_is_not_fetched_while_requests_that_may_fill_it_are_on_their
     _, peer_id, grant_id = await three_receipts(pair)
     await keep_in_order(pair, peer_id, grant_id, [1, 3])
     receipts = pair.requester.federation.receipts
-    assert receipts.behind == {grant_id: 1}
+    assert receipts.gaps.after(grant_id) == 1
     asked: list[str] = []
     sending = pair.channel.request
 
@@ -437,5 +436,5 @@ async def test_a_gap_is_not_fetched_while_requests_that_may_fill_it_are_on_their
     # Quiet again (or the gap old enough): the next request fetches it, once.
     await receipts.catch_up(peer, grant_id, busy=False)
     assert asked == ["usage.receipts"]
-    assert grant_id not in receipts.behind
+    assert receipts.gaps.after(grant_id) is None
     assert sorted(stored(pair.requester, m.REQUESTER, grant_id)) == [1, 2, 3]

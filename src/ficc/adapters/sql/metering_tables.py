@@ -76,6 +76,20 @@ usage_reports = Table(
 )
 """The last reconciliation report of each grant this cluster holds."""
 
+receipt_chains = Table(
+    "receipt_chains",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("grant_id", String(40), nullable=False),
+    Column("peer_id", String(40), nullable=False),
+    Column("after", BigInteger, nullable=True),
+)
+"""What the requester remembers of a grant's chain beside its copy of the grant: each gap it
+noticed (receipts to fetch past ``after``), and (``after`` null) that the grant came from the
+peer, once the peer lists it no more. Rows are only inserted, never updated, so transactions
+noting one grant at once never conflict."""
+
+Index("receipt_chains_by_grant", receipt_chains.c.grant_id)
 Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
 Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
 Index(

@@ -16,6 +16,7 @@ from ficc.adapters.sql.mutation_receipts import SqlReceipts
 from ficc.adapters.sql.nodes import SqlNodes
 from ficc.adapters.sql.offers import SqlOffers
 from ficc.adapters.sql.peers import SqlPeers, SqlRemoteGrants
+from ficc.adapters.sql.receipt_chains import SqlReceiptChains
 from ficc.adapters.sql.routes import SqlRoutes
 from ficc.adapters.sql.settings import SqlSettings
 from ficc.adapters.sql.token_limits import SqlTokenLimits
@@ -75,6 +76,7 @@ class SqlUnitOfWork:
         self.usage: p.UsageRepository = SqlUsage(connection)
         self.token_limits: p.TokenLimitsRepository = SqlTokenLimits(connection)
         self.usage_receipts: p.UsageReceiptsRepository = SqlUsageReceipts(connection)
+        self.receipt_chains: p.ReceiptChainsRepository = SqlReceiptChains(connection)
         return self
 
     @property

@@ -1,4 +1,10 @@
-"""Gaps in the requester's chain of a grant's usage receipts, and when to fetch them.
+"""The requester's gaps in grants' chains of usage receipts: kept so a restart still knows
+which seqs to fetch with ``usage.receipts``, and fetched when nothing may still fill them.
+
+A gap (an answer that ended without its receipt, a receipt past a seq never seen) is noted in
+the transaction of the usage record that showed it, and held in memory as well: the check
+before each request through a grant reads memory alone. A fetch that brings the chain up to
+date forgets the grant's gaps; :meth:`ReceiptGaps.load` reads them back when the cluster starts.
 
 Concurrent answers through one grant end at the grantor in one order and arrive in another: a
 receipt past the head is kept and the grant marked behind, and the late one fills its place,
@@ -29,51 +35,70 @@ MAX_FILLED_SPAN: Final = 256
 
 
 class ReceiptGaps:
-    """The grants whose chain lacks receipts here, since when, and which are being fetched."""
+    """Each grant known to lack receipts, the seq after which to fetch them, since when, and
+    which are being fetched."""
 
     def __init__(self) -> None:
-        self.behind: dict[str, int] = {}
-        """The seq after which each grant's chain lacks receipts."""
+        self._behind: dict[str, int] = {}
         self._noticed: dict[str, float] = {}
         self._fetching: set[str] = set()
 
-    def mark(self, grant: str, after: int) -> None:
-        if grant not in self.behind:
-            self._noticed[grant] = asyncio.get_running_loop().time()
-        self.behind[grant] = min(self.behind.get(grant, after), after)
+    async def load(self, uow: UnitOfWork) -> None:
+        """At start: the gaps an earlier process noted and never fetched (due at once)."""
+        self._behind = await uow.receipt_chains.behind()
+        self._noticed = {}
 
-    def clear(self, grant: str) -> None:
-        self.behind.pop(grant, None)
-        self._noticed.pop(grant, None)
+    def after(self, grant_id: str) -> int | None:
+        """The seq after which ``grant_id`` lacks receipts (None: none known lacking)."""
+        return self._behind.get(grant_id)
 
-    def due(self, grant: str, *, busy: bool) -> int | None:
-        """The seq to fetch ``grant``'s receipts after, if they are to be fetched now."""
-        after = self.behind.get(grant)
-        if after is None or grant in self._fetching:
+    async def note(self, uow: UnitOfWork, peer_id: str, grant_id: str, after: int) -> None:
+        """``grant_id`` lacks receipts past ``after``, in ``uow``'s transaction (nothing is
+        written when a lower gap is noted already)."""
+        known = self._behind.get(grant_id)
+        if known is not None and known <= after:
+            return
+        if known is None:
+            self._noticed[grant_id] = asyncio.get_running_loop().time()
+        self._behind[grant_id] = after
+        await uow.receipt_chains.note(grant_id, peer_id, after)
+
+    async def caught_up(self, uow: UnitOfWork, grant_id: str) -> None:
+        """The grant's chain was fetched from its first gap on, or its gap filled by the
+        answers that were late: forget its gaps."""
+        self._behind.pop(grant_id, None)
+        self._noticed.pop(grant_id, None)
+        await uow.receipt_chains.caught_up(grant_id)
+
+    def due(self, grant_id: str, *, busy: bool) -> int | None:
+        """The seq to fetch ``grant_id``'s receipts after, if they are to be fetched now;
+        ``busy``: other requests through the grant are on their way and may bring them."""
+        after = self._behind.get(grant_id)
+        if after is None or grant_id in self._fetching:
             return None
-        noticed = self._noticed.get(grant)
-        waited = asyncio.get_running_loop().time() - noticed if noticed is not None else None
+        noticed = self._noticed.get(grant_id)
+        waited = None if noticed is None else asyncio.get_running_loop().time() - noticed
         if busy and waited is not None and waited < GAP_PATIENCE_SECONDS:
             return None
         return after
 
     @contextlib.contextmanager
-    def fetching(self, grant: str) -> Iterator[None]:
-        self._fetching.add(grant)
+    def fetching(self, grant_id: str) -> Iterator[None]:
+        self._fetching.add(grant_id)
         try:
             yield
         finally:
-            self._fetching.discard(grant)
+            self._fetching.discard(grant_id)
 
-    async def filled(self, uow: UnitOfWork, grant: str, head: int) -> None:
+    async def filled(self, uow: UnitOfWork, grant_id: str, head: int) -> None:
         """The grant is no longer behind once every seq from where its gap began to the head
         is kept."""
-        start = self.behind.get(grant)
+        start = self._behind.get(grant_id)
         if start is None or head - start > MAX_FILLED_SPAN:
             return
-        kept = await uow.usage_receipts.page(grant, m.REQUESTER, after=start, limit=head - start)
+        kept = await uow.usage_receipts.page(grant_id, m.REQUESTER, after=start, limit=head - start)
         if [item.seq for item in kept] == list(range(start + 1, head + 1)):
-            self.clear(grant)
+            await self.caught_up(uow, grant_id)
 
 
 async def late_problem(

@@ -52,6 +52,12 @@ class RemoteGrantCopies:
         if not isinstance(listed, list) or not all(isinstance(i, dict) for i in listed):
             raise Conflict("the peer answered grants.list with something else")
         async with self._ctx.uow_factory() as uow:
+            now_listed = {item.get("id") for item in listed}
+            for item in await uow.remote_grants.of_peer(peer.id):
+                if item.get("id") not in now_listed and isinstance(item.get("id"), str):
+                    # A grant the peer lists no more (retired): remember it gave it, so the
+                    # grant's chain of usage receipts can still be reconciled.
+                    await uow.receipt_chains.note(item["id"], peer.id, None)
             await uow.remote_grants.replace_for_peer(peer.id, listed, self._ctx.clock())
             await uow.commit()
         self._stale.discard(peer.id)

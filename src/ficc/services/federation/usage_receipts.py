@@ -56,10 +56,14 @@ class UsageReceipts:
     def __init__(self, context: FederationContext, verify: Verify) -> None:
         self._ctx = context
         self._verify = verify
-        self._gaps = ReceiptGaps()
-        self.behind = self._gaps.behind
-        """Grants whose chain this side knows to lack receipts, each with the seq after which
-        to fetch: fetched before the next request through them."""
+        self.gaps = ReceiptGaps()
+        """Grants whose chain this side knows to lack receipts: fetched before the next
+        request through them, after a restart too."""
+
+    async def load(self) -> None:
+        """At start: the gaps noted before and not yet fetched."""
+        async with self._ctx.uow_factory() as uow:
+            await self.gaps.load(uow)
 
     # The grantor's side.
 
@@ -101,7 +105,7 @@ class UsageReceipts:
         grant = record.grant
         head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if receipt is None:
-            self._behind(grant, head.seq)
+            await self.gaps.note(uow, peer.id, grant, head.seq)
             return None
         body, problem = r.check_alone(
             receipt, grant=grant, public_key=unb64(peer.cluster_key), verify=self._verify
@@ -110,7 +114,7 @@ class UsageReceipts:
         seq = raw.get("seq") if isinstance(raw, Mapping) else None
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             log.warning("grant %s: the grantor's receipt of %s is malformed", grant, record.request)
-            self._behind(grant, head.seq)
+            await self.gaps.note(uow, peer.id, grant, head.seq)
             return None
         if body is not None:
             if not r.matches_record(body, record):
@@ -118,7 +122,7 @@ class UsageReceipts:
             elif seq == head.seq + 1:
                 problem = r.follows(body, head)
             elif seq > head.seq + 1:
-                self._behind(grant, head.seq)
+                await self.gaps.note(uow, peer.id, grant, head.seq)
             else:
                 problem = await late_problem(uow, grant, seq, body, receipt)
         assert isinstance(receipt, Mapping)
@@ -132,31 +136,28 @@ class UsageReceipts:
             # The grantor gave a second receipt at one seq: the first one stays, and
             # reconcile shows the two differ.
             log.warning("grant %s: a second receipt at seq %d was refused", grant, seq)
-            self._behind(grant, 0)
+            await self.gaps.note(uow, peer.id, grant, 0)
             return None
         if problem is not None:
             log.warning("grant %s: receipt %d fails verification: %s", grant, seq, problem)
         if seq < head.seq:
-            await self._gaps.filled(uow, grant, head.seq)
+            await self.gaps.filled(uow, grant, head.seq)
         return stored
 
     async def catch_up(self, peer: p.Peer, grant_id: str, *, busy: bool = False) -> None:
         """Before a request through a grant that lacks receipts: fetch them (best effort,
         briefly: the request goes on whatever happens). ``busy``: other requests through the
         grant are still on their way, and may bring what is missing."""
-        after = self._gaps.due(grant_id, busy=busy)
+        after = self.gaps.due(grant_id, busy=busy)
         if after is None:
             return
-        with self._gaps.fetching(grant_id):
+        with self.gaps.fetching(grant_id):
             try:
                 await self._fetch(
                     peer, grant_id, timeout_seconds=CATCH_UP_TIMEOUT_SECONDS, after=after
                 )
             except FiccError as exc:
                 log.info("grant %s: receipts not fetched: %s", grant_id, exc.message)
-
-    def _behind(self, grant_id: str, after: int) -> None:
-        self._gaps.mark(grant_id, after)
 
     async def _fetch(
         self, peer: p.Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
@@ -191,8 +192,8 @@ class UsageReceipts:
                 if await uow.usage_receipts.add(stored):
                     fetched += 1
             await self._recheck(uow, peer, grant_id, after=start)
+            await self.gaps.caught_up(uow, grant_id)
             await uow.commit()
-        self._gaps.clear(grant_id)
         return theirs, head, fetched
 
     async def _recheck(
@@ -251,7 +252,10 @@ class UsageReceipts:
         chosen = None if grant is None else parse_id("grant", grant, field="grant")
         async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-            known = [str(item.get("id")) for item in await uow.remote_grants.of_peer(peer.id)]
+            # The grants the peer lists now, and those it gave and lists no more (retired):
+            # their chains can still be fetched and compared.
+            known = {str(item.get("id")) for item in await uow.remote_grants.of_peer(peer.id)}
+            known.update(await uow.receipt_chains.of_peer(peer.id))
         if peer.state != p.PAIRED:
             raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
         if chosen is not None and chosen not in known:

@@ -19,6 +19,7 @@ from ficc.services.ports.engines import (
     EngineEvent,
     EngineStream,
 )
+from ficc.services.ports.receipt_chains import ReceiptChainsRepository
 from ficc.services.ports.repositories import (
     AttemptsRepository,
     AuditRepository,
@@ -72,6 +73,7 @@ __all__ = [
     "PartialWriter",
     "PeersRepository",
     "ProjectsRepository",
+    "ReceiptChainsRepository",
     "ReceiptsRepository",
     "RemoteGrantsRepository",
     "RoutesRepository",

@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from ficc.services.ports import repositories as r
+from ficc.services.ports.receipt_chains import ReceiptChainsRepository
 
 
 class CommitGuard(Protocol):
@@ -42,6 +43,7 @@ class UnitOfWork(Protocol):
     usage: r.UsageRepository
     token_limits: r.TokenLimitsRepository
     usage_receipts: r.UsageReceiptsRepository
+    receipt_chains: ReceiptChainsRepository
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
