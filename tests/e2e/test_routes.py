@@ -417,8 +417,19 @@ def test_a_cancelled_stream_through_a_route_settles_at_its_target(routed: Routed
     record = wait_for(settled, what="gamma's record of the cancelled stream")
     assert record["outcome"] == "cancelled"
     assert read - 1 <= record["completion_tokens"] < 3000
-    # Nothing of it is held: the next request through the route runs.
-    assert answered_by(routed.chat("partner")) == routed.gamma.label
+    wait_for(
+        lambda: (
+            len(usage(routed.alpha.owner(), routed.gamma_grant)["records"])
+            == len(routed.gamma_records())
+        ),
+        what="alpha's record of the cancelled stream",
+    )
+    agree(routed.gamma_records(), usage(routed.alpha.owner(), routed.gamma_grant)["records"])
+    # Nothing of it is held: the grant's two concurrent requests both go to gamma (a slot
+    # the cancelled stream kept would make the route skip gamma for the second).
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: routed.chat("partner"), range(2)))
+    assert [answered_by(answer) for answer in answers] == [routed.gamma.label] * 2
 
 
 def test_a_stopped_peer_costs_one_slow_refusal_then_is_skipped(routed: Routed) -> None:
