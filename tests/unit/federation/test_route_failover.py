@@ -79,6 +79,15 @@ async def test_a_grant_whose_requests_are_used_up_moves_the_route_to_its_next_ta
     assert second.skipped == [(f"{peer}/{remote_service}", Outcome.LIMIT_EXCEEDED)]
 
 
+async def test_a_token_budget_too_small_for_the_request_moves_the_route_on(pair: Pair) -> None:
+    """The grantor reserves a request's tokens before any engine work: its refusal proves
+    nothing ran, so the route tries its next target (the issue names token budgets)."""
+    route, peer, remote_service, local_service = await routed(pair, tokens=3)
+    trace = await ask(pair, route)
+    assert trace.target == local_service
+    assert trace.skipped == [(f"{peer}/{remote_service}", Outcome.LIMIT_EXCEEDED)]
+
+
 async def test_the_gate_marks_its_refusals_as_made_at_admission(pair: Pair) -> None:
     route, peer, remote_service, _ = await routed(pair, requests=1)
     await ask(pair, route)

@@ -24,6 +24,7 @@ from ficc.domain.openai_response_answers import response_object
 from ficc.domain.openai_response_events import ResponseEvents
 from ficc.domain.openai_responses import RESPONSES_PATH, chat_request, check_invocation
 from ficc.domain.openai_runtimes import RUNTIME_CAPABILITIES, check_capabilities, engine_body
+from ficc.domain.routes import ADMISSION_STAGE
 from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
@@ -165,8 +166,13 @@ class Invocations:
             counted = m.estimated_tokens(text)
         prompt = counted + m.template_allowance(path, items)
         name, asked = m.requested_max_tokens(plan.sent)
-        # Embeddings generate nothing: their input is all they reserve.
-        bound = await tab.admit(prompt, 0 if path == EMBEDDINGS_PATH else asked)
+        try:
+            # Embeddings generate nothing: their input is all they reserve.
+            bound = await tab.admit(prompt, 0 if path == EMBEDDINGS_PATH else asked)
+        except LimitExceeded as exc:
+            # Refused before any engine work, as the gate refuses: a route may move on.
+            exc.details.setdefault("stage", ADMISSION_STAGE)
+            raise
         if bound is not None and path != EMBEDDINGS_PATH and bound != asked:
             field = name or (
                 "max_output_tokens" if plan.engine_path == RESPONSES_PATH else "max_tokens"
