@@ -28,6 +28,7 @@ from ficc.services.federation.common import (
     project_peer,
 )
 from ficc.services.federation.known_peers import paired_peer
+from ficc.services.federation.receipt_heads import KeptHeads
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
@@ -54,6 +55,7 @@ class UsageReceipts:
     def __init__(self, context: FederationContext, verify: Verify) -> None:
         self._ctx = context
         self._verify = verify
+        self._heads = KeptHeads(verify)
         self.behind: dict[str, int] = {}
         """Grants whose chain this side knows to lack receipts, each with the seq after which
         to fetch: fetched before the next request through them."""
@@ -96,6 +98,9 @@ class UsageReceipts:
         in the record's transaction, and keep it with what the check found. No receipt (an
         answer ended early) or one past a gap marks the grant behind."""
         grant = record.grant
+        kept = await self._heads.keep_next(uow, peer, record, receipt)
+        if kept is not None:
+            return kept
         head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if receipt is None:
             self._behind(grant, head.seq)
@@ -133,6 +138,8 @@ class UsageReceipts:
             return None
         if problem is not None:
             log.warning("grant %s: receipt %d fails verification: %s", grant, seq, problem)
+        if seq > head.seq:
+            self._heads.remember(stored)
         return stored
 
     async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
