@@ -127,3 +127,21 @@ async def test_usage_records_are_found_by_request(uow_factory: UnitOfWorkFactory
         assert list(found) == ["b"]
         assert found["b"].request_bytes == rows[1].request_bytes
         assert await uow.usage.of_requests(grant_id, m.REQUESTER, ["a"]) == {}
+
+
+async def test_a_receipt_is_read_back_as_given_whatever_it_holds(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """What one JSON encoder refuses (an integer past 64 bits) is kept as given too, verified
+    or not."""
+    grant_id = fresh("grant")
+    (first,) = _chain(grant_id, 1)
+    odd = {**first.receipt, "extra": {"big": 2**70, "text": "é"}}
+    kept = [replace(first, receipt=odd), replace(first, side=m.REQUESTER, receipt=odd)]
+    async with uow_factory() as uow:
+        for item in kept:
+            await uow.usage_receipts.append(item)
+        await uow.commit()
+    async with uow_factory() as uow:
+        for item in kept:
+            assert await uow.usage_receipts.page(grant_id, item.side, after=0, limit=1) == [item]
