@@ -4,13 +4,18 @@ receipt adds to a request (signed on the grantor, checked and kept on the reques
 the usage record's own transaction on a real SQLite file) beside the same records without one.
 
 On the mock engine (an ``openai`` service, so no tokenizer call: what is measured is FICC's
-own work). ``python -m benchmarks metering``; ``FICC_BENCH_METERING_REQUESTS`` sets the count.
+own work). Each CPU figure alternates on and off ``FICC_BENCH_METERING_ROUNDS`` times (so the
+machine's drift weighs on both alike) and is the median of the rounds, per side: alpha is the
+requester, beta the grantor; the ``added`` rows are on minus off, against the targets (token
+metering at most +0.3 ms a side, a receipt at most +0.2 ms over both sides).
+``python -m benchmarks metering``; ``FICC_BENCH_METERING_REQUESTS`` sets the count.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +30,11 @@ from benchmarks import row
 from benchmarks.bench_inference import MOCK_MODEL
 from benchmarks.processes import mock_engine_running
 
-REQUESTS: Final = int(os.environ.get("FICC_BENCH_METERING_REQUESTS", "300"))
+REQUESTS: Final = int(os.environ.get("FICC_BENCH_METERING_REQUESTS", "1200"))
+"""Streamed chats of each label over all rounds: a process's CPU is read in clock ticks
+(10 ms), so a round of 300 resolves about 0.03 ms a chat."""
+ROUNDS: Final = int(os.environ.get("FICC_BENCH_METERING_ROUNDS", "4"))
+"""How many times each CPU figure alternates on and off; the rows are the medians."""
 CLIENTS: Final = 8
 METERED: Final = {"tokens": 10**12, "tokens_per_minute": 10**9, "requests_per_minute": 10**6}
 """Token rules that never refuse here: what they cost, not what they refuse."""
@@ -133,22 +142,29 @@ def run() -> list[dict[str, Any]]:
         )
         pids = {"alpha": alpha.pid, "beta": beta.pid}
         base = {"scopes": ["inference:invoke"], "services": [service], "concurrent": 16}
-        used: dict[str, dict[str, float]] = {}
+        samples: dict[str, dict[str, list[float]]] = {}
         # Alternated, so the machine's drift weighs on both alike.
-        for round_ in range(2):
+        for round_ in range(ROUNDS):
             for label, terms in (("off", {}), ("on", METERED)):
                 _grant(alpha, beta, peer, **base, requests=1_000_000, **terms)
                 with httpx.Client(base_url=target.base_url, headers=auth, timeout=60) as http:
                     found = federation._cpu_ms(
-                        pids, lambda: federation._streamed_chat(http, target), REQUESTS // 2
+                        pids,
+                        lambda: federation._streamed_chat(http, target),
+                        max(REQUESTS // ROUNDS, 1),
                     )
-                previous = used.get(label, {"alpha": 0.0, "beta": 0.0})
-                used[label] = {k: previous[k] + found[k] / 2 for k in ("alpha", "beta")}
+                for side in ("alpha", "beta"):
+                    samples.setdefault(label, {}).setdefault(side, []).append(found[side])
             del round_
+        used = {
+            label: {side: statistics.median(values) for side, values in sides.items()}
+            for label, sides in samples.items()
+        }
+        roles = {"alpha": "requester (alpha)", "beta": "grantor (beta)"}
         rows = [
             row(
                 f"metering.cpu.streamed_chat.{side}",
-                f"CPU ms {side} used per streamed chat under a metered grant",
+                f"CPU ms the {roles[side]} used per streamed chat, token rules on",
                 "CPU ms",
                 used["on"][side],
                 "the same grant without token rules",
@@ -160,12 +176,24 @@ def run() -> list[dict[str, Any]]:
         rows.append(
             row(
                 "metering.cpu.streamed_chat.clusters",
-                "CPU ms alpha + beta per streamed chat under a metered grant",
+                "CPU ms alpha + beta per streamed chat, token rules on",
                 "CPU ms",
                 on,
                 "the same grant without token rules",
                 off,
             )
+        )
+        rows.extend(
+            row(
+                f"metering.cpu.streamed_chat.added.{side}",
+                f"CPU ms token metering adds per streamed chat on the {roles[side]} "
+                "(target <= 0.3)",
+                "CPU ms",
+                used["on"][side] - used["off"][side],
+                "the side's CPU ms without token rules",
+                used["off"][side],
+            )
+            for side in ("alpha", "beta")
         )
         raced = _grant(alpha, beta, peer, **base, tokens=RACE_BUDGET, requests=1_000_000)
         rows.extend(budget_race_rows(beta, raced, target))
@@ -173,12 +201,13 @@ def run() -> list[dict[str, Any]]:
         return rows
 
 
-RECEIPT_REQUESTS: Final = int(os.environ.get("FICC_BENCH_RECEIPT_REQUESTS", "400"))
+RECEIPT_REQUESTS: Final = int(os.environ.get("FICC_BENCH_RECEIPT_REQUESTS", "200"))
+"""Requests of each round, on and off alike."""
 
 
 def receipt_rows(requests: int) -> list[dict[str, Any]]:
     """CPU ms per request of each side's usage-record transaction with its receipt beside
-    without (alternated twice, so drift weighs on both alike)."""
+    without (alternated :data:`ROUNDS` times, so drift weighs on both alike; medians)."""
     return asyncio.run(_receipt_rows(requests))
 
 
@@ -196,7 +225,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
 
     now = datetime(2026, 12, 2, tzinfo=UTC)
     key = ClusterKey.generate()
-    used: dict[str, dict[str, float]] = {}
+    samples: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ficc-bench-receipts-") as temporary:
         database = Database(f"sqlite+pysqlite:///{Path(temporary) / 'ficc.db'}")
         await database.migrate()
@@ -218,7 +247,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
         )
         keeper = UsageReceipts(None, verify_signature)  # type: ignore[arg-type]
         try:
-            for round_ in range(2):
+            for round_ in range(ROUNDS):
                 for label, signing in (("off", False), ("on", True)):
                     grant = g.Grant(
                         id=f"grt_{round_}{label}".ljust(30, "x"),
@@ -263,13 +292,15 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
                             await uow.commit()
                         requester += time.process_time() - middle
                         grantor += middle - started
-                    previous = used.get(label, {"grantor": 0.0, "requester": 0.0})
-                    used[label] = {
-                        "grantor": previous["grantor"] + grantor * 1000 / requests / 2,
-                        "requester": previous["requester"] + requester * 1000 / requests / 2,
-                    }
+                    sides = samples.setdefault(label, {"grantor": [], "requester": []})
+                    sides["grantor"].append(grantor * 1000 / requests)
+                    sides["requester"].append(requester * 1000 / requests)
         finally:
             await database.dispose()
+    used = {
+        label: {side: statistics.median(values) for side, values in sides.items()}
+        for label, sides in samples.items()
+    }
     rows = [
         row(
             f"usage_receipts.cpu.{side}",

@@ -83,6 +83,8 @@ class Meter(Budgets):
         self._sign = sign
         """The cluster key's signature: each usage record is signed as a receipt (None: not,
         for tests of metering alone)."""
+        self._heads: dict[str, r.Head] = {}
+        """The last receipt this process signed of each grant: where the next one goes."""
         self.settled: list[tuple[str, str, int, int]] = []
         """(direction, operation, prompt, completion) waiting for the metrics to take."""
         self.on_settled: Callable[[str, str, int, int], None] | None = None
@@ -141,7 +143,8 @@ class Meter(Budgets):
             outcome=outcome,
         )
         async with self._uow_factory() as uow:
-            await uow.usage.settle_tokens(
+            # First: its UPDATE takes the grant's row lock, which orders the receipts below.
+            standing = await uow.usage.settle_and_stand(
                 tab.grant.id,
                 reserved=tab.reserved_in_db,
                 prompt_tokens=prompt,
@@ -149,7 +152,6 @@ class Meter(Budgets):
             )
             await uow.usage.add(record)
             receipt = await self._signed(uow, record)
-            standing = await uow.usage.standing(tab.grant.id)
             await uow.commit()
         tab.reserved_in_db = 0
         if self.on_settled is not None:
@@ -176,19 +178,36 @@ class Meter(Budgets):
         seqs of a grant have no gap and no repeat."""
         if self._sign is None:
             return None
+        head = self._heads.get(record.grant)
+        if head is not None:
+            # The head this process signed last, if it still is the chain's (checked by the
+            # INSERT itself): the common case reads nothing.
+            receipt, stored = self._receipt(record, head)
+            if await uow.usage_receipts.append_after(stored, head):
+                self._heads[record.grant] = r.head_after(receipt)
+                return receipt
         head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
-        receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
-        await uow.usage_receipts.append(
-            r.StoredReceipt(
-                grant=record.grant,
-                side=m.GRANTOR,
-                seq=head.seq + 1,
-                request=record.request,
-                receipt=receipt,
-                verified=True,
-            )
-        )
+        receipt, stored = self._receipt(record, head)
+        await uow.usage_receipts.append(stored)
+        # Remembered before the commit: a transaction that rolls back leaves a head that the
+        # next INSERT finds is not the chain's, and that one reads the chain's again.
+        self._heads[record.grant] = r.head_after(receipt)
         return receipt
+
+    def _receipt(
+        self, record: m.UsageRecord, head: r.Head
+    ) -> tuple[dict[str, Any], r.StoredReceipt]:
+        assert self._sign is not None
+        receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
+        stored = r.StoredReceipt(
+            grant=record.grant,
+            side=m.GRANTOR,
+            seq=head.seq + 1,
+            request=record.request,
+            receipt=receipt,
+            verified=True,
+        )
+        return receipt, stored
 
     async def record_refused(
         self,

@@ -811,6 +811,17 @@ class FakeUsage(_Repository):
                 completion_tokens_used=grant.completion_tokens_used + completion_tokens,
             )
 
+    async def settle_and_stand(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> GrantStanding | None:
+        await self.settle_tokens(
+            grant_id,
+            reserved=reserved,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        return await self.standing(grant_id)
+
     async def clear_reservations(self) -> None:
         for grant_id, grant in list(self._s.grants.items()):
             if grant.tokens_reserved:
@@ -990,6 +1001,13 @@ class FakeUsageReceipts(_Repository):
     async def append(self, receipt: StoredReceipt) -> None:
         if not await self.add(receipt):
             raise IntegrityError(f"receipt {receipt.seq} of {receipt.grant} exists")
+
+    async def append_after(self, receipt: StoredReceipt, head: Head) -> bool:
+        kept = self._of(receipt.grant, receipt.side)
+        last = (kept[-1].seq, kept[-1].digest) if kept else (0, EMPTY_HEAD.digest)
+        if last != (head.seq, head.digest):
+            return False
+        return await self.add(receipt)
 
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int

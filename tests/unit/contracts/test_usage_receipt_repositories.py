@@ -5,6 +5,8 @@ reconciliation report is kept and replaced."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.unit.contracts.records import NOW, fresh
 from tests.unit.contracts.test_usage_repositories import record
 
@@ -61,6 +63,33 @@ async def test_receipts_are_kept_once_per_seq_as_given_and_read_back_in_seq_orde
         assert await uow.usage_receipts.head(fresh("grant"), m.GRANTOR) == r.EMPTY_HEAD
 
 
+async def test_a_receipt_is_appended_after_a_head_only_while_that_head_is_the_chains(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    grant_id = fresh("grant")
+    first, second, third = _chain(grant_id, 3)
+    after_first = r.head_after(first.receipt)
+    async with uow_factory() as uow:
+        assert await uow.usage_receipts.append_after(first, r.EMPTY_HEAD)
+        # The empty head is not the chain's any more: nothing is written.
+        assert not await uow.usage_receipts.append_after(second, r.EMPTY_HEAD)
+        # Nor is a head whose digest is not the one kept at its seq.
+        assert not await uow.usage_receipts.append_after(
+            second, replace(after_first, digest="f" * 64)
+        )
+        assert await uow.usage_receipts.append_after(second, after_first)
+        # A head a later receipt passed since is refused too.
+        assert not await uow.usage_receipts.append_after(third, after_first)
+        assert await uow.usage_receipts.append_after(third, r.head_after(second.receipt))
+        # Another side's chain is its own.
+        assert await uow.usage_receipts.append_after(replace(first, side=m.REQUESTER), r.EMPTY_HEAD)
+        await uow.commit()
+    async with uow_factory() as uow:
+        kept = await uow.usage_receipts.page(grant_id, m.GRANTOR, after=0, limit=10)
+        assert kept == [first, second, third]
+        assert await uow.usage_receipts.head(grant_id, m.GRANTOR) == r.head_after(third.receipt)
+
+
 async def test_a_rolled_back_receipt_is_not_kept(uow_factory: UnitOfWorkFactory) -> None:
     grant_id = fresh("grant")
     async with uow_factory() as uow:
@@ -98,3 +127,21 @@ async def test_usage_records_are_found_by_request(uow_factory: UnitOfWorkFactory
         assert list(found) == ["b"]
         assert found["b"].request_bytes == rows[1].request_bytes
         assert await uow.usage.of_requests(grant_id, m.REQUESTER, ["a"]) == {}
+
+
+async def test_a_receipt_is_read_back_as_given_whatever_it_holds(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """What one JSON encoder refuses (an integer past 64 bits) is kept as given too, verified
+    or not."""
+    grant_id = fresh("grant")
+    (first,) = _chain(grant_id, 1)
+    odd = {**first.receipt, "extra": {"big": 2**70, "text": "é"}}
+    kept = [replace(first, receipt=odd), replace(first, side=m.REQUESTER, receipt=odd)]
+    async with uow_factory() as uow:
+        for item in kept:
+            await uow.usage_receipts.append(item)
+        await uow.commit()
+    async with uow_factory() as uow:
+        for item in kept:
+            assert await uow.usage_receipts.page(grant_id, item.side, after=0, limit=1) == [item]

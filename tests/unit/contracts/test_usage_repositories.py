@@ -69,6 +69,29 @@ async def test_a_reservation_never_passes_the_budget_and_settling_gives_back_wha
         assert stored.tokens_reserved == 0
 
 
+async def test_settling_answers_the_standing_the_grant_is_left_with(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    holder = peer()
+    given = grant(holder.id, tokens=100)
+    async with uow_factory() as uow:
+        await project(uow)
+        await uow.peers.add(holder)
+        await uow.grants.add(given)
+        assert await uow.usage.reserve_tokens(given.id, 60, limit=100)
+        standing = await uow.usage.settle_and_stand(
+            given.id, reserved=60, prompt_tokens=10, completion_tokens=20
+        )
+        assert standing is not None
+        assert standing == await uow.usage.standing(given.id)
+        assert (standing.tokens_reserved, standing.prompt_tokens_used) == (0, 10)
+        assert standing.completion_tokens_used == 20
+        missing = await uow.usage.settle_and_stand(
+            fresh("grant"), reserved=0, prompt_tokens=1, completion_tokens=1
+        )
+        assert missing is None
+
+
 async def test_concurrent_reservations_take_at_most_the_budget(
     uow_factory: UnitOfWorkFactory,
 ) -> None:

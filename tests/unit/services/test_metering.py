@@ -309,6 +309,22 @@ def test_a_window_released_after_a_refusal_takes_nothing() -> None:
     meter.hold_request(terms, "grt_a")
 
 
+def test_settling_an_entry_that_left_the_window_leaves_an_equal_one_counted() -> None:
+    """An entry is settled as itself, not by its value: one that left the window changes
+    nothing, even while an entry of the same moment and amount is in it (a clock set back),
+    and settling it is one check, not a search of the window."""
+    window = m.RollingWindow()
+    gone = window.add(100.0, 5)
+    window.add(161.0, 1)
+    assert window.total(161.0) == 1
+    kept = window.add(100.0, 5)
+    assert window.total(161.0) == 6
+    window.adjust(gone, 0)
+    assert window.total(161.0) == 6
+    window.adjust(kept, 2)
+    assert window.total(161.0) == 3
+
+
 def test_the_settled_counts_never_pass_the_reservation() -> None:
     reservation = m.reserve(10, 5, allowance=20)
     assert reservation.tokens == 15

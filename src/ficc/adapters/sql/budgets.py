@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, Table, Update, bindparam, case, update
+from sqlalchemy import Column, CursorResult, Table, Update, bindparam, case, update
 
 from ficc.adapters.sql.database import SqlConnection
 
@@ -66,6 +66,11 @@ class BudgetRow:
             )
         return result.rowcount == 1
 
+    @property
+    def settle_statement(self) -> Update:
+        """The settlement's UPDATE, for a repository that adds a ``RETURNING`` to it."""
+        return self._settle
+
     async def settle(
         self,
         connection: SqlConnection,
@@ -74,10 +79,12 @@ class BudgetRow:
         reserved: int,
         prompt_tokens: int,
         completion_tokens: int,
-    ) -> None:
-        """Give back what was reserved and add the true counts."""
-        await connection.execute(
-            self._settle,
+        statement: Update | None = None,
+    ) -> CursorResult[Any]:
+        """Give back what was reserved and add the true counts (``statement``: the
+        settlement with a ``RETURNING`` of the repository's own)."""
+        return await connection.execute(
+            self._settle if statement is None else statement,
             {
                 "b_holder": holder,
                 "b_reserved": reserved,

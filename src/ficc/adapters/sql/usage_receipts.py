@@ -3,11 +3,13 @@ it was signed or received; and the last reconciliation report of each grant."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, delete, insert, select, update
+import orjson
+from sqlalchemy import BigInteger, bindparam, delete, exists, insert, or_, select, update
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.database import SqlConnection
@@ -25,6 +27,37 @@ _HEAD: Final = (
 
 
 _INSERT: Final = insert(m.usage_receipts)
+_COLUMNS: Final = (
+    "grant_id",
+    "side",
+    "seq",
+    "request_id",
+    "digest",
+    "receipt",
+    "verified",
+    "problem",
+)
+_K = m.usage_receipts.alias("kept")
+_OF_CHAIN: Final = (_K.c.grant_id == bindparam("grant_id"), _K.c.side == bindparam("side"))
+_HEAD_SEQ: Final = bindparam("head_seq", type_=BigInteger)
+_APPEND_AFTER: Final = (
+    insert(m.usage_receipts)
+    .from_select(
+        list(_COLUMNS),
+        select(*(bindparam(name, type_=m.usage_receipts.c[name].type) for name in _COLUMNS)).where(
+            ~exists().where(*_OF_CHAIN, _K.c.seq > _HEAD_SEQ),
+            or_(
+                _HEAD_SEQ == 0,
+                exists().where(
+                    *_OF_CHAIN, _K.c.seq == _HEAD_SEQ, _K.c.digest == bindparam("head_digest")
+                ),
+            ),
+        ),
+    )
+    .returning(m.usage_receipts.c.seq)
+)
+"""A receipt kept only while the head it follows is still the chain's: both checks are
+lookups of the primary key, in the INSERT itself."""
 
 
 class SqlUsageReceipts:
@@ -55,18 +88,14 @@ class SqlUsageReceipts:
     async def append(self, receipt: StoredReceipt) -> None:
         # The grantor appends under the grant's row lock (its settlement's UPDATE), the
         # requester past the head it read: no two transactions insert one seq at once.
-        values = {
-            "grant_id": receipt.grant,
-            "side": receipt.side,
-            "seq": receipt.seq,
-            "request_id": receipt.request[:128],
-            "digest": receipt.digest[:64],
-            # As it was given, compact: the digest is checked on the body, not this text.
-            "receipt": json.dumps(receipt.receipt, separators=(",", ":"), ensure_ascii=False),
-            "verified": receipt.verified,
-            "problem": receipt.problem,
-        }
-        await self._c.execute(_INSERT, values)
+        await self._c.execute(_INSERT, _values(receipt))
+
+    async def append_after(self, receipt: StoredReceipt, head: Head) -> bool:
+        values = _values(receipt)
+        values["head_seq"], values["head_digest"] = head.seq, head.digest
+        # Whether a row went in, as the RETURNING tells (a driver may not count an INSERT's
+        # rows from a SELECT).
+        return (await self._c.execute(_APPEND_AFTER, values)).first() is not None
 
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
@@ -119,6 +148,32 @@ class SqlUsageReceipts:
             )
         ).first()
         return None if row is None else dict(row.report)
+
+
+def _values(receipt: StoredReceipt) -> dict[str, Any]:
+    return {
+        "grant_id": receipt.grant,
+        "side": receipt.side,
+        "seq": receipt.seq,
+        "request_id": receipt.request[:128],
+        "digest": receipt.digest[:64],
+        # As it was given, compact: the digest is checked on the body, not this text.
+        "receipt": _text(receipt),
+        "verified": receipt.verified,
+        "problem": receipt.problem,
+    }
+
+
+def _text(receipt: StoredReceipt) -> str:
+    """The receipt as compact JSON, its keys in their order, text as UTF-8. A receipt that
+    verified holds only what both encoders spell so (its digest took its body's RFC 8785
+    encoding): orjson, several times faster, writes it; any other goes through the standard
+    library, which also writes what orjson refuses (an integer past 64 bits)."""
+    value = receipt.receipt
+    if receipt.verified and type(value) is dict:
+        with contextlib.suppress(TypeError):
+            return orjson.dumps(value).decode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _stored(row: Any) -> StoredReceipt:

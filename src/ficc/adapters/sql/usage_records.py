@@ -35,6 +35,16 @@ _STANDING: Final = select(
     _GRANTS.tokens_reserved,
 ).where(_GRANTS.id == bindparam("grant"))
 
+_SETTLE_STANDING: Final = _BUDGET.settle_statement.returning(
+    _GRANTS.requests_used,
+    _GRANTS.transfer_bytes_used,
+    _GRANTS.prompt_tokens_used,
+    _GRANTS.completion_tokens_used,
+    _GRANTS.tokens_reserved,
+)
+"""The settlement, answering the row it leaves: the told counts need it, and reading the row
+again would be one more statement on every request (SQLite 3.35+ and PostgreSQL return it)."""
+
 _ADD_RECORD: Final = insert(m.usage_records)
 """One usage record, its values bound per request (built once: every federated request
 writes one on each side)."""
@@ -60,22 +70,26 @@ class SqlUsage:
             completion_tokens=completion_tokens,
         )
 
+    async def settle_and_stand(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> GrantStanding | None:
+        result = await _BUDGET.settle(
+            self._c,
+            grant_id,
+            reserved=reserved,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            statement=_SETTLE_STANDING,
+        )
+        return _standing_of(result.first())
+
     async def clear_reservations(self) -> None:
         await self._c.execute(
             update(t.grants).where(_GRANTS.tokens_reserved != 0).values(tokens_reserved=0)
         )
 
     async def standing(self, grant_id: str) -> GrantStanding | None:
-        row = (await self._c.execute(_STANDING, {"grant": grant_id})).first()
-        if row is None:
-            return None
-        return GrantStanding(
-            requests_used=row.requests_used,
-            transfer_bytes_used=row.transfer_bytes_used,
-            prompt_tokens_used=row.prompt_tokens_used,
-            completion_tokens_used=row.completion_tokens_used,
-            tokens_reserved=row.tokens_reserved,
-        )
+        return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
 
     async def add(self, record: UsageRecord) -> None:
         await self._c.execute(
@@ -165,6 +179,18 @@ class SqlUsage:
         query = self._where(select(hour, *sums), grant_id, side, since, until)
         rows = (await self._c.execute(query.group_by(hour).order_by(hour))).all()
         return bucketed([(row.bucket, sums_of(row)) for row in rows])
+
+
+def _standing_of(row: Any) -> GrantStanding | None:
+    if row is None:
+        return None
+    return GrantStanding(
+        requests_used=row.requests_used,
+        transfer_bytes_used=row.transfer_bytes_used,
+        prompt_tokens_used=row.prompt_tokens_used,
+        completion_tokens_used=row.completion_tokens_used,
+        tokens_reserved=row.tokens_reserved,
+    )
 
 
 def sums_of(row: Any) -> dict[str, int]:

@@ -30,6 +30,7 @@ from ficc.services.federation.common import (
 )
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.federation.receipt_gaps import ReceiptGaps, late_problem
+from ficc.services.federation.receipt_heads import KeptHeads
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
 
@@ -56,6 +57,7 @@ class UsageReceipts:
     def __init__(self, context: FederationContext, verify: Verify) -> None:
         self._ctx = context
         self._verify = verify
+        self._heads = KeptHeads(verify)
         self.gaps = ReceiptGaps()
         """Grants whose chain this side knows to lack receipts: fetched before the next
         request through them, after a restart too."""
@@ -103,6 +105,9 @@ class UsageReceipts:
         in the record's transaction, and keep it with what the check found. No receipt (an
         answer ended early) or one past a gap marks the grant behind."""
         grant = record.grant
+        kept = await self._heads.keep_next(uow, peer, record, receipt)
+        if kept is not None:
+            return kept
         head = await uow.usage_receipts.head(grant, m.REQUESTER)
         if receipt is None:
             await self.gaps.note(uow, peer.id, grant, head.seq)
@@ -142,6 +147,8 @@ class UsageReceipts:
             log.warning("grant %s: receipt %d fails verification: %s", grant, seq, problem)
         if seq < head.seq:
             await self.gaps.filled(uow, grant, head.seq)
+        if seq > head.seq:
+            self._heads.remember(stored)
         return stored
 
     async def catch_up(self, peer: p.Peer, grant_id: str, *, busy: bool = False) -> None:

@@ -271,6 +271,13 @@ class UsageRepository(Protocol):
     async def settle_tokens(
         self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
     ) -> None: ...
+    async def settle_and_stand(
+        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> GrantStanding | None:
+        """:meth:`settle_tokens`, answering the grant's standing it leaves (one statement:
+        the settlement is on every request, and reading the row again would be another)."""
+        ...
+
     async def clear_reservations(self) -> None:
         """At start: no request is in flight, so nothing is held."""
         ...
@@ -343,6 +350,13 @@ class UsageReceiptsRepository(Protocol):
     async def append(self, receipt: StoredReceipt) -> None:
         """Keep ``receipt``, past the head the caller read in this transaction (one
         statement: nothing can be at its seq)."""
+        ...
+
+    async def append_after(self, receipt: StoredReceipt, head: Head) -> bool:
+        """Keep ``receipt`` only while ``head`` is still the chain's head (the receipt at its
+        seq has its digest and none is past it; for the empty head, none is kept): one
+        statement, so a head remembered from an earlier transaction is checked here, never
+        trusted. False (nothing written) when it is not the head."""
         ...
 
     async def page(
