@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
+from ficc.base.json_types import JSONObject
 from ficc.domain.inference import (
     ATTEMPT_FINAL_STATES,
     AttemptState,
@@ -79,6 +80,6 @@ class MutationReceipt:
     operation: str
     arguments_sha256: str
     state: str
-    result: dict[str, Any] | None
+    result: JSONObject | None
     created_at: datetime
     completed_at: datetime | None = None

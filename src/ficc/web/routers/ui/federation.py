@@ -107,7 +107,9 @@ async def approve_offer(
         revision=form_int(form, "revision"),
         grant=grant_from_form(form),
     )
-    return action_done(f"Approved and signed. Receipt digest {approved['receipt']['digest']}.")
+    receipt = approved["receipt"]
+    assert receipt is not None  # an approved offer carries the receipt it was signed with
+    return action_done(f"Approved and signed. Receipt digest {receipt['digest']}.")
 
 
 @router.post(f"{P}/offers/{{offer_id}}/discard")
