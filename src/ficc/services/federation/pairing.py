@@ -127,7 +127,7 @@ class Pairing:
                 return await self._finished(uow, offer, now)
             o.next_state(offer, "finish", now)
             await refuse_second_pairing(uow, offer.service, project)
-        stored = offer.receipt
+        stored: object = offer.receipt
         if stored is None:
             fetched = await self._ctx.link.request(
                 offer.service,

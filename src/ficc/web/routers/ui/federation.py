@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -161,7 +162,9 @@ async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    found = next((item for item in view["grants"] if item["id"] == grant_id), None)
+    found: Mapping[str, object] | None = next(
+        (item for item in view["grants"] if item["id"] == grant_id), None
+    )
     peer = (
         None
         if found is None
