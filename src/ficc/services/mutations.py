@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -32,11 +32,11 @@ UNCERTAIN: Final = ReceiptState.UNCERTAIN
 COMPLETED: Final = ReceiptState.COMPLETED
 REFUSED: Final = ReceiptState.REFUSED
 
-Shown = Callable[[JSONObject], JSONObject]
+Shown = Callable[[Mapping[str, object]], Mapping[str, object]]
 """What the caller of a mutation is shown of its result (a peer: its own view of a service)."""
 
 
-def _as_is(result: JSONObject) -> JSONObject:
+def _as_is(result: Mapping[str, object]) -> Mapping[str, object]:
     return result
 
 
@@ -167,7 +167,7 @@ class MutationScope:
         """Before an effect whose answer may be lost: the mutation may have happened."""
         await self._write(ReceiptState.UNCERTAIN, None, now)
 
-    async def complete(self, result: JSONObject, now: datetime) -> JSONObject:
+    async def complete(self, result: Mapping[str, object], now: datetime) -> JSONObject:
         """With the effect, in its transaction: the answer, as the caller is shown ``result``;
         a retry replays exactly it.
 
@@ -204,7 +204,7 @@ class MutationScope:
         self._receipt = receipt
 
 
-def canonical_answer(answer: JSONObject) -> JSONObject:
+def canonical_answer(answer: Mapping[str, object]) -> JSONObject:
     """``answer`` as plain JSON values: what a stored receipt gives back, to the last byte."""
     plain = json.loads(json.dumps(answer, allow_nan=False))
     assert isinstance(plain, dict)

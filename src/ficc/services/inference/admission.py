@@ -25,7 +25,7 @@ from ficc.domain.inference import (
     uses_local_model,
 )
 from ficc.domain.nodes import Node
-from ficc.domain.service_records import ServiceRecord
+from ficc.domain.service_records import PreviewView, ServiceRecord
 from ficc.services.catalogue import resolves
 from ficc.services.inference.records import (
     ACTIVE_STATES,
@@ -57,7 +57,7 @@ class Admission:
         """Held from :meth:`admit` to the commit of the start, so that two starts cannot both
         count the same free memory."""
 
-    async def preview(self, project: str, spec_data: object) -> dict[str, Any]:
+    async def preview(self, project: str, spec_data: object) -> PreviewView:
         """Would this spec fit on its node now? Reasons, not a launch; ``start`` enforces it."""
         spec = parse_service_spec(spec_data)
         reasons: list[str] = []

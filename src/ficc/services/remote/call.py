@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,7 @@ class Call:
 
 Effect = Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
 """A checked mutation, ready to run exactly once: its result and whether it was a replay."""
-Answer = Callable[[Call], Awaitable[dict[str, Any] | EncodedAnswer]]
+Answer = Callable[[Call], Awaitable[Mapping[str, object] | EncodedAnswer]]
 """A read under a grant: its result (or its encoding, when a limit measured it)."""
 Mutate = Callable[[Call], Awaitable[Effect]]
 """A mutation under a grant: checks the body, then gives the effect to run once."""

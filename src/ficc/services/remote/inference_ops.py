@@ -16,6 +16,7 @@ from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
+from ficc.domain.service_records import PreviewView
 from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
@@ -70,7 +71,7 @@ class InferenceOperations:
             node_ids=frozenset(call.grant.terms.nodes),
         )
 
-    async def preview(self, call: Call) -> dict[str, Any]:
+    async def preview(self, call: Call) -> PreviewView:
         await self._check_spec(call, call.body["spec"])
         return await self._inference.admission.preview(call.grant.project, call.body["spec"])
 
