@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded
+from ficc.base.json_types import JSONObject
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import (
     Requirements,
@@ -98,7 +98,7 @@ class Admission:
         *,
         model_ids: frozenset[str] | None = None,
         node_ids: frozenset[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Models (names, revisions, readiness) and the node/runtime offers that can run them."""
         async with self._uow_factory() as uow:
             models = [
