@@ -390,13 +390,10 @@ async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGen
 
 
 def _published(selected: str | None, remote_grants: list[JSONObject]) -> list[str]:
-    for grant in remote_grants:
-        if grant.get("id") == selected:
-            return sorted(set(_names(grant, "services")) | set(_names(grant, "created_services")))
-    return []
+    grant = next((item for item in remote_grants if item.get("id") == selected), {})
+    return sorted({*_listed(grant.get("services")), *_listed(grant.get("created_services"))})
 
 
-def _names(grant: JSONObject, field: str) -> list[str]:
-    """The IDs a remote grant's copy lists under ``field`` (none when it lists none)."""
-    names = grant.get(field, [])
-    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+def _listed(value: object) -> list[str]:
+    """The IDs a remote grant's copy lists (none when it lists none)."""
+    return [name for name in value if isinstance(name, str)] if isinstance(value, list) else []
