@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import click
 
@@ -17,6 +17,7 @@ from ficc.cli.config import env_name
 from ficc.cli.exits import EXIT_REFUSED, handles_errors
 from ficc.cli.group import cli, emit, state_options
 from ficc.cli.output import fail_with
+from ficc.domain.audit_chain import ChainReport
 
 BROKEN_CODE: Final = "audit_chain_broken"
 
@@ -48,7 +49,7 @@ def audit_verify(state_dir: Path, project: str, database: str | None) -> None:
         )
 
 
-async def _verify(state_dir: Path, url: str | None) -> dict[str, Any]:
+async def _verify(state_dir: Path, url: str | None) -> ChainReport:
     from ficc.adapters.keys import ClusterKey, verify_signature
     from ficc.adapters.sql.database import Database, default_url
     from ficc.adapters.sql.schema import schema_state

@@ -6,7 +6,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, TypedDict
 
 from ficc.base.errors import InvalidInput, LimitExceeded
 from ficc.base.units import DAY_SECONDS, HOUR_SECONDS, MINUTE_SECONDS
@@ -53,6 +53,20 @@ class ApiToken:
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or now < self.expires_at
+
+
+class TokenView(TypedDict):
+    """A token as ``GET /api/v1/tokens`` shows it: never its secret."""
+
+    id: str
+    state: str
+    scopes: list[str]
+    projects: list[str]
+    owner: bool
+    created_by: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True)

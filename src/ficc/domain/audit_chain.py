@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import rfc8785
 
@@ -89,6 +89,29 @@ def _tombstone_message(*, seq: int, prev: str, digest: str, at: str) -> bytes:
 def sign_tombstone(*, seq: int, prev: str, digest: str, at: str, sign: Sign) -> str:
     """The signature a tombstone carries: the row it replaces is named by its digest alone."""
     return b64(sign(_tombstone_message(seq=seq, prev=prev, digest=digest, at=at)))
+
+
+class ChainHead(TypedDict):
+    seq: int
+    digest: str
+
+
+class BrokenLinkView(TypedDict):
+    seq: int
+    reason: str
+    message: str
+
+
+class ChainReport(TypedDict):
+    """What a verification found, as the CLI prints it."""
+
+    intact: bool
+    rows: int
+    tombstones: int
+    head: ChainHead
+    signed_heads: int
+    signed_through: int
+    broken: BrokenLinkView | None
 
 
 @dataclass(frozen=True)
@@ -224,7 +247,7 @@ class ChainVerifier:
             return Break(seq, "head_mismatch", f"the signed head at row {seq} names another row")
         return None
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ChainReport:
         """The outcome as the CLI prints it."""
         signed = max((seq for seq in self.heads if seq <= self.last_seq), default=0)
         broken = self.broken

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
+
+
+class ModelView(TypedDict):
+    """A catalogue record as the API shows it."""
+
+    id: str
+    name: str
+    format: str
+    manifest: dict[str, Any]
+    sha256: str
+    size_bytes: int
+    provenance: dict[str, Any] | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)

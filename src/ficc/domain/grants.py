@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from ficc.base.errors import InvalidInput
+from ficc.base.json_types import JSONObject
 from ficc.base.units import DAY_SECONDS, KiB, MiB, TiB
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
 
@@ -83,6 +84,51 @@ EXPIRED: Final = "expired"
 RETIRED: Final = "retired"
 
 
+class _BaseTermsView(TypedDict):
+    scopes: list[str]
+    services: list[str]
+    models: list[str]
+    nodes: list[str]
+    lifetime: int
+    concurrent: int
+    requests: int
+    transfer_bytes: int
+    request_bytes: int
+    response_bytes: int
+    stop_on_revoke: bool
+
+
+class GrantTermsView(_BaseTermsView):
+    """A grant's terms as the API shows them, every metered limit named."""
+
+    tokens: int | None
+    tokens_per_minute: int | None
+    requests_per_minute: int | None
+
+
+class GrantView(GrantTermsView):
+    """A grant this cluster gives, as its owner (and, times formatted, its peer) sees it."""
+
+    id: str
+    peer: str
+    state: str
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    in_flight: int
+    remaining: dict[str, int | None]
+    used: dict[str, int]
+    windows: JSONObject
+    created_services: list[str]
+    created_models: list[str]
+
+
+class RevokedGrantView(GrantView):
+    """A revoked grant, and whether its peer acknowledged the revocation."""
+
+    told: bool
+
+
 @dataclass(frozen=True)
 class GrantTerms:
     """What a grant allows: scopes, exact resource IDs and limits."""
@@ -119,18 +165,24 @@ class GrantTerms:
     def to_json(self) -> dict[str, Any]:
         """The terms as receipts and storage keep them: a metered limit only when set, so
         a grant without one is byte for byte (and digest for digest) what it was before."""
-        terms = self._base_json()
+        terms: dict[str, Any] = dict(self._base_json())
         for name in METERED_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 terms[name] = value
         return terms
 
-    def view_json(self) -> dict[str, Any]:
-        """The terms as the API shows them: every metered limit named, ``null`` when unset."""
-        return {**self._base_json(), **{name: getattr(self, name) for name in METERED_FIELDS}}
+    def view_json(self) -> GrantTermsView:
+        """The terms as the API shows them: every metered limit named, ``null`` when unset
+        (in the order of :data:`METERED_FIELDS`)."""
+        return {
+            **self._base_json(),
+            "tokens": self.tokens,
+            "tokens_per_minute": self.tokens_per_minute,
+            "requests_per_minute": self.requests_per_minute,
+        }
 
-    def _base_json(self) -> dict[str, Any]:
+    def _base_json(self) -> _BaseTermsView:
         return {
             "scopes": sorted(self.scopes),
             "services": sorted(self.services),

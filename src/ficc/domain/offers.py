@@ -9,9 +9,10 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final, TypedDict
 
 from ficc.base.errors import Conflict
+from ficc.base.json_types import JSONObject
 from ficc.base.units import DAY_SECONDS
 
 # "Offers not approved within 7 days expire."
@@ -78,7 +79,7 @@ class Offer:
     scopes: frozenset[str]
     state: str
     revision: int
-    receipt: dict[str, Any] | None
+    receipt: JSONObject | None
     ticket: str | None
     created_at: datetime
     expires_at: datetime
@@ -90,6 +91,37 @@ class Offer:
         if self.state in (SENT, RECEIVED) and now >= self.expires_at:
             return EXPIRED
         return self.state
+
+
+class OfferView(TypedDict):
+    """An offer as either side shows it (``GET /offers/{id}``): its fields name the
+    requester and the service whichever side this cluster is."""
+
+    id: str
+    direction: str
+    service: str | None
+    requester: str | None
+    label: str | None
+    cluster_key: str | None
+    scopes: list[str]
+    state: str
+    revision: int
+    receipt: JSONObject | None
+    expires_at: datetime
+    peer: str | None
+    project: str | None
+
+
+class ApprovedOfferView(OfferView):
+    """An approved offer, and whether its receipt reached the requester."""
+
+    receipt_delivered: bool
+
+
+class DiscardedOfferView(OfferView):
+    """A discarded offer, and whether the other side acknowledged the discard."""
+
+    told: bool
 
 
 def next_state(offer: Offer, event: str, now: datetime) -> str:

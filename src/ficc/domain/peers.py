@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, NotRequired, TypedDict
+
+from ficc.base.json_types import JSONObject
+from ficc.domain.offers import OfferView
 
 PENDING: Final = "pending"
 PAIRED: Final = "paired"
@@ -31,3 +34,42 @@ class Peer:
     ticket: str | None
     created_at: datetime
     updated_at: datetime
+
+
+class PeerView(TypedDict):
+    """A pairing as this cluster shows it, with the copies of the grants the peer gives us
+    (as the peer last listed them: open JSON)."""
+
+    id: str
+    label: str | None
+    hypernet_id: str
+    cluster_key: str
+    state: str
+    role: str
+    generation: int
+    remote_grants: list[JSONObject]
+    selected: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class RemovedPeerView(TypedDict):
+    """A removed pairing, and whether the peer acknowledged its end."""
+
+    peer: PeerView
+    told: bool
+
+
+class PairingView(TypedDict):
+    """A finished pairing: the offer that made it and the peer it made."""
+
+    offer: OfferView
+    peer: PeerView
+
+
+class ForgottenPeerView(TypedDict):
+    """A forgotten pairing; with its audit erased, the rows that became tombstones."""
+
+    peer: str
+    forgotten: bool
+    tombstoned: NotRequired[list[int]]

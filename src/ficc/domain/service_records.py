@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final, TypedDict
 
+from ficc.base.json_types import JSONObject
 from ficc.domain.inference import (
     ATTEMPT_FINAL_STATES,
     AttemptState,
@@ -70,6 +71,54 @@ def attempts_to_forget(attempts: list[AttemptRecord], keep: int = MAX_ENDED_ATTE
     return [a.id for a in ended[: max(len(ended) - keep, 0)]]
 
 
+class ReplicaView(TypedDict):
+    """One replica attempt as the service's owner sees it."""
+
+    attempt: str
+    replica: int
+    state: str
+    pid: int | None
+    port: int | None
+    exit_code: int | None
+    log_tail: str | None
+    created_at: str
+    ended_at: str | None
+
+
+class ServiceView(TypedDict):
+    """A service as its owner sees it: plain JSON values only, times as RFC 3339 strings,
+    so the same object is kept in a change's receipt and replayed from there."""
+
+    id: str
+    spec: JSONObject
+    node: str
+    state: str
+    desired: str
+    revision: int
+    error: str | None
+    created_by_grant: str | None
+    unknown_attempts: int
+    replicas: list[ReplicaView]
+    created_at: str
+    updated_at: str
+
+
+class RemovedServiceView(TypedDict):
+    id: str
+    removed: bool
+
+
+class PreviewView(TypedDict):
+    """Whether a spec fits a node now, and why not."""
+
+    fits: bool
+    reasons: list[str]
+    warnings: list[str]
+    node: str | None
+    spec: JSONObject
+    requirements: dict[str, int]
+
+
 @dataclass(frozen=True)
 class MutationReceipt:
     """What a mutation_id did: ``uncertain`` until its effect is known, then ``completed``."""
@@ -79,6 +128,6 @@ class MutationReceipt:
     operation: str
     arguments_sha256: str
     state: str
-    result: dict[str, Any] | None
+    result: JSONObject | None
     created_at: datetime
     completed_at: datetime | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
@@ -25,6 +25,35 @@ COMPLETE: Final = "complete"
 FAILED: Final = "failed"
 
 
+class TransferFileView(TypedDict):
+    """One file of a transfer, as shown and as stored."""
+
+    path: str
+    size: int
+    sha256: str
+    bytes_done: int
+    verified: bool
+
+
+class TransferView(TypedDict):
+    """A transfer as its project sees it (``GET /transfers/{id}``)."""
+
+    id: str
+    peer: str
+    model: str
+    grant: str
+    sha256: str
+    state: str
+    bytes_done: int
+    bytes_total: int
+    rate_bytes_per_second: int
+    files: list[TransferFileView]
+    local_model: str | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
 @dataclass(frozen=True)
 class TransferFile:
     path: str
@@ -33,7 +62,7 @@ class TransferFile:
     done: int = 0
     verified: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TransferFileView:
         return {
             "path": self.path,
             "size": self.size,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import InvalidInput
+from ficc.base.json_types import JSONObject
 from ficc.domain.audit import MAX_AUDIT_PAGE as MAX_AUDIT_PAGE
 from ficc.domain.audit import MAX_AUDIT_SEQ as MAX_AUDIT_SEQ
 from ficc.domain.audit import AuditEntry
-from ficc.domain.audit_chain import ChainVerifier, Verify
+from ficc.domain.audit_chain import ChainReport, ChainVerifier, Verify
 from ficc.domain.principals import Principal
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
@@ -27,7 +28,7 @@ async def record(
     actor: str,
     project: str | None,
     target: str | None,
-    details: dict[str, Any] | None = None,
+    details: JSONObject | None = None,
     peer_hypernet_id: str | None = None,
     peer_cluster_key: str | None = None,
 ) -> None:
@@ -81,7 +82,7 @@ VERIFY_PAGE: Final = 1000
 
 async def verify_chain(
     uow_factory: UnitOfWorkFactory, *, public_key: bytes, verify: Verify
-) -> dict[str, Any]:
+) -> ChainReport:
     """Check the audit chain row by row against the signed heads: the report names the first
     broken link (``broken.seq``, ``broken.reason``), or is ``intact``."""
     async with uow_factory() as uow:

@@ -6,12 +6,12 @@ import asyncio
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound
 from ficc.base.ids import new_id
+from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
-from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.catalogue import CatalogueModel, ModelView
 from ficc.domain.manifests import (
     Manifest,
     build_manifest,
@@ -230,7 +230,7 @@ async def _granted_blobs(uow: UnitOfWork, grant_id: str, project: str) -> set[st
     return digests
 
 
-def model_json(model: CatalogueModel) -> dict[str, Any]:
+def model_json(model: CatalogueModel) -> ModelView:
     return {
         "id": model.id,
         "name": model.name,
@@ -254,7 +254,7 @@ async def create_model_record(
     actor: str,
     peer: tuple[str, str],
     max_created: int,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[JSONObject, bool]:
     """A catalogue record from a peer's manifest: no files, never an existing record adopted.
 
     Its digests enter no project's set of blobs: the record resolves only to the blobs of the
@@ -314,7 +314,7 @@ async def remove_model_record(
     key: MutationKey,
     actor: str,
     peer: tuple[str, str],
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[JSONObject, bool]:
     """Remove a granted catalogue record that no service uses; blobs no other model uses go,
     as with a local delete."""
     async with uow_factory() as uow:

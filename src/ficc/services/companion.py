@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol, TypedDict
 
 from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
 from ficc.domain.principals import Principal
@@ -19,6 +19,27 @@ from ficc.services.peer_channel import Answer, PeerChannel
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 log = logging.getLogger("ficc.companion")
+
+
+class CompanionView(TypedDict):
+    """The companion as ``GET /api/v1/federation`` shows it."""
+
+    configured: bool
+    state: str
+    agent_directory: str | None
+    hypernet_id: str | None
+    addresses: list[str]
+    error: str | None
+
+
+class IdentityView(TypedDict):
+    """How other clusters know this one: its label, key, HyperNet ID and ticket."""
+
+    label: str
+    cluster_key: str
+    hypernet_id: str | None
+    ticket: str | None
+
 
 COMPANION_SETTING: Final = "companion"
 LABEL_SETTING: Final = "label"
@@ -194,7 +215,7 @@ class Companion:
             )
         return self._transport
 
-    def companion_json(self) -> dict[str, Any]:
+    def companion_json(self) -> CompanionView:
         transport = self._transport
         return {
             "configured": self.agent_directory is not None,
@@ -205,7 +226,7 @@ class Companion:
             "error": self.error,
         }
 
-    def identity_json(self) -> dict[str, Any]:
+    def identity_json(self) -> IdentityView:
         transport = self._transport
         return {
             "label": self.label,
@@ -234,16 +255,46 @@ class CompanionChannel:
         return self._companion.label
 
     async def request(
-        self, peer: str, operation: str, body: Mapping[str, Any], **options: Any
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, object],
+        *,
+        generation: int = 0,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
+        max_answer_bytes: int | None = None,
     ) -> Answer:
-        """The running endpoint's :meth:`PeerChannel.request` (``ticket``, ``timeout_seconds``)."""
-        return await self._companion.transport.request(peer, operation, body, **options)
+        """The running endpoint's :meth:`PeerChannel.request`."""
+        return await self._companion.transport.request(
+            peer,
+            operation,
+            body,
+            generation=generation,
+            ticket=ticket,
+            timeout_seconds=timeout_seconds,
+            max_answer_bytes=max_answer_bytes,
+        )
 
     def stream(
-        self, peer: str, operation: str, body: Mapping[str, Any], **options: Any
+        self,
+        peer: str,
+        operation: str,
+        body: Mapping[str, object],
+        *,
+        generation: int = 0,
+        ticket: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """The running endpoint's :meth:`PeerChannel.stream` (``ticket``, ``timeout_seconds``)."""
-        return self._companion.transport.stream(peer, operation, body, **options)
+        """The running endpoint's :meth:`PeerChannel.stream`."""
+        return self._companion.transport.stream(
+            peer,
+            operation,
+            body,
+            generation=generation,
+            ticket=ticket,
+            timeout_seconds=timeout_seconds,
+        )
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close a pairing's sessions; without a companion there is none to close."""

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from ficc.base.errors import FiccError, GrantExpired, LimitExceeded
 from ficc.services.peer_channel import end_request
@@ -25,7 +25,7 @@ T = TypeVar("T")
 class Slot:
     """One admitted request and the task serving it; ``ended`` is set when its grant ends."""
 
-    def __init__(self, task: asyncio.Task[Any] | None = None) -> None:
+    def __init__(self, task: asyncio.Task[object] | None = None) -> None:
         self.ended = asyncio.Event()
         self.reason: FiccError | None = None
         self.task = task

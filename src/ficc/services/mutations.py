@@ -17,12 +17,13 @@ import asyncio
 import contextlib
 import json
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import ErrorShape, FiccError, MutationConflict, error_from_code, render
+from ficc.base.json_types import JSONObject
 from ficc.domain.mutations import ReceiptState, arguments_sha256
 from ficc.domain.service_records import MutationReceipt
 from ficc.services.ports import Clock, UnitOfWork
@@ -31,11 +32,11 @@ UNCERTAIN: Final = ReceiptState.UNCERTAIN
 COMPLETED: Final = ReceiptState.COMPLETED
 REFUSED: Final = ReceiptState.REFUSED
 
-Shown = Callable[[dict[str, Any]], dict[str, Any]]
+Shown = Callable[[Mapping[str, object]], Mapping[str, object]]
 """What the caller of a mutation is shown of its result (a peer: its own view of a service)."""
 
 
-def _as_is(result: dict[str, Any]) -> dict[str, Any]:
+def _as_is(result: Mapping[str, object]) -> Mapping[str, object]:
     return result
 
 
@@ -52,12 +53,14 @@ class MutationKey:
 
     @classmethod
     def of(
-        cls, scope: str, mutation_id: str, operation: str, arguments: Any, shown: Shown = _as_is
+        cls, scope: str, mutation_id: str, operation: str, arguments: object, shown: Shown = _as_is
     ) -> MutationKey:
         return cls(scope, mutation_id, operation, arguments_sha256(operation, arguments), shown)
 
     @classmethod
-    def local(cls, project: str, mutation_id: str, operation: str, arguments: Any) -> MutationKey:
+    def local(
+        cls, project: str, mutation_id: str, operation: str, arguments: object
+    ) -> MutationKey:
         """A local caller's mutation (``Idempotency-Key``): its IDs live in its project."""
         return cls.of(f"local:{project}", mutation_id, operation, arguments)
 
@@ -67,7 +70,7 @@ class MutationKey:
         grant_id: str,
         mutation_id: str,
         operation: str,
-        arguments: Any,
+        arguments: object,
         shown: Shown = _as_is,
     ) -> MutationKey:
         """A peer's mutation: its IDs live in the grant, and go when the grant is retired."""
@@ -141,7 +144,7 @@ class MutationScope:
         return self.state == ReceiptState.COMPLETED
 
     @property
-    def result(self) -> dict[str, Any] | None:
+    def result(self) -> JSONObject | None:
         """The answer a completed earlier try gave, as it gave it."""
         return None if self._receipt is None or not self.replayed else self._receipt.result
 
@@ -151,6 +154,8 @@ class MutationScope:
         if self._receipt is None or self.state != ReceiptState.REFUSED:
             return None
         error = (self._receipt.result or {}).get("error") or {}
+        if not isinstance(error, dict):
+            error = {}
         details = error.get("details")
         return error_from_code(
             str(error.get("code", "conflict")),
@@ -162,7 +167,7 @@ class MutationScope:
         """Before an effect whose answer may be lost: the mutation may have happened."""
         await self._write(ReceiptState.UNCERTAIN, None, now)
 
-    async def complete(self, result: dict[str, Any], now: datetime) -> dict[str, Any]:
+    async def complete(self, result: Mapping[str, object], now: datetime) -> JSONObject:
         """With the effect, in its transaction: the answer, as the caller is shown ``result``;
         a retry replays exactly it.
 
@@ -183,9 +188,7 @@ class MutationScope:
         """Nothing happened, certainly: the mutation holds no capacity and leaves no doubt."""
         await self._write(ReceiptState.REFUSED, render(error, ErrorShape.FICC), now)
 
-    async def _write(
-        self, state: ReceiptState, result: dict[str, Any] | None, now: datetime
-    ) -> None:
+    async def _write(self, state: ReceiptState, result: JSONObject | None, now: datetime) -> None:
         key = self.key
         receipt = MutationReceipt(
             scope=key.scope,
@@ -201,9 +204,10 @@ class MutationScope:
         self._receipt = receipt
 
 
-def canonical_answer(answer: dict[str, Any]) -> dict[str, Any]:
+def canonical_answer(answer: Mapping[str, object]) -> JSONObject:
     """``answer`` as plain JSON values: what a stored receipt gives back, to the last byte."""
-    plain: dict[str, Any] = json.loads(json.dumps(answer, allow_nan=False))
+    plain = json.loads(json.dumps(answer, allow_nan=False))
+    assert isinstance(plain, dict)
     return plain
 
 
@@ -233,14 +237,14 @@ async def begin(uow: UnitOfWork, key: MutationKey) -> MutationScope:
     return scope
 
 
-async def replay(uow: UnitOfWork, key: MutationKey) -> dict[str, Any] | None:
+async def replay(uow: UnitOfWork, key: MutationKey) -> JSONObject | None:
     """The retained result of an earlier try, None if there is none to replay."""
     return (await begin(uow, key)).result
 
 
 async def record(
-    uow: UnitOfWork, clock: Clock, key: MutationKey, *, state: str, result: dict[str, Any] | None
-) -> dict[str, Any] | None:
+    uow: UnitOfWork, clock: Clock, key: MutationKey, *, state: str, result: JSONObject | None
+) -> JSONObject | None:
     """Write the receipt of ``key`` begun in this transaction; a completed one's answer."""
     scope = await begin(uow, key)
     if ReceiptState(state) == ReceiptState.COMPLETED:

@@ -15,9 +15,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ficc.base.errors import FiccError
+from ficc.base.json_types import JSONObject
 from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
@@ -54,7 +55,7 @@ class Answer:
     caller needs no second look-up that a reconnection could race."""
 
     identity: PeerIdentity
-    body: dict[str, Any]
+    body: JSONObject
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,10 @@ class EncodedAnswer:
     result as the answer's ``usage``."""
 
 
-RequestResult = dict[str, Any] | EncodedAnswer | AsyncIterator[bytes]
+RequestResult = JSONObject | EncodedAnswer | AsyncIterator[bytes]
 """A handler answers with a JSON object (or its encoding), or with chunks of bytes to stream."""
 
-RequestHandler = Callable[[PeerIdentity, str, dict[str, Any], int], Awaitable[RequestResult]]
+RequestHandler = Callable[[PeerIdentity, str, JSONObject, int], Awaitable[RequestResult]]
 """``handler(peer, operation, body, body_bytes)``: ``body_bytes`` is the size of ``body``'s
 canonical JSON as it travelled (limits count it, nothing encodes it again). Cancelled when the
 requester abandons the request. Raise a :class:`~ficc.base.errors.FiccError` to refuse: the
@@ -84,7 +85,7 @@ peer's session may send after a request now, from the grants it holds; the trans
 a larger announced body before keeping any of it."""
 
 
-def end_request(task: asyncio.Task[Any], reason: FiccError) -> None:
+def end_request(task: asyncio.Task[object], reason: FiccError) -> None:
     """End the request ``task`` serves, wherever it waits (even on a peer that stopped reading).
 
     The task is cancelled with ``reason`` as the cancel message; the transport tells the
@@ -111,7 +112,7 @@ class PeerChannel(Protocol):
         self,
         peer: str,
         operation: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         generation: int = 0,
         ticket: str | None = None,
@@ -133,7 +134,7 @@ class PeerChannel(Protocol):
         self,
         peer: str,
         operation: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         generation: int = 0,
         ticket: str | None = None,

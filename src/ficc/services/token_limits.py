@@ -13,9 +13,10 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import FiccError
+from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.base.times import with_times_formatted
 from ficc.domain import metering as m
@@ -78,7 +79,7 @@ class TokenTab:
     """The completion the request may generate (None: its own ``max_tokens`` stands)."""
     settled: bool = False
 
-    def bounded(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def bounded(self, path: str, body: Mapping[str, object]) -> JSONObject:
         """``body`` with its completion bound lowered to what the reservation leaves."""
         sent = dict(body)
         if self.bound is None or path == EMBEDDINGS_PATH:
@@ -120,7 +121,7 @@ class TokenLimits:
         return rows
 
     async def admit(
-        self, principal: Principal, path: str, body: Mapping[str, Any]
+        self, principal: Principal, path: str, body: Mapping[str, object]
     ) -> TokenTab | None:
         """Reserve an invocation of ``body`` in the token's budgets and its creators' (None:
         the credential is not restricted), or refuse with 429 naming the token's rule.
@@ -228,13 +229,13 @@ class TokenLimits:
 
     # --- what the API shows -------------------------------------------------------------
 
-    async def shown(self, token_ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def shown(self, token_ids: list[str]) -> dict[str, JSONObject]:
         """By token: its restrictions, ``used`` and ``remaining`` (the least its budget and
         its creators' leave; windows from this process's memory)."""
         async with self._uow_factory() as uow:
             rows = await uow.token_limits.of_tokens(token_ids)
             chains = {tid: await self._chain(uow, tid) for tid in rows}
-        shown: dict[str, dict[str, Any]] = {}
+        shown: dict[str, JSONObject] = {}
         for token_id, row in rows.items():
             chain = chains[token_id]
             lefts = [
@@ -259,7 +260,7 @@ class TokenLimits:
             }
         return shown
 
-    async def usage(self, token_id: str, *, after: int | None, limit: int) -> dict[str, Any]:
+    async def usage(self, token_id: str, *, after: int | None, limit: int) -> JSONObject:
         """``GET /tokens/{id}/usage``: the records this token made, a page at a time, and
         their totals (the caller has checked the token is among those it may see)."""
         async with self._uow_factory() as uow:
@@ -267,7 +268,7 @@ class TokenLimits:
             totals = await uow.token_limits.usage_totals(token_id)
         more = len(records) > limit
         records = records[:limit]
-        page: dict[str, Any] = with_times_formatted(
+        page: JSONObject = with_times_formatted(
             {
                 "token": token_id,
                 "records": [r.to_json() for r in records],
@@ -284,9 +285,9 @@ class TokenLimits:
         principal: Principal,
         service: str,
         path: str,
-        body: Mapping[str, Any],
-        call: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
+        body: Mapping[str, object],
+        call: Callable[[JSONObject], Awaitable[JSONObject]],
+    ) -> JSONObject:
         """A plain answer of a local service for a restricted token: reserved, then settled
         to the engine's counts, recorded naming the token."""
         tab = await self.admit(principal, path, body)
@@ -310,9 +311,9 @@ class TokenLimits:
         principal: Principal,
         service: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         opening: Callable[
-            [dict[str, Any]], contextlib.AbstractAsyncContextManager[AsyncIterator[bytes]]
+            [JSONObject], contextlib.AbstractAsyncContextManager[AsyncIterator[bytes]]
         ],
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A stream of a local service for a restricted token: reserved before it opens,
@@ -358,7 +359,7 @@ class TokenLimits:
         self,
         tab: TokenTab,
         service: str,
-        sent: Mapping[str, Any],
+        sent: Mapping[str, object],
         started: datetime,
         *,
         error: BaseException | None = None,

@@ -197,7 +197,9 @@ async def approved_offer(
         OWNER, project, offer["id"], revision=1, grant=grant
     )
     assert approved["receipt_delivered"] is True
-    return str(offer["id"]), str(approved["receipt"]["digest"])
+    receipt = approved["receipt"]
+    assert receipt is not None
+    return str(offer["id"]), str(receipt["digest"])
 
 
 async def paired(
@@ -206,7 +208,7 @@ async def paired(
     *,
     requester_project: str = "default",
     project: str = "default",
-) -> dict[str, Any]:
+) -> p.PairingView:
     """Pair the requester's ``requester_project`` with the grantor's ``project`` under
     ``grant``: the finish answer (offer and requester's peer)."""
     offer_id, digest = await approved_offer(

@@ -5,7 +5,6 @@ heads signed at intervals, concurrent writers kept in one line, tombstones that 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 from tests.unit.contracts.records import at
@@ -13,7 +12,7 @@ from tests.unit.contracts.records import at
 from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain.audit import AuditEntry
-from ficc.domain.audit_chain import GENESIS, HEAD_INTERVAL, TOMBSTONE_ACTION
+from ficc.domain.audit_chain import GENESIS, HEAD_INTERVAL, TOMBSTONE_ACTION, ChainReport
 from ficc.services import audit
 from ficc.services.ports import UnitOfWorkFactory
 
@@ -37,7 +36,7 @@ def entry(n: int, *, project: str | None = "one", target: str | None = None) -> 
     )
 
 
-async def verified(uow_factory: UnitOfWorkFactory) -> dict[str, Any]:
+async def verified(uow_factory: UnitOfWorkFactory) -> ChainReport:
     return await audit.verify_chain(uow_factory, public_key=KEY.public_key, verify=verify_signature)
 
 

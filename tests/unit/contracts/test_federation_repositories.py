@@ -200,7 +200,7 @@ async def test_a_peers_grant_copies_are_replaced_whole(uow_factory: UnitOfWorkFa
         await uow.commit()
     async with uow_factory() as uow:
         copies = await uow.remote_grants.of_peer(one.id)
-        assert sorted(copies, key=lambda g: g["id"]) == sorted(
+        assert sorted(copies, key=lambda g: str(g["id"])) == sorted(
             [{**first[0], "scopes": ["inference:invoke"]}, first[1]], key=lambda g: g["id"]
         )
         await uow.remote_grants.replace_for_peer(one.id, [first[1]], at(1))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any
 
 from ficc.base.ids import new_id
+from ficc.base.json_types import JSONObject
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.ports import Clock, UnitOfWork
@@ -32,7 +32,7 @@ async def record_change(
     principal: Principal,
     action: str,
     target: str,
-    details: dict[str, Any] | None = None,
+    details: JSONObject | None = None,
 ) -> None:
     """Audit a change a local principal made to an account record (cluster-wide: no project)."""
     await audit.record(

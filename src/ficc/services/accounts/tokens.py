@@ -7,11 +7,12 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from ficc.base.errors import InvalidInput, NotFound, PermissionDenied, Unauthenticated
 from ficc.base.ids import parse_project_name
-from ficc.domain.accounts import ApiToken, User, parse_lifetime_seconds
+from ficc.base.json_types import JSONObject
+from ficc.domain.accounts import ApiToken, TokenView, User, parse_lifetime_seconds
 from ficc.domain.principals import ALL_PROJECTS, Principal
 from ficc.domain.scopes import parse_scopes
 from ficc.domain.token_limits import TokenRestrictions, narrowed, parse_restrictions
@@ -70,7 +71,7 @@ async def mint_token(
         created_by=created_by,
     )
     await uow.tokens.add(token)
-    details: dict[str, Any] = {"scopes": sorted(scopes), "projects": sorted(projects)}
+    details: JSONObject = {"scopes": sorted(scopes), "projects": sorted(projects)}
     if restrictions is not None and restrictions.any:
         await uow.token_limits.add(token.id, restrictions)
         details["restrictions"] = restrictions.to_json()
@@ -208,7 +209,7 @@ async def list_tokens(
     clock: Clock,
     principal: Principal,
     limits: TokenLimitsView | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """The tokens this credential may revoke (the local owner: all), never their secrets;
     each with its restrictions, ``used`` and ``remaining`` (``limits``: what metering knows)."""
     now = clock()
@@ -234,10 +235,10 @@ async def visible_token(
 
 
 class TokenLimitsView(Protocol):
-    async def shown(self, token_ids: list[str]) -> dict[str, dict[str, Any]]: ...
+    async def shown(self, token_ids: list[str]) -> Mapping[str, Mapping[str, object]]: ...
 
 
-UNRESTRICTED: Final[dict[str, Any]] = {
+UNRESTRICTED: Final[Mapping[str, object]] = {
     **TokenRestrictions().to_json(),
     "used": None,
     "remaining": None,
@@ -245,7 +246,7 @@ UNRESTRICTED: Final[dict[str, Any]] = {
 """What a token no rule restricts shows of restrictions (nothing is metered for it)."""
 
 
-def _token_json(token: ApiToken, now: datetime) -> dict[str, Any]:
+def _token_json(token: ApiToken, now: datetime) -> TokenView:
     if token.revoked_at is not None:
         state = "revoked"
     elif token.usable_at(now):

@@ -11,10 +11,11 @@ import re
 import secrets
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Final, TypeGuard
 
 from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id, parse_id
+from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import offers as o
 from ficc.domain import peers as p
@@ -61,7 +62,7 @@ class Approval:
 
     async def approve_offer(
         self, principal: Principal, project: str, offer_id: str, *, revision: object, grant: object
-    ) -> dict[str, Any]:
+    ) -> o.ApprovedOfferView:
         principal.require_scope("federation:manage")
         if isinstance(revision, bool) or not isinstance(revision, int):
             raise InvalidInput("revision must be an integer", field="revision")
@@ -153,7 +154,7 @@ class Approval:
 
     # --- what the requester asks of us ------------------------------------------------------
 
-    async def on_offer(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_offer(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """Record an offer from a cluster without a pairing, never under an ID used before
         (a refusal writes nothing). Waiting offers are bounded per HyperNet ID, per source
         address and in total; a full bound makes room by evicting the oldest waiting offer of
@@ -218,7 +219,7 @@ class Approval:
             await uow.commit()
         return {"offer": offer_id, "label": self._ctx.link.label}
 
-    async def on_fetch(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_fetch(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
         if offer.receipt is None or offer.state_at(self._ctx.clock()) != o.APPROVED:
@@ -228,15 +229,14 @@ class Approval:
             )
         return {"receipt": offer.receipt}
 
-    async def on_finish(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_finish(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """Complete the pairing of an approved offer; a repeat with its receipt answers the
         pairing already made (the first answer may have been lost)."""
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
-            if not _short_text(body.get("receipt"), 64) or not RECEIPT_DIGEST.fullmatch(
-                body["receipt"]
-            ):
+            digest = body.get("receipt")
+            if not _short_text(digest, 64) or not RECEIPT_DIGEST.fullmatch(digest):
                 raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
             if offer.receipt is None or body.get("receipt") != offer.receipt.get("digest"):
                 raise Conflict("that is not the receipt of this offer")
@@ -265,7 +265,7 @@ class Approval:
         self._ctx.known.remember(paired)
         return {"peer": paired.id}
 
-    async def on_discard(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_discard(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             offer_id = parse_id("offer", body.get("offer"), field="offer")
@@ -313,7 +313,7 @@ async def _make_offer_room(
     return None
 
 
-def _short_text(value: object, limit: int) -> bool:
+def _short_text(value: object, limit: int) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= limit
 
 

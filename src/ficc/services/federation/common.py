@@ -8,9 +8,10 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain import grants as g
 from ficc.domain import offers as o
@@ -72,7 +73,7 @@ class FederationContext:
         action: str,
         target: str,
         identity: PeerIdentity | None,
-        details: dict[str, Any] | None = None,
+        details: JSONObject | None = None,
     ) -> None:
         """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
         await audit.record(
@@ -98,7 +99,7 @@ async def tell(
     link: PeerLink,
     hypernet_id: str,
     operation: str,
-    body: Mapping[str, Any],
+    body: Mapping[str, object],
     ticket: str | None,
     *,
     generation: int = 0,
@@ -203,7 +204,7 @@ def proven_offerer(offer: o.Offer) -> PeerIdentity | None:
     return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
 
 
-def peer_json(peer: p.Peer, remote_grants: list[dict[str, Any]]) -> dict[str, Any]:
+def peer_json(peer: p.Peer, remote_grants: list[JSONObject]) -> p.PeerView:
     return {
         "id": peer.id,
         "label": peer.label,
@@ -219,7 +220,7 @@ def peer_json(peer: p.Peer, remote_grants: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def offer_json(offer: o.Offer, now: datetime, me: str | None) -> dict[str, Any]:
+def offer_json(offer: o.Offer, now: datetime, me: str | None) -> o.OfferView:
     """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
     outgoing = offer.direction == o.OUTGOING
     return {

@@ -9,10 +9,10 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from ficc.base.errors import Conflict, FiccError, GrantExpired, GrantRevoked, NotFound
 from ficc.base.ids import new_id, parse_id
+from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain import peers as p
@@ -69,7 +69,7 @@ class Grants:
         for grant in grants:
             self.arm_expiry(grant)
 
-    def grant_json(self, grant: g.Grant, now: datetime) -> dict[str, Any]:
+    def grant_json(self, grant: g.Grant, now: datetime) -> g.GrantView:
         return {
             "id": grant.id,
             "peer": grant.peer_id,
@@ -88,7 +88,7 @@ class Grants:
 
     async def create_grant(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
-    ) -> dict[str, Any]:
+    ) -> g.GrantView:
         principal.require_scope("federation:manage")
         terms = g.parse_grant(grant)
         principal.require_scope(*sorted(terms.scopes))
@@ -114,7 +114,7 @@ class Grants:
 
     async def revoke_grant(
         self, principal: Principal, project: str, grant_id: str
-    ) -> dict[str, Any]:
+    ) -> g.RevokedGrantView:
         """An active (or expired, not yet marked) grant ends now; the peer is told."""
         grant, peer, _, now = await self._end(principal, project, grant_id, g.REVOKED)
         revoked = replace(grant, state=g.REVOKED, revoked_at=now)
@@ -131,9 +131,7 @@ class Grants:
             )
         return {**self.grant_json(revoked, now), "told": told}
 
-    async def retire_grant(
-        self, principal: Principal, project: str, grant_id: str
-    ) -> dict[str, Any]:
+    async def retire_grant(self, principal: Principal, project: str, grant_id: str) -> g.GrantView:
         """A revoked or expired grant: its operation receipts go, a tombstone stays."""
         grant, _, was, now = await self._end(principal, project, grant_id, g.RETIRED)
         if was == g.EXPIRED:
@@ -172,7 +170,7 @@ class Grants:
 
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
-    ) -> dict[str, Any]:
+    ) -> p.PeerView:
         """Ask the peer for the grants it gives us now; with ``{"grant": ID}``, then select
         that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")
@@ -280,7 +278,7 @@ class Grants:
 
     # --- what the other side tells us ---------------------------------------------------------
 
-    async def on_grant_revoked(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_grant_revoked(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         grant_id = parse_id("grant", body.get("grant"), field="grant")
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
@@ -300,7 +298,7 @@ class Grants:
             await uow.commit()
         return {}
 
-    async def on_grants_list(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_grants_list(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
@@ -314,7 +312,7 @@ class Grants:
         }
 
 
-def _check_selectable(listed: list[dict[str, Any]], grant_id: str) -> None:
+def _check_selectable(listed: list[JSONObject], grant_id: str) -> None:
     """Only a grant the peer gives us now, and active, can carry our requests."""
     found = next((item for item in listed if item.get("id") == grant_id), None)
     if found is None:

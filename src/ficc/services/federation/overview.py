@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
+from ficc.domain import grants as g
 from ficc.domain import offers as o
-from ficc.services.companion import Companion
+from ficc.domain import peers as p
+from ficc.domain.transfers import TransferView
+from ficc.services.companion import Companion, CompanionView, IdentityView
 from ficc.services.federation.common import offer_json, peer_json
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
-TransfersOf = Callable[[str], Awaitable[list[dict[str, Any]]]]
+TransfersOf = Callable[[str], Awaitable[list[TransferView]]]
 """The transfers of a project, as the overview lists them."""
+
+
+class FederationView(TypedDict):
+    """What ``GET /api/v1/federation`` shows of a project."""
+
+    companion: CompanionView
+    identity: IdentityView
+    project: str
+    peers: list[p.PeerView]
+    offers: list[o.OfferView]
+    offers_next: str | None
+    grants: list[g.GrantView]
+    transfers: list[TransferView]
 
 
 class Overview:
@@ -43,7 +59,7 @@ class Overview:
         *,
         offers_after: str | None = None,
         offers_limit: int = o.DEFAULT_OFFERS_PAGE,
-    ) -> dict[str, Any]:
+    ) -> FederationView:
         """The project's federation; offers a page at a time, oldest first: ``offers_next``
         names the last one shown when more follow (pass it as ``offers_after``)."""
         now = self._clock()

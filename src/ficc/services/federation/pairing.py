@@ -12,10 +12,10 @@ import re
 import secrets
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id, parse_id
+from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import offers as o
 from ficc.domain import peers as p
@@ -52,17 +52,17 @@ class Pairing:
         self._signer = signer
         self._verify = verify
 
-    def offer_json(self, offer: o.Offer, now: datetime) -> dict[str, Any]:
+    def offer_json(self, offer: o.Offer, now: datetime) -> o.OfferView:
         return offer_json(offer, now, my_hypernet_id(self._ctx.link))
 
-    async def get_offer(self, project: str, offer_id: str) -> dict[str, Any]:
+    async def get_offer(self, project: str, offer_id: str) -> o.OfferView:
         async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
         return self.offer_json(offer, self._ctx.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
-    ) -> dict[str, Any]:
+    ) -> o.OfferView:
         """Deliver an offer to the service's cluster now; nothing is kept if that fails."""
         principal.require_scope("federation:manage")
         service_id = parse_hypernet_id(service)
@@ -110,7 +110,7 @@ class Pairing:
 
     async def finish_offer(
         self, principal: Principal, project: str, offer_id: str, *, receipt: object
-    ) -> dict[str, Any]:
+    ) -> p.PairingView:
         """Check the receipt answers exactly this offer, then complete the pairing.
 
         Idempotent: finishing a finished offer with its receipt answers the pairing it made.
@@ -127,7 +127,7 @@ class Pairing:
                 return await self._finished(uow, offer, now)
             o.next_state(offer, "finish", now)
             await refuse_second_pairing(uow, offer.service, project)
-        stored = offer.receipt
+        stored: object = offer.receipt
         if stored is None:
             fetched = await self._ctx.link.request(
                 offer.service,
@@ -184,7 +184,7 @@ class Pairing:
         return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
 
     async def _intend(
-        self, offer: o.Offer, receipt: dict[str, Any], body: dict[str, Any], now: datetime
+        self, offer: o.Offer, receipt: JSONObject, body: JSONObject, now: datetime
     ) -> p.Peer:
         """Commit the pairing about to be finished, still pending: the peer (the same one on a
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
@@ -202,7 +202,7 @@ class Pairing:
                 hypernet_id=offer.service,
                 cluster_key=offer.peer_cluster_key,
                 state=p.PENDING,
-                generation=int(body["generation"]),
+                generation=_generation(body),
                 role=p.REQUESTER,
                 offer_id=offer.id,
                 selected_grant=str(body["grant"]),
@@ -217,7 +217,7 @@ class Pairing:
             await uow.commit()
         return peer
 
-    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> dict[str, Any]:
+    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> p.PairingView:
         """A finish repeated after it succeeded: the pairing it made."""
         assert offer.peer_id is not None
         peer = await uow.peers.get(offer.peer_id)
@@ -226,7 +226,7 @@ class Pairing:
         remote = await uow.remote_grants.of_peer(peer.id)
         return {"offer": self.offer_json(offer, now), "peer": peer_json(peer, remote)}
 
-    async def on_receipt(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_receipt(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """The service side pushes the receipt of its approval: checked, then kept."""
         receipt = body.get("receipt")
         async with self._ctx.uow_factory() as uow:
@@ -254,7 +254,7 @@ class Pairing:
 
     async def discard_offer(
         self, principal: Principal, project: str, offer_id: str
-    ) -> dict[str, Any]:
+    ) -> o.DiscardedOfferView:
         principal.require_scope("federation:manage")
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
@@ -289,7 +289,7 @@ async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> N
 
 
 async def their_offer(
-    uow: UnitOfWork, identity: PeerIdentity, body: dict[str, Any], direction: str
+    uow: UnitOfWork, identity: PeerIdentity, body: JSONObject, direction: str
 ) -> o.Offer:
     """The offer ``body`` names, if it is one with the proven peer in ``direction``."""
     offer_id = parse_id("offer", body.get("offer"), field="offer")
@@ -304,13 +304,21 @@ async def their_offer(
     return offer
 
 
-def _digest(receipt: dict[str, Any] | None) -> object:
+def _digest(receipt: JSONObject | None) -> object:
     return None if receipt is None else receipt.get("digest")
 
 
-def _remote_grant(body: dict[str, Any]) -> dict[str, Any]:
+def _generation(body: JSONObject) -> int:
+    """A checked receipt's pairing generation (:func:`check_receipt` made sure it is one)."""
+    generation = body["generation"]
+    assert isinstance(generation, int)
+    return generation
+
+
+def _remote_grant(body: JSONObject) -> JSONObject:
     """The grant a receipt gives, as the requester keeps it until the next refresh."""
     terms = body["grant_terms"]
+    assert isinstance(terms, dict)  # as check_receipt read it
     metered = {name: terms.get(name) for name in g.METERED_FIELDS}
     return {
         "id": body["grant"],

@@ -4,9 +4,9 @@ hear that the other side removed us."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ficc.base.errors import Conflict, PermissionDenied
+from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal
@@ -30,7 +30,9 @@ class Peers:
         self._ctx = context
         self._grants = grants
 
-    async def remove_peer(self, principal: Principal, project: str, peer_id: str) -> dict[str, Any]:
+    async def remove_peer(
+        self, principal: Principal, project: str, peer_id: str
+    ) -> p.RemovedPeerView:
         """Revoke every grant given to the peer and remove the pairing, reachable or not."""
         principal.require_scope("federation:manage")
         now = self._ctx.clock()
@@ -74,7 +76,7 @@ class Peers:
 
     async def forget_peer(
         self, principal: Principal, project: str, peer_id: str, *, erase_audit: bool = False
-    ) -> dict[str, Any]:
+    ) -> p.ForgottenPeerView:
         """Delete a removed peer whose grants are all retired, with its offers and grants.
 
         The audit log keeps the pairing's history; with ``erase_audit`` the rows naming the
@@ -103,13 +105,15 @@ class Peers:
             for grant in grants:
                 await uow.grants.delete(grant.id)
             await uow.peers.delete(peer_id)
-            details: dict[str, Any] = {}
+            details: JSONObject = {}
+            tombstoned: list[int] = []
             if erase_audit:
                 # What the peer did to this cluster's services and models (other targets)
                 # stays in the log either way.
                 named = [peer_id, *(grant.id for grant in grants), *(o.id for o in offers)]
                 seqs = await uow.audit.naming(project, named)
-                details["tombstoned"] = list(await uow.audit.tombstone(seqs, self._ctx.clock()))
+                tombstoned = list(await uow.audit.tombstone(seqs, self._ctx.clock()))
+                details["tombstoned"] = tombstoned
             await self._ctx.audit(
                 uow,
                 principal,
@@ -121,12 +125,12 @@ class Peers:
             )
             await uow.commit()
         self._disconnect(peer)
-        answer: dict[str, Any] = {"peer": peer_id, "forgotten": True}
+        answer: p.ForgottenPeerView = {"peer": peer_id, "forgotten": True}
         if erase_audit:
-            answer["tombstoned"] = details["tombstoned"]
+            answer["tombstoned"] = tombstoned
         return answer
 
-    async def on_peer_removed(self, identity: PeerIdentity, body: dict[str, Any]) -> RequestResult:
+    async def on_peer_removed(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             peer = await paired_peer(uow, identity)

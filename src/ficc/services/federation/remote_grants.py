@@ -9,9 +9,9 @@ still marked stale. A copy read after its expiry shows ``expired`` whatever it l
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from ficc.base.errors import Conflict, FiccError
+from ficc.base.json_types import JSONObject
 from ficc.base.times import parse_time
 from ficc.domain import grants as g
 from ficc.domain import peers as p
@@ -37,7 +37,7 @@ class RemoteGrantCopies:
 
     async def fetch(
         self, peer: p.Peer, *, timeout_seconds: float = PAIRING_TIMEOUT_SECONDS
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """Ask the peer for the grants it gives us now, and keep that copy."""
         answer = await self._ctx.link.request(
             peer.hypernet_id,
@@ -63,7 +63,7 @@ class RemoteGrantCopies:
         self._stale.discard(peer.id)
         return listed
 
-    async def current(self, peer: p.Peer, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def current(self, peer: p.Peer, kept: list[JSONObject]) -> list[JSONObject]:
         """The copy to show: asked for again when stale (best effort), expiry applied."""
         if peer.id in self._stale and peer.state == p.PAIRED:
             try:
@@ -74,7 +74,7 @@ class RemoteGrantCopies:
         return [_as_of(item, now) for item in kept]
 
 
-def _as_of(item: dict[str, Any], now: datetime) -> dict[str, Any]:
+def _as_of(item: JSONObject, now: datetime) -> JSONObject:
     """A copy of a grant as it stands at ``now``: an active one past its expiry is expired."""
     expires_at = item.get("expires_at")
     if item.get("state") != g.ACTIVE or not isinstance(expires_at, str):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded
+from ficc.base.json_types import JSONObject
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import (
     Requirements,
@@ -25,7 +25,7 @@ from ficc.domain.inference import (
     uses_local_model,
 )
 from ficc.domain.nodes import Node
-from ficc.domain.service_records import ServiceRecord
+from ficc.domain.service_records import PreviewView, ServiceRecord
 from ficc.services.catalogue import resolves
 from ficc.services.inference.records import (
     ACTIVE_STATES,
@@ -57,7 +57,7 @@ class Admission:
         """Held from :meth:`admit` to the commit of the start, so that two starts cannot both
         count the same free memory."""
 
-    async def preview(self, project: str, spec_data: object) -> dict[str, Any]:
+    async def preview(self, project: str, spec_data: object) -> PreviewView:
         """Would this spec fit on its node now? Reasons, not a launch; ``start`` enforces it."""
         spec = parse_service_spec(spec_data)
         reasons: list[str] = []
@@ -98,7 +98,7 @@ class Admission:
         *,
         model_ids: frozenset[str] | None = None,
         node_ids: frozenset[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Models (names, revisions, readiness) and the node/runtime offers that can run them."""
         async with self._uow_factory() as uow:
             models = [

@@ -9,12 +9,13 @@ while a service comes up. Every target state comes from ``plan_operation`` (or
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id
+from ficc.base.json_types import JSONObject
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
@@ -30,7 +31,7 @@ from ficc.domain.inference import (
     plan_operation,
 )
 from ficc.domain.mutations import derived_entropy
-from ficc.domain.service_records import ServiceRecord
+from ficc.domain.service_records import RemovedServiceView, ServiceRecord, ServiceView
 from ficc.services import mutations
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.records import (
@@ -48,7 +49,7 @@ from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.mutations import MutationKey
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
-Outcome = tuple[dict[str, Any], bool]
+Outcome = tuple[JSONObject, bool]
 """A change's result view and whether it was replayed from its receipt."""
 
 RESTORE_ACTOR: Final = Actor("ficc:restore")
@@ -66,12 +67,12 @@ class ServiceCommands:
     admission: Admission
     serve_instance: str
 
-    async def list_services(self, project: str) -> list[dict[str, Any]]:
+    async def list_services(self, project: str) -> list[ServiceView]:
         """The owner's views of every service of ``project``."""
         async with self.uow_factory() as uow:
             return [await view_of(uow, s) for s in await uow.services.list(project)]
 
-    async def get_service(self, project: str, service_id: str) -> dict[str, Any]:
+    async def get_service(self, project: str, service_id: str) -> ServiceView:
         """The owner's view of one service of ``project``."""
         async with self.uow_factory() as uow:
             return await view_of(uow, await load_service(uow, project, service_id))
@@ -259,7 +260,7 @@ class ServiceCommands:
                 updated_at=now,
             )
             await uow.services.update(started)
-            details: dict[str, Any] = {"acknowledge_unknown": acknowledge}
+            details: JSONObject = {"acknowledge_unknown": acknowledge}
             if restoring:
                 details["restored"] = True
             await record_audit(
@@ -289,7 +290,7 @@ class ServiceCommands:
                 await uow.attempts.delete_for_service(service_id)
                 await uow.services.delete(service_id)
                 await record_audit(uow, self.clock, actor, project, "service.removed", service_id)
-                result: dict[str, Any] = {"id": service_id, "removed": True}
+                result: ServiceView | RemovedServiceView = {"id": service_id, "removed": True}
             else:
                 changed = replace(
                     service,
@@ -311,21 +312,21 @@ class ServiceCommands:
         return answer, False
 
     async def _finish(
-        self, uow: UnitOfWork, key: MutationKey | None, result: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, uow: UnitOfWork, key: MutationKey | None, result: Mapping[str, object]
+    ) -> JSONObject:
         """Keep the receipt of an idempotent change, and commit it with the change: the answer
         (what the caller is shown of ``result``, exactly as a retry will replay it)."""
-        answer = result
+        answer = dict(result)
         if key is not None:
             answer = await (await mutations.begin(uow, key)).complete(result, self.clock())
         await uow.commit()
         return answer
 
-    async def _answered(self, key: MutationKey | None, result: dict[str, Any]) -> dict[str, Any]:
+    async def _answered(self, key: MutationKey | None, result: Mapping[str, object]) -> JSONObject:
         """The answer of a change known only after its commit, kept in its receipt as the
         answer a retry replays."""
         if key is None:
-            return result
+            return dict(result)
         async with self.uow_factory() as uow:
             return await self._finish(uow, key, result)
 

@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ficc.base.errors import EngineUnavailable, LimitExceeded
+from ficc.base.json_types import JSONObject
 from ficc.domain import metering as m
 from ficc.domain.inference import RuntimeName
 from ficc.domain.openai_answers import error_event, shape_answer, sse_event
@@ -39,8 +39,8 @@ class Invocations:
         self._router = router
 
     async def complete(
-        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+        self, project: str, service_id: str, path: str, body: Mapping[str, object]
+    ) -> JSONObject:
         """The plain answer in OpenAI's shape."""
         plan, answer = await self._answer(project, service_id, path, body, None)
         if path == EMBEDDINGS_PATH:
@@ -53,7 +53,7 @@ class Invocations:
         project: str,
         service_id: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         max_bytes: int,
         tab: Tab | None = None,
@@ -90,7 +90,7 @@ class Invocations:
         project: str,
         service_id: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         max_bytes: int | None = None,
         tab: Tab | None = None,
@@ -129,10 +129,10 @@ class Invocations:
         project: str,
         service_id: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         max_bytes: int | None,
         tab: Tab | None = None,
-    ) -> tuple[_Plan, dict[str, Any]]:
+    ) -> tuple[_Plan, JSONObject]:
         plan = await self._prepare(project, service_id, path, body)
         if tab is not None:
             await self._admit(plan, path, body, tab)
@@ -146,7 +146,7 @@ class Invocations:
         )
         return plan, answer
 
-    async def _admit(self, plan: _Plan, path: str, body: Mapping[str, Any], tab: Tab) -> bool:
+    async def _admit(self, plan: _Plan, path: str, body: Mapping[str, object], tab: Tab) -> bool:
         """Count the prompt and reserve its tokens, before any engine work; the completion
         the engine is asked for is bounded by what the reservation leaves. Whether the grant
         limits tokens: a grant that does not costs the engine nothing more than before (its
@@ -182,7 +182,7 @@ class Invocations:
         return True
 
     async def _prepare(
-        self, project: str, service_id: str, path: str, body: Mapping[str, Any]
+        self, project: str, service_id: str, path: str, body: Mapping[str, object]
     ) -> _Plan:
         """The replica and the body its engine is sent, or the refusal naming the parameter.
 
@@ -210,10 +210,10 @@ class _Plan:
 
     endpoint: Endpoint
     engine_path: str
-    sent: dict[str, Any]
+    sent: JSONObject
     translated: bool
 
-    def shape(self, body: Mapping[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    def shape(self, body: Mapping[str, object], answer: JSONObject) -> JSONObject:
         """The engine's plain answer in the shape the caller asked for."""
         if self.translated:
             return response_object(body, answer)
@@ -253,7 +253,9 @@ def _ask_usage(plan: _Plan) -> bool:
     options = plan.sent.get("stream_options")
     asked = isinstance(options, dict) and options.get("include_usage") is True
     if not asked and plan.engine_path != RESPONSES_PATH:
-        plan.sent["stream_options"] = {**(options or {}), "include_usage": True}
+        # check_request made stream_options an object when present.
+        kept = options if isinstance(options, dict) else {}
+        plan.sent["stream_options"] = {**kept, "include_usage": True}
     return asked
 
 
@@ -289,7 +291,7 @@ async def _named(
 
 
 async def _typed(
-    events: AsyncIterable[EngineEvent], body: Mapping[str, Any], tab: Tab | None = None
+    events: AsyncIterable[EngineEvent], body: Mapping[str, object], tab: Tab | None = None
 ) -> AsyncGenerator[bytes, None]:
     """Chat chunks as the Responses API's typed events; the engine's ``[DONE]`` ends them.
 
@@ -348,8 +350,8 @@ async def _coalesced(
 def encoded_answer(
     runtime: RuntimeName,
     path: str,
-    body: Mapping[str, Any],
-    answer: dict[str, Any],
+    body: Mapping[str, object],
+    answer: JSONObject,
     *,
     gradual: bool = False,
 ) -> tuple[bytes, int]:
@@ -358,7 +360,7 @@ def encoded_answer(
     return encode_shaped(shape_answer(runtime, path, body, answer), gradual=gradual)
 
 
-def encode_shaped(shaped: dict[str, Any], *, gradual: bool = False) -> tuple[bytes, int]:
+def encode_shaped(shaped: JSONObject, *, gradual: bool = False) -> tuple[bytes, int]:
     """A shaped answer as RFC 8785 JSON and the size of its compact JSON.
 
     An engine's answer the wire cannot carry (a NaN, an integer past 2**53) is the engine's

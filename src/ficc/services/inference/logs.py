@@ -9,7 +9,7 @@ of a service (``services/remote/views.py``) leaves out even the log lines of a c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol, TypedDict
 
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import parse_id
@@ -45,6 +45,20 @@ class EngineLogs(Protocol):
         ...
 
 
+class LogPage(TypedDict):
+    """A page of a replica's log: which attempt it is of, the newest one, and where the next
+    page starts."""
+
+    service: str
+    replica: int | None
+    attempt: str | None
+    latest: str | None
+    found: bool
+    lines: list[str]
+    next: int
+    more: bool
+
+
 class ServiceLogs:
     """Reads a service's engine log: the newest attempt's, a replica's, or a named attempt's."""
 
@@ -61,7 +75,7 @@ class ServiceLogs:
         attempt: str | None = None,
         after: int | None = None,
         lines: int = DEFAULT_LOG_LINES,
-    ) -> dict[str, Any]:
+    ) -> LogPage:
         """``{"service", "replica", "attempt", "latest", "found", "lines", "next", "more"}``.
 
         ``latest`` is the newest attempt of the same replica (of any, when none is named): a
@@ -83,24 +97,32 @@ class ServiceLogs:
             replica = chosen.replica
         same_replica = [a for a in attempts if replica is None or a.replica == replica]
         latest = _newest(same_replica)
-        answer: dict[str, Any] = {
-            "service": service.id,
-            "replica": replica,
-            "attempt": None if chosen is None else chosen.id,
-            "latest": None if latest is None else latest.id,
-        }
+        service_id, attempt_id = service.id, None if chosen is None else chosen.id
+        latest_id = None if latest is None else latest.id
         if chosen is None:
-            return {**answer, "found": False, "lines": [], "next": 0, "more": False}
+            return LogPage(
+                service=service_id,
+                replica=replica,
+                attempt=attempt_id,
+                latest=latest_id,
+                found=False,
+                lines=[],
+                next=0,
+                more=False,
+            )
         chunk = await self._logs.read(
             service.id, chosen.id, after=after, lines=lines, max_bytes=MAX_LOG_READ_BYTES
         )
-        return {
-            **answer,
-            "found": chunk.found,
-            "lines": list(chunk.lines),
-            "next": chunk.next,
-            "more": chunk.more,
-        }
+        return LogPage(
+            service=service_id,
+            replica=replica,
+            attempt=attempt_id,
+            latest=latest_id,
+            found=chunk.found,
+            lines=list(chunk.lines),
+            next=chunk.next,
+            more=chunk.more,
+        )
 
 
 def _newest(attempts: list[AttemptRecord]) -> AttemptRecord | None:

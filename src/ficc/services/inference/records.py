@@ -11,16 +11,23 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id
+from ficc.base.json_types import JSONObject
 from ficc.base.times import format_time
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import ACTIVE
 from ficc.domain.inference import AttemptState, Capacity, RuntimeName, ServiceSpec, ServiceState
 from ficc.domain.nodes import Node
-from ficc.domain.service_records import AttemptRecord, ServiceRecord, attempts_to_forget
+from ficc.domain.service_records import (
+    AttemptRecord,
+    PreviewView,
+    ServiceRecord,
+    ServiceView,
+    attempts_to_forget,
+)
 from ficc.services import audit
 from ficc.services.ports import Clock, UnitOfWork
 from ficc.services.runtimes import NodeInfo
@@ -47,7 +54,7 @@ class Endpoint:
     base_url: str
     model_name: str
     runtime: RuntimeName
-    options: Mapping[str, Any]
+    options: Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ async def load_service(uow: UnitOfWork, project: str, service_id: str) -> Servic
     return service
 
 
-async def view_of(uow: UnitOfWork, service: ServiceRecord) -> dict[str, Any]:
+async def view_of(uow: UnitOfWork, service: ServiceRecord) -> ServiceView:
     """The owner's view of ``service`` with its attempts, read in the caller's transaction."""
     return service_json(service, await uow.attempts.for_service(service.id))
 
@@ -90,7 +97,7 @@ async def record_audit(
     project: str,
     action: str,
     target: str,
-    details: dict[str, Any] | None = None,
+    details: JSONObject | None = None,
 ) -> None:
     """An audit entry for ``actor``'s change, committed with it."""
     await audit.record(
@@ -175,7 +182,7 @@ def preview_json(
     reasons: list[str],
     warnings: list[str],
     need: dict[str, int],
-) -> dict[str, Any]:
+) -> PreviewView:
     """The answer of a preview: fits only when there is no reason against it."""
     return {
         "fits": not reasons,
@@ -187,7 +194,7 @@ def preview_json(
     }
 
 
-def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> dict[str, Any]:
+def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> ServiceView:
     """A service as its owner sees it (with engine log lines; peers get a filtered view).
 
     Plain JSON values only (times as RFC 3339 strings): the same object is kept in the

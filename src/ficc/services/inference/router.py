@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ficc.base.errors import Conflict
+from ficc.base.json_types import JSONObject
 from ficc.domain.inference import RuntimeName, admits_requests
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.records import Endpoint, load_service
@@ -30,7 +30,7 @@ class _Admission:
     project: str
     runtime: RuntimeName
     handles: tuple[ReplicaHandle, ...]
-    options: Mapping[str, Any]
+    options: Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class InvocationRouter:
         project: str,
         runtime: RuntimeName,
         handles: tuple[ReplicaHandle, ...],
-        options: Mapping[str, Any],
+        options: Mapping[str, object],
     ) -> None:
         """Admit requests to ``handles``: the supervisor saw every one of them become ready."""
         self._admitting[service_id] = _Admission(project, runtime, handles, options)
@@ -148,7 +148,7 @@ class InvocationRouter:
         project: str,
         service_id: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         endpoint: Endpoint | None = None,
     ) -> AsyncIterator[EngineStream]:
@@ -173,11 +173,11 @@ class InvocationRouter:
         project: str,
         service_id: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         endpoint: Endpoint | None = None,
         max_bytes: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """A plain answer, generated in streaming mode so that cancelling this call stops it.
 
         ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it.

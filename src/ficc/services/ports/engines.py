@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol
+
+from ficc.base.json_types import JSONObject
 
 
 class EngineEvent(Protocol):
@@ -13,7 +15,7 @@ class EngineEvent(Protocol):
     def data(self) -> str: ...
     @property
     def done(self) -> bool: ...
-    def payload(self) -> dict[str, Any]:
+    def payload(self) -> JSONObject:
         """The event's JSON object, parsed at most once whoever asks (the relay, usage
         counting, metering); EngineUnavailable if it is not one."""
         ...
@@ -33,17 +35,17 @@ class EngineConnector(Protocol):
     """Calls OpenAI-compatible engines, always in streaming mode."""
 
     async def open_stream(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+        self, base_url: str, model: str, path: str, body: Mapping[str, object]
     ) -> EngineStream: ...
     async def complete(
         self,
         base_url: str,
         model: str,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         max_bytes: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """A plain answer; with ``max_bytes``, LimitExceeded as soon as the events received
         would pass it (counted as a stream of them would be sent: ``data: …`` lines)."""
         ...

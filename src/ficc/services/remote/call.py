@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ficc.base.errors import NotFound, PermissionDenied
+from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.receipts import b64
@@ -25,7 +25,7 @@ class Call:
     peer: p.Peer
     grant: g.Grant
     operation: str
-    body: dict[str, Any]
+    body: JSONObject
     mutation_id: str | None
     slot: Slot
     body_bytes: int = 0
@@ -61,15 +61,15 @@ class Call:
             )
 
 
-Effect = Callable[[MutationKey], Awaitable[tuple[dict[str, Any], bool]]]
+Effect = Callable[[MutationKey], Awaitable[tuple[JSONObject, bool]]]
 """A checked mutation, ready to run exactly once: its result and whether it was a replay."""
-Answer = Callable[[Call], Awaitable[dict[str, Any] | EncodedAnswer]]
+Answer = Callable[[Call], Awaitable[Mapping[str, object] | EncodedAnswer]]
 """A read under a grant: its result (or its encoding, when a limit measured it)."""
 Mutate = Callable[[Call], Awaitable[Effect]]
 """A mutation under a grant: checks the body, then gives the effect to run once."""
 Stream = Callable[[Call], AsyncIterator[bytes]]
 """A streamed answer under a grant."""
-PeerHandler = Callable[[PeerIdentity, dict[str, Any]], Awaitable[RequestResult]]
+PeerHandler = Callable[[PeerIdentity, JSONObject], Awaitable[RequestResult]]
 """An operation outside any grant (pairing, notices): the proven peer and the body."""
 
 

@@ -7,7 +7,7 @@ mutation_id to inspect (``operation.status``) or to retry with, and nothing else
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -21,6 +21,7 @@ from ficc.base.errors import (
     OutcomeUnknown,
     TooLarge,
 )
+from ficc.base.json_types import JSONObject
 from ficc.base.units import MiB
 from ficc.domain import grants as g
 from ficc.domain import metering as m
@@ -54,9 +55,9 @@ class Prepared:
 
     peer: p.Peer
     grant_id: str
-    terms: dict[str, Any]
+    terms: JSONObject
     operation: str
-    wire: dict[str, Any]
+    wire: JSONObject
     principal: Principal | None = None
     """Who asks: a restricted token's budgets hold the request before it is sent."""
 
@@ -80,11 +81,11 @@ class RemoteClient:
         self._copies = copies
         self._clock = clock or (lambda: datetime.now(UTC))
         self._usage = RequesterUsage(uow_factory, self._clock, tokens, receipts)
-        self._routed: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._routed: dict[str, tuple[str, JSONObject]] = {}
         """By peer: the grant its last request went through and the copy of its terms."""
 
     @property
-    def told(self) -> dict[str, dict[str, Any]]:
+    def told(self) -> Mapping[str, Mapping[str, object]]:
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
         return self._usage.told
 
@@ -154,7 +155,8 @@ class RemoteClient:
         check_peer(principal, peer_id)
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
         name, wire = _wire(grant_id, operation, body, mutation_id, terms)
-        asked = wire["body"].get("service") if isinstance(wire["body"], dict) else None
+        sent = wire["body"]
+        asked = sent.get("service") if isinstance(sent, dict) else None
         for named in {service, asked} - {None}:
             check_service(principal, str(named), *via)
         return Prepared(peer, grant_id, terms, name, wire, principal)
@@ -165,6 +167,7 @@ class RemoteClient:
         grant_id, terms = prepared.grant_id, prepared.terms
         timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
+        assert sent_id is None or isinstance(sent_id, str)  # as _wire checked it
         if name == INVOKE:
             await self._usage.catch_up(peer, grant_id)
             async with self._usage.recording(grant_id, wire, peer, prepared.principal) as usage:
@@ -189,11 +192,11 @@ class RemoteClient:
         self,
         peer: p.Peer,
         name: str,
-        wire: dict[str, Any],
-        terms: dict[str, Any],
+        wire: JSONObject,
+        terms: JSONObject,
         timeout_seconds: float,
         sent_id: str | None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         try:
             answer = (
                 await self._channel.request(
@@ -294,7 +297,7 @@ class RemoteClient:
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
-    ) -> tuple[p.Peer, str, dict[str, Any]]:
+    ) -> tuple[p.Peer, str, JSONObject]:
         """The peer, its selected grant and this cluster's copy of that grant's terms (empty
         if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")
@@ -317,7 +320,7 @@ class RemoteClient:
         return peer, peer.selected_grant, terms
 
 
-def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:
+def _term(terms: JSONObject, name: str, default: int, maximum: int) -> int:
     """A size of the copied grant, or ``default`` when the copy lacks it or looks wrong."""
     value = terms.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
@@ -325,7 +328,7 @@ def _term(terms: dict[str, Any], name: str, default: int, maximum: int) -> int:
     return value
 
 
-def answer_bytes(operation: str, terms: dict[str, Any]) -> int:
+def answer_bytes(operation: str, terms: JSONObject) -> int:
     """The most an answer to ``operation`` under a grant with ``terms`` may be on the wire:
     for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
@@ -345,20 +348,21 @@ def _wire(
     operation: object,
     body: object,
     mutation_id: object,
-    terms: dict[str, Any],
-) -> tuple[str, dict[str, Any]]:
+    terms: JSONObject,
+) -> tuple[str, JSONObject]:
     """The request body an operation under a grant carries, checked against its row and the
     selected grant's ``request_bytes`` as this cluster's copy of the grant says (the grantor
     checks it again; a body it would refuse is not sent)."""
     name, row = grant_operation(operation)
     checked_id = check_mutation_id(name, row.mutation, mutation_id)
-    wire: dict[str, Any] = {"grant": grant_id, "body": parse_body(body)}
+    checked_body = parse_body(body)
+    wire: JSONObject = {"grant": grant_id, "body": checked_body}
     if checked_id is not None:
         wire["mutation_id"] = checked_id
     try:
         # The one encoding made here: it proves the wire can carry the body, and measures it
         # as request_bytes counts it (RFC 8785 bytes, as the grantor counts them).
-        size = len(canonical_json(wire["body"]))
+        size = len(canonical_json(checked_body))
     except ValueError as exc:
         raise InvalidInput(
             "body must be JSON the wire can carry (RFC 8785): finite numbers, integers within "
@@ -385,8 +389,11 @@ async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGen
         raise type(exc)(exc.message, details={**exc.details, "grant": grant_id}) from exc
 
 
-def _published(selected: str | None, remote_grants: list[dict[str, Any]]) -> list[str]:
-    for grant in remote_grants:
-        if grant.get("id") == selected:
-            return sorted(set(grant.get("services", [])) | set(grant.get("created_services", [])))
-    return []
+def _published(selected: str | None, remote_grants: list[JSONObject]) -> list[str]:
+    grant = next((item for item in remote_grants if item.get("id") == selected), {})
+    return sorted({*_listed(grant.get("services")), *_listed(grant.get("created_services"))})
+
+
+def _listed(value: object) -> list[str]:
+    """The IDs a remote grant's copy lists (none when it lists none)."""
+    return [name for name in value if isinstance(name, str)] if isinstance(value, list) else []

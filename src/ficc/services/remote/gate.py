@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import (
     FiccError,
@@ -26,6 +26,7 @@ from ficc.base.errors import (
     TooLarge,
 )
 from ficc.base.ids import parse_id
+from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain.operations import check_mutation_id, check_scope
@@ -75,8 +76,8 @@ class Gate:
         operation: str,
         scopes: frozenset[str],
         mutation: bool,
-        wire: dict[str, Any],
-        body: dict[str, Any],
+        wire: JSONObject,
+        body: JSONObject,
         body_bytes: int,
     ) -> AsyncIterator[Call]:
         """Admit one request; ``body_bytes`` is ``body``'s canonical size as it travelled,

@@ -7,15 +7,16 @@ the body and give back the effect the table runs exactly once, streams yield byt
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
+from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
+from ficc.domain.service_records import PreviewView
 from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
@@ -37,7 +38,7 @@ class InferenceOperations:
         self._inference = inference
         self._meter = meter
 
-    async def discover(self, call: Call) -> dict[str, Any]:
+    async def discover(self, call: Call) -> JSONObject:
         project = call.grant.project
         services = []
         async with self._uow_factory() as uow:
@@ -63,18 +64,18 @@ class InferenceOperations:
             "nodes": sorted(call.grant.terms.nodes),
         }
 
-    async def prepare(self, call: Call) -> dict[str, Any]:
+    async def prepare(self, call: Call) -> JSONObject:
         return await self._inference.admission.prepare(
             call.grant.project,
             model_ids=frozenset(call.grant.terms.models | call.grant.created_models),
             node_ids=frozenset(call.grant.terms.nodes),
         )
 
-    async def preview(self, call: Call) -> dict[str, Any]:
+    async def preview(self, call: Call) -> PreviewView:
         await self._check_spec(call, call.body["spec"])
         return await self._inference.admission.preview(call.grant.project, call.body["spec"])
 
-    async def get(self, call: Call) -> dict[str, Any]:
+    async def get(self, call: Call) -> JSONObject:
         service_id = _service(call)
         return peer_view(await self._inference.commands.get_service(call.grant.project, service_id))
 
@@ -92,7 +93,7 @@ class InferenceOperations:
                     details={"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES},
                 )
 
-        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             # The key shows the peer its own view: the answer is the one its receipt keeps.
             return await self._inference.commands.create_service(
                 call.actor, grant.project, call.body["spec"], key=key, check=within_cap
@@ -112,7 +113,7 @@ class InferenceOperations:
                 details={"field": "body.spec.runtime", "reason": "runtime_change_refused"},
             )
 
-        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await self._inference.commands.replace_service(
                 call.actor,
                 call.grant.project,
@@ -129,7 +130,7 @@ class InferenceOperations:
         if call.body["operation"] == "remove":
             _require_created(call, service_id, "remove")
 
-        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await self._inference.commands.control_service(
                 call.actor,
                 call.grant.project,
@@ -215,7 +216,7 @@ class InferenceOperations:
         return spec
 
 
-def _invocation(call: Call) -> tuple[str, str, dict[str, Any]]:
+def _invocation(call: Call) -> tuple[str, str, JSONObject]:
     """The granted service, the engine path and the OpenAI body of an ``inference.invoke``."""
     service_id = _service(call)
     path = invoke_path(call.body["path"])

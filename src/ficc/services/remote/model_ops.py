@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import NotFound
 from ficc.base.ids import parse_id, parse_mutation_id
+from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
 from ficc.domain.manifests import parse_manifest
@@ -38,7 +39,7 @@ class ModelOperations:
         self._blobs = blobs
         self._slots = slots
 
-    async def manifest(self, call: Call) -> dict[str, Any]:
+    async def manifest(self, call: Call) -> JSONObject:
         model_id = parse_id("model", call.body.get("model"), field="body.model")
         call.require("models", model_id, "body.model")
         async with self._uow_factory() as uow:
@@ -51,7 +52,7 @@ class ModelOperations:
         manifest = parse_manifest(call.body["manifest"], field="body.manifest")
         grant = call.grant
 
-        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await create_model_record(
                 self._uow_factory,
                 self._clock,
@@ -70,7 +71,7 @@ class ModelOperations:
         model_id = parse_id("model", call.body.get("model"), field="body.model")
         call.require("models", model_id, "body.model")
 
-        async def effect(key: MutationKey) -> tuple[dict[str, Any], bool]:
+        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await remove_model_record(
                 self._uow_factory,
                 self._clock,
@@ -84,12 +85,12 @@ class ModelOperations:
 
         return effect
 
-    async def resources(self, call: Call) -> dict[str, Any]:
+    async def resources(self, call: Call) -> JSONObject:
         async with self._uow_factory() as uow:
             nodes = [n for n in await uow.nodes.list() if n.id in call.grant.terms.nodes]
         return {"nodes": [with_times_formatted(node.as_json()) for node in nodes]}
 
-    async def status(self, call: Call) -> dict[str, Any]:
+    async def status(self, call: Call) -> JSONObject:
         """Where one of this grant's mutations stands, from its receipt.
 
         Inspection settles an uncertain mutation when no other request of the grant is in

@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
+from ficc.base.json_types import JSONObject
 from ficc.domain.operations import ANY_SCOPE, Streaming, only_fields, parse_body
 from ficc.protocol.canonical import first_member_bytes
 from ficc.services import mutations
@@ -89,11 +90,11 @@ class Operation:
     def under_grant(self) -> bool:
         return self.scopes is not None
 
-    def check_fields(self, body: dict[str, Any]) -> None:
+    def check_fields(self, body: JSONObject) -> None:
         required = self.fields if self.required is None else self.required
         only_fields(body, set(self.fields), set(required))
 
-    def check_own_fields(self, operation: str, body: dict[str, Any]) -> None:
+    def check_own_fields(self, operation: str, body: JSONObject) -> None:
         """A body outside any grant is the operation's own: its fields are named bare, as
         its handler names them."""
         required = self.fields if self.required is None else self.required
@@ -177,7 +178,7 @@ ENVELOPE_REQUIRED: Final = _f("grant", "body")
 
 
 def _exact_fields(
-    body: Mapping[str, Any], allowed: frozenset[str], required: frozenset[str], where: str
+    body: Mapping[str, object], allowed: frozenset[str], required: frozenset[str], where: str
 ) -> None:
     """Unknown fields are refused, not ignored, as the HTTP API refuses them."""
     unknown = sorted(set(body) - allowed)
@@ -228,7 +229,7 @@ class PeerOperations:
         self._tries = mutations.InFlight()
 
     async def serve(
-        self, identity: PeerIdentity, operation: str, wire: dict[str, Any], wire_bytes: int
+        self, identity: PeerIdentity, operation: str, wire: JSONObject, wire_bytes: int
     ) -> RequestResult:
         """Serve one request; ``wire_bytes`` is ``wire``'s canonical size as it travelled."""
         row = OPERATIONS.get(operation)
@@ -276,8 +277,8 @@ class PeerOperations:
         operation: str,
         row: Operation,
         stream: Callable[[Handlers], Stream],
-        wire: dict[str, Any],
-        body: dict[str, Any],
+        wire: JSONObject,
+        body: JSONObject,
         body_bytes: int,
     ) -> AsyncIterator[bytes]:
         assert row.scopes is not None
@@ -291,7 +292,7 @@ class PeerOperations:
                 async for chunk in chunks:
                     yield chunk
 
-    async def _once(self, call: Call, effect: Effect) -> dict[str, Any]:
+    async def _once(self, call: Call, effect: Effect) -> JSONObject:
         """Record uncertainty, then run the effect (which completes the receipt with itself)."""
         key = call.key()
         async with self._uow_factory() as uow:

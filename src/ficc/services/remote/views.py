@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from ficc.base.errors import NotFound
+from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
 
 
@@ -22,22 +24,25 @@ PEER_SERVICE_ERROR: Final = "the service failed; the grantor's operator can see 
 """A failed service's reason holds engine text, addresses and paths; a peer sees only this."""
 
 
-def peer_view(view: dict[str, Any]) -> dict[str, Any]:
+def peer_view(view: Mapping[str, object]) -> JSONObject:
     """A service as a peer sees it: no options, engine error text, log lines, PIDs or ports."""
     shown = {k: v for k, v in view.items() if k not in {"replicas", "spec", "error"}}
-    if "spec" in view:
-        shown["spec"] = {k: view["spec"][k] for k in PEER_SPEC_FIELDS if k in view["spec"]}
+    spec = view.get("spec")
+    if isinstance(spec, dict):
+        shown["spec"] = {k: spec[k] for k in PEER_SPEC_FIELDS if k in spec}
     if "error" in view:
         shown["error"] = None if view["error"] is None else PEER_SERVICE_ERROR
+    replicas = view.get("replicas", [])
     shown["replicas"] = [
         {"replica": r["replica"], "state": r["state"], "exit_code": r["exit_code"]}
-        for r in view.get("replicas", [])
+        for r in (replicas if isinstance(replicas, list) else [])
+        if isinstance(r, dict)
     ]
-    plain: dict[str, Any] = with_times_formatted(shown)
+    plain: JSONObject = with_times_formatted(shown)
     return plain
 
 
-def peer_answer(result: dict[str, Any]) -> dict[str, Any]:
+def peer_answer(result: Mapping[str, object]) -> Mapping[str, object]:
     """A mutation's result as the peer is answered: a service in its view, anything else as is.
 
     A peer's receipts keep this answer, so a replay (and ``operation.status``) shows the peer

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 from dataclasses import replace
-from typing import Any
 
 from ficc.base.errors import Conflict, NotFound, PeerUnreachable
 from ficc.base.ids import new_id, parse_id
@@ -74,7 +73,7 @@ class Transfers:
 
     async def acquire(
         self, principal: Principal, project: str, peer_id: str, *, model: object
-    ) -> dict[str, Any]:
+    ) -> tr.TransferView:
         """Start, resume, or show the completed acquisition of a peer's model."""
         principal.require_scope("federation:invoke", "models:manage")
         remote_model = parse_id("model", model, field="model")
@@ -137,7 +136,7 @@ class Transfers:
         self._start(transfer.id, principal)
         return await self.get(project, transfer.id)
 
-    async def pause(self, principal: Principal, project: str, transfer_id: str) -> dict[str, Any]:
+    async def pause(self, principal: Principal, project: str, transfer_id: str) -> tr.TransferView:
         """Stop at once; bytes on disk stay for the next acquire."""
         principal.require_scope("federation:invoke")
         transfer = await self._load(project, transfer_id)
@@ -156,10 +155,10 @@ class Transfers:
             await self._set_state(transfer_id, tr.PAUSED, error)
         return await self.get(project, transfer_id)
 
-    async def get(self, project: str, transfer_id: str) -> dict[str, Any]:
+    async def get(self, project: str, transfer_id: str) -> tr.TransferView:
         return self._json(await self._load(project, transfer_id))
 
-    async def list(self, project: str) -> list[dict[str, Any]]:
+    async def list(self, project: str) -> list[tr.TransferView]:
         async with self._uow_factory() as uow:
             return [self._json(t) for t in await uow.transfers.in_project(project)]
 
@@ -170,7 +169,7 @@ class Transfers:
             raise NotFound(f"no transfer {transfer_id}", details={"transfer": transfer_id})
         return transfer
 
-    def _json(self, transfer: tr.Transfer) -> dict[str, Any]:
+    def _json(self, transfer: tr.Transfer) -> tr.TransferView:
         return {
             "id": transfer.id,
             "peer": transfer.peer_id,

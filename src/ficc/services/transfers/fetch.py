@@ -191,9 +191,10 @@ class Fetcher:
             remote = await uow.remote_grants.of_peer(peer_id)
         for grant in remote:
             if grant.get("id") == grant_id:
-                remaining = grant.get("remaining", {}).get("transfer_bytes")
-                if isinstance(remaining, int):
-                    return remaining
+                remaining = grant.get("remaining")
+                left = remaining.get("transfer_bytes") if isinstance(remaining, dict) else None
+                if isinstance(left, int):
+                    return left
         return None
 
     async def _check_room(self, transfer: tr.Transfer, length: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -107,7 +108,9 @@ async def approve_offer(
         revision=form_int(form, "revision"),
         grant=grant_from_form(form),
     )
-    return action_done(f"Approved and signed. Receipt digest {approved['receipt']['digest']}.")
+    receipt = approved["receipt"]
+    assert receipt is not None  # an approved offer carries the receipt it was signed with
+    return action_done(f"Approved and signed. Receipt digest {receipt['digest']}.")
 
 
 @router.post(f"{P}/offers/{{offer_id}}/discard")
@@ -159,7 +162,9 @@ async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    found = next((item for item in view["grants"] if item["id"] == grant_id), None)
+    found: Mapping[str, object] | None = next(
+        (item for item in view["grants"] if item["id"] == grant_id), None
+    )
     peer = (
         None
         if found is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -87,7 +88,7 @@ async def _listing(
     ctx: ConsoleContext,
     page: str,
     title: str,
-    found: list[dict[str, Any]],
+    found: Sequence[Mapping[str, object]],
     live_states: tuple[str, ...],
     **more: Any,
 ) -> Response:
