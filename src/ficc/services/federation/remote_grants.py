@@ -54,10 +54,11 @@ class RemoteGrantCopies:
         async with self._ctx.uow_factory() as uow:
             now_listed = {item.get("id") for item in listed}
             for item in await uow.remote_grants.of_peer(peer.id):
-                if item.get("id") not in now_listed and isinstance(item.get("id"), str):
+                grant_id = item.get("id")
+                if grant_id not in now_listed and isinstance(grant_id, str):
                     # A grant the peer lists no more (retired): remember it gave it, so the
                     # grant's chain of usage receipts can still be reconciled.
-                    await uow.receipt_chains.note(item["id"], peer.id, None)
+                    await uow.receipt_chains.note(grant_id, peer.id, None)
             await uow.remote_grants.replace_for_peer(peer.id, listed, self._ctx.clock())
             await uow.commit()
         self._stale.discard(peer.id)
