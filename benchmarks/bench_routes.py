@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -47,7 +46,7 @@ from benchmarks.bench_inference import (
     _streamed_call,
     mock_engine,
 )
-from benchmarks.processes import free_port, running_process, wait_until
+from benchmarks.processes import asgi_engine_running
 
 REQUESTS: Final = int(os.environ.get("FICC_BENCH_ROUTES_REQUESTS", "300"))
 ROUNDS: Final = int(os.environ.get("FICC_BENCH_ROUTES_ROUNDS", "5"))
@@ -92,35 +91,9 @@ async def engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 def _engine_running(stack: ExitStack, work: Path) -> str:
     """The engine process (:func:`engine`) under uvicorn: its base URL."""
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "benchmarks.bench_routes:engine",
-        "--app-dir",
-        str(Path(__file__).resolve().parent.parent),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--lifespan",
-        "off",
-    ]
-    process = stack.enter_context(running_process(argv, work / "engine.log"))
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{url}{PACED[0]}/v1/models", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(answers, "the engine", process)
-    return url
+    return asgi_engine_running(
+        stack, work, "benchmarks.bench_routes:engine", "paced", f"{PACED[0]}/v1/models"
+    ).url
 
 
 def _rows(mode: str, route_ms: list[float], direct_ms: list[float]) -> list[dict[str, Any]]:

@@ -101,12 +101,20 @@ class Engine:
 
 
 def mock_engine_running(stack: ExitStack, work: Path) -> Engine:
+    return asgi_engine_running(stack, work, "benchmarks.bench_inference:mock_engine", "mock")
+
+
+def asgi_engine_running(
+    stack: ExitStack, work: Path, app: str, name: str, probe: str = "/v1/models"
+) -> Engine:
+    """The ASGI engine ``app`` (``module:attribute``) under uvicorn, logging to
+    ``work/NAME.log``, once ``probe`` answers 200."""
     port = free_port()
     argv = [
         sys.executable,
         "-m",
         "uvicorn",
-        "benchmarks.bench_inference:mock_engine",
+        app,
         "--app-dir",
         str(ROOT),
         "--host",
@@ -119,16 +127,16 @@ def mock_engine_running(stack: ExitStack, work: Path) -> Engine:
         "--lifespan",
         "off",
     ]
-    process = stack.enter_context(running_process(argv, work / "mock.log"))
+    process = stack.enter_context(running_process(argv, work / f"{name}.log"))
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
         try:
-            return httpx.get(f"{url}/v1/models", timeout=1).status_code == 200
+            return httpx.get(f"{url}{probe}", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_until(answers, "the mock engine", process)
+    wait_until(answers, f"the {name} engine", process)
     return Engine(url, process.pid)
 
 
