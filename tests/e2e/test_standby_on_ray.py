@@ -33,6 +33,7 @@ from tests.support.inference import (
     is_running,
     live_processes_of_attempt,
     openai_client,
+    wait_for,
     wait_for_state,
 )
 from tests.support.postgres import PostgresServer
@@ -150,3 +151,10 @@ def test_the_standby_takes_over_a_ray_cluster_adopting_its_replicas(
     assert "lost the active lease" in pair.standby.log_path.read_text()
     assert is_running(pid)
     assert_adopted(restarted, service_id, attempt, pid)
+    # It held the HyperNet port peers know while paused; once it ended, the new active moved
+    # there, and the peer reaches it again by itself.
+    wait_for(
+        lambda: federated_chat(fed).status_code == 200,
+        seconds=TAKEOVER_DEADLINE_SECONDS,
+        what="a federated chat once the paused process gave the HyperNet port back",
+    )
