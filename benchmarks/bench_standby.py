@@ -9,6 +9,10 @@
 - ``restore_services_after_kill9``: N running llama.cpp services (SmolLM2), kill -9 of
   ``ficc serve``, and ``ficc serve`` again: seconds from the new start until all N run again,
   with no call. The baseline is starting the same N services by hand on a running server.
+- ``ray_service_back_after_kill9_adopted``: ``ficc serve --ray`` on a local Ray cluster (a head
+  and one worker node) with one llama.cpp service on the worker, kill -9, and ``ficc serve``
+  again: seconds from the new start until the service runs again, its replica adopted (no
+  engine started). The baseline is starting that service by hand (launch and model load).
 """
 
 from __future__ import annotations
@@ -139,6 +143,52 @@ def _restore_seconds(work: Path) -> tuple[float, float]:
         return by_hand, time.perf_counter() - began
 
 
+def _ray_adopt_seconds(work: Path) -> tuple[float, float]:
+    """(seconds to start a service on a Ray node by hand, seconds to have it running again
+    after kill -9 and a new ``ficc serve``, its replica adopted)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from ray.cluster_utils import Cluster
+
+    state = work / "ray"
+    example = ficc_cli("example-model")
+    with ExitStack() as stack:
+        cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+        )
+        stack.callback(cluster.shutdown)
+        worker = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        first, url = _serve(state, "ray-1", "--ray", str(cluster.address))
+        _ended(stack, first)
+        wait_until(lambda: _role(url) == "active", "ficc serve --ray", first)
+        model = json.loads(
+            ficc_cli("model-add", "--name", "smol", "--state-dir", str(state), example)
+        )["id"]
+        client = stack.enter_context(_client(url, state))
+        nodes = client.get("/api/v1/nodes").json()["nodes"]
+        (node,) = [n["id"] for n in nodes if n["ray_node_id"] == worker.node_id]
+        spec = {"name": "smol", "model": model, "runtime": "llama.cpp", "node": node}
+        created = client.post("/api/v1/inference/services", json=spec)
+        created.raise_for_status()
+        service = created.json()
+        began = time.perf_counter()
+        client.post(
+            f"/api/v1/inference/services/{service['id']}/control",
+            json={"revision": service["revision"], "operation": "start"},
+        ).raise_for_status()
+        ids = [str(service["id"])]
+        wait_until(lambda: _all_running(client, ids), "the service", first, START_SECONDS)
+        by_hand = time.perf_counter() - began
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second, url = _serve(state, "ray-2", "--ray", str(cluster.address))
+        began = time.perf_counter()
+        _ended(stack, second)
+        again = stack.enter_context(_client(url, state))
+        wait_until(lambda: _all_running(again, ids), "the service back", second, START_SECONDS)
+        return by_hand, time.perf_counter() - began
+
+
 def run() -> list[dict[str, Any]]:
     from tests.support.postgres import start_postgres
 
@@ -149,6 +199,7 @@ def run() -> list[dict[str, Any]]:
         killed = _takeover_seconds(work, postgres.database("kill"), signal.SIGKILL)
         stopped = _takeover_seconds(work, postgres.database("term"), signal.SIGTERM)
         by_hand, restored = _restore_seconds(work)
+        ray_by_hand, ray_adopted = _ray_adopt_seconds(work)
     lapse = f"the lease's lapse ({LEASE_SECONDS:g} s)"
     return [
         row("standby_takeover_kill9", "kill -9 of the active to the standby active", "s",
@@ -158,4 +209,7 @@ def run() -> list[dict[str, Any]]:
         row(f"restore_{SERVICES}_services_after_kill9",
             f"ficc serve started again to {SERVICES} services running, no call", "s",
             restored, f"starting the {SERVICES} services by hand", by_hand),
+        row("ray_service_back_after_kill9_adopted",
+            "ficc serve --ray started again to its service running, replica adopted", "s",
+            ray_adopted, "starting the service on the Ray node by hand", ray_by_hand),
     ]  # fmt: skip

@@ -50,43 +50,45 @@ async def initialise(settings: Settings, *, label: str | None = None) -> InitRes
     state.create()
     database = Database(settings.database)
     try:
-        await upgrade_schema(database)
-        created_key = not state.cluster_key.exists()
-        if created_key:
-            ClusterKey.generate().save(state.cluster_key)
-        key = ClusterKey.load(state.cluster_key)
-        uow_factory = SqlUnitOfWorkFactory(database, audit_signer=key)
-        async with uow_factory() as uow:
-            owner, created_owner = await accounts.ensure_owner(uow, system_clock)
-            stored_label = await uow.settings.get(LABEL_SETTING)
-            if not isinstance(stored_label, str):
-                stored_label = label or f"ficc-{key.public_text[:8]}"
-                await uow.settings.put(LABEL_SETTING, stored_label)
-            issued = None
-            if not state.owner_token.exists():
-                issued = await accounts.mint_token(
-                    uow,
-                    system_clock,
-                    user=owner,
-                    scopes=frozenset(LOCAL_SCOPES),
-                    projects=frozenset({ALL_PROJECTS}),
-                    lifetime_seconds=None,
-                    actor="init",
-                    owner=True,
-                )
-            elif (written := state.read_private_owner_token()) is not None:
-                # A database from before tokens carried the owner mark: the token in
-                # owner.token is the one init wrote.
-                await accounts.adopt_owner_token(uow, written)
-            await uow.commit()
-        if issued is not None:
-            state.write_owner_token(issued.token)
-        return InitResult(
-            state_dir=state.root,
-            created=created_key or created_owner or issued is not None,
-            label=stored_label,
-            cluster_key=key.public_text,
-        )
+        # Two processes sharing the database started at once: one creates, the other finds.
+        async with database.initialising():
+            await upgrade_schema(database)
+            created_key = not state.cluster_key.exists()
+            if created_key:
+                ClusterKey.generate().save(state.cluster_key)
+            key = ClusterKey.load(state.cluster_key)
+            uow_factory = SqlUnitOfWorkFactory(database, audit_signer=key)
+            async with uow_factory() as uow:
+                owner, created_owner = await accounts.ensure_owner(uow, system_clock)
+                stored_label = await uow.settings.get(LABEL_SETTING)
+                if not isinstance(stored_label, str):
+                    stored_label = label or f"ficc-{key.public_text[:8]}"
+                    await uow.settings.put(LABEL_SETTING, stored_label)
+                issued = None
+                if not state.owner_token.exists():
+                    issued = await accounts.mint_token(
+                        uow,
+                        system_clock,
+                        user=owner,
+                        scopes=frozenset(LOCAL_SCOPES),
+                        projects=frozenset({ALL_PROJECTS}),
+                        lifetime_seconds=None,
+                        actor="init",
+                        owner=True,
+                    )
+                elif (written := state.read_private_owner_token()) is not None:
+                    # A database from before tokens carried the owner mark: the token in
+                    # owner.token is the one init wrote.
+                    await accounts.adopt_owner_token(uow, written)
+                await uow.commit()
+            if issued is not None:
+                state.write_owner_token(issued.token)
+            return InitResult(
+                state_dir=state.root,
+                created=created_key or created_owner or issued is not None,
+                label=stored_label,
+                cluster_key=key.public_text,
+            )
     finally:
         await database.dispose()
 

@@ -6,6 +6,8 @@ and the API keeps serving.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -89,6 +91,10 @@ def parse_agent_directory(value: object) -> Path:
     return path
 
 
+RECLAIM_PORT_SECONDS: Final = 1.0
+"""How often a companion bound elsewhere tries the port peers know again."""
+
+
 class Companion:
     def __init__(
         self,
@@ -108,6 +114,8 @@ class Companion:
         self.agent_directory: Path | None = None
         self.label = ""
         self._transport: Transport | None = None
+        self._reclaim: asyncio.Task[None] | None = None
+        """Moving back to the port used last time, while another process holds it."""
 
     async def restore(self) -> None:
         """Start the companion a previous configuration asked for."""
@@ -177,15 +185,17 @@ class Companion:
         self.agent_directory = directory
         bind = await self._bind()
         transport = self._factory(directory, bind)
+        elsewhere = False
         try:
             try:
                 await transport.start()
             except FiccError:
                 if bind == self._bind_address:
                     raise
-                # The port used last time is taken now: take any, and remember that one.
+                # The port used last time is taken now: take any for the time being.
                 transport = self._factory(directory, self._bind_address)
                 await transport.start()
+                elsewhere = True
         except FiccError as exc:
             # Shown to every federation:read holder: name the file, not the machine's path.
             self.state = FAILED
@@ -197,9 +207,34 @@ class Companion:
             self.error = f"the agent directory cannot be used: {exc.strerror or 'I/O error'}"
             return
         self._transport, self.state, self.error = transport, RUNNING, None
-        await self._remember_port(transport)
+        if elsewhere:
+            self._reclaim = asyncio.create_task(self._move_back(directory, bind))
+        else:
+            await self._remember_port(transport)
+
+    async def _move_back(self, directory: Path, bind: str) -> None:
+        """Peers know this cluster by the port in its ticket: while another process holds it (a
+        former active paused, not dead), try it again each second, and move there once free
+        (that process ends as soon as it wakes to a lapsed lease, or when it is killed)."""
+        while True:
+            await asyncio.sleep(RECLAIM_PORT_SECONDS)
+            moved = self._factory(directory, bind)
+            try:
+                await moved.start()
+            except (FiccError, OSError):
+                continue
+            old, self._transport = self._transport, moved
+            if old is not None:
+                await old.stop()
+            log.info("the companion moved back to the port peers know", extra={"bind": bind})
+            return
 
     async def stop(self) -> None:
+        reclaim, self._reclaim = self._reclaim, None
+        if reclaim is not None and reclaim is not asyncio.current_task():
+            reclaim.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reclaim
         transport, self._transport = self._transport, None
         if transport is not None:
             await transport.stop()

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ficc.domain.inference import RuntimeName
 
@@ -177,4 +177,21 @@ class Runtime(Protocol):
 
     async def fence(self, process: ProcessIdentity, grace_seconds: float) -> FenceResult:
         """End an earlier attempt's process after a FICC restart, only if it is the same one."""
+        ...
+
+
+@runtime_checkable
+class ReplicaAdopter(Protocol):
+    """A runtime whose replicas outlive the FICC process that launched them (Ray's detached
+    actors): after a restart or a takeover, a live one is supervised again, not restarted."""
+
+    async def adopt(
+        self, attempt_id: str, process: ProcessIdentity, node_id: str, model_name: str
+    ) -> ReplicaHandle | None:
+        """The handle of the attempt's replica when its engine is the recorded process and
+        answers the attempt's key; None (nothing kept) otherwise."""
+        ...
+
+    async def let_go(self, handle: ReplicaHandle) -> None:
+        """Forget a replica without ending it: another FICC process owns (or fences) it now."""
         ...

@@ -2,7 +2,8 @@
 
 The tests run in order on one Ray cluster and one FICC cluster ``beta`` (restarted once):
 nodes listed from Ray; a service on the worker node answering on the local and the federated
-URLs; ``kill -9`` of its actor; FICC killed and restarted; the node removed. ray is a test
+URLs; ``kill -9`` of its actor; FICC killed and restarted, adopting the live replica; the node
+removed (the adopted replica is supervised as FICC's own). ray is a test
 dependency: a missing ray fails at import, it never skips.
 """
 
@@ -150,9 +151,12 @@ def test_kill_9_of_the_actor_fails_the_replica_and_a_start_restarts_it(setting: 
     assert chat(openai_client(setting.beta), setting.service) == setting.service
 
 
-def test_a_restarted_ficc_fences_its_actor_and_runs_one_engine(setting: Setting) -> None:
+def test_a_restarted_ficc_adopts_its_live_replica_and_runs_no_second_engine(
+    setting: Setting,
+) -> None:
     owner = setting.beta.owner()
-    pid = replica_pid(get(owner, setting.service))
+    before = get(owner, setting.service)
+    pid = replica_pid(before)
     actor_pid = parent_of(pid)
     setting.beta.stop(signal.SIGKILL)
     # The detached actor and its engine outlive FICC's driver...
@@ -160,20 +164,35 @@ def test_a_restarted_ficc_fences_its_actor_and_runs_one_engine(setting: Setting)
     assert is_running(actor_pid)
     setting.beta = start_cluster(setting.beta.state_dir, "--ray", setting.ray.address)
     owner = setting.beta.owner()
-    # ...and the restarted FICC found the actor by the engine it records, and ended both.
-    assert not is_running(pid)
-    # Its desired state is running: it runs again without a call, on a new engine.
-    running = wait_for_state(owner, setting.service, "running")
-    assert running["desired"] == "running"
-    new_pid = replica_pid(running)
-    assert new_pid != pid
-    # One engine among every attempt the service ever had: the earlier one is gone.
+    # ...and the restarted FICC found the actor by its attempt, holding the recorded engine
+    # that answers the attempt's key: adopted, running at once, on the very same engine.
+    adopted = get(owner, setting.service)
+    assert (adopted["state"], adopted["desired"]) == ("running", "running")
+    assert replica_pid(adopted) == pid
+    assert parent_of(pid) == actor_pid
+    # One engine among every attempt the service ever had: no second one was started.
     engines = [
         pid
-        for replica in running["replicas"]
+        for replica in adopted["replicas"]
         for pid in live_processes_of_attempt(replica["attempt"])
     ]
-    assert engines == [new_pid]
+    assert engines == [pid]
+    assert chat(openai_client(setting.beta), setting.service) == setting.service
+    assert setting.fed is not None
+    fed = setting.fed
+    wait_for(
+        lambda: federated_chat(fed, setting.service),
+        seconds=NODE_DEADLINE_SECONDS,
+        what="a federated chat through the adopted replica",
+    )
+
+
+def federated_chat(fed: Federated, service_id: str) -> bool:
+    """Whether a chat through the peer's federated URL answers (it reconnects by itself)."""
+    try:
+        return chat(fed.federated_openai(), service_id) == service_id
+    except Exception:  # noqa: BLE001 - not answering yet, whatever the client says
+        return False
 
 
 def test_a_node_that_leaves_fails_its_replica_and_is_shown_unavailable(setting: Setting) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ficc.adapters.ray_nodes import RayNodes, ficc_node_id, namespace_of, parse_ray_node
-from ficc.adapters.runtimes.llama_cpp import LlamaCppRuntime
-from ficc.adapters.runtimes.ray import FETCH_CHUNK_BYTES, RayRuntime, bound_to
+from ficc.adapters.runtimes.ray import bound_to
+from ficc.adapters.runtimes.ray_calls import FETCH_CHUNK_BYTES, place_model
 from ficc.adapters.runtimes.ray_replica import NODE_STORE_VARIABLE, EngineHost, ModelFileRefused
 from ficc.base.errors import InvalidInput
 
@@ -156,15 +156,12 @@ async def test_a_blob_goes_to_a_node_in_bounded_chunks_one_at_a_time(
     source = tmp_path / "ficc" / digest
     source.parent.mkdir()
     source.write_bytes(content)
-    nodes = RayNodes("127.0.0.1:6379", namespace_of("abc"))
-    inner = LlamaCppRuntime(log_dir=tmp_path / "runtime")
-    runtime = RayRuntime(inner, nodes, log_dir=tmp_path / "runtime", store=tmp_path / "ficc")
     calls = NodeCalls(EngineHost())
-    placed = await runtime._place_model(calls, source, None)
+    placed = await place_model(calls, source, None)
     assert placed == tmp_path / "node" / "blobs" / digest[:2] / digest
     assert hashlib.sha256(placed.read_bytes()).hexdigest() == digest
     assert (calls.chunks, calls.largest_chunk, calls.most_in_flight) == (3, FETCH_CHUNK_BYTES, 1)
     # Present and verified now: the next launch on this node sends nothing.
     again = NodeCalls(EngineHost())
-    assert await runtime._place_model(again, source, None) == placed
+    assert await place_model(again, source, None) == placed
     assert again.chunks == 0

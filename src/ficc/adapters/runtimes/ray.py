@@ -7,14 +7,14 @@ reaches the engine over HTTP with the attempt's API key exactly as it does a loc
 travels as an actor call's argument into the engine's environment, never on a command line.
 
 An engine on a node of FICC's own machine listens on 127.0.0.1; on a node at another address it
-listens on that node's address (Ray's node IP), where FICC reaches it. A node whose blob store
-lacks the model receives it from FICC before launch, in chunks through Ray's object store (the
-channel FICC already has to every node: no listener or credential of its own), and keeps it only
-once its SHA-256 matches.
+listens on that node's address (Ray's node IP), where FICC reaches it; a node lacking the model
+receives it first (:mod:`.ray_calls`).
 
 An actor that dies (``kill -9``, its node removed) ends the replica as a crash naming the cause;
 the engine dies with it (parent-death signal). Actors are named after their attempt in FICC's
-fixed namespace, so a restarted FICC finds and fences them by the engine's pid and start time.
+fixed namespace and outlive FICC's driver: a restarted FICC, or a standby taking over, adopts
+the replica whose actor still holds the recorded engine (pid and start time) answering the
+attempt's key, and supervises it as its own; any other it finds is fenced.
 """
 
 from __future__ import annotations
@@ -22,23 +22,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import ray
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.ray_nodes import RayNode, RayNodes
 from ficc.adapters.runtimes.processes import fence as fence_local_process
-from ficc.adapters.runtimes.ray_replica import EngineHost, ModelFileRefused
+from ficc.adapters.runtimes.ray_calls import CALL_TIMEOUT_SECONDS, call, first_line, place_model
+from ficc.adapters.runtimes.ray_replica import EngineHost
 from ficc.adapters.runtimes.supervised import SupervisedRuntime
-from ficc.base.errors import Conflict, EngineUnavailable, FiccError, InvalidInput
+from ficc.base.errors import Conflict, FiccError, InvalidInput
 from ficc.base.ids import parse_id
 from ficc.domain.inference import (
     DEFAULT_LLAMA_CPP_THREADS,
@@ -62,12 +62,8 @@ log = logging.getLogger(__name__)
 ACTOR_PREFIX: Final = "ficc-replica-"
 PLACEMENT_TIMEOUT_SECONDS: Final = 60.0
 """How long Ray may take to place a replica's actor (and start its worker) on the node."""
-CALL_TIMEOUT_SECONDS: Final = 30.0
-"""An actor call that should answer at once (start after the model check, identity)."""
 KILL_WAIT_SECONDS: Final = 5.0
 LOOPBACK: Final = "127.0.0.1"
-FETCH_CHUNK_BYTES: Final = 8 * 1024 * 1024
-"""One piece of a blob sent to a node; one is in flight at a time, so memory stays bounded."""
 HOST_FLAG: Final = "--host"
 
 
@@ -91,12 +87,6 @@ def bound_to(argv: list[str], host: str) -> list[str]:
         raise InvalidInput(f"the engine's command has no {HOST_FLAG} to bind", field="runtime")
     index = argv.index(HOST_FLAG) + 1
     return [*argv[:index], host, *argv[index + 1 :]]
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    cause = next((line for line in lines if "because" in line), lines[0] if lines else "")
-    return cause or type(error).__name__
 
 
 class RayRuntime(SupervisedRuntime):
@@ -188,25 +178,26 @@ class RayRuntime(SupervisedRuntime):
             **self._resources(request),
         ).remote()
         try:
-            port = await self._call(actor.reserve_port.remote(host), self._placement_timeout)
+            port = await call(actor.reserve_port.remote(host), self._placement_timeout)
             # FICC's own store is the default only for a node on FICC's machine.
             default_store = str(self._store) if host == LOOPBACK else None
-            model_path = await self._place_model(actor, request.model_path, default_store)
+            model_path = await place_model(actor, request.model_path, default_store)
             log_path = self.log_path(request.attempt_id, request.model_name)
             # Another machine has no FICC state directory: its log goes to the node's store.
             node_log = log_path if host == LOOPBACK else log_path.relative_to(self._log_dir)
             api_key = secrets.token_urlsafe(32)
             variables = {"FICC_ATTEMPT": request.attempt_id, **self.api_key_environment(api_key)}
             argv = bound_to(self.command(replace(request, model_path=model_path), port), host)
-            pid, ticks = await self._call(
-                actor.start.remote(argv, variables, str(node_log), str(model_path), self.sandbox),
-                CALL_TIMEOUT_SECONDS,
+            base_url = f"http://{host}:{port}"
+            adoption = {"base_url": base_url, "port": port, "api_key": api_key}
+            started = actor.start.remote(
+                argv, variables, str(node_log), str(model_path), self.sandbox, adoption
             )
+            pid, ticks = await call(started, CALL_TIMEOUT_SECONDS)
         except BaseException:
             # Refused, failed or cancelled before the engine is FICC's: nothing may stay.
             self._kill(actor)
             raise
-        base_url = f"http://{host}:{port}"
         exit_task = asyncio.create_task(self._await_exit(actor, request.node.node_id))
         self._replicas[request.attempt_id] = _Replica(actor, exit_task)
         self._api_keys[request.attempt_id] = api_key
@@ -222,48 +213,6 @@ class RayRuntime(SupervisedRuntime):
             log_path=log_path,
         )
 
-    async def _place_model(self, actor: Any, source: Path, default_store: str | None) -> Path:
-        """The model's path in the node's blob store, sent there first when it is missing."""
-        digest = source.name
-        found: str | None = await self._call(
-            actor.locate_blob.remote(digest, default_store), CALL_TIMEOUT_SECONDS
-        )
-        if found is not None:
-            return Path(found)
-        try:
-            blob = await asyncio.to_thread(source.open, "rb")
-        except FileNotFoundError:
-            raise InvalidInput(
-                f"blob {digest} of the model is not in FICC's blob store", field="model"
-            ) from None
-        with blob:
-            size = os.fstat(blob.fileno()).st_size
-            await self._call(
-                actor.begin_fetch.remote(digest, size, default_store), CALL_TIMEOUT_SECONDS
-            )
-            while chunk := await asyncio.to_thread(blob.read, FETCH_CHUNK_BYTES):
-                await self._call(actor.write_chunk.remote(chunk), CALL_TIMEOUT_SECONDS)
-        received: str = await self._call(actor.finish_fetch.remote(), CALL_TIMEOUT_SECONDS)
-        return Path(received)
-
-    async def _call(self, ref: Any, timeout_seconds: float) -> Any:
-        """Await an actor call; Ray's failures become FICC's errors."""
-        try:
-            async with asyncio.timeout(timeout_seconds):
-                return await ref
-        except RayTaskError as exc:
-            if isinstance(exc.cause, ModelFileRefused):
-                # The node refused the model's file (missing, or bytes not matching its digest).
-                raise InvalidInput(str(exc.cause), field="model") from None
-            raise EngineUnavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
-        except TimeoutError:
-            raise EngineUnavailable(
-                f"Ray did not place and start the replica's actor within {timeout_seconds:g} s "
-                "(is the node short of the CPUs, GPUs or memory the replica reserves?)"
-            ) from None
-        except RayError as exc:
-            raise EngineUnavailable(f"the replica's Ray actor failed: {_first_line(exc)}") from exc
-
     async def _await_exit(self, actor: Any, node_id: str) -> ReplicaExit:
         """The engine's end as the actor reports it, or the actor's death as a crash."""
         try:
@@ -274,7 +223,7 @@ class RayRuntime(SupervisedRuntime):
             if ray_node is not None and not ray_node.alive:
                 reason = f"node {node_id} left the Ray cluster"
             else:
-                reason = f"its Ray actor died: {_first_line(exc)}"
+                reason = f"its Ray actor died: {first_line(exc)}"
             return ReplicaExit(crashed=True, exit_code=None, signal=None, reason=reason)
 
     def _kill(self, actor: Any) -> None:
@@ -307,7 +256,7 @@ class RayRuntime(SupervisedRuntime):
         ended: ReplicaExit | None = None
         if not replica.exit.done():
             with contextlib.suppress(FiccError):
-                ended = await self._call(
+                ended = await call(
                     replica.actor.stop.remote(grace_seconds), grace_seconds + KILL_WAIT_SECONDS
                 )
         self._kill(replica.actor)
@@ -332,14 +281,12 @@ class RayRuntime(SupervisedRuntime):
             if actor is None:
                 continue
             try:
-                identity = await self._call(actor.identity.remote(), CALL_TIMEOUT_SECONDS)
+                identity = await call(actor.identity.remote(), CALL_TIMEOUT_SECONDS)
             except FiccError:
                 continue
             if identity == (process.pid, process.start_ticks):
                 with contextlib.suppress(FiccError):
-                    await self._call(
-                        actor.stop.remote(grace_seconds), grace_seconds + KILL_WAIT_SECONDS
-                    )
+                    await call(actor.stop.remote(grace_seconds), grace_seconds + KILL_WAIT_SECONDS)
                 self._kill(actor)
                 return FenceResult.KILLED
         return await fence_local_process(process, grace_seconds)
@@ -350,9 +297,58 @@ class RayRuntime(SupervisedRuntime):
         if actor is None:
             return 0
         with contextlib.suppress(FiccError):
-            await self._call(actor.stop.remote(grace_seconds), grace_seconds + KILL_WAIT_SECONDS)
+            await call(actor.stop.remote(grace_seconds), grace_seconds + KILL_WAIT_SECONDS)
         self._kill(actor)
         return 1
+
+    async def adopt(
+        self, attempt_id: str, process: ProcessIdentity, node_id: str, model_name: str
+    ) -> ReplicaHandle | None:
+        """Supervise an earlier FICC process's replica again: its actor (named after the
+        attempt) still holds the recorded engine, and the engine answers the attempt's key."""
+        actor = await asyncio.to_thread(self._get_actor, actor_name(attempt_id))
+        if actor is None or attempt_id in self._replicas:
+            return None
+        try:
+            found = await call(actor.adoption.remote(), CALL_TIMEOUT_SECONDS)
+        except FiccError:
+            return None  # dead, or an actor of a FICC without adoption: fenced as before
+        if not isinstance(found, dict):
+            return None
+        base_url, api_key, port = found.get("base_url"), found.get("api_key"), found.get("port")
+        if (
+            (found.get("pid"), found.get("start_ticks")) != (process.pid, process.start_ticks)
+            or not isinstance(base_url, str)
+            or not isinstance(api_key, str)
+            or not isinstance(port, int)
+        ):
+            return None
+        handle = ReplicaHandle(
+            attempt_id=attempt_id,
+            runtime=self.name,
+            base_url=base_url,
+            model_name=model_name,
+            process=process,
+            port=port,
+            log_path=self.log_path(attempt_id, model_name),
+        )
+        self._api_keys[attempt_id] = api_key
+        if not (await self._probe(handle)).healthy:
+            self._api_keys.pop(attempt_id, None)
+            return None
+        if self._engines is not None:
+            await self._engines.set_api_key(base_url, api_key)
+        exit_task = asyncio.create_task(self._await_exit(actor, node_id))
+        self._replicas[attempt_id] = _Replica(actor, exit_task)
+        return handle
+
+    async def let_go(self, handle: ReplicaHandle) -> None:
+        """Forget a replica, its actor and engine left running for the FICC process that owns
+        (or fences) them now."""
+        replica = self._replicas.pop(handle.attempt_id, None)
+        await self._forget(handle)
+        if replica is not None:
+            replica.exit.cancel()
 
     def _actor_names(self) -> list[str]:
         named = list_named_actors(all_namespaces=False)

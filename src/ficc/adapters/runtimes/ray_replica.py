@@ -98,6 +98,7 @@ class EngineHost:
         self._process: EngineProcess | None = None
         self._fetch: tuple[BlobStore, BlobWriter] | None = None
         self._fetched: set[str] = set()
+        self._adoption: dict[str, object] = {}
 
     async def reserve_port(self, host: str) -> int:
         """A port free on ``host`` (this node's address, or loopback) now, for the engine."""
@@ -159,6 +160,7 @@ class EngineHost:
         log_path: str,
         model_path: str | None,
         sandbox: EngineSandbox | None = None,
+        adoption: Mapping[str, object] | None = None,
     ) -> tuple[int, int]:
         """Verify the model, start the engine confined by ``sandbox`` (FICC's, hiding this
         node's blob store too; the engine binds its own port, so it shares the node's network);
@@ -167,7 +169,8 @@ class EngineHost:
         ``log_path`` is absolute on FICC's machine, else relative to the node store's ``logs``.
 
         ``variables`` (the attempt and its API key) reach the engine through its environment,
-        never its command line.
+        never its command line. ``adoption`` is what a later FICC process needs to reach the
+        engine (its address and key): kept here, beside the engine, and never written to disk.
         """
         if self._process is not None:
             raise RuntimeError("this actor started its engine already")
@@ -189,7 +192,20 @@ class EngineHost:
         self._process = await EngineProcess.spawn(
             guarded, log_path=log, env=engine_environment(variables)
         )
+        self._adoption = dict(adoption or {})
         return self._process.identity.pid, self._process.identity.start_ticks
+
+    async def adoption(self) -> dict[str, object] | None:
+        """What a FICC process taking this replica over needs (the engine's pid and start ticks
+        beside what ``start`` was given); None once the engine has ended or before it started.
+
+        Any driver of FICC's Ray namespace may ask: one that can reach the Ray cluster can run
+        code on its nodes anyway, so this reveals nothing a Ray client could not take.
+        """
+        if self._process is None or self._process.returncode is not None:
+            return None
+        identity = self._process.identity
+        return {**self._adoption, "pid": identity.pid, "start_ticks": identity.start_ticks}
 
     async def identity(self) -> tuple[int, int] | None:
         """The engine's pid and start ticks, if it was started."""

@@ -9,19 +9,27 @@ goes through SQLAlchemy's asyncio engine (psycopg 3).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, CursorResult, Engine, Executable, event
+from sqlalchemy import Connection, CursorResult, Engine, Executable, event, text
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ficc.adapters.metrics import SQLITE_LOCK_WAIT
 
 SQLITE_FILE = "ficc.db"
+INITIALISE_LOCK: Final = 0x46494343_0001
+"""The PostgreSQL advisory lock held while one process sets a database and its state directory
+up; processes sharing a database (an active one and a standby) started at once take turns."""
+MIGRATE_LOCK: Final = 0x46494343_0002
+"""The PostgreSQL advisory lock each migration's transaction holds: one migrates, the others
+then find the schema current."""
 
 
 def default_url(state_dir: Path) -> str:
@@ -83,6 +91,8 @@ class LoopConnection:
 
 
 def _upgrade(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK})
     config = Config()
     config.set_main_option("script_location", "ficc.adapters.sql:migrations")
     config.attributes["connection"] = connection
@@ -126,6 +136,25 @@ class Database:
         assert self._async is not None
         async with self._async.begin() as async_connection:
             await async_connection.run_sync(_upgrade)
+
+    @contextlib.asynccontextmanager
+    async def initialising(self) -> AsyncIterator[None]:
+        """One process at a time inside: setting a new database up (schema, first rows, the
+        state directory's cluster key) is checked-then-created, which two processes started
+        at once would both do. A PostgreSQL session advisory lock on a connection of its own;
+        nothing on SQLite, whose file one process serves."""
+        if self._async is None:
+            yield
+            return
+        async with self._async.connect() as connection:
+            lock = {"key": INITIALISE_LOCK}
+            await connection.execute(text("SELECT pg_advisory_lock(:key)"), lock)
+            await connection.commit()
+            try:
+                yield
+            finally:
+                await connection.execute(text("SELECT pg_advisory_unlock(:key)"), lock)
+                await connection.commit()
 
     async def dispose(self) -> None:
         if self._sync is not None:

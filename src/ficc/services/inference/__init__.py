@@ -103,9 +103,11 @@ class InferenceServices:
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
     async def recover(self) -> None:
-        """At start: nothing from an earlier FICC process is believed running; once its
-        attempts are fenced, every service whose desired state is running starts again."""
-        await self.supervisor.recover()
+        """At start: replicas an earlier FICC process left that outlive it are adopted; every
+        other attempt is fenced, then every service whose desired state is running starts
+        again."""
+        adopted = await self.upkeep.adopt()
+        await self.supervisor.recover(adopted)
         await self.upkeep.restore()
 
     async def close(self) -> None:

@@ -91,8 +91,11 @@ async def recover_attempts(
     clock: Clock,
     runtime: Callable[[RuntimeName], Runtime],
     grace_seconds: float,
+    *,
+    keep: frozenset[str] = frozenset(),
 ) -> None:
-    """At start: nothing from an earlier FICC process is believed running.
+    """At start: nothing from an earlier FICC process is believed running (but the services in
+    ``keep``, whose replicas were adopted).
 
     Each attempt that may have left a process is fenced through ``runtime`` (the installed
     runtime of its service) or, when that cannot be proved, recorded lost; each service that
@@ -100,6 +103,8 @@ async def recover_attempts(
     """
     async with uow_factory() as uow:
         for service in await uow.services.list_all():
+            if service.id in keep:
+                continue
             lost = 0
             for attempt in await uow.attempts.for_service(service.id):
                 event = recovery_event(attempt.state)

@@ -10,7 +10,6 @@ attempts, ``plan_operation`` for the shutdown's stop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -31,13 +30,12 @@ from ficc.domain.inference import (
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.services.inference.attempts import AttemptLog, recover_attempts
+from ficc.services.inference.background import BackgroundTasks
 from ficc.services.inference.records import AttemptFence, node_info
 from ficc.services.inference.restarts import Backoff, RestartCounter, Restarts
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
-from ficc.services.runtimes import LaunchRequest, ReplicaHandle, Runtime
-
-log = logging.getLogger("ficc.inference")
+from ficc.services.runtimes import LaunchRequest, ReplicaAdopter, ReplicaHandle, Runtime
 
 
 class ReplicaSupervisor:
@@ -65,7 +63,7 @@ class ReplicaSupervisor:
         self._grace = stop_grace_seconds
         self._handles: dict[str, list[ReplicaHandle]] = {}
         self._stopping: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks()
         self._locks: dict[str, asyncio.Lock] = {}
         self._attempts = AttemptLog(uow_factory, clock)
         self._restarts = Restarts(
@@ -78,6 +76,10 @@ class ReplicaSupervisor:
         if runtime is None:
             raise RuntimeNotInstalled.of(name.value)
         return runtime
+
+    def runtimes_by_name(self) -> Mapping[RuntimeName, Runtime]:
+        """The installed runtimes by name, for what only some can do (adopt replicas)."""
+        return self._runtimes
 
     def runtimes(self) -> list[Runtime]:
         """Every installed runtime, for the offers of ``prepare``."""
@@ -124,17 +126,38 @@ class ReplicaSupervisor:
 
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
-    async def recover(self) -> None:
-        """At start: nothing from an earlier FICC process is believed running."""
-        await recover_attempts(self._uow_factory, self._clock, self.runtime, self._grace)
+    async def recover(self, adopted: frozenset[str] = frozenset()) -> None:
+        """At start: nothing from an earlier FICC process is believed running but the replicas
+        of the ``adopted`` services."""
+        await recover_attempts(
+            self._uow_factory, self._clock, self.runtime, self._grace, keep=adopted
+        )
+
+    def adopt(
+        self,
+        service: ServiceRecord,
+        node: Node,
+        model_path: Path | None,
+        replicas: list[ReplicaHandle],
+    ) -> None:
+        """Supervise a running service's replicas that an earlier FICC process launched, as if
+        this one had: watched, restarted after a crash, open to requests."""
+        runtime = self.runtime(service.spec.runtime)
+        self._handles[service.id] = replicas
+        self._stopping.discard(service.id)
+        self._restarts.launching(service.id, node, model_path, restarting=False)
+        self._restarts.running(service.id, self._clock())
+        for handle in replicas:
+            self.spawn(self._watch(service.id, runtime, handle))
+        self._router.open(
+            service.id, service.project, service.spec.runtime, tuple(replicas), service.spec.options
+        )
 
     async def close(self) -> None:
         """At a clean shutdown: stop every engine and record the services as stopped (those
         waiting out a restart's backoff too); their desired state stays."""
         self._router.close_all()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         for service_id in sorted({*self._handles, *self._restarts.waiting()}):
             await self.stop_replicas(service_id)
             async with self._uow_factory() as uow:
@@ -150,40 +173,24 @@ class ReplicaSupervisor:
 
     async def let_go(self) -> None:
         """After this process lost the active lease: end its engines and record nothing (the
-        records are the new active's now; fencing their attempts finds them ended)."""
+        records are the new active's now; fencing their attempts finds them ended). Replicas
+        that outlive this process are left running, for the new active to adopt or fence."""
         self._router.close_all()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         for service_id in sorted(self._handles):
             self._stopping.add(service_id)
             for handle in self._handles.pop(service_id):
-                await self.runtime(handle.runtime).stop(handle, self._grace)
+                runtime = self.runtime(handle.runtime)
+                if isinstance(runtime, ReplicaAdopter):
+                    await runtime.let_go(handle)
+                else:
+                    await runtime.stop(handle, self._grace)
 
     # --- replicas ----------------------------------------------------------------------------
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` in the background, kept (and cancelled at close) by the supervisor.
-
-        A task cancelled before its first step never runs ``work``: it is closed then, so that
-        a shutdown right after a start leaves no never-awaited coroutine behind.
-        """
-
-        async def run() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the outermost handler of a background task
-                log.exception("background inference work failed")
-
-        def done(task: asyncio.Task[None]) -> None:
-            self._tasks.discard(task)
-            work.close()
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(done)
+        """Run ``work`` in the background, kept (and cancelled at close) by the supervisor."""
+        self._tasks.spawn(work)
 
     async def launch(
         self,

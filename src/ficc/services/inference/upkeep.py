@@ -1,23 +1,32 @@
 """What FICC does to services by itself: stop a revoked grant's services, and bring services
-back after its own restart. No user asks for these, so no receipt is kept; each runs under the
-service's lock, as a user's change would."""
+back after its own restart (adopting replicas that outlived it, starting the others again). No
+user asks for these, so no receipt is kept; each runs under the service's lock, as a user's
+change would."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Final
 
 from ficc.base.errors import FiccError
 from ficc.domain.grants import Grant
 from ficc.domain.inference import (
+    AttemptState,
     DesiredState,
     Operation,
     ServiceState,
     desired_after,
     plan_operation,
+    recovery_event,
 )
-from ficc.services.inference.commands import ServiceCommands
-from ficc.services.inference.records import Actor, record_audit
+from ficc.domain.nodes import Node
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
+from ficc.services.inference.commands import RESTORE_ACTOR, ServiceCommands
+from ficc.services.inference.records import Actor, grant_lapsed, record_audit
+from ficc.services.runtimes import ProcessIdentity, ReplicaAdopter, ReplicaHandle
+
+Adoptable = tuple[ServiceRecord, Node, Path | None, list[AttemptRecord]]
 
 STOP_ON_REVOKE_ACTOR: Final = Actor("stop_on_revoke")
 """Who stops a revoked grant's services, in the audit log."""
@@ -66,6 +75,86 @@ class ServiceUpkeep:
                     )
                     await uow.commit()
                 await self.commands.supervisor.stop_replicas(service_id)
+
+    async def adopt(self) -> frozenset[str]:
+        """After FICC's own restart (or a takeover), before anything is fenced: supervise again
+        each running service whose every replica outlived the earlier process and answers
+        (runtimes whose replicas outlive FICC: Ray's detached actors). A service is adopted whole
+        or not at all; the IDs adopted."""
+        adopted: set[str] = set()
+        for service, node, model_path, attempts in await self._adoptable():
+            lock = await self.commands.supervisor.lock_of(service.id)
+            if lock is None:
+                continue
+            async with lock:
+                handles = await self._adopt_replicas(service, attempts)
+                if handles is None:
+                    continue
+                async with self.commands.uow_factory() as uow:
+                    details = {"attempts": [attempt.id for attempt in attempts]}
+                    await record_audit(
+                        uow,
+                        self.commands.clock,
+                        RESTORE_ACTOR,
+                        service.project,
+                        "service.adopted",
+                        service.id,
+                        details,
+                    )
+                    await uow.commit()
+                self.commands.supervisor.adopt(service, node, model_path, handles)
+                adopted.add(service.id)
+        return frozenset(adopted)
+
+    async def _adoptable(self) -> list[Adoptable]:
+        """Running services on an adopting runtime whose live attempts are exactly their
+        replicas, each healthy with its process recorded."""
+        found: list[Adoptable] = []
+        async with self.commands.uow_factory() as uow:
+            for service in await uow.services.list_all():
+                runtime = self.commands.supervisor.runtimes_by_name().get(service.spec.runtime)
+                if (
+                    not isinstance(runtime, ReplicaAdopter)
+                    or service.state is not ServiceState.RUNNING
+                    or service.desired is not DesiredState.RUNNING
+                    or await grant_lapsed(uow, service, self.commands.clock())
+                ):
+                    continue
+                attempts = await uow.attempts.for_service(service.id)
+                live = [a for a in attempts if recovery_event(a.state) is not None]
+                if len(live) != service.spec.replicas or any(
+                    a.state is not AttemptState.HEALTHY or a.pid is None for a in live
+                ):
+                    continue
+                node = await uow.nodes.get(service.node)
+                if node is None:
+                    continue
+                try:
+                    model_path = await self.commands.admission.model_file(
+                        uow, service.project, service.spec
+                    )
+                except FiccError:
+                    continue
+                found.append((service, node, model_path, live))
+        return found
+
+    async def _adopt_replicas(
+        self, service: ServiceRecord, attempts: list[AttemptRecord]
+    ) -> list[ReplicaHandle] | None:
+        """Every attempt's replica adopted, or none kept (those taken are let go again)."""
+        runtime = self.commands.supervisor.runtime(service.spec.runtime)
+        assert isinstance(runtime, ReplicaAdopter)
+        handles: list[ReplicaHandle] = []
+        for attempt in attempts:
+            assert attempt.pid is not None
+            process = ProcessIdentity(attempt.pid, attempt.pid_start_ticks or -1)
+            handle = await runtime.adopt(attempt.id, process, service.node, service.id)
+            if handle is None:
+                for taken in handles:
+                    await runtime.let_go(taken)
+                return None
+            handles.append(handle)
+        return handles
 
     async def restore(self) -> None:
         """After FICC's own restart: start again every stopped service whose desired state is
