@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Any
 
 log = logging.getLogger("ficc.inference")
 
@@ -16,7 +15,7 @@ class BackgroundTasks:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, work: Coroutine[object, object, None]) -> None:
         """Run ``work`` in the background, kept until it ends or :meth:`cancel_all`.
 
         A task cancelled before its first step never runs ``work``: it is closed then, so that

@@ -91,7 +91,7 @@ class ServiceUpkeep:
                 if handles is None:
                     continue
                 async with self.commands.uow_factory() as uow:
-                    details = {"attempts": [attempt.id for attempt in attempts]}
+                    details: dict[str, object] = {"attempts": [attempt.id for attempt in attempts]}
                     await record_audit(
                         uow,
                         self.commands.clock,
