@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from iroh import IrohError, IrohErrorKind
 
 from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError
@@ -25,3 +27,19 @@ def translate(exc: IrohError, doing: str) -> FiccError:
     if kind is IrohErrorKind.ALPN:
         return ProtocolError(f"{doing}: the peer does not speak ficc.federation/1 ({detail})")
     return PeerUnreachable(f"{doing}: {detail}", details={"transport": detail})
+
+
+_CLOSED_BY_PEER = re.compile(
+    r'ApplicationClosed\(ApplicationClose \{ error_code: (\d+), reason: b"(.*)" \}\)'
+)
+
+
+def peer_close(failure: FiccError) -> tuple[int, str] | None:
+    """The code and reason the peer closed the connection with, if ``failure`` (a translated
+    transport error) was that close: what a refusal leaves when its error frame lost the race
+    with a write of ours."""
+    detail = failure.details.get("transport") if isinstance(failure, PeerUnreachable) else None
+    found = _CLOSED_BY_PEER.search(detail) if isinstance(detail, str) else None
+    if found is None:
+        return None
+    return int(found.group(1)), found.group(2)

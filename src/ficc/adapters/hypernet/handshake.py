@@ -10,7 +10,7 @@ from typing import Final
 
 from iroh import Connection, IrohError
 
-from ficc.adapters.hypernet.errors import translate
+from ficc.adapters.hypernet.errors import peer_close, translate
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError
 from ficc.protocol.handshake import Handshake, Role, Session, State
@@ -35,6 +35,17 @@ async def refuse(connection: Connection, stream: FrameStream | None, error: Ficc
     reason = error.message.encode("utf-8", "replace")[:200]
     with contextlib.suppress(IrohError, ValueError):
         connection.close(PROTOCOL_ERROR_CODE, reason)
+
+
+def _refusal(failure: PeerUnreachable) -> ProtocolError | None:
+    """The peer's refusal, when it closed the connection for one while we were still writing
+    (its error frame unread): the same refusal a read of that frame gives."""
+    closed = peer_close(failure)
+    if closed is None or closed[0] != PROTOCOL_ERROR_CODE:
+        return None
+    return ProtocolError(
+        f"the peer refused the handshake: {closed[1]}", details={"peer_code": ProtocolError.code}
+    )
 
 
 async def run_handshake(
@@ -90,7 +101,10 @@ async def run_handshake(
                 raise PeerUnreachable("the peer ended the handshake without an answer")
             outgoing = machine.receive(message)
             if outgoing:
-                await stream.send(*outgoing)
+                try:
+                    await stream.send(*outgoing)
+                except PeerUnreachable as exc:
+                    raise _refusal(exc) or exc from exc
     except ProtocolError as exc:
         log.info("handshake with %s refused: %s", remote_id.hex(), exc.message)
         refused_by_peer = "peer_code" in exc.details
