@@ -11,6 +11,7 @@ counts included. Pure: the key and the verifying function are parameters.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -176,6 +177,15 @@ def head_after(receipt: Mapping[str, Any]) -> Head:
     totals = body.get("totals")
     sums = {name: int(totals.get(name, 0)) for name in TOTAL_FIELDS} if totals else {}
     return Head(int(body["seq"]), str(receipt["digest"]), sums)
+
+
+def head_kept(receipt: object, seq: int, digest: str) -> Head:
+    """The chain's head once ``receipt``, kept at ``seq`` with ``digest``, is its last: one
+    that no longer reads as a receipt still chains by its place and digest."""
+    if isinstance(receipt, Mapping):
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            return head_after(receipt)
+    return Head(seq, digest, {})
 
 
 def _count(value: object) -> bool:

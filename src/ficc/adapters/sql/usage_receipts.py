@@ -13,7 +13,7 @@ from sqlalchemy import BigInteger, bindparam, delete, exists, insert, or_, selec
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.database import SqlConnection
-from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after
+from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_kept
 
 _R = m.usage_receipts.c
 
@@ -71,10 +71,10 @@ class SqlUsageReceipts:
         if row is None:
             return EMPTY_HEAD
         try:
-            return head_after(json.loads(row.receipt))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            # A row that no longer reads as a receipt: its place and digest still chain.
-            return Head(int(row.seq), str(row.digest), {})
+            receipt: object = json.loads(row.receipt)
+        except (ValueError, TypeError):
+            receipt = None
+        return head_kept(receipt, int(row.seq), str(row.digest))
 
     async def add(self, receipt: StoredReceipt) -> bool:
         kept = select(_R.seq).where(

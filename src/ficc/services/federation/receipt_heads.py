@@ -28,7 +28,7 @@ class KeptHeads:
 
     def remember(self, stored: r.StoredReceipt) -> None:
         """``stored`` is now the last of its grant's chain (in the caller's transaction)."""
-        self._heads[stored.grant] = head_of(stored)
+        self._heads[stored.grant] = r.head_kept(stored.receipt, stored.seq, stored.digest[:64])
 
     async def keep_next(
         self, uow: UnitOfWork, peer: p.Peer, record: m.UsageRecord, receipt: object
@@ -63,11 +63,3 @@ class KeptHeads:
                 "grant %s: receipt %d fails verification: %s", record.grant, stored.seq, problem
             )
         return stored
-
-
-def head_of(stored: r.StoredReceipt) -> r.Head:
-    """The head a chain has once ``stored`` is its last, as its row reads back."""
-    try:
-        return r.head_after(stored.receipt)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return r.Head(stored.seq, stored.digest[:64], {})
