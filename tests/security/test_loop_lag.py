@@ -259,9 +259,8 @@ def test_a_large_embeddings_answer_is_bounded_by_response_bytes_and_decoded_off_
     is read; within it, a 36 MiB answer of per-token vectors is decoded, averaged and encoded
     (the encoding that measures it and is sent) in a worker thread while the loop ticks.
 
-    It runs in a process of its own, as a server does: in the suite's process, what every
-    earlier test left behind (its heap, its threads) competed for the interpreter with the
-    loop, and the stall measured them rather than FICC."""
+    It runs in a process of its own, as a server does, so that what earlier tests left in
+    the suite's process (its heap, its threads) is not part of what it measures."""
     done = subprocess.run(
         [sys.executable, "-c", EMBEDDINGS_UNDER_WATCH],
         cwd=ROOT,
