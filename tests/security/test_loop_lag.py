@@ -205,9 +205,12 @@ async def embeddings_engine(answer: bytes) -> AsyncIterator[str]:
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n" % len(answer)
         )
-        writer.write(answer)
+        # As a real engine (another process) sends it: a MiB at a time, never copied whole
+        # into this loop's write buffer, which would be a stall of the test's own making.
         with contextlib.suppress(ConnectionError):
-            await writer.drain()
+            for start in range(0, len(answer), MiB):
+                writer.write(answer[start : start + MiB])
+                await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)

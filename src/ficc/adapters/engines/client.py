@@ -33,6 +33,7 @@ from ficc.adapters.engines.transport import (
     EngineConnections,
     EngineTimeout,
     read_bounded,
+    read_pieces,
 )
 from ficc.adapters.engines.usage import PROBE_DEADLINE_SECONDS, UsageProbe, plain_probe
 from ficc.base.errors import EngineUnavailable, FiccError, InvalidInput
@@ -233,8 +234,8 @@ class EngineClient:
         async with self._http.exchange("POST", EMBEDDINGS, request_body) as response:
             if response.status != OK:
                 raise status_error(response.status, await read_bounded(response))
-            content = await read_bounded(response, limit + 1)
-        return await decoded_embeddings(content, limit)
+            pieces = await read_pieces(response, limit + 1)
+        return await decoded_embeddings(pieces, limit)
 
     async def count_tokens(self, text: str) -> int | None:
         """The tokens of ``text`` by the engine's own tokenizer (llama.cpp's server counts

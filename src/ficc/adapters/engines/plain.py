@@ -76,26 +76,32 @@ async def finished_response(stream: EngineStream, max_bytes: int | None) -> dict
     raise EngineUnavailable("the engine ended the stream before it was complete")
 
 
+def _joined_and_decoded_gradually(pieces: list[bytes]) -> Any:
+    return decode_gradually(b"".join(pieces))
+
+
 def embeddings_limit(max_bytes: int | None) -> int:
     """How much of an embeddings answer is read: the grant's ``response_bytes`` or FICC's."""
     return MAX_ASSEMBLED_BYTES if max_bytes is None else min(max_bytes, MAX_ASSEMBLED_BYTES)
 
 
-async def decoded_embeddings(content: bytes, limit: int) -> dict[str, Any]:
+async def decoded_embeddings(pieces: list[bytes], limit: int) -> dict[str, Any]:
     """An embeddings answer read within ``limit`` (one byte past it: over), as its object.
-    One over a few MiB is decoded in a worker thread, gradually, so the loop goes on."""
-    if len(content) > limit and limit != MAX_ASSEMBLED_BYTES:
+    One over a few MiB is joined and decoded in a worker thread, gradually, so the loop goes
+    on: even copying it whole once would hold the loop for tens of milliseconds."""
+    size = sum(len(piece) for piece in pieces)
+    if size > limit and limit != MAX_ASSEMBLED_BYTES:
         raise LimitExceeded(
             f"the engine's embeddings passed the grant's {limit} response bytes",
             details={"limit": "response_bytes", "allowed": limit},
         )
-    if len(content) > MAX_ASSEMBLED_BYTES:
+    if size > MAX_ASSEMBLED_BYTES:
         raise EngineUnavailable(f"the engine's embeddings passed {MAX_ASSEMBLED_BYTES} bytes")
     try:
-        if len(content) > GRADUAL_JSON_BYTES:
-            value = await asyncio.to_thread(decode_gradually, content)
+        if size > GRADUAL_JSON_BYTES:
+            value = await asyncio.to_thread(_joined_and_decoded_gradually, pieces)
         else:
-            value = json.loads(content)
+            value = json.loads(b"".join(pieces))
     except ValueError as exc:
         raise EngineUnavailable("the engine's embeddings are not JSON") from exc
     if not isinstance(value, dict) or not isinstance(value.get("data"), list):

@@ -226,9 +226,17 @@ async def read_bounded(
     response: aiohttp.ClientResponse, limit: int = MAX_ERROR_BODY_BYTES
 ) -> bytes:
     """At most ``limit`` bytes of a body, read raw; the rest is never received."""
-    content = bytearray()
+    return b"".join(await read_pieces(response, limit))
+
+
+async def read_pieces(response: aiohttp.ClientResponse, limit: int) -> list[bytes]:
+    """At most ``limit`` bytes of a body as the pieces that arrived, not yet joined: joining
+    (and copying) tens of MiB is left to whoever decodes them, in a worker thread."""
+    pieces: list[bytes] = []
+    size = 0
     async for piece in response.content.iter_any():
-        content += piece
-        if len(content) >= limit:
+        pieces.append(piece[: limit - size])
+        size += len(pieces[-1])
+        if size >= limit:
             break
-    return bytes(content[:limit])
+    return pieces
