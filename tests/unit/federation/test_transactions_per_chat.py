@@ -1,0 +1,59 @@
+"""How many transactions one streamed federated chat costs each side, counted in process.
+
+Each unit of work is a transaction (on SQLite a write lock and an fsync'd commit), so their
+number per request bounds what a chat can cost however fast the rest becomes. Counted after
+the first chat, which also names the grant once: the requester finds the route and records the
+answer (2); the grantor charges the request, reserves the grant's tokens and settles them (3).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from tests.support.fakes.peer_channel import OWNER, Pair
+from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFactory
+from tests.unit.federation.test_metered_grants import engine_of, invocation, metered
+
+from ficc.base.request_ids import current_request_id
+
+REQUESTER_TRANSACTIONS = 2
+GRANTOR_TRANSACTIONS = 3
+
+
+def counting_units_of_work(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every unit of work either cluster opens from now on, counted by side."""
+    counts: Counter[str] = Counter()
+    opened: Callable[[FakeUnitOfWorkFactory], FakeUnitOfWork] = FakeUnitOfWorkFactory.__call__
+    grantor_store = pair.grantor.uow_factory.store  # type: ignore[attr-defined]
+
+    def counted(factory: FakeUnitOfWorkFactory) -> FakeUnitOfWork:
+        counts["grantor" if factory.store is grantor_store else "requester"] += 1
+        return opened(factory)
+
+    monkeypatch.setattr(FakeUnitOfWorkFactory, "__call__", counted)
+    return counts
+
+
+async def test_a_streamed_federated_chat_costs_two_transactions_here_and_three_there(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service_id, peer_id, _grant_id = await metered(pair, tokens=1000)
+    engine_of(pair).chunks = ["role", "a", "b"]
+    for number in range(3):
+        counts = counting_units_of_work(pair, monkeypatch) if number else Counter[str]()
+        current_request_id.set(f"req-counted-{number}")
+        async with pair.requester.remote.open_stream(
+            OWNER,
+            "default",
+            peer_id,
+            operation="inference.invoke",
+            body=invocation(service_id, stream=True),
+        ) as chunks:
+            received = [chunk async for chunk in chunks]
+        assert received[-1] == b"data: [DONE]\n\n"
+        if number:
+            assert 0 < counts["requester"] <= REQUESTER_TRANSACTIONS, counts
+            assert 0 < counts["grantor"] <= GRANTOR_TRANSACTIONS, counts
+        monkeypatch.undo()
