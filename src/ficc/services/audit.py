@@ -47,6 +47,28 @@ async def record(
     )
 
 
+async def record_by(
+    uow: UnitOfWork,
+    clock: Clock,
+    principal: Principal,
+    action: str,
+    *,
+    project: str | None,
+    target: str,
+    details: JSONObject | None = None,
+) -> None:
+    """Append an entry for a local principal's change, named as :func:`actor_of` names it."""
+    await record(
+        uow,
+        clock,
+        action=action,
+        actor=actor_of(principal),
+        project=project,
+        target=target,
+        details=details,
+    )
+
+
 async def list_audit(
     uow_factory: UnitOfWorkFactory,
     *,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ficc.domain import grants as g
 from ficc.domain import metering as m
@@ -32,6 +32,17 @@ from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
 RESERVE_TRIES: Final = 3
 """Reads and conditional UPDATEs one reservation may take when others race it."""
+
+
+class Rules(Protocol):
+    """The metered rules as a grant's terms and a token's restrictions both keep them."""
+
+    @property
+    def tokens(self) -> int | None: ...
+    @property
+    def tokens_per_minute(self) -> int | None: ...
+    @property
+    def requests_per_minute(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -48,20 +59,34 @@ class Budget:
     rule: str = ""
     """What ``details.limit`` starts with: nothing for a grant's rule, ``token.`` for a token's."""
 
+    @classmethod
+    def of(
+        cls,
+        holder: str,
+        rows: Callable[[UnitOfWork], BudgetRows],
+        rules: Rules,
+        *,
+        noun: str = "grant",
+        rule: str = "",
+    ) -> Budget:
+        """The budget of a holder whose rules are kept as ``rules`` keeps them."""
+        return cls(
+            holder,
+            rows,
+            rules.tokens,
+            rules.tokens_per_minute,
+            rules.requests_per_minute,
+            noun=noun,
+            rule=rule,
+        )
+
     @property
     def limits_tokens(self) -> bool:
         return self.tokens is not None or self.tokens_per_minute is not None
 
 
 def grant_budget(grant: g.Grant) -> Budget:
-    terms = grant.terms
-    return Budget(
-        grant.id,
-        _grant_rows,
-        terms.tokens,
-        terms.tokens_per_minute,
-        terms.requests_per_minute,
-    )
+    return Budget.of(grant.id, _grant_rows, grant.terms)
 
 
 def _grant_rows(uow: UnitOfWork) -> BudgetRows:

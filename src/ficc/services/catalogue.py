@@ -103,11 +103,11 @@ async def add_model(
     async with uow_factory() as uow:
         await uow.models.add(model)
         await uow.models.own_blobs(project, model.blob_digests())
-        await audit.record(
+        await audit.record_by(
             uow,
             clock,
-            action="model.created",
-            actor=audit.actor_of(principal),
+            principal,
+            "model.created",
             project=project,
             target=model.id,
             details={"name": model.name, "sha256": model.sha256},

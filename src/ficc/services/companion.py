@@ -135,11 +135,11 @@ class Companion:
             await uow.settings.put(COMPANION_SETTING, {"agent_directory": str(directory)})
             if new_label is not None:
                 await uow.settings.put(LABEL_SETTING, new_label)
-            await audit.record(
+            await audit.record_by(
                 uow,
                 self._clock,
-                action="companion.configured",
-                actor=audit.actor_of(principal),
+                principal,
+                "companion.configured",
                 project=None,
                 target=str(directory),
                 details={"label": new_label},

@@ -29,13 +29,8 @@ async def create_project(
             raise Conflict(f"a project named {project} exists already", details={"name": project})
         now = clock()
         await uow.projects.add(project, now)
-        await audit.record(
-            uow,
-            clock,
-            action="project.created",
-            actor=audit.actor_of(principal),
-            project=project,
-            target=project,
+        await audit.record_by(
+            uow, clock, principal, "project.created", project=project, target=project
         )
         await uow.commit()
     return project, now

@@ -41,16 +41,7 @@ def _token_rows(uow: UnitOfWork) -> BudgetRows:
 
 
 def budget_of(row: tl.TokenLimit) -> Budget:
-    r = row.restrictions
-    return Budget(
-        row.token_id,
-        _token_rows,
-        r.tokens,
-        r.tokens_per_minute,
-        r.requests_per_minute,
-        noun="token",
-        rule=tl.RULE_PREFIX,
-    )
+    return Budget.of(row.token_id, _token_rows, row.restrictions, noun="token", rule=tl.RULE_PREFIX)
 
 
 def check_peer(principal: Principal, peer_id: str) -> None:

@@ -35,12 +35,6 @@ async def record_change(
     details: JSONObject | None = None,
 ) -> None:
     """Audit a change a local principal made to an account record (cluster-wide: no project)."""
-    await audit.record(
-        uow,
-        clock,
-        action=action,
-        actor=audit.actor_of(principal),
-        project=None,
-        target=target,
-        details=details,
+    await audit.record_by(
+        uow, clock, principal, action, project=None, target=target, details=details
     )

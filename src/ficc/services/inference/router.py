@@ -143,6 +143,17 @@ class InvocationRouter:
         await self._idle[service_id].wait()
 
     @contextlib.asynccontextmanager
+    async def _asking(
+        self, project: str, service_id: str, endpoint: Endpoint | None
+    ) -> AsyncIterator[Endpoint]:
+        """The replica to ask (``endpoint`` when the caller chose it already), counted in flight
+        while the block runs, so :meth:`idle` waits for it."""
+        if endpoint is None:
+            endpoint = await self.endpoint(project, service_id)
+        async with self.in_flight(service_id):
+            yield endpoint
+
+    @contextlib.asynccontextmanager
     async def stream(
         self,
         project: str,
@@ -157,12 +168,8 @@ class InvocationRouter:
         ``endpoint``: the replica from :meth:`endpoint` when the caller asked for it already
         (asking twice would also advance the round robin twice).
         """
-        if endpoint is None:
-            endpoint = await self.endpoint(project, service_id)
-        async with self.in_flight(service_id):
-            stream = await self.engines.open_stream(
-                endpoint.base_url, endpoint.model_name, path, body
-            )
+        async with self._asking(project, service_id, endpoint) as asked:
+            stream = await self.engines.open_stream(asked.base_url, asked.model_name, path, body)
             try:
                 yield stream
             finally:
@@ -182,11 +189,9 @@ class InvocationRouter:
 
         ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it.
         """
-        if endpoint is None:
-            endpoint = await self.endpoint(project, service_id)
-        async with self.in_flight(service_id):
+        async with self._asking(project, service_id, endpoint) as asked:
             return await self.engines.complete(
-                endpoint.base_url, endpoint.model_name, path, body, max_bytes=max_bytes
+                asked.base_url, asked.model_name, path, body, max_bytes=max_bytes
             )
 
     async def running_services(self, project: str) -> list[ServiceRecord]:

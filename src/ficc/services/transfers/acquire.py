@@ -123,11 +123,11 @@ class Transfers:
         )
         async with self._uow_factory() as uow:
             await uow.transfers.add(transfer)
-            await audit.record(
+            await audit.record_by(
                 uow,
                 self._clock,
-                action="transfer.started",
-                actor=audit.actor_of(principal),
+                principal,
+                "transfer.started",
                 project=project,
                 target=transfer.id,
                 details={"peer": peer_id, "model": remote_model, "sha256": digest},

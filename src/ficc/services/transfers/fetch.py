@@ -327,11 +327,11 @@ class Fetcher:
                     updated_at=self.clock(),
                 )
             )
-            await audit.record(
+            await audit.record_by(
                 uow,
                 self.clock,
-                action="transfer.completed",
-                actor=audit.actor_of(principal),
+                principal,
+                "transfer.completed",
                 project=transfer.project,
                 target=transfer.id,
                 details={"model": model.id, "sha256": model.sha256},
