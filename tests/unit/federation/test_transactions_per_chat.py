@@ -12,11 +12,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from tests.support.fakes.peer_channel import OWNER, Pair
+from tests.support.fakes.peer_channel import Pair
 from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFactory
-from tests.unit.federation.test_metered_grants import engine_of, invocation, metered
-
-from ficc.base.request_ids import current_request_id
+from tests.unit.federation.test_metered_grants import engine_of, metered
+from tests.unit.federation.test_usage_receipts import stream
 
 REQUESTER_TRANSACTIONS = 2
 GRANTOR_TRANSACTIONS = 3
@@ -43,16 +42,7 @@ async def test_a_streamed_federated_chat_costs_two_transactions_here_and_three_t
     engine_of(pair).chunks = ["role", "a", "b"]
     for number in range(3):
         counts = counting_units_of_work(pair, monkeypatch) if number else Counter[str]()
-        current_request_id.set(f"req-counted-{number}")
-        async with pair.requester.remote.open_stream(
-            OWNER,
-            "default",
-            peer_id,
-            operation="inference.invoke",
-            body=invocation(service_id, stream=True),
-        ) as chunks:
-            received = [chunk async for chunk in chunks]
-        assert received[-1] == b"data: [DONE]\n\n"
+        await stream(pair, peer_id, service_id, f"req-counted-{number}", take=-1)
         if number:
             assert 0 < counts["requester"] <= REQUESTER_TRANSACTIONS, counts
             assert 0 < counts["grantor"] <= GRANTOR_TRANSACTIONS, counts
