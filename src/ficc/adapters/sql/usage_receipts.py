@@ -12,7 +12,7 @@ import orjson
 from sqlalchemy import BigInteger, bindparam, delete, exists, insert, or_, select, update
 
 from ficc.adapters.sql import metering_tables as m
-from ficc.adapters.sql.database import SqlConnection
+from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_kept
 
 _R = m.usage_receipts.c
@@ -40,7 +40,7 @@ _COLUMNS: Final = (
 _K = m.usage_receipts.alias("kept")
 _OF_CHAIN: Final = (_K.c.grant_id == bindparam("grant_id"), _K.c.side == bindparam("side"))
 _HEAD_SEQ: Final = bindparam("head_seq", type_=BigInteger)
-_APPEND_AFTER: Final = (
+_APPEND_AFTER: Final = HotStatement(
     insert(m.usage_receipts)
     .from_select(
         list(_COLUMNS),
@@ -95,7 +95,7 @@ class SqlUsageReceipts:
         values["head_seq"], values["head_digest"] = head.seq, head.digest
         # Whether a row went in, as the RETURNING tells (a driver may not count an INSERT's
         # rows from a SELECT).
-        return (await self._c.execute(_APPEND_AFTER, values)).first() is not None
+        return bool(await execute_hot(self._c, _APPEND_AFTER, values))
 
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int

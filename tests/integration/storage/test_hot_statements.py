@@ -1,0 +1,68 @@
+"""A hot statement (rendered once, straight to SQLite's driver) writes what SQLAlchemy would
+write, on both backends, refuses what its own WHERE refuses, and steps aside for whatever
+listens to the engine's statements, so that no count or trace misses one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from ficc.adapters.sql.database import Database
+from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
+from ficc.domain import metering as m
+from ficc.domain import usage_receipts as r
+
+GRANT = "grt_" + "h" * 26
+
+
+def _receipt(seq: int, verified: bool) -> r.StoredReceipt:
+    body = {"kind": r.USAGE_KIND, "seq": seq, "grant": GRANT, "text": "é ✓"}
+    receipt = {"body": body, "digest": f"{seq:064x}", "signature": "c2ln"}
+    problem = None if verified else r.SIGNATURE
+    return r.StoredReceipt(GRANT, m.REQUESTER, seq, f"req-{seq}", receipt, verified, problem)
+
+
+async def test_a_hot_insert_keeps_the_row_sqlalchemy_reads_back_and_refuses_a_moved_head(
+    database: Database,
+) -> None:
+    factory = SqlUnitOfWorkFactory(database)
+    first, second = _receipt(1, True), _receipt(2, False)
+    async with factory() as uow:
+        assert await uow.usage_receipts.append_after(first, r.EMPTY_HEAD)
+        # The head it follows is not the chain's any more: nothing goes in.
+        assert not await uow.usage_receipts.append_after(second, r.EMPTY_HEAD)
+        head = await uow.usage_receipts.head(GRANT, m.REQUESTER)
+        assert await uow.usage_receipts.append_after(second, head)
+        await uow.commit()
+    async with factory() as uow:
+        kept = await uow.usage_receipts.page(GRANT, m.REQUESTER, after=0, limit=10)
+    assert kept == [first, second]
+    assert [(item.verified, item.problem) for item in kept] == [(True, None), (False, "signature")]
+
+
+async def test_a_hot_statement_is_seen_by_what_listens_to_the_engine(database: Database) -> None:
+    factory = SqlUnitOfWorkFactory(database)
+    seen: list[str] = []
+
+    def count(*args: Any) -> None:
+        seen.append(str(args[2]).split()[0])
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        async with factory() as uow:
+            assert await uow.usage_receipts.append_after(_receipt(1, True), r.EMPTY_HEAD)
+            await uow.commit()
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    assert seen == ["INSERT"]
+    async with factory() as uow:
+        head = await uow.usage_receipts.head(GRANT, m.REQUESTER)
+        # Nothing listens now: on SQLite the driver runs it, unseen, and the row is there.
+        assert await uow.usage_receipts.append_after(_receipt(2, True), head)
+        await uow.commit()
+    async with factory() as uow:
+        kept = await uow.usage_receipts.page(GRANT, m.REQUESTER, after=0, limit=10)
+    assert seen == ["INSERT"]
+    assert [(item.seq, item.verified) for item in kept] == [(1, True), (2, True)]
