@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import Conflict, FiccError
 from ficc.base.ids import new_id
 from ficc.base.units import GiB
@@ -26,7 +27,6 @@ from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.receipts import b64
-from ficc.protocol.canonical import canonical_json
 from ficc.services.inference import InferenceServices
 from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
 from ficc.services.runtimes import (

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import rfc8785
-
+from ficc.base.canonical import canonical_json
 from ficc.base.times import format_time
 from ficc.domain.metering import COMPLETED, TOTAL_FIELDS, UsageRecord, empty_totals
 from ficc.domain.receipts import b64, unb64
@@ -102,32 +100,8 @@ class StoredReceipt:
         return body if isinstance(body, Mapping) else {}
 
 
-def _plain(value: object) -> bool:
-    """Whether RFC 8785 spells ``value`` as the standard library's sorted compact JSON does:
-    no float and only ASCII text (what every receipt FICC signs holds), so the fast C encoder
-    gives the same bytes; anything else goes through the RFC 8785 encoder."""
-    if isinstance(value, str):
-        return value.isascii()
-    if value is None or isinstance(value, bool):
-        return True
-    if isinstance(value, int):
-        return abs(value) <= 2**53 - 1
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plain(item) for item in value)
-    return False
-
-
-def canonical(body: Mapping[str, Any]) -> bytes:
-    """``body`` as RFC 8785 JSON."""
-    if _plain(body):
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return bytes(rfc8785.dumps(body))
-
-
 def digest_of(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical(body)).hexdigest()
+    return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
 def signed_message(digest: str) -> bytes:

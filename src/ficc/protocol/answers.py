@@ -16,9 +16,10 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import ProtocolError, TooLarge
 from ficc.base.units import MiB
-from ficc.protocol.canonical import canonical_json, parse_json_object
+from ficc.protocol.canonical import parse_json_object
 from ficc.protocol.chunk_frames import encode_chunk_frames
 from ficc.protocol.frames import MAX_FRAME_BYTES, encode_frame
 from ficc.protocol.limits import OFF_LOOP_JSON_BYTES

@@ -15,8 +15,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError, ProtocolError
-from ficc.protocol.canonical import canonical_json, first_member_bytes, parse_json_object
+from ficc.protocol.canonical import first_member_bytes, parse_json_object
 from ficc.protocol.frames import LENGTH_BYTES
 
 PROTOCOL_VERSION: Final = 1

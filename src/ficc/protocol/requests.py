@@ -12,8 +12,8 @@ import hashlib
 import struct
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import ProtocolError
-from ficc.protocol.canonical import canonical_json
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import Role, Session
 from ficc.protocol.messages import (

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError, GrantExpired, GrantRevoked, LimitExceeded, TooLarge
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
-from ficc.protocol.canonical import canonical_json
 from ficc.services.budgets import Budgets, grant_budget
 from ficc.services.peer_channel import ending_reason
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory

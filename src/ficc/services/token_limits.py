@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
@@ -25,7 +26,6 @@ from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import duration_text, header_rule
-from ficc.protocol.canonical import canonical_json
 from ficc.services.budgets import Budget, Holding
 from ficc.services.local_streams import Counted
 from ficc.services.metering import Meter, outcome_of, settle_surely

@@ -23,12 +23,12 @@ from tests.support.fakes.clock import FakeClock
 from tests.support.fakes.cluster import fake_cluster
 
 from ficc.adapters.keys import ClusterKey
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError, OutcomeUnknown, PeerUnreachable, ProtocolError
 from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
-from ficc.protocol.canonical import canonical_json
 from ficc.services.companion import Transport, TransportFactory
 from ficc.services.peer_channel import Answer, EncodedAnswer, PeerIdentity
 

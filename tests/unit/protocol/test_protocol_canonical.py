@@ -10,13 +10,10 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import ProtocolError
 from ficc.protocol import canonical
-from ficc.protocol.canonical import (
-    canonical_json,
-    canonical_json_and_compact_size,
-    parse_canonical_json,
-)
+from ficc.protocol.canonical import canonical_json_and_compact_size, parse_canonical_json
 
 keys = st.text(max_size=6) | st.sampled_from(["\ue000", "\U0001f600", "a\uffff", "a\U00010000"])
 scalars = (

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import ProtocolError
-from ficc.protocol.canonical import canonical_json, parse_canonical_json
+from ficc.protocol.canonical import parse_canonical_json
 from ficc.protocol.chunk_frames import (
     MAX_CHUNK_BYTES,
     decode_message_parts,

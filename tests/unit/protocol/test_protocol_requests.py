@@ -17,8 +17,8 @@ from tests.unit.protocol.protocol_support import (
     verify,
 )
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import ProtocolError
-from ficc.protocol.canonical import canonical_json
 from ficc.protocol.frames import MAX_FRAME_BYTES
 from ficc.protocol.handshake import Session
 from ficc.protocol.messages import (

@@ -14,14 +14,13 @@ import pytest
 import rfc8785
 
 from ficc.adapters.hypernet.keys import ed25519_verify
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import Conflict, ProtocolError
 from ficc.base.times import parse_time
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import ChainRow, ChainVerifier, SignedHead, row_digest
 from ficc.domain.receipts import check_receipt, unb64
-from ficc.domain.usage_receipts import canonical as usage_canonical
 from ficc.domain.usage_receipts import verify_chain
-from ficc.protocol.canonical import canonical_json
 from ficc.protocol.handshake import Handshake, KnownPeer, Role, State
 from ficc.protocol.messages import Request, decode_message
 from ficc.protocol.requests import RequestVerifier
@@ -197,4 +196,4 @@ def test_ficc_verifies_the_recorded_usage_receipts_and_names_each_one_changed() 
     ],
 )
 def test_a_receipts_encoding_is_rfc_8785_whatever_the_body_holds(body: dict[str, Any]) -> None:
-    assert usage_canonical(body) == rfc8785.dumps(body)
+    assert canonical_json(body) == rfc8785.dumps(body)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput
-from ficc.protocol.canonical import canonical_json
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.remote.table import OPERATIONS, Handlers, PeerOperations
 

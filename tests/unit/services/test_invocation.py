@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.fakes.clock import FakeClock
@@ -189,8 +191,8 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
     factory = FakeUnitOfWorkFactory(b.store)
     operations = InferenceOperations(factory, b.services, Meter(factory, FakeClock()))
     encodes: list[str] = []
-    encode, dumps = json.JSONEncoder.encode, canonical.rfc8785.dumps
-    fast = canonical.orjson.dumps
+    encode, dumps = json.JSONEncoder.encode, rfc8785.dumps
+    fast = orjson.dumps
 
     def counting(self: json.JSONEncoder, value: Any) -> str:
         encodes.append("json")
@@ -206,8 +208,8 @@ async def test_the_grantor_encodes_a_plain_answer_once_on_its_way_to_the_wire(
 
     # json.dumps ends in JSONEncoder.encode; the canonical encoder's fast path is orjson's.
     monkeypatch.setattr(json.JSONEncoder, "encode", counting)
-    monkeypatch.setattr(canonical.rfc8785, "dumps", counting_rfc8785)
-    monkeypatch.setattr(canonical.orjson, "dumps", counting_orjson)
+    monkeypatch.setattr(rfc8785, "dumps", counting_rfc8785)
+    monkeypatch.setattr(orjson, "dumps", counting_orjson)
     call = invoke_call(service_id, {"model": "m", "prompt": "x"})
     answer = await operations.invoke(call)
     content = answer.content if isinstance(answer, EncodedAnswer) else answer

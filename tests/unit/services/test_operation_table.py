@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from tests.support.fakes.unit_of_work import FakeUnitOfWorkFactory
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import new_id
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import Streaming
-from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.grant_slots import Slot
 from ficc.services.mutations import MutationKey

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import (
     Conflict,
     GrantExpired,
@@ -29,7 +30,6 @@ from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
-from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.peer_channel import PeerChannel

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
@@ -17,7 +18,6 @@ from ficc.domain import metering as m
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
 from ficc.domain.service_records import PreviewView
-from ficc.protocol.canonical import canonical_json
 from ficc.services import mutations
 from ficc.services.inference import InferenceServices
 from ficc.services.metering import Meter, Tab, usage_event

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import spent_limit
-from ficc.protocol.canonical import canonical_json
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.ports import Clock, UnitOfWorkFactory
