@@ -74,6 +74,7 @@ lint: setup-test
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy --strict src
 	$(BIN)/mypy --strict --explicit-package-bases tests/support/fakes tests/unit/contracts
+	$(BIN)/mypy --strict --explicit-package-bases benchmarks
 	$(BIN)/lint-imports
 
 test: lint

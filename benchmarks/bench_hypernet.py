@@ -110,7 +110,9 @@ async def _raw_bulk(
     return received / elapsed / 1e6
 
 
-async def _handler(peer: PeerIdentity, operation: str, body: dict[str, Any]) -> RequestResult:
+async def _handler(
+    peer: PeerIdentity, operation: str, body: dict[str, Any], body_bytes: int
+) -> RequestResult:
     if operation == "echo":
         return body
     return _blocks()

@@ -67,7 +67,7 @@ def _admissions(
             httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60) as http,
             http.stream("POST", "/chat/completions", json=body) as response,
         ):
-            for _ in response.iter_lines():
+            for _line in response.iter_lines():
                 pass
             return response.status_code
 

@@ -17,6 +17,7 @@ The split by part in docs/benchmarks.md came from running each server under cPro
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -111,7 +112,9 @@ def measure() -> dict[str, Any]:
                 ("federated_usage_chat_cpu_ms", federation._streamed_chat_with_usage),
             ):
                 found[label] = federation._cpu_ms(
-                    {**servers, "engine": engine.pid}, lambda c=call: c(http, federated), REQUESTS
+                    {**servers, "engine": engine.pid},
+                    functools.partial(call, http, federated),
+                    REQUESTS,
                 )
         found["federated_responses_ratio"] = sum(
             found["federated_responses_cpu_ms"][name] for name in servers
