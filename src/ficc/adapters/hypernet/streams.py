@@ -65,10 +65,11 @@ class FrameStream:
         await self.write(b"".join(encode_frame(encode_message(m)) for m in messages))
 
     async def write(self, frames: bytes) -> None:
-        """Write already-encoded frames; no progress for the stall deadline resets the stream.
+        """Write already-encoded frames; a piece (at most a whole frame) the peer does not
+        take within the stall deadline resets the stream.
 
-        A frame is written in one call when it fits a piece (the usual case), so the peer does
-        not see thousands of tiny writes.
+        A frame is written in one call (more only when several frames went together), so
+        neither side pays for many small writes.
         """
         stall = write_stall_seconds()
         self.torn = True  # until the last byte is accepted; a cancel may stop us anywhere
