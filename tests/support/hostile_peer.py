@@ -18,9 +18,8 @@ from tests.support.cluster import RunningCluster
 from tests.support.federation import identity
 
 from ficc.adapters.hypernet.handshake import run_handshake
-from ficc.adapters.hypernet.keys import ed25519_verify
 from ficc.adapters.hypernet.streams import FrameStream
-from ficc.adapters.keys import ClusterKey
+from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.base.errors import FiccError
 from ficc.base.ids import new_id
 from ficc.protocol import ALPN
@@ -147,7 +146,7 @@ async def raw_handshake(
         Role.INITIATOR,
         local_hypernet_id=bytes(raw.id().to_bytes()),
         signer=key,
-        verify=ed25519_verify,
+        verify=verify_signature,
         lookup=unknown,
         nonces=NonceMemory(),
         nonce=nonce,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from ficc.adapters.hypernet.keys import ed25519_verify
+from ficc.adapters.keys import verify_signature
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import Conflict, ProtocolError
 from ficc.base.times import parse_time
@@ -57,7 +57,7 @@ def _responder(vector: dict[str, Any], nonce: bytes) -> Handshake:
         local_hypernet_id=bytes.fromhex(vector["responder"]["hypernet_id"]),
         remote_hypernet_id=bytes.fromhex(vector["initiator"]["hypernet_id"]),
         signer=script.key(0x44),
-        verify=ed25519_verify,
+        verify=verify_signature,
         nonce=nonce,
         known_peers=(KnownPeer(bytes.fromhex(vector["initiator"]["cluster_key"]), 7),),
     )
@@ -96,7 +96,7 @@ def test_ficc_accepts_the_recorded_request_and_refuses_it_replayed() -> None:
     for step in handshake["transcript"][0::2]:
         for payload in step["payloads"]:
             responder.receive(decode_message(bytes.fromhex(payload)))
-    verifier = RequestVerifier(responder.session, ed25519_verify)
+    verifier = RequestVerifier(responder.session, verify_signature)
     verifier.verify(request)
     with pytest.raises(ProtocolError, match="replay"):
         verifier.verify(request)
@@ -114,7 +114,7 @@ def test_ficc_accepts_the_recorded_receipt_and_refuses_it_changed() -> None:
         "service_hypernet_id": body["service"],
         "service_cluster_key": unb64(body["service_cluster_key"]),
         "requested_scopes": frozenset(body["scopes"]),
-        "verify": ed25519_verify,
+        "verify": verify_signature,
     }
     assert check_receipt(receipt, **arguments) == body
     changed = {**receipt, "body": {**body, "generation": body["generation"] + 1}}
@@ -146,7 +146,7 @@ def test_ficc_verifies_the_recorded_audit_chain_and_finds_each_row_changed() -> 
     assert [
         row_digest(r.entry, seq=r.seq, prev=r.prev, at=r.at) for r in rows if r.entry and r.prev
     ] == [row["digest"] for row in vector["rows"]]
-    verifier = ChainVerifier(key, ed25519_verify, heads)
+    verifier = ChainVerifier(key, verify_signature, heads)
     assert verifier.feed(rows)
     assert verifier.finish() is None
     tombstone = vector["tombstone"]
@@ -154,11 +154,11 @@ def test_ficc_verifies_the_recorded_audit_chain_and_finds_each_row_changed() -> 
     emptied = ChainRow(
         1, tombstone["body"]["at"], first.prev, first.digest, None, tombstone["signature"]
     )
-    verifier = ChainVerifier(key, ed25519_verify, heads)
+    verifier = ChainVerifier(key, verify_signature, heads)
     assert verifier.feed([emptied, rows[1]])
     assert verifier.tombstones == 1
     changed = [stored(vector["rows"][0], actor="someone"), rows[1]]
-    verifier = ChainVerifier(key, ed25519_verify, heads)
+    verifier = ChainVerifier(key, verify_signature, heads)
     assert not verifier.feed(changed)
     assert verifier.broken is not None
     assert (verifier.broken.seq, verifier.broken.reason) == (1, "digest_mismatch")
@@ -169,7 +169,7 @@ def test_ficc_verifies_the_recorded_usage_receipts_and_names_each_one_changed() 
     key = bytes.fromhex(vector["grantor_cluster_key"])
     chain = [(item["receipt"]["body"]["seq"], item["receipt"]) for item in vector["receipts"]]
     grant = chain[0][1]["body"]["grant"]
-    head, findings = verify_chain(chain, grant=grant, public_key=key, verify=ed25519_verify)
+    head, findings = verify_chain(chain, grant=grant, public_key=key, verify=verify_signature)
     assert (findings, head.seq, head.digest) == ([], 3, chain[-1][1]["digest"])
     assert [item["body_jcs"] for item in vector["receipts"]] == [
         canonical_json(receipt["body"]).decode() for _, receipt in chain
@@ -178,11 +178,11 @@ def test_ficc_verifies_the_recorded_usage_receipts_and_names_each_one_changed() 
     assert parse_usage_event(vector["stream_chunk"].encode()) == vector["told"]
     changed = [chain[0], (2, {**chain[1][1], "body": {**chain[1][1]["body"], "prompt_tokens": 1}})]
     _, findings = verify_chain(
-        [*changed, chain[2]], grant=grant, public_key=key, verify=ed25519_verify
+        [*changed, chain[2]], grant=grant, public_key=key, verify=verify_signature
     )
     assert [(f.seq, f.reason) for f in findings] == [(2, "digest_mismatch")]
     _, findings = verify_chain(
-        [chain[0], chain[2]], grant=grant, public_key=key, verify=ed25519_verify
+        [chain[0], chain[2]], grant=grant, public_key=key, verify=verify_signature
     )
     assert [(f.seq, f.reason) for f in findings] == [(2, "missing")]
 

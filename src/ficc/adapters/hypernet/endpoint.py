@@ -32,11 +32,12 @@ from ficc.adapters.hypernet.binding import (
 from ficc.adapters.hypernet.dialing import Dialer
 from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import refuse, run_handshake
-from ficc.adapters.hypernet.keys import ed25519_verify, load_or_create_secret_key
+from ficc.adapters.hypernet.keys import load_or_create_secret_key
 from ficc.adapters.hypernet.shovel import PeerSession
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.hypernet.wakefix import apply_wake_fix
 from ficc.adapters.hypernet.writefix import apply_write_fix
+from ficc.adapters.keys import verify_signature
 from ficc.base.errors import (
     FiccError,
     PeerUnreachable,
@@ -81,7 +82,7 @@ class HyperNetEndpoint:
         cluster_key: Signer,
         lookup: PeerLookup,
         handler: RequestHandler,
-        verify: Verify = ed25519_verify,
+        verify: Verify = verify_signature,
         bind_address: str = DEFAULT_BIND_ADDRESS,
         relay: str = "disabled",
         connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,

@@ -8,16 +8,12 @@ message the companion shows as its error.
 
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ficc.base.errors import InvalidInput
 
@@ -100,17 +96,3 @@ def load_or_create_secret_key(
     except OSError as exc:
         raise AgentDirectoryError(f"cannot write {path}: {exc.strerror}") from exc
     return seed
-
-
-@functools.lru_cache(maxsize=1024)
-def _public_key(raw: bytes) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(raw)
-
-
-def ed25519_verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
-    """Verify an Ed25519 signature; any malformed key or signature is simply invalid."""
-    try:
-        _public_key(public_key).verify(signature, message)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
