@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+import pytest
+from sqlalchemy import event, insert
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 
-from ficc.adapters.sql.database import Database
+from ficc.adapters.sql import metering_tables as t
+from ficc.adapters.sql.database import Database, HotStatement, execute_hot
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
@@ -66,3 +69,29 @@ async def test_a_hot_statement_is_seen_by_what_listens_to_the_engine(database: D
         kept = await uow.usage_receipts.page(GRANT, m.REQUESTER, after=0, limit=10)
     assert seen == ["INSERT"]
     assert [(item.seq, item.verified) for item in kept] == [(1, True), (2, True)]
+
+
+async def test_a_hot_statement_that_breaks_a_constraint_raises_as_sqlalchemy_would(
+    database: Database,
+) -> None:
+    """A caller catches SQLAlchemy's errors (a lease's IntegrityError): the driver's own
+    are raised as those, on SQLite as on PostgreSQL."""
+    hot = HotStatement(insert(t.usage_receipts))
+    values = {
+        "grant_id": GRANT,
+        "side": m.REQUESTER,
+        "seq": 1,
+        "request_id": "req-1",
+        "digest": "0" * 64,
+        "receipt": "{}",
+        "verified": False,
+        "problem": None,
+    }
+    connection = await database.connect()
+    try:
+        assert await execute_hot(connection, hot, values) == []
+        with pytest.raises(IntegrityError):
+            await execute_hot(connection, hot, values)
+    finally:
+        await connection.rollback()
+        await connection.close()

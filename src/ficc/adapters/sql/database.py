@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, CursorResult, Engine, Executable, event, text
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -114,7 +116,11 @@ async def execute_hot(
     if isinstance(connection, LoopConnection):
         return connection.execute_hot(statement, values)
     assert isinstance(statement.statement, Executable)
-    return [tuple(row) for row in await connection.execute(statement.statement, values)]
+    return _rows(await connection.execute(statement.statement, values))
+
+
+def _rows(result: CursorResult[Any]) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in result] if result.returns_rows else []
 
 
 class LoopConnection:
@@ -131,15 +137,20 @@ class LoopConnection:
         connection = self._connection
         if connection._has_events or connection.engine._has_events:
             assert isinstance(statement.statement, Executable)
-            return [tuple(row) for row in connection.execute(statement.statement, values)]
+            return _rows(connection.execute(statement.statement, values))
         driver = connection.connection.driver_connection
         assert driver is not None
-        cursor = driver.execute(statement.sql, statement.parameters(values))
+        parameters = statement.parameters(values)
         try:
-            rows: list[tuple[Any, ...]] = cursor.fetchall()
-            return rows
-        finally:
-            cursor.close()
+            cursor = driver.execute(statement.sql, parameters)
+            try:
+                rows: list[tuple[Any, ...]] = cursor.fetchall()
+            finally:
+                cursor.close()
+        except sqlite3.Error as exc:
+            # As SQLAlchemy raises it (IntegrityError, OperationalError, …), for the callers.
+            raise DBAPIError.instance(statement.sql, parameters, exc, sqlite3.Error) from exc
+        return rows
 
     async def execute(
         self, statement: Executable, parameters: dict[str, Any] | None = None
