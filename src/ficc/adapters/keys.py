@@ -1,7 +1,7 @@
 """The FICC cluster key: an Ed25519 key in a 0600 file, made once by `ficc init`.
 
-Signing and verifying go through libsodium (PyNaCl): per signature a third of OpenSSL's CPU
-to verify and two thirds to sign on the development machine, and every usage receipt takes
+Signing and verifying go through libsodium (PyNaCl): per signature about half of OpenSSL's
+CPU to verify and two thirds to sign on the development machine, and every usage receipt takes
 one of each. Ed25519 signatures are deterministic, so the bytes are the same either way.
 """
 
@@ -18,6 +18,7 @@ from nacl.exceptions import BadSignatureError, CryptoError
 from ficc.base.errors import FiccError
 
 SECRET_FILE_MODE = 0o600
+PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
 
@@ -87,7 +88,7 @@ def encode_public_key(public_key: bytes) -> str:
 
 
 def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> bool:
-    if len(public_key) != ClusterKey.SEED_BYTES or len(signature) != SIGNATURE_BYTES:
+    if len(public_key) != PUBLIC_KEY_BYTES or len(signature) != SIGNATURE_BYTES:
         return False
     try:
         crypto_sign_open(signature + message, public_key)
