@@ -13,6 +13,8 @@ from typing import Any
 
 def format_time(moment: datetime) -> str:
     """``2026-11-29T12:00:00.123456Z``; naive datetimes are taken as UTC."""
+    if moment.tzinfo is UTC:
+        return moment.isoformat().replace("+00:00", "Z")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

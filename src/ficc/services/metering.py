@@ -184,7 +184,9 @@ class Meter(Budgets):
             # INSERT itself): the common case reads nothing.
             receipt, stored = self._receipt(record, head)
             if await uow.usage_receipts.append_after(stored, head):
-                self._heads[record.grant] = r.head_after(receipt)
+                self._heads[record.grant] = r.Head(
+                    stored.seq, stored.digest, receipt["body"]["totals"]
+                )
                 return receipt
         head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
         receipt, stored = self._receipt(record, head)

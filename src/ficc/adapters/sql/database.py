@@ -119,15 +119,64 @@ async def execute_hot(
     return _rows(await connection.execute(statement.statement, values))
 
 
+def known(connection: SqlConnection, key: tuple[str, ...]) -> object:
+    """What this process committed of ``key`` (see :class:`Committed`); None on PostgreSQL,
+    whose database other processes share."""
+    return connection.known(key) if isinstance(connection, LoopConnection) else None
+
+
+def note(connection: SqlConnection, key: tuple[str, ...], value: object) -> None:
+    """``key`` holds ``value`` once ``connection``'s transaction commits (SQLite only)."""
+    if isinstance(connection, LoopConnection):
+        connection.note(key, value)
+
+
 def _rows(result: CursorResult[Any]) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in result] if result.returns_rows else []
+
+
+class Committed:
+    """What this process wrote of some rows and committed (a receipt chain's last row, say),
+    so a hot path need not read it back.
+
+    Only SQLite keeps it: one process serves the file and runs its transactions one at a
+    time (:class:`WriterLock`), so what its committed transactions wrote is the file's state.
+    A value noted in a transaction counts once that transaction commits; one rolled back
+    leaves nothing. A caller that finds no value, or one it did not expect, reads the rows.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, ...], object] = {}
+
+    def get(self, key: tuple[str, ...]) -> object:
+        return self._values.get(key)
+
+    def apply(self, noted: dict[tuple[str, ...], object]) -> None:
+        for key, value in noted.items():
+            if value is None:
+                self._values.pop(key, None)
+            else:
+                self._values[key] = value
 
 
 class LoopConnection:
     """A synchronous SQLite connection behind the async interface, on the loop's thread."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, committed: Committed | None = None) -> None:
         self._connection = connection
+        self._committed = committed if committed is not None else Committed()
+        self._noted: dict[tuple[str, ...], object] = {}
+
+    def known(self, key: tuple[str, ...]) -> object:
+        """``key``'s value as this transaction sees it: noted in it, else committed (None:
+        not known)."""
+        if key in self._noted:
+            return self._noted[key]
+        return self._committed.get(key)
+
+    def note(self, key: tuple[str, ...], value: object) -> None:
+        """``key`` holds ``value`` once this transaction commits (None: no longer known)."""
+        self._noted[key] = value
 
     def execute_hot(self, statement: HotStatement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
         """``statement`` on the driver's own connection, in the transaction SQLAlchemy began
@@ -159,8 +208,12 @@ class LoopConnection:
 
     async def commit(self) -> None:
         self._connection.commit()
+        if self._noted:
+            noted, self._noted = self._noted, {}
+            self._committed.apply(noted)
 
     async def rollback(self) -> None:
+        self._noted.clear()
         self._connection.rollback()
 
     async def close(self) -> None:
@@ -186,6 +239,7 @@ class Database:
         self.url = normalise_url(url)
         self._sync: Engine | None = None
         self._async: AsyncEngine | None = None
+        self._committed = Committed()
         if self.url.startswith("sqlite"):
             self._sync = create_sync_engine(self.url)
             event.listen(self._sync, "connect", _sqlite_pragmas)
@@ -201,7 +255,7 @@ class Database:
         if self._sync is not None:
             connection = self._sync.connect()
             connection.begin()
-            return LoopConnection(connection)
+            return LoopConnection(connection, self._committed)
         assert self._async is not None
         async_connection = await self._async.connect()
         await async_connection.begin()

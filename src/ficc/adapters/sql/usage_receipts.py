@@ -10,9 +10,10 @@ from typing import Any, Final
 
 import orjson
 from sqlalchemy import BigInteger, bindparam, delete, exists, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from ficc.adapters.sql import metering_tables as m
-from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
+from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot, known, note
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_kept
 
 _R = m.usage_receipts.c
@@ -58,6 +59,15 @@ _APPEND_AFTER: Final = HotStatement(
 )
 """A receipt kept only while the head it follows is still the chain's: both checks are
 lookups of the primary key, in the INSERT itself."""
+_APPEND: Final = HotStatement(insert(m.usage_receipts))
+"""A receipt right after the head this process committed last: on SQLite, where no other
+process writes the chain (``database.Committed``), no check is read back. SQLite makes the
+conditional INSERT above copy its rows through a temporary table (the SELECT reads the table
+it inserts into), which cost about as much as the row itself."""
+
+
+def _chain(receipt: StoredReceipt) -> tuple[str, ...]:
+    return ("usage_receipts", receipt.grant, receipt.side)
 
 
 class SqlUsageReceipts:
@@ -82,20 +92,36 @@ class SqlUsageReceipts:
         )
         if (await self._c.execute(kept)).first() is not None:
             return False
-        await self.append(receipt)
+        await self._c.execute(_INSERT, _values(receipt))
+        # Anywhere in the chain, a gap's too: its head is read again.
+        note(self._c, _chain(receipt), None)
         return True
 
     async def append(self, receipt: StoredReceipt) -> None:
         # The grantor appends under the grant's row lock (its settlement's UPDATE), the
         # requester past the head it read: no two transactions insert one seq at once.
         await self._c.execute(_INSERT, _values(receipt))
+        note(self._c, _chain(receipt), (receipt.seq, receipt.digest[:64]))
 
     async def append_after(self, receipt: StoredReceipt, head: Head) -> bool:
         values = _values(receipt)
+        chain, after = _chain(receipt), (receipt.seq, receipt.digest[:64])
+        if known(self._c, chain) == (head.seq, head.digest):
+            try:
+                await execute_hot(self._c, _APPEND, values)
+            except IntegrityError:
+                # Not the chain's head after all: the conditional INSERT says.
+                note(self._c, chain, None)
+            else:
+                note(self._c, chain, after)
+                return True
         values["head_seq"], values["head_digest"] = head.seq, head.digest
         # Whether a row went in, as the RETURNING tells (a driver may not count an INSERT's
         # rows from a SELECT).
-        return bool(await execute_hot(self._c, _APPEND_AFTER, values))
+        kept = bool(await execute_hot(self._c, _APPEND_AFTER, values))
+        if kept:
+            note(self._c, chain, after)
+        return kept
 
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int

@@ -57,7 +57,8 @@ class KeptHeads:
         )
         if not await uow.usage_receipts.append_after(stored, head):
             return None
-        self.remember(stored)
+        # Its body checked whole: the head is read off it as it is.
+        self._heads[record.grant] = r.Head(stored.seq, stored.digest, body["totals"])
         if problem is not None:
             log.warning(
                 "grant %s: receipt %d fails verification: %s", record.grant, stored.seq, problem
