@@ -150,7 +150,6 @@ class Meter(Budgets):
                 prompt_tokens=prompt,
                 completion_tokens=completion,
             )
-            await uow.usage.add(record)
             receipt = await self._signed(uow, record)
             await uow.commit()
         tab.reserved_in_db = 0
@@ -173,24 +172,25 @@ class Meter(Budgets):
         return told
 
     async def _signed(self, uow: UnitOfWork, record: m.UsageRecord) -> dict[str, Any] | None:
-        """Sign ``record`` as the next receipt of its grant, in the record's transaction: the
-        settlement's UPDATE of the grant's row, made first, orders concurrent ones, so the
-        seqs of a grant have no gap and no repeat."""
+        """Keep ``record`` and, with a key, sign it as the next receipt of its grant, in the
+        record's transaction (one row): the settlement's UPDATE of the grant's row, made
+        first, orders concurrent ones, so the seqs of a grant have no gap and no repeat."""
         if self._sign is None:
+            await uow.usage.add(record)
             return None
         head = self._heads.get(record.grant)
         if head is not None:
             # The head this process signed last, if it still is the chain's (checked by the
             # INSERT itself): the common case reads nothing.
             receipt, stored = self._receipt(record, head)
-            if await uow.usage_receipts.append_after(stored, head):
+            if await uow.usage_receipts.add_signed(record, stored, head):
                 self._heads[record.grant] = r.Head(
                     stored.seq, stored.digest, receipt["body"]["totals"]
                 )
                 return receipt
         head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
         receipt, stored = self._receipt(record, head)
-        await uow.usage_receipts.append(stored)
+        await uow.usage_receipts.add_signed(record, stored, None)
         # Remembered before the commit: a transaction that rolls back leaves a head that the
         # next INSERT finds is not the chain's, and that one reads the chain's again.
         self._heads[record.grant] = r.head_after(receipt)

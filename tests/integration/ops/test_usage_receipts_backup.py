@@ -91,8 +91,9 @@ def test_a_grantors_receipt_chain_survives_backup_and_restore_and_still_verifies
 
     with sqlite3.connect(restored / "ficc.db") as connection:
         connection.execute(
-            "UPDATE usage_receipts SET receipt = replace(receipt, '\"completion_tokens\":3', "
-            "'\"completion_tokens\":0') WHERE seq = 4"
+            # The grantor keeps each receipt in its usage record's row.
+            "UPDATE usage_records SET receipt = replace(receipt, '\"completion_tokens\":3', "
+            "'\"completion_tokens\":0') WHERE receipt_seq = 4"
         )
     connection.close()
     _, findings = r.verify_chain(

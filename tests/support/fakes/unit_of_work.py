@@ -1009,6 +1009,16 @@ class FakeUsageReceipts(_Repository):
             return False
         return await self.add(receipt)
 
+    async def add_signed(
+        self, record: UsageRecord, receipt: StoredReceipt, head: Head | None
+    ) -> bool:
+        if head is None:
+            await self.append(receipt)
+        elif not await self.append_after(receipt, head):
+            return False
+        self._s.usage = [*self._s.usage, replace(record, seq=len(self._s.usage) + 1)]
+        return True
+
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]:

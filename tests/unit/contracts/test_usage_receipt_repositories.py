@@ -145,3 +145,31 @@ async def test_a_receipt_is_read_back_as_given_whatever_it_holds(
     async with uow_factory() as uow:
         for item in kept:
             assert await uow.usage_receipts.page(grant_id, item.side, after=0, limit=1) == [item]
+
+
+async def test_a_signed_record_keeps_the_record_and_its_receipt_together_after_its_head(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """The grantor's record and receipt go in together or not at all, and its chain reads
+    alike whichever way each receipt was kept."""
+    grant_id = fresh("grant")
+    first, second, third = _chain(grant_id, 3)
+    usages = [record(grant_id, index, request=f"req-{index}") for index in range(3)]
+    async with uow_factory() as uow:
+        await uow.usage_receipts.append(first)
+        # A head that is not the chain's: neither the record nor its receipt is written.
+        assert not await uow.usage_receipts.add_signed(usages[1], second, r.EMPTY_HEAD)
+        assert await uow.usage_receipts.add_signed(usages[1], second, r.head_after(first.receipt))
+        assert await uow.usage_receipts.add_signed(usages[2], third, None)
+        await uow.commit()
+    async with uow_factory() as uow:
+        kept = await uow.usage_receipts.page(grant_id, m.GRANTOR, after=0, limit=10)
+        assert kept == [first, second, third]
+        assert await uow.usage_receipts.page(grant_id, m.GRANTOR, after=1, limit=1) == [second]
+        assert await uow.usage_receipts.head(grant_id, m.GRANTOR) == r.head_after(third.receipt)
+        found = await uow.usage_receipts.of_requests(grant_id, m.GRANTOR, ["req-0", "req-2"])
+        assert found == {"req-0": first, "req-2": third}
+        records = await uow.usage.page(grant_id, m.GRANTOR, after=None, limit=10)
+        assert [item.request for item in records] == ["req-1", "req-2"]
+        # One kept at its seq, in either table, is not kept again.
+        assert not await uow.usage_receipts.add(replace(third, request="again"))

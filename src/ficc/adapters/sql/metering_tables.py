@@ -32,6 +32,11 @@ usage_records = Table(
     Column("told", Boolean, nullable=True),
     # The local token that made the request (the requester's records; None where none did).
     Column("token_id", String(40), nullable=True),
+    # The grantor's receipt of this record, signed in its transaction (``receipt_seq`` its
+    # place in the grant's chain): one row per request, not one more in usage_receipts.
+    Column("receipt_seq", BigInteger, nullable=True),
+    Column("receipt_digest", String(64), nullable=True),
+    Column("receipt", Text, nullable=True),
 )
 
 token_limits = Table(
@@ -92,6 +97,24 @@ noting one grant at once never conflict."""
 Index("receipt_chains_by_grant", receipt_chains.c.grant_id)
 Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
 Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
+_SIGNED = usage_records.c.receipt_seq.isnot(None)
+Index(
+    "usage_records_by_receipt",
+    usage_records.c.grant_id,
+    usage_records.c.side,
+    usage_records.c.receipt_seq,
+    unique=True,
+    sqlite_where=_SIGNED,
+    postgresql_where=_SIGNED,
+)
+Index(
+    "usage_records_by_receipt_request",
+    usage_records.c.grant_id,
+    usage_records.c.side,
+    usage_records.c.request_id,
+    sqlite_where=_SIGNED,
+    postgresql_where=_SIGNED,
+)
 Index(
     "usage_receipts_by_request",
     usage_receipts.c.grant_id,

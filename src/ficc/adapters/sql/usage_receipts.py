@@ -1,5 +1,7 @@
 """Usage receipts' storage: one row per receipt by grant, side and seq, its RFC 8785 text as
-it was signed or received; and the last reconciliation report of each grant."""
+it was signed or received (the grantor's in its usage record's row since 0019: see
+``signed_records``; a chain is read from both tables); and the last reconciliation report of
+each grant."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ from sqlalchemy import BigInteger, bindparam, delete, exists, insert, or_, selec
 from sqlalchemy.exc import IntegrityError
 
 from ficc.adapters.sql import metering_tables as m
+from ficc.adapters.sql import signed_records as signed
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot, known, note
+from ficc.adapters.sql.usage_records import record_values
+from ficc.domain.metering import UsageRecord
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_kept
 
 _R = m.usage_receipts.c
@@ -77,9 +82,15 @@ class SqlUsageReceipts:
         self._c = connection
 
     async def head(self, grant_id: str, side: str) -> Head:
-        row = (await self._c.execute(_HEAD, {"grant": grant_id, "side": side})).first()
-        if row is None:
+        chain = {"grant": grant_id, "side": side}
+        rows = [
+            row
+            for query in (_HEAD, signed.HEAD)
+            if (row := (await self._c.execute(query, chain)).first()) is not None
+        ]
+        if not rows:
             return EMPTY_HEAD
+        row = max(rows, key=lambda found: int(found.seq))
         try:
             receipt: object = json.loads(row.receipt)
         except (ValueError, TypeError):
@@ -91,6 +102,9 @@ class SqlUsageReceipts:
             _R.grant_id == receipt.grant, _R.side == receipt.side, _R.seq == receipt.seq
         )
         if (await self._c.execute(kept)).first() is not None:
+            return False
+        at = {"grant": receipt.grant, "side": receipt.side, "seq": receipt.seq}
+        if (await self._c.execute(signed.KEPT_AT, at)).first() is not None:
             return False
         await self._c.execute(_INSERT, _values(receipt))
         # Anywhere in the chain, a gap's too: its head is read again.
@@ -123,6 +137,30 @@ class SqlUsageReceipts:
             note(self._c, chain, after)
         return kept
 
+    async def add_signed(
+        self, record: UsageRecord, receipt: StoredReceipt, head: Head | None
+    ) -> bool:
+        values = record_values(record)
+        values["receipt_seq"], values["receipt_digest"] = receipt.seq, receipt.digest[:64]
+        values["receipt"] = _text(receipt)
+        chain, after = _chain(receipt), (receipt.seq, receipt.digest[:64])
+        if head is None or known(self._c, chain) == (head.seq, head.digest):
+            try:
+                await execute_hot(self._c, signed.ADD, values)
+            except IntegrityError:
+                if head is None:
+                    raise
+                note(self._c, chain, None)
+            else:
+                note(self._c, chain, after)
+                return True
+        assert head is not None
+        values["head_seq"], values["head_digest"] = head.seq, head.digest
+        kept = bool(await execute_hot(self._c, signed.ADD_AFTER, values))
+        if kept:
+            note(self._c, chain, after)
+        return kept
+
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]:
@@ -134,7 +172,10 @@ class SqlUsageReceipts:
             .order_by(_R.seq)
             .limit(limit)
         )
-        return [_stored(row) for row in await self._c.execute(query)]
+        rows = [*await self._c.execute(query)]
+        chain = {"grant": grant_id, "side": side, "after": after, "limit": limit}
+        rows.extend(await self._c.execute(signed.PAGE, chain))
+        return [_stored(row) for row in sorted(rows, key=lambda row: int(row.seq))[:limit]]
 
     async def of_requests(
         self, grant_id: str, side: str, requests: list[str]
@@ -146,9 +187,14 @@ class SqlUsageReceipts:
             .where(_R.grant_id == grant_id)
             .where(_R.side == side)
             .where(_R.request_id.in_(sorted(set(requests))))
-            .order_by(_R.seq.desc())
         )
-        return {row.request_id: _stored(row) for row in await self._c.execute(query)}
+        rows = [*await self._c.execute(query)]
+        rows.extend(
+            await self._c.execute(signed.of_requests(requests), {"grant": grant_id, "side": side})
+        )
+        # The lowest seq of each, as the highest written first leaves it.
+        ordered = sorted(rows, key=lambda row: int(row.seq), reverse=True)
+        return {row.request_id: _stored(row) for row in ordered}
 
     async def mark(self, grant_id: str, side: str, seq: int, problem: str | None) -> None:
         await self._c.execute(

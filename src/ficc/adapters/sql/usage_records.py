@@ -92,27 +92,7 @@ class SqlUsage:
         return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
 
     async def add(self, record: UsageRecord) -> None:
-        await self._c.execute(
-            _ADD_RECORD,
-            {
-                "grant_id": record.grant,
-                "side": record.side,
-                "request_id": record.request,
-                "operation": record.operation,
-                "service": record.service,
-                "started_at": record.started_at,
-                "ended_at": record.ended_at,
-                "prompt_tokens": record.prompt_tokens,
-                "completion_tokens": record.completion_tokens,
-                "request_bytes": record.request_bytes,
-                "response_bytes": record.response_bytes,
-                "outcome": record.outcome,
-                "counted_prompt_tokens": record.counted_prompt_tokens,
-                "counted_completion_tokens": record.counted_completion_tokens,
-                "told": record.told,
-                "token_id": record.token,
-            },
-        )
+        await self._c.execute(_ADD_RECORD, record_values(record))
 
     async def of_requests(
         self, grant_id: str, side: str, requests: list[str]
@@ -191,6 +171,28 @@ def _standing_of(row: Any) -> GrantStanding | None:
         completion_tokens_used=row.completion_tokens_used,
         tokens_reserved=row.tokens_reserved,
     )
+
+
+def record_values(record: UsageRecord) -> dict[str, Any]:
+    """``record`` as its row's columns (all but ``seq``, which the database counts)."""
+    return {
+        "grant_id": record.grant,
+        "side": record.side,
+        "request_id": record.request,
+        "operation": record.operation,
+        "service": record.service,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "request_bytes": record.request_bytes,
+        "response_bytes": record.response_bytes,
+        "outcome": record.outcome,
+        "counted_prompt_tokens": record.counted_prompt_tokens,
+        "counted_completion_tokens": record.counted_completion_tokens,
+        "told": record.told,
+        "token_id": record.token,
+    }
 
 
 def sums_of(row: Any) -> dict[str, int]:

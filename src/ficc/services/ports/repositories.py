@@ -360,6 +360,15 @@ class UsageReceiptsRepository(Protocol):
         trusted. False (nothing written) when it is not the head."""
         ...
 
+    async def add_signed(
+        self, record: UsageRecord, receipt: StoredReceipt, head: Head | None
+    ) -> bool:
+        """Keep the grantor's usage ``record`` with the ``receipt`` it signed of it, as
+        ``append_after`` keeps a receipt (``head`` None: past the head the caller read in this
+        transaction, as ``append``). False, neither written, when ``head`` is not the chain's
+        head. On SQL, one row."""
+        ...
+
     async def page(
         self, grant_id: str, side: str, *, after: int, limit: int
     ) -> list[StoredReceipt]: ...
