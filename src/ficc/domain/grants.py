@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypedDict
 
 from ficc.base.errors import InvalidInput
-from ficc.base.json_types import JSONObject
 from ficc.base.units import DAY_SECONDS, KiB, MiB, TiB
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
 
@@ -118,7 +117,7 @@ class GrantView(GrantTermsView):
     in_flight: int
     remaining: dict[str, int | None]
     used: dict[str, int]
-    windows: JSONObject
+    windows: Mapping[str, object]
     created_services: list[str]
     created_models: list[str]
 

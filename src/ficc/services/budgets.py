@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol, TypedDict
 
 from ficc.domain import grants as g
 from ficc.domain import metering as m
@@ -32,6 +32,14 @@ from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
 RESERVE_TRIES: Final = 3
 """Reads and conditional UPDATEs one reservation may take when others race it."""
+
+
+class WindowState(TypedDict):
+    """A rate window as the API shows it."""
+
+    used: int
+    remaining: int
+    reset_seconds: float
 
 
 class Rules(Protocol):
@@ -165,10 +173,10 @@ class Budgets:
         for holder, entry in held:
             self._of(holder).requests.remove(entry)
 
-    def windows_of(self, budget: Budget) -> dict[str, Any]:
+    def windows_of(self, budget: Budget) -> dict[str, WindowState | None]:
         """A budget's windows as the API shows them: used, remaining, seconds to reset."""
         now = self._seconds()
-        state: dict[str, Any] = {}
+        state: dict[str, WindowState | None] = {}
         windows = self._windows.get(budget.holder)
         for name, limit in (
             ("requests_per_minute", budget.requests_per_minute),
@@ -189,7 +197,7 @@ class Budgets:
             }
         return state
 
-    def window_state(self, grant: g.Grant) -> dict[str, Any]:
+    def window_state(self, grant: g.Grant) -> dict[str, WindowState | None]:
         """The windows as the requester is shown them: used, remaining, seconds to reset."""
         return self.windows_of(grant_budget(grant))
 

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError, GrantExpired, GrantRevoked, LimitExceeded, TooLarge
+from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
@@ -60,7 +61,7 @@ class Tab:
     completion_tokens: int = 0
     engine_started: bool = False
     response_bytes: int = 0
-    told: dict[str, Any] | None = None
+    told: JSONObject | None = None
     admit_hook: Callable[[int, int | None], Awaitable[int | None]] | None = None
 
     async def admit(self, prompt_tokens: int, max_tokens: int | None) -> int | None:
@@ -114,7 +115,7 @@ class Meter(Budgets):
         tab.window_entry = holding.token_entries[0][1] if holding.token_entries else None
         return holding.reservation.completion_tokens if tab.grant.terms.limits_tokens else None
 
-    async def settle(self, tab: Tab, outcome: str) -> dict[str, Any]:
+    async def settle(self, tab: Tab, outcome: str) -> JSONObject:
         """Settle the tab to its true counts and record it; what the requester is told.
         Once only: a later call answers what the first one told."""
         if tab.told is not None:
@@ -171,7 +172,7 @@ class Meter(Budgets):
         tab.told = told
         return told
 
-    async def _signed(self, uow: UnitOfWork, record: m.UsageRecord) -> dict[str, Any] | None:
+    async def _signed(self, uow: UnitOfWork, record: m.UsageRecord) -> JSONObject | None:
         """Keep ``record`` and, with a key, sign it as the next receipt of its grant, in the
         record's transaction (one row): the settlement's UPDATE of the grant's row, made
         first, orders concurrent ones, so the seqs of a grant have no gap and no repeat."""
@@ -184,9 +185,7 @@ class Meter(Budgets):
             # INSERT itself): the common case reads nothing.
             receipt, stored = self._receipt(record, head)
             if await uow.usage_receipts.add_signed(record, stored, head):
-                self._heads[record.grant] = r.Head(
-                    stored.seq, stored.digest, receipt["body"]["totals"]
-                )
+                self._heads[record.grant] = r.Head(stored.seq, stored.digest, stored.body["totals"])
                 return receipt
         head = await uow.usage_receipts.head(record.grant, m.GRANTOR)
         receipt, stored = self._receipt(record, head)
@@ -196,9 +195,7 @@ class Meter(Budgets):
         self._heads[record.grant] = r.head_after(receipt)
         return receipt
 
-    def _receipt(
-        self, record: m.UsageRecord, head: r.Head
-    ) -> tuple[dict[str, Any], r.StoredReceipt]:
+    def _receipt(self, record: m.UsageRecord, head: r.Head) -> tuple[JSONObject, r.StoredReceipt]:
         assert self._sign is not None
         receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
         stored = r.StoredReceipt(
@@ -256,12 +253,12 @@ USAGE_EVENT: Final = b"event: ficc.usage\ndata: "
 """How the grantor's counts start the last event of a stream it answers (docs/protocol.md)."""
 
 
-def usage_event(told: dict[str, Any]) -> bytes:
+def usage_event(told: JSONObject) -> bytes:
     """The stream's last event: what the grantor counted and what the grant has left."""
     return USAGE_EVENT + canonical_json(told) + b"\n\n"
 
 
-def parse_usage_event(chunk: bytes) -> dict[str, Any] | None:
+def parse_usage_event(chunk: bytes) -> JSONObject | None:
     """The grantor's counts, if ``chunk`` is its usage event; None for any other chunk."""
     if not chunk.startswith(USAGE_EVENT):
         return None
@@ -272,7 +269,7 @@ def parse_usage_event(chunk: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def split_usage_event(chunk: bytes) -> tuple[bytes, dict[str, Any] | None]:
+def split_usage_event(chunk: bytes) -> tuple[bytes, JSONObject | None]:
     """The events of ``chunk`` before the grantor's usage event, and that event's counts.
 
     The requester joins the chunks that waited while its caller read (coalesced writes), so

@@ -237,7 +237,7 @@ class TokenLimits:
             windows = [self._meter.windows_of(budget_of(r)) for r in chain]
             remaining: dict[str, int | None] = {"tokens": min(lefts) if lefts else None}
             for name in ("tokens_per_minute", "requests_per_minute"):
-                values = [w[name]["remaining"] for w in windows if w.get(name) is not None]
+                values = [state["remaining"] for w in windows if (state := w.get(name))]
                 remaining[name] = min(values) if values else None
             s = row.standing
             shown[token_id] = {

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
@@ -102,7 +102,7 @@ class ReceiptGaps:
 
 
 async def late_problem(
-    uow: UnitOfWork, grant: str, seq: int, body: Mapping[str, Any], receipt: object
+    uow: UnitOfWork, grant: str, seq: int, body: Mapping[str, object], receipt: object
 ) -> str | None:
     """Why a receipt below the head does not fit the place it arrived late for (None: it
     fits): it must follow the one kept before it, and the one kept after it, unchecked against

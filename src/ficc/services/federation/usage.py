@@ -5,10 +5,11 @@ per hour and day."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import parse_id
+from ficc.base.json_types import JSONObject
 from ficc.base.times import parse_time, with_times_formatted
 from ficc.domain import metering as m
 from ficc.domain.principals import Principal
@@ -66,7 +67,7 @@ class GrantUsage:
         since: str | None = None,
         until: str | None = None,
         receipts: bool = False,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """A page of records; on the requester each carries its receipt and whether it
         verified, on the grantor with ``receipts`` (an export a third party can check)."""
         principal.require_scope("federation:read")
@@ -92,7 +93,7 @@ class GrantUsage:
         if side == m.REQUESTER or receipts:
             for record in shown:
                 _with_receipt(record, kept.get(record["request"]), side)
-        page: dict[str, Any] = with_times_formatted(
+        page: JSONObject = with_times_formatted(
             {
                 "grant": grant_id,
                 "side": side,
@@ -104,7 +105,7 @@ class GrantUsage:
         return page
 
 
-def _with_receipt(record: dict[str, Any], kept: StoredReceipt | None, side: str) -> None:
+def _with_receipt(record: JSONObject, kept: StoredReceipt | None, side: str) -> None:
     """A record as shown with its receipt; on the requester, whether it verified and, when
     not, why (``receipt_problem``: ``null`` while a receipt is still to be fetched)."""
     record["receipt"] = None if kept is None else dict(kept.receipt)

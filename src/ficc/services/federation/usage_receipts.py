@@ -12,10 +12,11 @@ Concurrent answers through one grant may arrive out of order: see ``receipt_gaps
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import parse_id
+from ficc.base.json_types import JSONObject
 from ficc.domain import metering as m
 from ficc.domain import peers as p
 from ficc.domain import usage_receipts as r
@@ -69,9 +70,7 @@ class UsageReceipts:
 
     # The grantor's side.
 
-    async def on_usage_receipts(
-        self, identity: PeerIdentity, body: dict[str, Any]
-    ) -> RequestResult:
+    async def on_usage_receipts(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """``usage.receipts``: receipts of one of the calling peer's grants after ``after``,
         at most ``limit`` (≤ :data:`~ficc.domain.usage_receipts.MAX_RECEIPTS_PAGE`)."""
         grant_id = parse_id("grant", body.get("grant"), field="grant")
@@ -168,11 +167,11 @@ class UsageReceipts:
 
     async def _fetch(
         self, peer: p.Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
-    ) -> tuple[list[tuple[int, dict[str, Any]]], r.Head, int]:
+    ) -> tuple[list[tuple[int, JSONObject]], r.Head, int]:
         """The grantor's chain of ``grant_id`` past ``after`` (0: whole), keeping the
         receipts this side lacks, then checking this side's chain again from there: the
         grantor's receipts by seq, its head and how many were fetched."""
-        theirs: list[tuple[int, dict[str, Any]]] = []
+        theirs: list[tuple[int, JSONObject]] = []
         head = r.EMPTY_HEAD
         start = after
         while True:
@@ -252,7 +251,7 @@ class UsageReceipts:
 
     async def reconcile(
         self, principal: Principal, project: str, peer_id: str, *, grant: object = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """``POST /peers/{id}/reconcile`` and ``ficc federation-reconcile``: both chains of
         each grant of the peer (or of ``grant``) compared, what this side lacks fetched."""
         principal.require_scope("federation:read")
@@ -275,7 +274,7 @@ class UsageReceipts:
         ]
         return {"grants": reports}
 
-    async def _reconcile_grant(self, peer: p.Peer, grant_id: str) -> dict[str, Any]:
+    async def _reconcile_grant(self, peer: p.Peer, grant_id: str) -> JSONObject:
         async with self._ctx.uow_factory() as uow:
             before = {item.seq: dict(item.receipt) for item in await _all_receipts(uow, grant_id)}
         theirs, head, fetched = await self._fetch(
@@ -325,25 +324,25 @@ class UsageReceipts:
             )
         return report
 
-    async def last_report(self, grant_id: str) -> dict[str, Any] | None:
+    async def last_report(self, grant_id: str) -> JSONObject | None:
         async with self._ctx.uow_factory() as uow:
             return await uow.usage_receipts.last_report(grant_id)
 
 
-def _request_of(receipt: Mapping[str, Any]) -> str:
+def _request_of(receipt: Mapping[str, object]) -> str:
     body = receipt.get("body")
     request = body.get("request") if isinstance(body, Mapping) else None
     return request if isinstance(request, str) else ""
 
 
 def _page_of(
-    answer: Mapping[str, Any],
-) -> tuple[list[tuple[int, dict[str, Any]]], r.Head, int | None]:
+    answer: Mapping[str, object],
+) -> tuple[list[tuple[int, JSONObject]], r.Head, int | None]:
     """A ``usage.receipts`` answer read defensively: its receipts by seq, head and next."""
     items, head, following = answer.get("receipts"), answer.get("head"), answer.get("next")
     if not isinstance(items, list) or not isinstance(head, Mapping):
         raise Conflict("the peer answered usage.receipts with something else")
-    page: list[tuple[int, dict[str, Any]]] = []
+    page: list[tuple[int, JSONObject]] = []
     for item in items:
         seq = item.get("seq") if isinstance(item, Mapping) else None
         receipt = item.get("receipt") if isinstance(item, Mapping) else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from ficc.base.json_types import JSONObject
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
@@ -311,7 +311,7 @@ class UsageRepository(Protocol):
         *,
         since: datetime | None = None,
         until: datetime | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> JSONObject: ...
 
 
 class TokenLimitsRepository(Protocol):

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError
+from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
 from ficc.domain import peers as p
@@ -41,7 +42,7 @@ class RequesterUsage:
         self._tokens = tokens
         self._receipts = receipts
         """Checks and keeps the usage receipts answers carry (None: none kept)."""
-        self.told: dict[str, dict[str, Any]] = {}
+        self.told: dict[str, JSONObject] = {}
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
         self._told_at: dict[str, datetime] = {}
         self._open: dict[str, int] = {}
@@ -57,7 +58,7 @@ class RequesterUsage:
     async def recording(
         self,
         grant_id: str,
-        wire: dict[str, Any],
+        wire: JSONObject,
         peer: p.Peer,
         principal: Principal | None = None,
     ) -> AsyncIterator[_Usage]:
@@ -200,7 +201,7 @@ class _Usage:
         return not isinstance(self.error, FiccError) or self.told is not None or self.ended
 
 
-def _invocation(inner: object) -> tuple[str, dict[str, Any]]:
+def _invocation(inner: object) -> tuple[str, JSONObject]:
     """The OpenAI path and body an ``inference.invoke`` carries (checked by ``_wire``'s
     caller as the grantor checks them; anything else counts as an empty chat)."""
     if isinstance(inner, dict):

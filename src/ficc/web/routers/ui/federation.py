@@ -191,7 +191,7 @@ async def grant(
         grant=found,
         peer=peer,
         usage=used,
-        chart=usage_chart(used["totals"]["hours"][-48:]),
+        chart=usage_chart(_hours(used)[-48:]),
         received=received,
         reconciliation=report,
     )
@@ -214,3 +214,10 @@ async def retire_grant(
 
 
 # --- transfers -------------------------------------------------------------------------------
+
+
+def _hours(usage: Mapping[str, object]) -> list[Mapping[str, Any]]:
+    """The usage page's tokens by hour, oldest first."""
+    totals = usage.get("totals")
+    hours = totals.get("hours") if isinstance(totals, dict) else None
+    return [hour for hour in hours if isinstance(hour, dict)] if isinstance(hours, list) else []
