@@ -12,7 +12,7 @@ from sqlalchemy import Select, func, insert, select, update
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
-from ficc.adapters.sql.usage_records import record_of, sums_of
+from ficc.adapters.sql.usage_records import RECORD_COLUMNS, record_of, sums_of
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 
@@ -108,7 +108,7 @@ class SqlTokenLimits:
     async def usage_page(
         self, token_id: str, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]:
-        query = self._mine(select(m.usage_records), token_id)
+        query = self._mine(select(*RECORD_COLUMNS), token_id)
         if after is not None:
             query = query.where(_RECORDS.seq > after)
         query = query.order_by(_RECORDS.seq).limit(limit)

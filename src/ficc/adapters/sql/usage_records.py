@@ -45,6 +45,14 @@ _SETTLE_STANDING: Final = _BUDGET.settle_statement.returning(
 """The settlement, answering the row it leaves: the told counts need it, and reading the row
 again would be one more statement on every request (SQLite 3.35+ and PostgreSQL return it)."""
 
+RECORD_COLUMNS: Final = tuple(
+    column
+    for column in m.usage_records.c
+    if column.name not in ("receipt_seq", "receipt_digest", "receipt")
+)
+"""A usage record's columns: what its queries read (a grantor's receipt in the same row is
+read by ``usage_receipts``)."""
+
 _ADD_RECORD: Final = insert(m.usage_records)
 """One usage record, its values bound per request (built once: every federated request
 writes one on each side)."""
@@ -100,7 +108,7 @@ class SqlUsage:
         if not requests:
             return {}
         query = (
-            select(m.usage_records)
+            select(*RECORD_COLUMNS)
             .where(_RECORDS.grant_id == grant_id)
             .where(_RECORDS.side == side)
             .where(_RECORDS.request_id.in_(sorted(set(requests))))
@@ -133,7 +141,7 @@ class SqlUsage:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[UsageRecord]:
-        query = self._where(select(m.usage_records), grant_id, side, since, until)
+        query = self._where(select(*RECORD_COLUMNS), grant_id, side, since, until)
         if after is not None:
             query = query.where(_RECORDS.seq > after)
         query = query.order_by(_RECORDS.seq).limit(limit)
