@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from tests.conformance.usage_receipts import verify_export
 from tests.support.cluster import ficc
-from tests.support.federation import API, ok
+from tests.support.federation import API, ok, wait_for
 from tests.support.metering import PLAIN_TEXT, new_request_id, stream_chat, usage
 from tests.support.remote import Federated, federation
 from tests.support.tiny_gguf import write_tiny_gguf
@@ -92,3 +92,50 @@ def test_receipts_verify_after_streamed_and_cancelled_requests_and_the_chains_ma
     assert verify_export(json.dumps(altered), unb64(grantor_key))["invalid"] == [
         {"seq": 2, "reason": "digest_mismatch"}
     ]
+
+
+def test_a_revoked_streams_receipt_is_fetched_by_reconcile_and_verifies(fed: Federated) -> None:
+    """Revoked mid-stream: the answer ends with the grant's error and no receipt, which the
+    requester fetches when it reconciles (the grant's peer may still read its own chain)."""
+    grant = fed.grant(scopes=["inference:invoke"], services=[fed.service])
+    revoked = new_request_id()
+    body = {
+        "model": fed.service,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 3000,
+        "logit_bias": PLAIN_TEXT,
+        "stream": True,
+    }
+    with fed.alpha.owner().stream(
+        "POST",
+        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
+        json=body,
+        headers={"X-Request-ID": revoked},
+    ) as response:
+        lines = response.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        ok(fed.beta.owner().delete(f"{API}/grants/{grant}"))
+        rest = "\n".join(lines)
+    assert "grant_revoked" in rest
+    wait_for(
+        lambda: usage(fed.alpha.owner(), grant)["records"],
+        what="the requester's record of the revoked stream",
+    )
+    report = ok(fed.alpha.owner().post(f"{API}/peers/{fed.peer}/reconcile", json={"grant": grant}))
+    [mine] = report["grants"]
+    assert (mine["matched"], mine["head"]["seq"], mine["missing"], mine["invalid"]) == (
+        True,
+        1,
+        [],
+        [],
+    )
+    [record] = usage(fed.alpha.owner(), grant)["records"]
+    assert (record["request"], record["verified"]) == (revoked, True)
+    assert record["receipt"]["body"]["outcome"] == "revoked"
+    grantor_key = ok(fed.beta.owner().get(f"{API}/"))["identity"]["cluster_key"]
+    exported = ficc(
+        "federation-usage", grant, "--format", "json", "--receipts", state_dir=fed.beta.state_dir
+    )
+    assert exported.returncode == 0, exported.stderr
+    checked = verify_export(exported.stdout, unb64(grantor_key))
+    assert (checked["verified"], checked["receipts"], checked["invalid"]) == (True, 1, [])

@@ -154,11 +154,14 @@ async def test_usage_records_page_in_order_filter_by_time_and_sum_per_hour_and_d
             "request_bytes": 300,
             "response_bytes": 600,
         }
-        assert [(h["hour"], h["requests"]) for h in totals["hours"]] == [
+        hours, days = totals["hours"], totals["days"]
+        assert isinstance(hours, list)
+        assert isinstance(days, list)
+        assert [(h["hour"], h["requests"]) for h in hours] == [
             (NOW.strftime("%Y-%m-%dT%H:00:00Z"), 2),
             ((NOW.replace(hour=NOW.hour + 2)).strftime("%Y-%m-%dT%H:00:00Z"), 1),
         ]
-        assert [(d["day"], d["completion_tokens"]) for d in totals["days"]] == [
+        assert [(d["day"], d["completion_tokens"]) for d in days] == [
             (NOW.strftime("%Y-%m-%d"), 11)
         ]
         empty = await uow.usage.totals(fresh("grant"), m.GRANTOR)
