@@ -11,13 +11,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.support.cluster import ficc
-from tests.support.federation import API, error_of, ok, wait_for
+from tests.support.federation import error_of, wait_for
 from tests.support.metering import (
-    PLAIN_TEXT,
     agree,
     by_request,
     concurrent_streams,
+    long_stream,
     new_request_id,
+    revoked_stream,
     settled_sum,
     stream_chat,
     usage,
@@ -148,21 +149,8 @@ def test_eight_concurrent_streams_never_pass_the_budget_and_the_next_is_refused_
 def test_a_cancelled_stream_settles_to_the_tokens_it_sent(fed: Federated) -> None:
     grant = metered(fed, tokens=100_000)
     request_id = new_request_id()
-    client = fed.alpha.owner()
-    body = {
-        "model": fed.service,
-        "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 3000,
-        "logit_bias": PLAIN_TEXT,
-        "stream": True,
-    }
     read = 0
-    with client.stream(
-        "POST",
-        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
-        json=body,
-        headers={"X-Request-ID": request_id},
-    ) as response:
+    with long_stream(fed, request_id) as response:
         assert response.status_code == 200
         assert response.headers["x-ratelimit-limit-tokens"] == "100000"
         for line in response.iter_lines():
@@ -182,26 +170,7 @@ def test_a_cancelled_stream_settles_to_the_tokens_it_sent(fed: Federated) -> Non
 
 def test_a_revoked_stream_is_recorded_revoked_on_both_sides(fed: Federated) -> None:
     grant = metered(fed, tokens=100_000)
-    request_id = new_request_id()
-    client = fed.alpha.owner()
-    body = {
-        "model": fed.service,
-        "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 3000,
-        "logit_bias": PLAIN_TEXT,
-        "stream": True,
-    }
-    with client.stream(
-        "POST",
-        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
-        json=body,
-        headers={"X-Request-ID": request_id},
-    ) as response:
-        lines = response.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
-        ok(fed.beta.owner().delete(f"{API}/grants/{grant}"))
-        rest = "\n".join(lines)
-    assert "grant_revoked" in rest
+    assert "grant_revoked" in revoked_stream(fed, grant, new_request_id())
     wait_for(
         lambda: usage(fed.alpha.owner(), grant)["records"],
         what="the requester's record of the revoked stream",

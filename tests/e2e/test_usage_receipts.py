@@ -12,7 +12,7 @@ import pytest
 from tests.conformance.usage_receipts import verify_export
 from tests.support.cluster import ficc
 from tests.support.federation import API, ok, wait_for
-from tests.support.metering import PLAIN_TEXT, new_request_id, stream_chat, usage
+from tests.support.metering import long_stream, new_request_id, revoked_stream, stream_chat, usage
 from tests.support.remote import Federated, federation
 from tests.support.tiny_gguf import write_tiny_gguf
 
@@ -31,20 +31,8 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
 
 
 def cancelled_stream(fed: Federated, request_id: str) -> None:
-    body = {
-        "model": fed.service,
-        "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 3000,
-        "logit_bias": PLAIN_TEXT,
-        "stream": True,
-    }
     read = 0
-    with fed.alpha.owner().stream(
-        "POST",
-        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
-        json=body,
-        headers={"X-Request-ID": request_id},
-    ) as response:
+    with long_stream(fed, request_id) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             read += line.startswith("data: ")
@@ -79,17 +67,13 @@ def test_receipts_verify_after_streamed_and_cancelled_requests_and_the_chains_ma
         [],
     )
 
-    grantor_key = ok(fed.beta.owner().get(f"{API}/"))["identity"]["cluster_key"]
-    exported = ficc(
-        "federation-usage", grant, "--format", "json", "--receipts", state_dir=fed.beta.state_dir
-    )
-    assert exported.returncode == 0, exported.stderr
-    checked = verify_export(exported.stdout, unb64(grantor_key))
+    exported, grantor_key = _export(fed, grant)
+    checked = verify_export(exported, grantor_key)
     assert (checked["verified"], checked["receipts"], checked["invalid"]) == (True, 3, [])
     assert checked["head"] == mine["head"]
-    altered = json.loads(exported.stdout)
+    altered = json.loads(exported)
     altered["records"][1]["receipt"]["body"]["completion_tokens"] += 1
-    assert verify_export(json.dumps(altered), unb64(grantor_key))["invalid"] == [
+    assert verify_export(json.dumps(altered), grantor_key)["invalid"] == [
         {"seq": 2, "reason": "digest_mismatch"}
     ]
 
@@ -99,24 +83,7 @@ def test_a_revoked_streams_receipt_is_fetched_by_reconcile_and_verifies(fed: Fed
     requester fetches when it reconciles (the grant's peer may still read its own chain)."""
     grant = fed.grant(scopes=["inference:invoke"], services=[fed.service])
     revoked = new_request_id()
-    body = {
-        "model": fed.service,
-        "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 3000,
-        "logit_bias": PLAIN_TEXT,
-        "stream": True,
-    }
-    with fed.alpha.owner().stream(
-        "POST",
-        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
-        json=body,
-        headers={"X-Request-ID": revoked},
-    ) as response:
-        lines = response.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
-        ok(fed.beta.owner().delete(f"{API}/grants/{grant}"))
-        rest = "\n".join(lines)
-    assert "grant_revoked" in rest
+    assert "grant_revoked" in revoked_stream(fed, grant, revoked)
     wait_for(
         lambda: usage(fed.alpha.owner(), grant)["records"],
         what="the requester's record of the revoked stream",
@@ -132,10 +99,15 @@ def test_a_revoked_streams_receipt_is_fetched_by_reconcile_and_verifies(fed: Fed
     [record] = usage(fed.alpha.owner(), grant)["records"]
     assert (record["request"], record["verified"]) == (revoked, True)
     assert record["receipt"]["body"]["outcome"] == "revoked"
+    checked = verify_export(*_export(fed, grant))
+    assert (checked["verified"], checked["receipts"], checked["invalid"]) == (True, 1, [])
+
+
+def _export(fed: Federated, grant: str) -> tuple[str, bytes]:
+    """The grantor's export of ``grant``'s records with their receipts, and its public key."""
     grantor_key = ok(fed.beta.owner().get(f"{API}/"))["identity"]["cluster_key"]
     exported = ficc(
         "federation-usage", grant, "--format", "json", "--receipts", state_dir=fed.beta.state_dir
     )
     assert exported.returncode == 0, exported.stderr
-    checked = verify_export(exported.stdout, unb64(grantor_key))
-    assert (checked["verified"], checked["receipts"], checked["invalid"]) == (True, 1, [])
+    return exported.stdout, unb64(grantor_key)

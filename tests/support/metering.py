@@ -4,7 +4,9 @@ federated compatible URL, and the usage each side recorded."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -41,6 +43,35 @@ def stream_chat(
     ) as response:
         text = "".join(response.iter_text())
         return response.status_code, text
+
+
+@contextmanager
+def long_stream(fed: Federated, request_id: str) -> Iterator[httpx.Response]:
+    """A streamed chat through alpha asking for 3000 tokens, far more than a test reads."""
+    body = {
+        "model": fed.service,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 3000,
+        "logit_bias": PLAIN_TEXT,
+        "stream": True,
+    }
+    with fed.alpha.owner().stream(
+        "POST",
+        f"{fed.federated_base_url.removeprefix(fed.alpha.url)}/chat/completions",
+        json=body,
+        headers={"X-Request-ID": request_id},
+    ) as response:
+        yield response
+
+
+def revoked_stream(fed: Federated, grant: str, request_id: str) -> str:
+    """A long stream through ``grant``, revoked by beta once its first event came: the rest
+    of it as alpha's caller read it."""
+    with long_stream(fed, request_id) as response:
+        lines = response.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        ok(fed.beta.owner().delete(f"{API}/grants/{grant}"))
+        return "\n".join(lines)
 
 
 def concurrent_streams(

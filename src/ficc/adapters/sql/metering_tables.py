@@ -98,23 +98,17 @@ Index("receipt_chains_by_grant", receipt_chains.c.grant_id)
 Index("usage_by_grant", usage_records.c.grant_id, usage_records.c.seq)
 Index("usage_by_token", usage_records.c.token_id, usage_records.c.seq)
 _SIGNED = usage_records.c.receipt_seq.isnot(None)
-Index(
-    "usage_records_by_receipt",
-    usage_records.c.grant_id,
-    usage_records.c.side,
-    usage_records.c.receipt_seq,
-    unique=True,
-    sqlite_where=_SIGNED,
-    postgresql_where=_SIGNED,
-)
-Index(
-    "usage_records_by_receipt_request",
-    usage_records.c.grant_id,
-    usage_records.c.side,
-    usage_records.c.request_id,
-    sqlite_where=_SIGNED,
-    postgresql_where=_SIGNED,
-)
+for _name, _column in (("receipt", "receipt_seq"), ("receipt_request", "request_id")):
+    # The grantor's signed records alone: a grant's chain by seq, and its receipts by request.
+    Index(
+        f"usage_records_by_{_name}",
+        usage_records.c.grant_id,
+        usage_records.c.side,
+        usage_records.c[_column],
+        unique=_column == "receipt_seq",
+        sqlite_where=_SIGNED,
+        postgresql_where=_SIGNED,
+    )
 Index(
     "usage_receipts_by_request",
     usage_receipts.c.grant_id,

@@ -28,27 +28,7 @@ from ficc.adapters.sql.database import HotStatement
 _U = m.usage_records.c
 _R = m.usage_receipts.c
 
-COLUMNS: Final = (
-    "grant_id",
-    "side",
-    "request_id",
-    "operation",
-    "service",
-    "started_at",
-    "ended_at",
-    "prompt_tokens",
-    "completion_tokens",
-    "request_bytes",
-    "response_bytes",
-    "outcome",
-    "counted_prompt_tokens",
-    "counted_completion_tokens",
-    "told",
-    "token_id",
-    "receipt_seq",
-    "receipt_digest",
-    "receipt",
-)
+COLUMNS: Final = tuple(column.name for column in m.usage_records.c if column.name != "seq")
 """A signed record's columns: the record's (``usage_records.record_values``) and its
 receipt's."""
 

@@ -18,21 +18,15 @@ def upgrade() -> None:
         batch.add_column(sa.Column("receipt_seq", sa.BigInteger, nullable=True))
         batch.add_column(sa.Column("receipt_digest", sa.String(64), nullable=True))
         batch.add_column(sa.Column("receipt", sa.Text, nullable=True))
-    op.create_index(
-        "usage_records_by_receipt",
-        "usage_records",
-        ["grant_id", "side", "receipt_seq"],
-        unique=True,
-        sqlite_where=_SIGNED,
-        postgresql_where=_SIGNED,
-    )
-    op.create_index(
-        "usage_records_by_receipt_request",
-        "usage_records",
-        ["grant_id", "side", "request_id"],
-        sqlite_where=_SIGNED,
-        postgresql_where=_SIGNED,
-    )
+    for name, column in (("receipt", "receipt_seq"), ("receipt_request", "request_id")):
+        op.create_index(
+            f"usage_records_by_{name}",
+            "usage_records",
+            ["grant_id", "side", column],
+            unique=column == "receipt_seq",
+            sqlite_where=_SIGNED,
+            postgresql_where=_SIGNED,
+        )
 
 
 def downgrade() -> None:
