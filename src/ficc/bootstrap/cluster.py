@@ -211,6 +211,7 @@ def build(
         serve_instance=secrets.token_hex(8),
         upstream_allow=upstream_allow,
         on_restart=metrics.count_restart,
+        stream_join_seconds=settings.stream_join_ms / 1000,
     )
     federation: Federation | None = None
 

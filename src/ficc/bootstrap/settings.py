@@ -12,7 +12,7 @@ from ficc.adapters.hypernet import SessionLimits, limits_from_environment
 from ficc.adapters.hypernet.endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS
 from ficc.adapters.sql.database import default_url
 from ficc.adapters.state_dir import StateDir
-from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN
+from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, DEFAULT_STREAM_JOIN_MS
 from ficc.base.errors import InvalidInput
 from ficc.base.units import seconds_setting
 from ficc.domain import transfers as tr
@@ -92,6 +92,9 @@ class Settings:
     """The Ray cluster whose nodes FICC schedules replicas on (``--ray``); None: this machine."""
     lease_seconds: float = field(default_factory=lease_seconds_from_environment)
     """How long the active lease lasts unrenewed (PostgreSQL: one active, others standby)."""
+    stream_join_ms: int = DEFAULT_STREAM_JOIN_MS
+    """How often at most a streamed answer's pieces leave this cluster (``--stream-join-ms``;
+    0: each event as the engine sent it)."""
 
     @property
     def state(self) -> StateDir:

@@ -22,7 +22,14 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, LOG_FORMATS, LOG_LEVELS
+from ficc.base.defaults import (
+    DEFAULT_HYPERNET_BIND,
+    DEFAULT_LISTEN,
+    DEFAULT_STREAM_JOIN_MS,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MAX_STREAM_JOIN_MS,
+)
 from ficc.base.errors import FiccError
 from ficc.cli.config import env_name, load_config_file
 from ficc.cli.exits import EXIT_REFUSED, fail, handles_errors
@@ -112,6 +119,13 @@ def init(state_dir: Path, project: str, label: str | None, database: str | None)
     metavar="ADDRESS",
     help="Run replicas on the nodes of this Ray cluster (HOST:PORT of its head).",
 )
+@setting(
+    "stream-join-ms",
+    type=click.IntRange(0, MAX_STREAM_JOIN_MS),
+    default=DEFAULT_STREAM_JOIN_MS,
+    show_default=True,
+    help="A streamed answer's pieces leave at most this often; 0: each event as it came.",
+)
 def serve(
     state_dir: Path,
     project: str,
@@ -124,6 +138,7 @@ def serve(
     log_level: str,
     upstream_allow: tuple[str, ...],
     ray: str | None,
+    stream_join_ms: int,
 ) -> None:
     """Serve the HTTP API, the web UI and the control socket until SIGTERM or SIGINT."""
     import asyncio
@@ -157,6 +172,7 @@ def serve(
         hypernet_relay=hypernet_relay,
         upstream_allow=upstream_allow,
         ray_address=ray or None,
+        stream_join_ms=stream_join_ms,
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

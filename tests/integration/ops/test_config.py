@@ -101,3 +101,12 @@ def test_a_connect_deadline_outside_its_range_is_refused_naming_the_variable(raw
         connect_seconds_from_environment({CONNECT_SECONDS_VARIABLE: raw})
     assert refused.value.details["field"] == CONNECT_SECONDS_VARIABLE
     assert "0.1 to 3600" in refused.value.message
+
+
+def test_a_stream_join_window_out_of_range_is_refused_by_name(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    for value in ("-1", "1001", "soon"):
+        done = ficc("serve", "--stream-join-ms", value, state_dir=state_dir)
+        assert done.returncode == 2, value
+        assert "--stream-join-ms" in done.stderr, done.stderr
+    assert not state_dir.exists()

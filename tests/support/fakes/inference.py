@@ -167,10 +167,12 @@ class FakeStream:
     def __init__(self, chunks: list[str]) -> None:
         self._chunks = chunks
         self.closed = asyncio.Event()
+        self._done = False
 
     async def _events(self) -> AsyncIterator[FakeEvent]:
         for chunk in self._chunks:
             yield FakeEvent(chunk)
+        self._done = True
         yield FakeEvent("[DONE]", done=True)
 
     def __aiter__(self) -> AsyncIterator[FakeEvent]:
@@ -181,6 +183,9 @@ class FakeStream:
 
     def ready(self) -> bool:
         return False
+
+    def ended(self) -> bool:
+        return self._done
 
 
 class FakeEngine:

@@ -156,3 +156,79 @@ async def test_an_event_is_not_held_for_a_half_arrived_one_or_a_comment() -> Non
     engine = [_event("a") + half[:10], half[10:] + b": ping\n\n", b"data: [DONE]\n\n"]
     writes = await _relay(engine)
     assert writes == [_event("a"), half, b"data: [DONE]\n\n"]
+
+
+class _PacedBody:
+    """An engine's body as a socket delivers it: the engine sends an event every ``gap``
+    seconds on its own, and each read takes all that has arrived (as aiohttp's
+    ``iter_any``), however long the reader was away."""
+
+    def __init__(self, events: list[bytes], gap: float) -> None:
+        self._arrived: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._sending = asyncio.ensure_future(self._send(events, gap))
+
+    async def _send(self, events: list[bytes], gap: float) -> None:
+        for event in events:
+            self._arrived.put_nowait(event)
+            await asyncio.sleep(gap)
+        self._arrived.put_nowait(None)
+
+    async def aiter_raw(self) -> Any:
+        while True:
+            pieces = [await self._arrived.get()]
+            while not self._arrived.empty():
+                pieces.append(self._arrived.get_nowait())
+            if pieces[-1] is None:
+                if len(pieces) > 1:
+                    yield b"".join(p for p in pieces if p is not None)
+                return
+            yield b"".join(p for p in pieces if p is not None)
+
+    async def aclose(self) -> None:
+        self._sending.cancel()
+
+
+async def _joined(events: list[bytes], gap: float, join_seconds: float) -> list[bytes]:
+    """What the relay writes, joining over ``join_seconds``, for an engine sending
+    ``events`` one every ``gap`` seconds."""
+    stream = EngineStream(_PacedBody(events, gap), CHAT_COMPLETIONS_PATH)  # type: ignore[arg-type]
+    await stream.start()
+    relayed = invoke._bounded(invoke._relayed(stream), None)
+    return [chunk async for chunk in invoke._coalesced(relayed, stream, join_seconds)]
+
+
+async def test_a_stream_faster_than_the_window_goes_on_in_fewer_writes_of_the_same_bytes() -> None:
+    # 40 events a millisecond apart, joined over 20 ms: about two writes in each window.
+    engine = [_event(str(n)) for n in range(40)] + [b"data: [DONE]\n\n"]
+    writes = await _joined(engine, 0.001, 0.02)
+    assert b"".join(writes) == b"".join(engine)
+    assert writes[0] == engine[0]  # the first token waits for no window
+    assert len(writes) <= len(engine) // 3
+
+
+async def test_a_stream_slower_than_the_window_gets_each_event_as_it_came() -> None:
+    engine = [_event("a"), _event("b"), _event("c"), b"data: [DONE]\n\n"]
+    writes = await _joined(engine, 0.05, 0.002)
+    assert writes == engine
+
+
+async def test_no_window_is_waited_once_the_engines_last_event_is_out() -> None:
+    # An engine that sends all at once: the first alone, the rest at once after it.
+    engine = [_event("a") + _event("b") + b"data: [DONE]\n\n"]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    writes = await _joined(engine, 0.0, 5.0)
+    assert loop.time() - started < 5.0
+    assert writes == [_event("a"), _event("b") + b"data: [DONE]\n\n"]
+
+
+async def test_a_window_holds_an_event_no_longer_than_the_window() -> None:
+    # Two events 10 ms apart, joined over 200 ms: the second is written after the first's
+    # window (no sooner), and the end follows it without another window.
+    engine = [_event("a"), _event("b"), b"data: [DONE]\n\n"]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    writes = await _joined(engine, 0.01, 0.2)
+    elapsed = loop.time() - started
+    assert writes == [_event("a"), _event("b") + b"data: [DONE]\n\n"]
+    assert 0.2 <= elapsed < 0.4

@@ -113,6 +113,8 @@ class EngineStream:
         """``[DONE]`` arrived and the body ended right after it: the connection can be reused."""
         self._ended = False
         """The engine finished the body (HTTP's end, whatever it held)."""
+        self._done = False
+        """The stream's last event was handed out."""
 
     async def start(self) -> None:
         """Wait for the engine's first event: a stream that fails before any (llama.cpp's
@@ -234,6 +236,7 @@ class EngineStream:
                         usage_chunk = await self._usage_chunk([e.payload() for e in kept])
                         if usage_chunk is not None:
                             yield usage_chunk
+                    self._done = True
                     yield item
                     self._clean = await _ends_after_done(lines)
                     return
@@ -262,6 +265,11 @@ class EngineStream:
         """Whether the engine has already sent the end of another event: the next one is
         there without waiting (the relay joins such events into one write)."""
         return _EVENT_END.search(self._buffer, self._offset) is not None
+
+    def ended(self) -> bool:
+        """Whether the last event (``[DONE]``, or a Responses stream's terminal one) was
+        taken: the relay waits for no other."""
+        return self._done
 
     def _last_event(self, event: str | None) -> bool:
         """Whether an event of this name ends a Responses stream (no ``[DONE]`` follows it)."""

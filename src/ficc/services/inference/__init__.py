@@ -77,10 +77,11 @@ class InferenceServices:
         stop_grace_seconds: float = STOP_GRACE_SECONDS,
         upstream_allow: UpstreamAllowList | None = None,
         on_restart: RestartCounter | None = None,
+        stream_join_seconds: float = 0.0,
     ) -> None:
         self.engines = engines
         self.router = InvocationRouter(uow_factory, engines)
-        self.invocations = Invocations(self.router)
+        self.invocations = Invocations(self.router, join_seconds=stream_join_seconds)
         self.supervisor = ReplicaSupervisor(
             uow_factory,
             clock,

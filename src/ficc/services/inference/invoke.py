@@ -35,8 +35,11 @@ from ficc.services.ports import EngineEvent, EngineStream
 class Invocations:
     """Invokes a running service of a project; ``max_bytes`` bounds the answer when given."""
 
-    def __init__(self, router: InvocationRouter) -> None:
+    def __init__(self, router: InvocationRouter, *, join_seconds: float = 0.0) -> None:
         self._router = router
+        self._join_seconds = join_seconds
+        """How often at most a stream's pieces go on (0: each event as it came); see
+        :func:`_coalesced`."""
 
     async def complete(
         self, project: str, service_id: str, path: str, body: Mapping[str, object]
@@ -120,7 +123,7 @@ class Invocations:
             async with (
                 contextlib.aclosing(framed),
                 contextlib.aclosing(bounded),
-                contextlib.aclosing(_coalesced(bounded, events)) as chunks,
+                contextlib.aclosing(_coalesced(bounded, events, self._join_seconds)) as chunks,
             ):
                 yield chunks
 
@@ -328,13 +331,20 @@ async def _bounded(
 
 
 async def _coalesced(
-    chunks: AsyncIterator[bytes], events: EngineStream
+    chunks: AsyncIterator[bytes], events: EngineStream, join_seconds: float = 0.0
 ) -> AsyncGenerator[bytes, None]:
     """The chunks, those the engine had already sent while the last went on joined into one
     piece (the same bytes): when whoever reads falls behind the engine, each write to it
-    carries all that waited, not one event; a reader keeping up gets each as it comes. The
-    first goes on alone, whatever waits behind it: the time to the first token is never the
-    time to the whole answer."""
+    carries all that waited, not one event. The first goes on alone, whatever waits behind
+    it: the time to the first token is never the time to the whole answer.
+
+    With ``join_seconds``, a piece goes on at most that often: after each, what the engine
+    sends in the next ``join_seconds`` gathers in its connection and goes on together. A
+    stream slower than that gets each event as it comes; a faster one pays each hop's
+    per-write cost once a window, not once a token, and no event waits longer than the
+    window. Nothing waits when the next event is already here, nor once the engine's last
+    event is out.
+    """
     waiting: list[bytes] = []
     first = True
     async for chunk in chunks:
@@ -343,6 +353,8 @@ async def _coalesced(
             first = False
             yield waiting[0] if len(waiting) == 1 else b"".join(waiting)
             waiting = []
+            if join_seconds and not events.ready() and not events.ended():
+                await asyncio.sleep(join_seconds)
     if waiting:
         yield b"".join(waiting)
 

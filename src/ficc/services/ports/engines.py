@@ -30,6 +30,10 @@ class EngineStream(Protocol):
         """Whether the next event has already arrived (taking it will not wait)."""
         ...
 
+    def ended(self) -> bool:
+        """Whether the stream's last event has been taken (none follows)."""
+        ...
+
 
 class EngineConnector(Protocol):
     """Calls OpenAI-compatible engines, always in streaming mode."""
