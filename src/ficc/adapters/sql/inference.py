@@ -7,8 +7,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.inference import (
     AttemptState,
     DesiredState,
@@ -21,36 +20,26 @@ from ficc.domain.service_records import AttemptRecord, ServiceRecord
 class SqlServices(_Repository):
     @staticmethod
     def _service(row: Any) -> ServiceRecord:
-        return ServiceRecord(
-            id=row.id,
-            project=row.project,
+        return _record(
+            ServiceRecord,
+            t.services,
+            row,
             spec=parse_service_spec(row.spec),
-            node=row.node,
             state=ServiceState(row.state),
             desired=DesiredState(row.desired),
-            revision=row.revision,
-            error=row.error,
-            created_by_grant=row.created_by_grant,
-            created_at=_req_time(row.created_at),
-            updated_at=_req_time(row.updated_at),
         )
 
     @staticmethod
     def _values(service: ServiceRecord) -> dict[str, Any]:
-        return {
-            "project": service.project,
-            "name": service.spec.name,
-            "model": service.spec.model,
-            "node": service.node,
-            "spec": service.spec.to_json(),
-            "state": service.state.value,
-            "desired": service.desired.value,
-            "revision": service.revision,
-            "error": service.error,
-            "created_by_grant": service.created_by_grant,
-            "created_at": format_time(service.created_at),
-            "updated_at": format_time(service.updated_at),
-        }
+        return _row_values(
+            service,
+            t.services,
+            name=service.spec.name,
+            model=service.spec.model,
+            spec=service.spec.to_json(),
+            state=service.state.value,
+            desired=service.desired.value,
+        )
 
     async def add(self, service: ServiceRecord) -> None:
         await self._c.execute(insert(t.services).values(id=service.id, **self._values(service)))
@@ -80,36 +69,11 @@ class SqlServices(_Repository):
 class SqlAttempts(_Repository):
     @staticmethod
     def _attempt(row: Any) -> AttemptRecord:
-        return AttemptRecord(
-            id=row.id,
-            service_id=row.service_id,
-            replica=row.replica,
-            state=AttemptState(row.state),
-            serve_instance=row.serve_instance,
-            created_at=_req_time(row.created_at),
-            pid=row.pid,
-            pid_start_ticks=row.pid_start_ticks,
-            port=row.port,
-            exit_code=row.exit_code,
-            log_tail=row.log_tail,
-            ended_at=_time(row.ended_at),
-        )
+        return _record(AttemptRecord, t.replica_attempts, row, state=AttemptState(row.state))
 
     @staticmethod
     def _values(attempt: AttemptRecord) -> dict[str, Any]:
-        return {
-            "service_id": attempt.service_id,
-            "replica": attempt.replica,
-            "state": attempt.state.value,
-            "serve_instance": attempt.serve_instance,
-            "created_at": format_time(attempt.created_at),
-            "pid": attempt.pid,
-            "pid_start_ticks": attempt.pid_start_ticks,
-            "port": attempt.port,
-            "exit_code": attempt.exit_code,
-            "log_tail": attempt.log_tail,
-            "ended_at": _opt(attempt.ended_at),
-        }
+        return _row_values(attempt, t.replica_attempts, state=attempt.state.value)
 
     async def add(self, attempt: AttemptRecord) -> None:
         await self._c.execute(

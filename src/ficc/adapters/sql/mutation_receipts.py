@@ -5,8 +5,7 @@ from __future__ import annotations
 from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.service_records import MutationReceipt
 
 
@@ -18,26 +17,15 @@ class SqlReceipts(_Repository):
         row = (await self._c.execute(query)).first()
         if row is None:
             return None
-        return MutationReceipt(
-            scope=row.scope,
-            mutation_id=row.mutation_id,
-            operation=row.operation,
-            arguments_sha256=row.arguments_sha256,
-            state=row.state,
+        return _record(
+            MutationReceipt,
+            t.mutation_receipts,
+            row,
             result=None if row.result is None else dict(row.result),
-            created_at=_req_time(row.created_at),
-            completed_at=_time(row.completed_at),
         )
 
     async def put(self, receipt: MutationReceipt) -> None:
-        values = {
-            "operation": receipt.operation,
-            "arguments_sha256": receipt.arguments_sha256,
-            "state": receipt.state,
-            "result": receipt.result,
-            "created_at": format_time(receipt.created_at),
-            "completed_at": _opt(receipt.completed_at),
-        }
+        values = _row_values(receipt, t.mutation_receipts)
         changed = await self._c.execute(
             update(t.mutation_receipts)
             .where(

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 
@@ -16,42 +16,17 @@ from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 class SqlOffers(_Repository):
     @staticmethod
     def _offer(row: Any) -> Offer:
-        return Offer(
-            id=row.id,
-            direction=row.direction,
-            project=row.project,
-            service=row.service,
-            peer_label=row.peer_label,
-            peer_cluster_key=row.peer_cluster_key,
+        return _record(
+            Offer,
+            t.offers,
+            row,
             scopes=frozenset(row.scopes),
-            state=row.state,
-            revision=row.revision,
             receipt=None if row.receipt is None else dict(row.receipt),
-            ticket=row.ticket,
-            created_at=_req_time(row.created_at),
-            expires_at=_req_time(row.expires_at),
-            peer_id=row.peer_id,
-            source=row.source,
         )
 
     @staticmethod
     def _values(offer: Offer) -> dict[str, Any]:
-        return {
-            "direction": offer.direction,
-            "project": offer.project,
-            "service": offer.service,
-            "peer_label": offer.peer_label,
-            "peer_cluster_key": offer.peer_cluster_key,
-            "scopes": sorted(offer.scopes),
-            "state": offer.state,
-            "revision": offer.revision,
-            "receipt": offer.receipt,
-            "ticket": offer.ticket,
-            "peer_id": offer.peer_id,
-            "created_at": format_time(offer.created_at),
-            "expires_at": format_time(offer.expires_at),
-            "source": offer.source,
-        }
+        return _row_values(offer, t.offers, scopes=sorted(offer.scopes))
 
     async def add(self, offer: Offer) -> None:
         """Store the offer and tombstone its ID, so it is never taken again (also after

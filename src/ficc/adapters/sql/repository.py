@@ -1,32 +1,71 @@
-"""What every SQL repository shares: its connection, stored times read and written, and
-selects by one column built once.
+"""What every SQL repository shares: its connection, records read from and written to rows
+whose columns are named as their fields, and the selects by one column built once.
 
 The names keep their leading underscore: they are for this package's repositories only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Select, Table, bindparam, select
 
 from ficc.adapters.sql.database import SqlConnection
-from ficc.base.times import format_time, parse_time
+from ficc.adapters.sql.tables import StoredTime
+from ficc.base.times import parse_time
+
+_R = TypeVar("_R")
 
 
 def _time(value: str | None) -> datetime | None:
     return None if value is None else parse_time(value)
 
 
-def _req_time(value: str) -> datetime:
-    return parse_time(value)
+@functools.cache
+def _times(table: Table) -> frozenset[str]:
+    """The names of ``table``'s time columns, whose text a record reads as a datetime."""
+    return frozenset(column.name for column in table.c if isinstance(column.type, StoredTime))
 
 
-def _opt(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
+def _field_names(kind: type[Any]) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(kind) if field.init)
+
+
+def _record(kind: type[_R], table: Table, row: Any, **read: Any) -> _R:
+    """A ``kind`` (a dataclass) of ``table``'s row, each field the column of its name, a time
+    parsed; ``read``: the fields the row holds otherwise (a set as a list, a spec as JSON) or
+    not at all.
+
+    One mapping, not one spelt out field by field in every repository: a field that has no
+    column and is not in ``read`` fails at once.
+    """
+    times = _times(table)
+    return kind(
+        **{
+            name: _time(getattr(row, name)) if name in times else getattr(row, name)
+            for name in _field_names(kind)
+            if name not in read
+        },
+        **read,
+    )
+
+
+def _row_values(record: object, table: Table, **written: Any) -> dict[str, Any]:
+    """The values of ``table``'s columns but its key, each the field of ``record`` of its
+    name; ``written``: the columns stored otherwise (a set as a sorted list, a spec as JSON).
+
+    A time goes as the datetime it is: the column writes it (``tables.StoredTime``).
+    """
+    values = {
+        column.name: getattr(record, column.name)
+        for column in table.c
+        if not column.primary_key and column.name not in written
+    }
+    return values | written
 
 
 @functools.cache
