@@ -41,9 +41,7 @@ class SqlUsers(_Repository):
         return None if row is None else self._user(row)
 
     async def set_password_hash(self, user_id: str, password_hash: str) -> None:
-        await self._c.execute(
-            update(t.users).where(t.users.c.id == user_id).values(password_hash=password_hash)
-        )
+        await self._update_where(t.users, "id", user_id, {"password_hash": password_hash})
 
 
 class SqlTokens(_Repository):
@@ -115,10 +113,7 @@ class SqlTokens(_Repository):
         return revoked
 
     async def lock(self, token_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.api_tokens.c.id).where(t.api_tokens.c.id == token_id).with_for_update()
-        )
+        await self._lock_where(t.api_tokens, "id", token_id)
 
     async def mark_owner(self, secret_hash: str) -> bool:
         """Mark the unrevoked token with this digest as the owner token; True if just marked."""
@@ -144,7 +139,7 @@ class SqlSessions(_Repository):
         return None if row is None else _record(WebSession, t.web_sessions, row)
 
     async def delete(self, session_id: str) -> None:
-        await self._c.execute(delete(t.web_sessions).where(t.web_sessions.c.id == session_id))
+        await self._delete_where(t.web_sessions, "id", session_id)
 
     async def delete_for_user(self, user_id: str, *, keep: str | None) -> int:
         """End every session of ``user_id`` but ``keep``; the number ended."""

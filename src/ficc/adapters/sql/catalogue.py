@@ -37,7 +37,7 @@ class SqlModels(_Repository):
         return [self._model(row) for row in rows]
 
     async def delete(self, model_id: str) -> None:
-        await self._c.execute(delete(t.models).where(t.models.c.id == model_id))
+        await self._delete_where(t.models, "id", model_id)
 
     async def blob_in_use(self, sha256: str) -> bool:
         # Manifests are small JSON documents; a model refers to a blob by its file digest.

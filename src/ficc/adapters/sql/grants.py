@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, delete, insert, literal, select, union_all, update
+from sqlalchemy import bindparam, insert, literal, select, union_all, update
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -86,7 +86,7 @@ class SqlGrants(_Repository):
         values: dict[str, Any] = {"state": state}
         if at is not None:
             values["revoked_at"] = format_time(at)
-        await self._c.execute(update(t.grants).where(t.grants.c.id == grant_id).values(**values))
+        await self._update_where(t.grants, "id", grant_id, values)
 
     async def charge_request(self, grant_id: str, *, requests: int) -> bool:
         """Charge one request if fewer than ``requests`` were used; whether it was charged.
@@ -106,10 +106,7 @@ class SqlGrants(_Repository):
         )
 
     async def lock(self, grant_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.grants.c.id).where(t.grants.c.id == grant_id).with_for_update()
-        )
+        await self._lock_where(t.grants, "id", grant_id)
 
     async def delete(self, grant_id: str) -> None:
-        await self._c.execute(delete(t.grants).where(t.grants.c.id == grant_id))
+        await self._delete_where(t.grants, "id", grant_id)

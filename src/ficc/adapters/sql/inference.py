@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -58,12 +58,10 @@ class SqlServices(_Repository):
         return [self._service(row) for row in rows]
 
     async def update(self, service: ServiceRecord) -> None:
-        await self._c.execute(
-            update(t.services).where(t.services.c.id == service.id).values(**self._values(service))
-        )
+        await self._update_where(t.services, "id", service.id, self._values(service))
 
     async def delete(self, service_id: str) -> None:
-        await self._c.execute(delete(t.services).where(t.services.c.id == service_id))
+        await self._delete_where(t.services, "id", service_id)
 
 
 class SqlAttempts(_Repository):
@@ -90,18 +88,10 @@ class SqlAttempts(_Repository):
         return [self._attempt(row) for row in rows]
 
     async def update(self, attempt: AttemptRecord) -> None:
-        await self._c.execute(
-            update(t.replica_attempts)
-            .where(t.replica_attempts.c.id == attempt.id)
-            .values(**self._values(attempt))
-        )
+        await self._update_where(t.replica_attempts, "id", attempt.id, self._values(attempt))
 
     async def delete_for_service(self, service_id: str) -> None:
-        await self._c.execute(
-            delete(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
-        )
+        await self._delete_where(t.replica_attempts, "service_id", service_id)
 
     async def delete(self, attempt_id: str) -> None:
-        await self._c.execute(
-            delete(t.replica_attempts).where(t.replica_attempts.c.id == attempt_id)
-        )
+        await self._delete_where(t.replica_attempts, "id", attempt_id)

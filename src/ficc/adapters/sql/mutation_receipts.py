@@ -42,9 +42,7 @@ class SqlReceipts(_Repository):
             )
 
     async def delete_scope(self, scope: str) -> None:
-        await self._c.execute(
-            delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
-        )
+        await self._delete_where(t.mutation_receipts, "scope", scope)
 
     async def delete(self, scope: str, mutation_id: str) -> None:
         await self._c.execute(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -26,10 +26,7 @@ class SqlNodes(_Repository):
         values = _row_values(
             node, t.nodes, gpus=[gpu.__dict__ for gpu in node.gpus], labels=dict(node.labels)
         )
-        changed = await self._c.execute(
-            update(t.nodes).where(t.nodes.c.id == node.id).values(**values)
-        )
-        if changed.rowcount == 0:
+        if await self._update_where(t.nodes, "id", node.id, values) == 0:
             await self._c.execute(insert(t.nodes).values(id=node.id, **values))
 
     async def get(self, node_id: str) -> Node | None:

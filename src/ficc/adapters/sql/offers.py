@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -104,19 +104,14 @@ class SqlOffers(_Repository):
         return int(result.rowcount or 0)
 
     async def update(self, offer: Offer) -> None:
-        await self._c.execute(
-            update(t.offers).where(t.offers.c.id == offer.id).values(**self._values(offer))
-        )
+        await self._update_where(t.offers, "id", offer.id, self._values(offer))
 
     async def get(self, offer_id: str) -> Offer | None:
         row = await self._first_where(t.offers, "id", offer_id)
         return None if row is None else self._offer(row)
 
     async def lock(self, offer_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.offers.c.id).where(t.offers.c.id == offer_id).with_for_update()
-        )
+        await self._lock_where(t.offers, "id", offer_id)
 
     async def visible_to(
         self, project: str, *, after: str | None = None, limit: int | None = None
@@ -141,4 +136,4 @@ class SqlOffers(_Repository):
         return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]
 
     async def delete(self, offer_id: str) -> None:
-        await self._c.execute(delete(t.offers).where(t.offers.c.id == offer_id))
+        await self._delete_where(t.offers, "id", offer_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -22,9 +22,7 @@ class SqlPeers(_Repository):
         await self._c.execute(insert(t.peers).values(id=peer.id, **_row_values(peer, t.peers)))
 
     async def update(self, peer: Peer) -> None:
-        await self._c.execute(
-            update(t.peers).where(t.peers.c.id == peer.id).values(**_row_values(peer, t.peers))
-        )
+        await self._update_where(t.peers, "id", peer.id, _row_values(peer, t.peers))
 
     async def get(self, peer_id: str) -> Peer | None:
         row = await self._first_where(t.peers, "id", peer_id)
@@ -40,14 +38,14 @@ class SqlPeers(_Repository):
         return [self._peer(row) for row in await self._c.execute(query)]
 
     async def delete(self, peer_id: str) -> None:
-        await self._c.execute(delete(t.peers).where(t.peers.c.id == peer_id))
+        await self._delete_where(t.peers, "id", peer_id)
 
 
 class SqlRemoteGrants(_Repository):
     async def replace_for_peer(
         self, peer_id: str, grants: list[dict[str, Any]], at: datetime
     ) -> None:
-        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        await self._delete_where(t.remote_grants, "peer_id", peer_id)
         for grant in grants:
             await self._c.execute(
                 insert(t.remote_grants).values(
@@ -61,4 +59,4 @@ class SqlRemoteGrants(_Repository):
         ]
 
     async def delete_for_peer(self, peer_id: str) -> None:
-        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        await self._delete_where(t.remote_grants, "peer_id", peer_id)

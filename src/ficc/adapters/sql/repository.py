@@ -1,5 +1,6 @@
 """What every SQL repository shares: its connection, records read from and written to rows
-whose columns are named as their fields, and the selects by one column built once.
+whose columns are named as their fields, and the statements over the rows of one column's
+value.
 
 The names keep their leading underscore: they are for this package's repositories only.
 """
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, Table, bindparam, select
+from sqlalchemy import Delete, Select, Table, bindparam, delete, select, update
 
 from ficc.adapters.sql.database import SqlConnection
 from ficc.adapters.sql.tables import StoredTime
@@ -78,6 +79,18 @@ def _select_where(table: Table, column: str) -> Select[Any]:
     return select(table).where(table.c[column] == bindparam("value"))
 
 
+@functools.cache
+def _delete_statement(table: Table, column: str) -> Delete:
+    """``DELETE FROM table WHERE column = :value``, built once (as :func:`_select_where`)."""
+    return delete(table).where(table.c[column] == bindparam("value"))
+
+
+@functools.cache
+def _lock_statement(table: Table, column: str) -> Select[Any]:
+    """``SELECT column FROM table WHERE column = :value FOR UPDATE``, built once."""
+    return select(table.c[column]).where(table.c[column] == bindparam("value")).with_for_update()
+
+
 class _Repository:
     def __init__(self, connection: SqlConnection) -> None:
         self._c = connection
@@ -89,3 +102,20 @@ class _Repository:
     async def _rows_where(self, table: Table, column: str, value: object) -> Sequence[Any]:
         """Every row whose ``column`` equals ``value``."""
         return (await self._c.execute(_select_where(table, column), {"value": value})).all()
+
+    async def _update_where(
+        self, table: Table, column: str, value: object, values: Mapping[str, Any]
+    ) -> int:
+        """Set ``values`` on the rows whose ``column`` equals ``value``; how many there were
+        (built per call: the columns set vary)."""
+        statement = update(table).where(table.c[column] == value).values(values)
+        return int((await self._c.execute(statement)).rowcount)
+
+    async def _delete_where(self, table: Table, column: str, value: object) -> None:
+        """Delete the rows whose ``column`` equals ``value``."""
+        await self._c.execute(_delete_statement(table, column), {"value": value})
+
+    async def _lock_where(self, table: Table, column: str, value: object) -> None:
+        """Hold the rows whose ``column`` equals ``value`` until the transaction ends: ``SELECT
+        ... FOR UPDATE`` on PostgreSQL; SQLite has no row locks (and one writer)."""
+        await self._c.execute(_lock_statement(table, column), {"value": value})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -38,9 +38,7 @@ class SqlRoutes(_Repository):
         return [self._route(row) for row in rows]
 
     async def update(self, route: Route) -> None:
-        await self._c.execute(
-            update(t.routes).where(t.routes.c.id == route.id).values(**self._values(route))
-        )
+        await self._update_where(t.routes, "id", route.id, self._values(route))
 
     async def delete(self, route_id: str) -> None:
-        await self._c.execute(delete(t.routes).where(t.routes.c.id == route_id))
+        await self._delete_where(t.routes, "id", route_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
@@ -30,11 +30,7 @@ class SqlTransfers(_Repository):
         await self._c.execute(insert(t.transfers).values(id=transfer.id, **self._values(transfer)))
 
     async def update(self, transfer: Transfer) -> None:
-        await self._c.execute(
-            update(t.transfers)
-            .where(t.transfers.c.id == transfer.id)
-            .values(**self._values(transfer))
-        )
+        await self._update_where(t.transfers, "id", transfer.id, self._values(transfer))
 
     async def get(self, transfer_id: str) -> Transfer | None:
         row = await self._first_where(t.transfers, "id", transfer_id)
