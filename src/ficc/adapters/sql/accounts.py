@@ -14,17 +14,22 @@ from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 
 
+def _rights(row: Any) -> dict[str, frozenset[str]]:
+    """A user's or a token's scopes and projects: sets, stored as sorted lists."""
+    return {"scopes": frozenset(row.scopes), "projects": frozenset(row.projects)}
+
+
+def _stored_rights(holder: User | ApiToken) -> dict[str, list[str]]:
+    return {"scopes": sorted(holder.scopes), "projects": sorted(holder.projects)}
+
+
 class SqlUsers(_Repository):
     @staticmethod
     def _user(row: Any) -> User:
-        return _record(
-            User, t.users, row, scopes=frozenset(row.scopes), projects=frozenset(row.projects)
-        )
+        return _record(User, t.users, row, **_rights(row))
 
     async def add(self, user: User) -> None:
-        values = _row_values(
-            user, t.users, scopes=sorted(user.scopes), projects=sorted(user.projects)
-        )
+        values = _row_values(user, t.users, **_stored_rights(user))
         await self._c.execute(insert(t.users).values(id=user.id, **values))
 
     async def get(self, user_id: str) -> User | None:
@@ -47,19 +52,10 @@ class SqlUsers(_Repository):
 class SqlTokens(_Repository):
     @staticmethod
     def _token(row: Any) -> ApiToken:
-        return _record(
-            ApiToken,
-            t.api_tokens,
-            row,
-            scopes=frozenset(row.scopes),
-            projects=frozenset(row.projects),
-            owner=bool(row.owner),
-        )
+        return _record(ApiToken, t.api_tokens, row, owner=bool(row.owner), **_rights(row))
 
     async def add(self, token: ApiToken) -> None:
-        values = _row_values(
-            token, t.api_tokens, scopes=sorted(token.scopes), projects=sorted(token.projects)
-        )
+        values = _row_values(token, t.api_tokens, **_stored_rights(token))
         await self._c.execute(insert(t.api_tokens).values(id=token.id, **values))
 
     async def get(self, token_id: str) -> ApiToken | None:

@@ -77,7 +77,7 @@ class SqlAudit(_Repository):
         elif project is not None:
             query = query.where(t.audit_log.c.project == project)
         rows = await self._c.execute(query.order_by(t.audit_log.c.seq).limit(limit))
-        return [_record(AuditEntry, t.audit_log, row, details=dict(row.details)) for row in rows]
+        return [_record(AuditEntry, t.audit_log, row) for row in rows]
 
 
 class SqlChainedAudit(SqlAudit):

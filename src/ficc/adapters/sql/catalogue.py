@@ -15,13 +15,7 @@ from ficc.domain.catalogue import CatalogueModel
 class SqlModels(_Repository):
     @staticmethod
     def _model(row: Any) -> CatalogueModel:
-        return _record(
-            CatalogueModel,
-            t.models,
-            row,
-            manifest=dict(row.manifest),
-            provenance=None if row.provenance is None else dict(row.provenance),
-        )
+        return _record(CatalogueModel, t.models, row)
 
     async def add(self, model: CatalogueModel) -> None:
         values = _row_values(model, t.models)

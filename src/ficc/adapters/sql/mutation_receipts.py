@@ -17,12 +17,7 @@ class SqlReceipts(_Repository):
         row = (await self._c.execute(query)).first()
         if row is None:
             return None
-        return _record(
-            MutationReceipt,
-            t.mutation_receipts,
-            row,
-            result=None if row.result is None else dict(row.result),
-        )
+        return _record(MutationReceipt, t.mutation_receipts, row)
 
     async def put(self, receipt: MutationReceipt) -> None:
         values = _row_values(receipt, t.mutation_receipts)

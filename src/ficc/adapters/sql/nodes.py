@@ -14,13 +14,9 @@ from ficc.domain.nodes import Gpu, Node
 class SqlNodes(_Repository):
     @staticmethod
     def _node(row: Any) -> Node:
-        return _record(
-            Node,
-            t.nodes,
-            row,
-            gpus=tuple(Gpu(**gpu) for gpu in row.gpus),
-            labels=tuple(sorted((row.labels or {}).items())),
-        )
+        gpus = tuple(Gpu(**gpu) for gpu in row.gpus)
+        labels = tuple(sorted((row.labels or {}).items()))
+        return _record(Node, t.nodes, row, gpus=gpus, labels=labels)
 
     async def upsert(self, node: Node) -> None:
         values = _row_values(

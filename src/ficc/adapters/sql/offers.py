@@ -16,13 +16,7 @@ from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 class SqlOffers(_Repository):
     @staticmethod
     def _offer(row: Any) -> Offer:
-        return _record(
-            Offer,
-            t.offers,
-            row,
-            scopes=frozenset(row.scopes),
-            receipt=None if row.receipt is None else dict(row.receipt),
-        )
+        return _record(Offer, t.offers, row, scopes=frozenset(row.scopes))
 
     @staticmethod
     def _values(offer: Offer) -> dict[str, Any]:

@@ -38,8 +38,8 @@ def _field_names(kind: type[Any]) -> tuple[str, ...]:
 
 def _record(kind: type[_R], table: Table, row: Any, **read: Any) -> _R:
     """A ``kind`` (a dataclass) of ``table``'s row, each field the column of its name, a time
-    parsed; ``read``: the fields the row holds otherwise (a set as a list, a spec as JSON) or
-    not at all.
+    parsed (a JSON column's value is already a new dict or list); ``read``: the fields the
+    row holds otherwise (a set as a list, a spec as JSON) or not at all.
 
     One mapping, not one spelt out field by field in every repository: a field that has no
     column and is not in ``read`` fails at once.

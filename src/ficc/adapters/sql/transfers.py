@@ -14,13 +14,8 @@ from ficc.domain.transfers import Transfer, TransferFile
 class SqlTransfers(_Repository):
     @staticmethod
     def _transfer(row: Any) -> Transfer:
-        return _record(
-            Transfer,
-            t.transfers,
-            row,
-            manifest=dict(row.manifest),
-            files=tuple(TransferFile.from_json(f) for f in row.files),
-        )
+        files = tuple(TransferFile.from_json(f) for f in row.files)
+        return _record(Transfer, t.transfers, row, files=files)
 
     @staticmethod
     def _values(transfer: Transfer) -> dict[str, Any]:
