@@ -32,8 +32,16 @@ def _times(table: Table) -> frozenset[str]:
     return frozenset(column.name for column in table.c if isinstance(column.type, StoredTime))
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
 def _field_names(kind: type[Any]) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(kind) if field.init)
+    """``kind``'s fields, read once per class: some records are read on every request, and
+    ``dataclasses.fields`` walks the class each time."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind) if f.init)
+    return names
 
 
 def _record(kind: type[_R], table: Table, row: Any, **read: Any) -> _R:
