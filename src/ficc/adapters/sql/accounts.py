@@ -9,36 +9,28 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
+from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
+
+
+def _rights(row: Any) -> dict[str, frozenset[str]]:
+    """A user's or a token's scopes and projects: sets, stored as sorted lists."""
+    return {"scopes": frozenset(row.scopes), "projects": frozenset(row.projects)}
+
+
+def _stored_rights(holder: User | ApiToken) -> dict[str, list[str]]:
+    return {"scopes": sorted(holder.scopes), "projects": sorted(holder.projects)}
 
 
 class SqlUsers(_Repository):
     @staticmethod
     def _user(row: Any) -> User:
-        return User(
-            id=row.id,
-            username=row.username,
-            password_hash=row.password_hash,
-            is_owner=row.is_owner,
-            scopes=frozenset(row.scopes),
-            projects=frozenset(row.projects),
-            created_at=_req_time(row.created_at),
-        )
+        return _record(User, t.users, row, **_rights(row))
 
     async def add(self, user: User) -> None:
-        await self._c.execute(
-            insert(t.users).values(
-                id=user.id,
-                username=user.username,
-                password_hash=user.password_hash,
-                is_owner=user.is_owner,
-                scopes=sorted(user.scopes),
-                projects=sorted(user.projects),
-                created_at=format_time(user.created_at),
-            )
-        )
+        values = _row_values(user, t.users, **_stored_rights(user))
+        await self._c.execute(insert(t.users).values(id=user.id, **values))
 
     async def get(self, user_id: str) -> User | None:
         row = await self._first_where(t.users, "id", user_id)
@@ -54,42 +46,17 @@ class SqlUsers(_Repository):
         return None if row is None else self._user(row)
 
     async def set_password_hash(self, user_id: str, password_hash: str) -> None:
-        await self._c.execute(
-            update(t.users).where(t.users.c.id == user_id).values(password_hash=password_hash)
-        )
+        await self._update_where(t.users, "id", user_id, {"password_hash": password_hash})
 
 
 class SqlTokens(_Repository):
     @staticmethod
     def _token(row: Any) -> ApiToken:
-        return ApiToken(
-            id=row.id,
-            user_id=row.user_id,
-            secret_hash=row.secret_hash,
-            scopes=frozenset(row.scopes),
-            projects=frozenset(row.projects),
-            created_at=_req_time(row.created_at),
-            expires_at=_time(row.expires_at),
-            revoked_at=_time(row.revoked_at),
-            owner=bool(row.owner),
-            created_by=row.created_by,
-        )
+        return _record(ApiToken, t.api_tokens, row, owner=bool(row.owner), **_rights(row))
 
     async def add(self, token: ApiToken) -> None:
-        await self._c.execute(
-            insert(t.api_tokens).values(
-                id=token.id,
-                user_id=token.user_id,
-                secret_hash=token.secret_hash,
-                scopes=sorted(token.scopes),
-                projects=sorted(token.projects),
-                created_at=format_time(token.created_at),
-                expires_at=_opt(token.expires_at),
-                revoked_at=_opt(token.revoked_at),
-                owner=token.owner,
-                created_by=token.created_by,
-            )
-        )
+        values = _row_values(token, t.api_tokens, **_stored_rights(token))
+        await self._c.execute(insert(t.api_tokens).values(id=token.id, **values))
 
     async def get(self, token_id: str) -> ApiToken | None:
         row = await self._first_where(t.api_tokens, "id", token_id)
@@ -142,10 +109,7 @@ class SqlTokens(_Repository):
         return revoked
 
     async def lock(self, token_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.api_tokens.c.id).where(t.api_tokens.c.id == token_id).with_for_update()
-        )
+        await self._lock_where(t.api_tokens, "id", token_id)
 
     async def mark_owner(self, secret_hash: str) -> bool:
         """Mark the unrevoked token with this digest as the owner token; True if just marked."""
@@ -163,32 +127,15 @@ class SqlTokens(_Repository):
 
 class SqlSessions(_Repository):
     async def add(self, session: WebSession) -> None:
-        await self._c.execute(
-            insert(t.web_sessions).values(
-                id=session.id,
-                user_id=session.user_id,
-                secret_hash=session.secret_hash,
-                csrf_token=session.csrf_token,
-                created_at=format_time(session.created_at),
-                expires_at=format_time(session.expires_at),
-            )
-        )
+        values = _row_values(session, t.web_sessions)
+        await self._c.execute(insert(t.web_sessions).values(id=session.id, **values))
 
     async def by_secret_hash(self, secret_hash: str) -> WebSession | None:
         row = await self._first_where(t.web_sessions, "secret_hash", secret_hash)
-        if row is None:
-            return None
-        return WebSession(
-            id=row.id,
-            user_id=row.user_id,
-            secret_hash=row.secret_hash,
-            csrf_token=row.csrf_token,
-            created_at=_req_time(row.created_at),
-            expires_at=_req_time(row.expires_at),
-        )
+        return None if row is None else _record(WebSession, t.web_sessions, row)
 
     async def delete(self, session_id: str) -> None:
-        await self._c.execute(delete(t.web_sessions).where(t.web_sessions.c.id == session_id))
+        await self._delete_where(t.web_sessions, "id", session_id)
 
     async def delete_for_user(self, user_id: str, *, keep: str | None) -> int:
         """End every session of ``user_id`` but ``keep``; the number ended."""
@@ -205,29 +152,12 @@ class SqlSessions(_Repository):
 
 class SqlLoginLinks(_Repository):
     async def add(self, link: LoginLink) -> None:
-        await self._c.execute(
-            insert(t.login_links).values(
-                id=link.id,
-                user_id=link.user_id,
-                secret_hash=link.secret_hash,
-                created_at=format_time(link.created_at),
-                expires_at=format_time(link.expires_at),
-                used_at=_opt(link.used_at),
-            )
-        )
+        values = _row_values(link, t.login_links)
+        await self._c.execute(insert(t.login_links).values(id=link.id, **values))
 
     async def by_secret_hash(self, secret_hash: str) -> LoginLink | None:
         row = await self._first_where(t.login_links, "secret_hash", secret_hash)
-        if row is None:
-            return None
-        return LoginLink(
-            id=row.id,
-            user_id=row.user_id,
-            secret_hash=row.secret_hash,
-            created_at=_req_time(row.created_at),
-            expires_at=_req_time(row.expires_at),
-            used_at=_time(row.used_at),
-        )
+        return None if row is None else _record(LoginLink, t.login_links, row)
 
     async def mark_used(self, link_id: str, at: datetime) -> bool:
         result = await self._c.execute(
@@ -256,4 +186,4 @@ class SqlProjects(_Repository):
 
     async def list(self) -> list[tuple[str, datetime]]:
         rows = await self._c.execute(select(t.projects).order_by(t.projects.c.name))
-        return [(row.name, _req_time(row.created_at)) for row in rows]
+        return [(row.name, parse_time(row.created_at)) for row in rows]

@@ -22,8 +22,8 @@ from sqlalchemy import String, insert, select, text, type_coerce, update
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import SqlConnection
-from ficc.adapters.sql.repository import _Repository, _req_time
-from ficc.base.times import format_stored_time, format_time, parse_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
+from ficc.base.times import format_stored_time, parse_time
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import (
     GENESIS,
@@ -56,18 +56,8 @@ than SQLite takes to run it."""
 
 class SqlAudit(_Repository):
     async def append(self, entry: AuditEntry) -> int:
-        result = await self._c.execute(
-            insert(t.audit_log).values(
-                at=format_time(entry.at),
-                project=entry.project,
-                actor=entry.actor,
-                action=entry.action,
-                target=entry.target,
-                peer_hypernet_id=entry.peer_hypernet_id,
-                peer_cluster_key=entry.peer_cluster_key,
-                details=entry.details,
-            )
-        )
+        values = _row_values(entry, t.audit_log, prev=None, digest=None, tombstone=None)
+        result = await self._c.execute(insert(t.audit_log).values(values))
         key = result.inserted_primary_key
         return int(key[0]) if key is not None else 0
 
@@ -87,20 +77,7 @@ class SqlAudit(_Repository):
         elif project is not None:
             query = query.where(t.audit_log.c.project == project)
         rows = await self._c.execute(query.order_by(t.audit_log.c.seq).limit(limit))
-        return [
-            AuditEntry(
-                seq=row.seq,
-                at=_req_time(row.at),
-                project=row.project,
-                actor=row.actor,
-                action=row.action,
-                target=row.target,
-                peer_hypernet_id=row.peer_hypernet_id,
-                peer_cluster_key=row.peer_cluster_key,
-                details=dict(row.details),
-            )
-            for row in rows
-        ]
+        return [_record(AuditEntry, t.audit_log, row) for row in rows]
 
 
 class SqlChainedAudit(SqlAudit):
@@ -126,22 +103,10 @@ class SqlChainedAudit(SqlAudit):
         at = format_stored_time(entry.at)
         details = json.loads(json.dumps(entry.details))
         digest = row_digest(replace(entry, details=details), seq=seq, prev=prev, at=at)
-        await self._c.execute(
-            _INSERT,
-            {
-                "seq": seq,
-                "at": at,
-                "project": entry.project,
-                "actor": entry.actor,
-                "action": entry.action,
-                "target": entry.target,
-                "peer_hypernet_id": entry.peer_hypernet_id,
-                "peer_cluster_key": entry.peer_cluster_key,
-                "details": details,
-                "prev": prev,
-                "digest": digest,
-            },
+        values = _row_values(
+            entry, t.audit_log, at=at, details=details, prev=prev, digest=digest, tombstone=None
         )
+        await self._c.execute(_INSERT, {"seq": seq, **values})
         if self._signer is not None and head_due(seq):
             await self._add_head(seq, digest, self._signer)
         return seq
@@ -249,15 +214,11 @@ def _chain_row(row: Any) -> ChainRow:
     entry = None
     if row.tombstone is None:
         details = _details(row.details)
-        entry = AuditEntry(
-            seq=row.seq,
+        entry = _record(
+            AuditEntry,
+            t.audit_log,
+            row,
             at=_time(str(row.at)),
-            project=row.project,
-            actor=row.actor,
-            action=row.action,
-            target=row.target,
-            peer_hypernet_id=row.peer_hypernet_id,
-            peer_cluster_key=row.peer_cluster_key,
             details=dict(details) if isinstance(details, dict) else {"": details},
         )
     return ChainRow(

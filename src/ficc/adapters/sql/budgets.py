@@ -66,6 +66,13 @@ class BudgetRow:
             )
         return result.rowcount == 1
 
+    async def clear(self, connection: SqlConnection) -> None:
+        """Hold nothing: at start, when no request is in flight."""
+        c = self.table.c
+        await connection.execute(
+            update(self.table).where(c.tokens_reserved != 0).values(tokens_reserved=0)
+        )
+
     @property
     def settle_statement(self) -> Update:
         """The settlement's UPDATE, for a repository that adds a ``RETURNING`` to it."""

@@ -8,40 +8,18 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _Repository, _req_time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.catalogue import CatalogueModel
 
 
 class SqlModels(_Repository):
     @staticmethod
     def _model(row: Any) -> CatalogueModel:
-        return CatalogueModel(
-            id=row.id,
-            project=row.project,
-            name=row.name,
-            format=row.format,
-            manifest=dict(row.manifest),
-            sha256=row.sha256,
-            created_at=_req_time(row.created_at),
-            provenance=None if row.provenance is None else dict(row.provenance),
-            created_by_grant=row.created_by_grant,
-        )
+        return _record(CatalogueModel, t.models, row)
 
     async def add(self, model: CatalogueModel) -> None:
-        await self._c.execute(
-            insert(t.models).values(
-                id=model.id,
-                project=model.project,
-                name=model.name,
-                format=model.format,
-                manifest=model.manifest,
-                sha256=model.sha256,
-                provenance=model.provenance,
-                created_at=format_time(model.created_at),
-                created_by_grant=model.created_by_grant,
-            )
-        )
+        values = _row_values(model, t.models)
+        await self._c.execute(insert(t.models).values(id=model.id, **values))
 
     async def get(self, model_id: str) -> CatalogueModel | None:
         row = await self._first_where(t.models, "id", model_id)
@@ -53,7 +31,7 @@ class SqlModels(_Repository):
         return [self._model(row) for row in rows]
 
     async def delete(self, model_id: str) -> None:
-        await self._c.execute(delete(t.models).where(t.models.c.id == model_id))
+        await self._delete_where(t.models, "id", model_id)
 
     async def blob_in_use(self, sha256: str) -> bool:
         # Manifests are small JSON documents; a model refers to a blob by its file digest.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, delete, insert, literal, select, union_all, update
+from sqlalchemy import bindparam, insert, literal, select, union_all, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
 from ficc.domain.grants import Grant, parse_grant
 
@@ -43,22 +43,13 @@ _CHARGE_ONE_REQUEST: Final = (
 class SqlGrants(_Repository):
     @staticmethod
     def _grant(row: Any, created_services: frozenset[str], created_models: frozenset[str]) -> Grant:
-        return Grant(
-            id=row.id,
-            project=row.project,
-            peer_id=row.peer_id,
+        return _record(
+            Grant,
+            t.grants,
+            row,
             terms=parse_grant(row.terms),
-            state=row.state,
-            created_at=_req_time(row.created_at),
-            expires_at=_req_time(row.expires_at),
-            revoked_at=_time(row.revoked_at),
-            requests_used=row.requests_used,
-            transfer_bytes_used=row.transfer_bytes_used,
             created_services=created_services,
             created_models=created_models,
-            prompt_tokens_used=row.prompt_tokens_used,
-            completion_tokens_used=row.completion_tokens_used,
-            tokens_reserved=row.tokens_reserved,
         )
 
     async def _load(self, row: Any) -> Grant:
@@ -72,20 +63,8 @@ class SqlGrants(_Repository):
         )
 
     async def add(self, grant: Grant) -> None:
-        await self._c.execute(
-            insert(t.grants).values(
-                id=grant.id,
-                project=grant.project,
-                peer_id=grant.peer_id,
-                terms=grant.terms.to_json(),
-                state=grant.state,
-                created_at=format_time(grant.created_at),
-                expires_at=format_time(grant.expires_at),
-                revoked_at=_opt(grant.revoked_at),
-                requests_used=grant.requests_used,
-                transfer_bytes_used=grant.transfer_bytes_used,
-            )
-        )
+        values = _row_values(grant, t.grants, terms=grant.terms.to_json())
+        await self._c.execute(insert(t.grants).values(id=grant.id, **values))
 
     async def get(self, grant_id: str) -> Grant | None:
         row = await self._first_where(t.grants, "id", grant_id)
@@ -107,7 +86,7 @@ class SqlGrants(_Repository):
         values: dict[str, Any] = {"state": state}
         if at is not None:
             values["revoked_at"] = format_time(at)
-        await self._c.execute(update(t.grants).where(t.grants.c.id == grant_id).values(**values))
+        await self._update_where(t.grants, "id", grant_id, values)
 
     async def charge_request(self, grant_id: str, *, requests: int) -> bool:
         """Charge one request if fewer than ``requests`` were used; whether it was charged.
@@ -127,10 +106,7 @@ class SqlGrants(_Repository):
         )
 
     async def lock(self, grant_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.grants.c.id).where(t.grants.c.id == grant_id).with_for_update()
-        )
+        await self._lock_where(t.grants, "id", grant_id)
 
     async def delete(self, grant_id: str) -> None:
-        await self._c.execute(delete(t.grants).where(t.grants.c.id == grant_id))
+        await self._delete_where(t.grants, "id", grant_id)

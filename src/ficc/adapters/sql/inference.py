@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.inference import (
     AttemptState,
     DesiredState,
@@ -21,36 +20,26 @@ from ficc.domain.service_records import AttemptRecord, ServiceRecord
 class SqlServices(_Repository):
     @staticmethod
     def _service(row: Any) -> ServiceRecord:
-        return ServiceRecord(
-            id=row.id,
-            project=row.project,
+        return _record(
+            ServiceRecord,
+            t.services,
+            row,
             spec=parse_service_spec(row.spec),
-            node=row.node,
             state=ServiceState(row.state),
             desired=DesiredState(row.desired),
-            revision=row.revision,
-            error=row.error,
-            created_by_grant=row.created_by_grant,
-            created_at=_req_time(row.created_at),
-            updated_at=_req_time(row.updated_at),
         )
 
     @staticmethod
     def _values(service: ServiceRecord) -> dict[str, Any]:
-        return {
-            "project": service.project,
-            "name": service.spec.name,
-            "model": service.spec.model,
-            "node": service.node,
-            "spec": service.spec.to_json(),
-            "state": service.state.value,
-            "desired": service.desired.value,
-            "revision": service.revision,
-            "error": service.error,
-            "created_by_grant": service.created_by_grant,
-            "created_at": format_time(service.created_at),
-            "updated_at": format_time(service.updated_at),
-        }
+        return _row_values(
+            service,
+            t.services,
+            name=service.spec.name,
+            model=service.spec.model,
+            spec=service.spec.to_json(),
+            state=service.state.value,
+            desired=service.desired.value,
+        )
 
     async def add(self, service: ServiceRecord) -> None:
         await self._c.execute(insert(t.services).values(id=service.id, **self._values(service)))
@@ -69,47 +58,20 @@ class SqlServices(_Repository):
         return [self._service(row) for row in rows]
 
     async def update(self, service: ServiceRecord) -> None:
-        await self._c.execute(
-            update(t.services).where(t.services.c.id == service.id).values(**self._values(service))
-        )
+        await self._update_where(t.services, "id", service.id, self._values(service))
 
     async def delete(self, service_id: str) -> None:
-        await self._c.execute(delete(t.services).where(t.services.c.id == service_id))
+        await self._delete_where(t.services, "id", service_id)
 
 
 class SqlAttempts(_Repository):
     @staticmethod
     def _attempt(row: Any) -> AttemptRecord:
-        return AttemptRecord(
-            id=row.id,
-            service_id=row.service_id,
-            replica=row.replica,
-            state=AttemptState(row.state),
-            serve_instance=row.serve_instance,
-            created_at=_req_time(row.created_at),
-            pid=row.pid,
-            pid_start_ticks=row.pid_start_ticks,
-            port=row.port,
-            exit_code=row.exit_code,
-            log_tail=row.log_tail,
-            ended_at=_time(row.ended_at),
-        )
+        return _record(AttemptRecord, t.replica_attempts, row, state=AttemptState(row.state))
 
     @staticmethod
     def _values(attempt: AttemptRecord) -> dict[str, Any]:
-        return {
-            "service_id": attempt.service_id,
-            "replica": attempt.replica,
-            "state": attempt.state.value,
-            "serve_instance": attempt.serve_instance,
-            "created_at": format_time(attempt.created_at),
-            "pid": attempt.pid,
-            "pid_start_ticks": attempt.pid_start_ticks,
-            "port": attempt.port,
-            "exit_code": attempt.exit_code,
-            "log_tail": attempt.log_tail,
-            "ended_at": _opt(attempt.ended_at),
-        }
+        return _row_values(attempt, t.replica_attempts, state=attempt.state.value)
 
     async def add(self, attempt: AttemptRecord) -> None:
         await self._c.execute(
@@ -126,18 +88,10 @@ class SqlAttempts(_Repository):
         return [self._attempt(row) for row in rows]
 
     async def update(self, attempt: AttemptRecord) -> None:
-        await self._c.execute(
-            update(t.replica_attempts)
-            .where(t.replica_attempts.c.id == attempt.id)
-            .values(**self._values(attempt))
-        )
+        await self._update_where(t.replica_attempts, "id", attempt.id, self._values(attempt))
 
     async def delete_for_service(self, service_id: str) -> None:
-        await self._c.execute(
-            delete(t.replica_attempts).where(t.replica_attempts.c.service_id == service_id)
-        )
+        await self._delete_where(t.replica_attempts, "service_id", service_id)
 
     async def delete(self, attempt_id: str) -> None:
-        await self._c.execute(
-            delete(t.replica_attempts).where(t.replica_attempts.c.id == attempt_id)
-        )
+        await self._delete_where(t.replica_attempts, "id", attempt_id)

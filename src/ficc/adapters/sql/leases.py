@@ -8,12 +8,11 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.database import SqlConnection
-from ficc.base.times import parse_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.lease import Lease
 
 
-class SqlLeases:
+class SqlLeases(_Repository):
     """Implements ``ficc.services.ports.LeasesRepository``.
 
     Reads hold the row on PostgreSQL, so that a takeover and a guarded commit are ordered:
@@ -21,18 +20,9 @@ class SqlLeases:
     a change, ``FOR UPDATE`` (which waits for them). SQLite has no row locks and one writer.
     """
 
-    def __init__(self, connection: SqlConnection) -> None:
-        self._c = connection
-
     @staticmethod
     def _lease(row: Any) -> Lease:
-        return Lease(
-            name=row.name,
-            holder=row.holder,
-            epoch=int(row.epoch),
-            acquired_at=parse_time(row.acquired_at),
-            expires_at=parse_time(row.expires_at),
-        )
+        return _record(Lease, t.leases, row, epoch=int(row.epoch))
 
     async def get(self, name: str, *, for_update: bool = False) -> Lease | None:
         query = select(t.leases).where(t.leases.c.name == name).with_for_update(read=not for_update)
@@ -40,12 +30,7 @@ class SqlLeases:
         return None if row is None else self._lease(row)
 
     async def put(self, lease: Lease, *, expected_epoch: int | None) -> bool:
-        values = {
-            "holder": lease.holder,
-            "epoch": lease.epoch,
-            "acquired_at": lease.acquired_at,
-            "expires_at": lease.expires_at,
-        }
+        values = _row_values(lease, t.leases)
         if expected_epoch is None:
             try:
                 await self._c.execute(insert(t.leases).values(name=lease.name, **values))

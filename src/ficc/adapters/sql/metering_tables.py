@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Table, Text
 
-from ficc.adapters.sql.tables import TIME, metadata
+from ficc.adapters.sql.tables import TIME, metadata, token_counts
 
 usage_records = Table(
     "usage_records",
@@ -51,9 +51,7 @@ token_limits = Table(
     Column("tokens_per_minute", BigInteger, nullable=True),
     Column("requests_per_minute", BigInteger, nullable=True),
     Column("requests_used", BigInteger, nullable=False, server_default="0"),
-    Column("prompt_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("completion_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
+    *token_counts(),
 )
 
 usage_receipts = Table(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _opt, _Repository, _req_time, _time
-from ficc.base.times import format_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.domain.service_records import MutationReceipt
 
 
@@ -18,26 +17,10 @@ class SqlReceipts(_Repository):
         row = (await self._c.execute(query)).first()
         if row is None:
             return None
-        return MutationReceipt(
-            scope=row.scope,
-            mutation_id=row.mutation_id,
-            operation=row.operation,
-            arguments_sha256=row.arguments_sha256,
-            state=row.state,
-            result=None if row.result is None else dict(row.result),
-            created_at=_req_time(row.created_at),
-            completed_at=_time(row.completed_at),
-        )
+        return _record(MutationReceipt, t.mutation_receipts, row)
 
     async def put(self, receipt: MutationReceipt) -> None:
-        values = {
-            "operation": receipt.operation,
-            "arguments_sha256": receipt.arguments_sha256,
-            "state": receipt.state,
-            "result": receipt.result,
-            "created_at": format_time(receipt.created_at),
-            "completed_at": _opt(receipt.completed_at),
-        }
+        values = _row_values(receipt, t.mutation_receipts)
         changed = await self._c.execute(
             update(t.mutation_receipts)
             .where(
@@ -54,9 +37,7 @@ class SqlReceipts(_Repository):
             )
 
     async def delete_scope(self, scope: str) -> None:
-        await self._c.execute(
-            delete(t.mutation_receipts).where(t.mutation_receipts.c.scope == scope)
-        )
+        await self._delete_where(t.mutation_receipts, "scope", scope)
 
     async def delete(self, scope: str, mutation_id: str) -> None:
         await self._c.execute(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 
@@ -16,42 +16,11 @@ from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 class SqlOffers(_Repository):
     @staticmethod
     def _offer(row: Any) -> Offer:
-        return Offer(
-            id=row.id,
-            direction=row.direction,
-            project=row.project,
-            service=row.service,
-            peer_label=row.peer_label,
-            peer_cluster_key=row.peer_cluster_key,
-            scopes=frozenset(row.scopes),
-            state=row.state,
-            revision=row.revision,
-            receipt=None if row.receipt is None else dict(row.receipt),
-            ticket=row.ticket,
-            created_at=_req_time(row.created_at),
-            expires_at=_req_time(row.expires_at),
-            peer_id=row.peer_id,
-            source=row.source,
-        )
+        return _record(Offer, t.offers, row, scopes=frozenset(row.scopes))
 
     @staticmethod
     def _values(offer: Offer) -> dict[str, Any]:
-        return {
-            "direction": offer.direction,
-            "project": offer.project,
-            "service": offer.service,
-            "peer_label": offer.peer_label,
-            "peer_cluster_key": offer.peer_cluster_key,
-            "scopes": sorted(offer.scopes),
-            "state": offer.state,
-            "revision": offer.revision,
-            "receipt": offer.receipt,
-            "ticket": offer.ticket,
-            "peer_id": offer.peer_id,
-            "created_at": format_time(offer.created_at),
-            "expires_at": format_time(offer.expires_at),
-            "source": offer.source,
-        }
+        return _row_values(offer, t.offers, scopes=sorted(offer.scopes))
 
     async def add(self, offer: Offer) -> None:
         """Store the offer and tombstone its ID, so it is never taken again (also after
@@ -129,19 +98,14 @@ class SqlOffers(_Repository):
         return int(result.rowcount or 0)
 
     async def update(self, offer: Offer) -> None:
-        await self._c.execute(
-            update(t.offers).where(t.offers.c.id == offer.id).values(**self._values(offer))
-        )
+        await self._update_where(t.offers, "id", offer.id, self._values(offer))
 
     async def get(self, offer_id: str) -> Offer | None:
         row = await self._first_where(t.offers, "id", offer_id)
         return None if row is None else self._offer(row)
 
     async def lock(self, offer_id: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.offers.c.id).where(t.offers.c.id == offer_id).with_for_update()
-        )
+        await self._lock_where(t.offers, "id", offer_id)
 
     async def visible_to(
         self, project: str, *, after: str | None = None, limit: int | None = None
@@ -166,4 +130,4 @@ class SqlOffers(_Repository):
         return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]
 
     async def delete(self, offer_id: str) -> None:
-        await self._c.execute(delete(t.offers).where(t.offers.c.id == offer_id))
+        await self._delete_where(t.offers, "id", offer_id)

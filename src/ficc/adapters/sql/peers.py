@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _Repository, _req_time
+from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
 from ficc.domain.peers import Peer
 
@@ -16,46 +16,13 @@ from ficc.domain.peers import Peer
 class SqlPeers(_Repository):
     @staticmethod
     def _peer(row: Any) -> Peer:
-        return Peer(
-            id=row.id,
-            project=row.project,
-            label=row.label,
-            hypernet_id=row.hypernet_id,
-            cluster_key=row.cluster_key,
-            state=row.state,
-            generation=row.generation,
-            role=row.role,
-            offer_id=row.offer_id,
-            selected_grant=row.selected_grant,
-            ticket=row.ticket,
-            created_at=_req_time(row.created_at),
-            updated_at=_req_time(row.updated_at),
-        )
-
-    @staticmethod
-    def _values(peer: Peer) -> dict[str, Any]:
-        return {
-            "project": peer.project,
-            "label": peer.label,
-            "hypernet_id": peer.hypernet_id,
-            "cluster_key": peer.cluster_key,
-            "state": peer.state,
-            "generation": peer.generation,
-            "role": peer.role,
-            "offer_id": peer.offer_id,
-            "selected_grant": peer.selected_grant,
-            "ticket": peer.ticket,
-            "created_at": format_time(peer.created_at),
-            "updated_at": format_time(peer.updated_at),
-        }
+        return _record(Peer, t.peers, row)
 
     async def add(self, peer: Peer) -> None:
-        await self._c.execute(insert(t.peers).values(id=peer.id, **self._values(peer)))
+        await self._c.execute(insert(t.peers).values(id=peer.id, **_row_values(peer, t.peers)))
 
     async def update(self, peer: Peer) -> None:
-        await self._c.execute(
-            update(t.peers).where(t.peers.c.id == peer.id).values(**self._values(peer))
-        )
+        await self._update_where(t.peers, "id", peer.id, _row_values(peer, t.peers))
 
     async def get(self, peer_id: str) -> Peer | None:
         row = await self._first_where(t.peers, "id", peer_id)
@@ -71,14 +38,14 @@ class SqlPeers(_Repository):
         return [self._peer(row) for row in await self._c.execute(query)]
 
     async def delete(self, peer_id: str) -> None:
-        await self._c.execute(delete(t.peers).where(t.peers.c.id == peer_id))
+        await self._delete_where(t.peers, "id", peer_id)
 
 
 class SqlRemoteGrants(_Repository):
     async def replace_for_peer(
         self, peer_id: str, grants: list[dict[str, Any]], at: datetime
     ) -> None:
-        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        await self._delete_where(t.remote_grants, "peer_id", peer_id)
         for grant in grants:
             await self._c.execute(
                 insert(t.remote_grants).values(
@@ -92,4 +59,4 @@ class SqlRemoteGrants(_Repository):
         ]
 
     async def delete_for_peer(self, peer_id: str) -> None:
-        await self._c.execute(delete(t.remote_grants).where(t.remote_grants.c.peer_id == peer_id))
+        await self._delete_where(t.remote_grants, "peer_id", peer_id)

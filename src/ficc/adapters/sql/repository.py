@@ -1,32 +1,80 @@
-"""What every SQL repository shares: its connection, stored times read and written, and
-selects by one column built once.
+"""What every SQL repository shares: its connection, records read from and written to rows
+whose columns are named as their fields, and the statements over the rows of one column's
+value.
 
 The names keep their leading underscore: they are for this package's repositories only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Select, Table, bindparam, select
+from sqlalchemy import Delete, Select, Table, bindparam, delete, select, update
 
 from ficc.adapters.sql.database import SqlConnection
-from ficc.base.times import format_time, parse_time
+from ficc.adapters.sql.tables import StoredTime
+from ficc.base.times import parse_time
+
+_R = TypeVar("_R")
 
 
 def _time(value: str | None) -> datetime | None:
     return None if value is None else parse_time(value)
 
 
-def _req_time(value: str) -> datetime:
-    return parse_time(value)
+@functools.cache
+def _times(table: Table) -> frozenset[str]:
+    """The names of ``table``'s time columns, whose text a record reads as a datetime."""
+    return frozenset(column.name for column in table.c if isinstance(column.type, StoredTime))
 
 
-def _opt(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(kind: type[Any]) -> tuple[str, ...]:
+    """``kind``'s fields, read once per class: some records are read on every request, and
+    ``dataclasses.fields`` walks the class each time."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind) if f.init)
+    return names
+
+
+def _record(kind: type[_R], table: Table, row: Any, **read: Any) -> _R:
+    """A ``kind`` (a dataclass) of ``table``'s row, each field the column of its name, a time
+    parsed (a JSON column's value is already a new dict or list); ``read``: the fields the
+    row holds otherwise (a set as a list, a spec as JSON) or not at all.
+
+    One mapping, not one spelt out field by field in every repository: a field that has no
+    column and is not in ``read`` fails at once.
+    """
+    times = _times(table)
+    return kind(
+        **{
+            name: _time(getattr(row, name)) if name in times else getattr(row, name)
+            for name in _field_names(kind)
+            if name not in read
+        },
+        **read,
+    )
+
+
+def _row_values(record: object, table: Table, **written: Any) -> dict[str, Any]:
+    """The values of ``table``'s columns but its key, each the field of ``record`` of its
+    name; ``written``: the columns stored otherwise (a set as a sorted list, a spec as JSON).
+
+    A time goes as the datetime it is: the column writes it (``tables.StoredTime``).
+    """
+    values = {
+        column.name: getattr(record, column.name)
+        for column in table.c
+        if not column.primary_key and column.name not in written
+    }
+    return values | written
 
 
 @functools.cache
@@ -37,6 +85,18 @@ def _select_where(table: Table, column: str) -> Select[Any]:
     SQLAlchemy derives by walking the whole expression (about 0.1 ms); a kept one skips that.
     """
     return select(table).where(table.c[column] == bindparam("value"))
+
+
+@functools.cache
+def _delete_statement(table: Table, column: str) -> Delete:
+    """``DELETE FROM table WHERE column = :value``, built once (as :func:`_select_where`)."""
+    return delete(table).where(table.c[column] == bindparam("value"))
+
+
+@functools.cache
+def _lock_statement(table: Table, column: str) -> Select[Any]:
+    """``SELECT column FROM table WHERE column = :value FOR UPDATE``, built once."""
+    return select(table.c[column]).where(table.c[column] == bindparam("value")).with_for_update()
 
 
 class _Repository:
@@ -50,3 +110,20 @@ class _Repository:
     async def _rows_where(self, table: Table, column: str, value: object) -> Sequence[Any]:
         """Every row whose ``column`` equals ``value``."""
         return (await self._c.execute(_select_where(table, column), {"value": value})).all()
+
+    async def _update_where(
+        self, table: Table, column: str, value: object, values: Mapping[str, Any]
+    ) -> int:
+        """Set ``values`` on the rows whose ``column`` equals ``value``; how many there were
+        (built per call: the columns set vary)."""
+        statement = update(table).where(table.c[column] == value).values(values)
+        return int((await self._c.execute(statement)).rowcount)
+
+    async def _delete_where(self, table: Table, column: str, value: object) -> None:
+        """Delete the rows whose ``column`` equals ``value``."""
+        await self._c.execute(_delete_statement(table, column), {"value": value})
+
+    async def _lock_where(self, table: Table, column: str, value: object) -> None:
+        """Hold the rows whose ``column`` equals ``value`` until the transaction ends: ``SELECT
+        ... FOR UPDATE`` on PostgreSQL; SQLite has no row locks (and one writer)."""
+        await self._c.execute(_lock_statement(table, column), {"value": value})

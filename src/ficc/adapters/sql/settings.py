@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _Repository
@@ -17,16 +17,8 @@ class SqlSettings(_Repository):
         return None if row is None else row.value
 
     async def put(self, key: str, value: Any) -> None:
-        changed = await self._c.execute(
-            update(t.cluster_settings).where(t.cluster_settings.c.key == key).values(value=value)
-        )
-        if changed.rowcount == 0:
+        if await self._update_where(t.cluster_settings, "key", key, {"value": value}) == 0:
             await self._c.execute(insert(t.cluster_settings).values(key=key, value=value))
 
     async def lock(self, key: str) -> None:
-        # SELECT ... FOR UPDATE on PostgreSQL; SQLite has no row locks (and one writer).
-        await self._c.execute(
-            select(t.cluster_settings.c.key)
-            .where(t.cluster_settings.c.key == key)
-            .with_for_update()
-        )
+        await self._lock_where(t.cluster_settings, "key", key)

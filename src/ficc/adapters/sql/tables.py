@@ -59,6 +59,42 @@ class StoredTime(TypeDecorator[str]):
 
 TIME = StoredTime()
 
+# The columns several tables share, each defined once: a call makes the column anew, since a
+# Column belongs to the one table it is given to.
+
+
+def _id() -> Column[str]:
+    """A record's key: its ID (at most 40 characters)."""
+    return Column("id", String(40), primary_key=True)
+
+
+def _project() -> Column[str]:
+    """The project a record belongs to (a project's name is at most 63 characters)."""
+    return Column("project", String(63), ForeignKey("projects.name"), nullable=False)
+
+
+def _stamps() -> tuple[Column[str], Column[str]]:
+    """When a record was made and when it last changed."""
+    return Column("created_at", TIME, nullable=False), Column("updated_at", TIME, nullable=False)
+
+
+def _credential() -> tuple[Column[str], Column[str]]:
+    """A credential's user and its secret's digest: the digest finds it, so no two share one."""
+    return (
+        Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
+        Column("secret_hash", String(64), nullable=False, unique=True),
+    )
+
+
+def token_counts() -> tuple[Column[int], ...]:
+    """A metered budget's tokens (a grant's, a restricted token's: ``budgets.BudgetRow``):
+    used, and reserved by requests in flight."""
+    return tuple(
+        Column(name, BigInteger, nullable=False, server_default="0")
+        for name in ("prompt_tokens_used", "completion_tokens_used", "tokens_reserved")
+    )
+
+
 projects = Table(
     "projects",
     metadata,
@@ -69,7 +105,7 @@ projects = Table(
 users = Table(
     "users",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("username", String(64), nullable=False, unique=True),
     Column("password_hash", Text, nullable=True),
     Column("is_owner", Boolean, nullable=False),
@@ -81,9 +117,8 @@ users = Table(
 api_tokens = Table(
     "api_tokens",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
-    Column("secret_hash", String(64), nullable=False, unique=True),
+    _id(),
+    *_credential(),
     Column("scopes", JSON, nullable=False),
     Column("projects", JSON, nullable=False),
     Column("created_at", TIME, nullable=False),
@@ -98,9 +133,8 @@ api_tokens = Table(
 web_sessions = Table(
     "web_sessions",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
-    Column("secret_hash", String(64), nullable=False, unique=True),
+    _id(),
+    *_credential(),
     Column("csrf_token", String(64), nullable=False),
     Column("created_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=False),
@@ -109,9 +143,8 @@ web_sessions = Table(
 login_links = Table(
     "login_links",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("user_id", String(40), ForeignKey("users.id"), nullable=False),
-    Column("secret_hash", String(64), nullable=False, unique=True),
+    _id(),
+    *_credential(),
     Column("created_at", TIME, nullable=False),
     Column("expires_at", TIME, nullable=False),
     Column("used_at", TIME, nullable=True),
@@ -153,7 +186,7 @@ cluster_settings = Table(
 nodes = Table(
     "nodes",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("name", String(200), nullable=False),
     Column("is_local", Boolean, nullable=False),
     Column("cpu_count", Integer, nullable=False),
@@ -170,8 +203,8 @@ nodes = Table(
 models = Table(
     "models",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("name", String(200), nullable=False),
     Column("format", String(64), nullable=False),
     Column("manifest", JSON, nullable=False),
@@ -193,8 +226,8 @@ blob_refs = Table(
 services = Table(
     "services",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("name", String(200), nullable=False),
     Column("model", String(40), nullable=False),
     Column("node", String(40), nullable=False),
@@ -204,14 +237,13 @@ services = Table(
     Column("revision", Integer, nullable=False),
     Column("error", Text, nullable=True),
     Column("created_by_grant", String(40), nullable=True),
-    Column("created_at", TIME, nullable=False),
-    Column("updated_at", TIME, nullable=False),
+    *_stamps(),
 )
 
 replica_attempts = Table(
     "replica_attempts",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("service_id", String(40), ForeignKey("services.id"), nullable=False),
     Column("replica", Integer, nullable=False),
     Column("state", String(20), nullable=False),
@@ -241,8 +273,8 @@ mutation_receipts = Table(
 peers = Table(
     "peers",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("label", String(200), nullable=True),
     Column("hypernet_id", String(64), nullable=False),
     Column("cluster_key", String(64), nullable=False),
@@ -252,14 +284,13 @@ peers = Table(
     Column("offer_id", String(40), nullable=True),
     Column("selected_grant", String(40), nullable=True),
     Column("ticket", Text, nullable=True),
-    Column("created_at", TIME, nullable=False),
-    Column("updated_at", TIME, nullable=False),
+    *_stamps(),
 )
 
 offers = Table(
     "offers",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("direction", String(20), nullable=False),
     Column("project", String(63), nullable=True),
     Column("service", String(64), nullable=False),
@@ -281,7 +312,7 @@ offers = Table(
 offer_tombstones = Table(
     "offer_tombstones",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("hypernet_id", String(64), nullable=False),
     Column("created_at", TIME, nullable=False),
 )
@@ -289,8 +320,8 @@ offer_tombstones = Table(
 grants = Table(
     "grants",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("peer_id", String(40), nullable=False),
     Column("terms", JSON, nullable=False),
     Column("state", String(20), nullable=False),
@@ -299,15 +330,13 @@ grants = Table(
     Column("revoked_at", TIME, nullable=True),
     Column("requests_used", BigInteger, nullable=False),
     Column("transfer_bytes_used", BigInteger, nullable=False),
-    Column("prompt_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("completion_tokens_used", BigInteger, nullable=False, server_default="0"),
-    Column("tokens_reserved", BigInteger, nullable=False, server_default="0"),
+    *token_counts(),
 )
 
 remote_grants = Table(
     "remote_grants",
     metadata,
-    Column("id", String(40), primary_key=True),
+    _id(),
     Column("peer_id", String(40), nullable=False),
     Column("data", JSON, nullable=False),
     Column("refreshed_at", TIME, nullable=False),
@@ -316,8 +345,8 @@ remote_grants = Table(
 transfers = Table(
     "transfers",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("peer_id", String(40), nullable=False),
     Column("remote_model", String(40), nullable=False),
     Column("grant_id", String(40), nullable=False),
@@ -327,8 +356,7 @@ transfers = Table(
     Column("files", JSON, nullable=False),
     Column("local_model", String(40), nullable=True),
     Column("error", Text, nullable=True),
-    Column("created_at", TIME, nullable=False),
-    Column("updated_at", TIME, nullable=False),
+    *_stamps(),
 )
 
 # The indexes the migrations create, declared here too so that the two agree exactly.
@@ -352,11 +380,10 @@ leases = Table(
 routes = Table(
     "routes",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("project", String(63), ForeignKey("projects.name"), nullable=False),
+    _id(),
+    _project(),
     Column("name", String(63), nullable=False),
     Column("spec", JSON, nullable=False),
-    Column("created_at", TIME, nullable=False),
-    Column("updated_at", TIME, nullable=False),
+    *_stamps(),
 )
 Index("routes_by_project_name", routes.c.project, routes.c.name, unique=True)

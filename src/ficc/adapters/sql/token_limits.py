@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from sqlalchemy import Select, func, insert, select, update
+from sqlalchemy import insert, select
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql.budgets import BudgetRow
-from ficc.adapters.sql.database import SqlConnection
-from ficc.adapters.sql.usage_records import RECORD_COLUMNS, record_of, sums_of
-from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed
+from ficc.adapters.sql.repository import _record, _Repository
+from ficc.adapters.sql.usage_records import page_of, totals_of
+from ficc.domain.metering import GrantStanding, UsageRecord
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 
 _ROWS = m.token_limits.c
@@ -23,13 +23,8 @@ _BUDGET: Final = BudgetRow(m.token_limits, _ROWS.token_id, counts_requests=True)
 
 
 def _standing(row: Any) -> GrantStanding:
-    return GrantStanding(
-        requests_used=row.requests_used,
-        transfer_bytes_used=0,
-        prompt_tokens_used=row.prompt_tokens_used,
-        completion_tokens_used=row.completion_tokens_used,
-        tokens_reserved=row.tokens_reserved,
-    )
+    """A token's standing: a grant's, but a token moves no files."""
+    return _record(GrantStanding, m.token_limits, row, transfer_bytes_used=0)
 
 
 def _limit(row: Any) -> TokenLimit:
@@ -47,11 +42,8 @@ def _limit(row: Any) -> TokenLimit:
     )
 
 
-class SqlTokenLimits:
+class SqlTokenLimits(_Repository):
     """Implements ``ficc.services.ports.TokenLimitsRepository``."""
-
-    def __init__(self, connection: SqlConnection) -> None:
-        self._c = connection
 
     async def add(self, token_id: str, restrictions: TokenRestrictions) -> None:
         r = restrictions
@@ -68,8 +60,7 @@ class SqlTokenLimits:
         )
 
     async def get(self, token_id: str) -> TokenLimit | None:
-        query = select(m.token_limits).where(_ROWS.token_id == token_id)
-        row = (await self._c.execute(query)).first()
+        row = await self._first_where(m.token_limits, "token_id", token_id)
         return None if row is None else _limit(row)
 
     async def of_tokens(self, token_ids: Collection[str]) -> dict[str, TokenLimit]:
@@ -93,36 +84,16 @@ class SqlTokenLimits:
         )
 
     async def standing(self, token_id: str) -> GrantStanding | None:
-        query = select(m.token_limits).where(_ROWS.token_id == token_id)
-        row = (await self._c.execute(query)).first()
+        row = await self._first_where(m.token_limits, "token_id", token_id)
         return None if row is None else _standing(row)
 
     async def clear_reservations(self) -> None:
-        await self._c.execute(
-            update(m.token_limits).where(_ROWS.tokens_reserved != 0).values(tokens_reserved=0)
-        )
-
-    def _mine(self, query: Select[Any], token_id: str) -> Select[Any]:
-        return query.where(_RECORDS.token_id == token_id)
+        await _BUDGET.clear(self._c)
 
     async def usage_page(
         self, token_id: str, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]:
-        query = self._mine(select(*RECORD_COLUMNS), token_id)
-        if after is not None:
-            query = query.where(_RECORDS.seq > after)
-        query = query.order_by(_RECORDS.seq).limit(limit)
-        return [record_of(row) for row in await self._c.execute(query)]
+        return await page_of(self._c, [_RECORDS.token_id == token_id], after, limit)
 
     async def usage_totals(self, token_id: str) -> dict[str, Any]:
-        hour = func.substr(_RECORDS.started_at, 1, HOUR_CHARS).label("bucket")
-        sums = [
-            func.count().label("requests"),
-            func.coalesce(func.sum(_RECORDS.prompt_tokens), 0).label("prompt_tokens"),
-            func.coalesce(func.sum(_RECORDS.completion_tokens), 0).label("completion_tokens"),
-            func.coalesce(func.sum(_RECORDS.request_bytes), 0).label("request_bytes"),
-            func.coalesce(func.sum(_RECORDS.response_bytes), 0).label("response_bytes"),
-        ]
-        query = self._mine(select(hour, *sums), token_id)
-        rows = (await self._c.execute(query.group_by(hour).order_by(hour))).all()
-        return bucketed([(row.bucket, sums_of(row)) for row in rows])
+        return await totals_of(self._c, [_RECORDS.token_id == token_id])

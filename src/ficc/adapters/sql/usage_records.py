@@ -12,13 +12,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Select, bindparam, func, insert, select, update
+from sqlalchemy import ColumnElement, bindparam, func, insert, select
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.budgets import BudgetRow
 from ficc.adapters.sql.database import SqlConnection
-from ficc.base.times import parse_time
+from ficc.adapters.sql.repository import _record
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
 
 _GRANTS = t.grants.c
@@ -27,21 +27,16 @@ _RECORDS = m.usage_records.c
 _BUDGET: Final = BudgetRow(t.grants, _GRANTS.id)
 
 
-_STANDING: Final = select(
-    _GRANTS.requests_used,
-    _GRANTS.transfer_bytes_used,
-    _GRANTS.prompt_tokens_used,
-    _GRANTS.completion_tokens_used,
-    _GRANTS.tokens_reserved,
-).where(_GRANTS.id == bindparam("grant"))
-
-_SETTLE_STANDING: Final = _BUDGET.settle_statement.returning(
+_STANDING_COLUMNS: Final = (
     _GRANTS.requests_used,
     _GRANTS.transfer_bytes_used,
     _GRANTS.prompt_tokens_used,
     _GRANTS.completion_tokens_used,
     _GRANTS.tokens_reserved,
 )
+"""A grant's standing (``GrantStanding``): its counters."""
+_STANDING: Final = select(*_STANDING_COLUMNS).where(_GRANTS.id == bindparam("grant"))
+_SETTLE_STANDING: Final = _BUDGET.settle_statement.returning(*_STANDING_COLUMNS)
 """The settlement, answering the row it leaves: the told counts need it, and reading the row
 again would be one more statement on every request (SQLite 3.35+ and PostgreSQL return it)."""
 
@@ -92,9 +87,7 @@ class SqlUsage:
         return _standing_of(result.first())
 
     async def clear_reservations(self) -> None:
-        await self._c.execute(
-            update(t.grants).where(_GRANTS.tokens_reserved != 0).values(tokens_reserved=0)
-        )
+        await _BUDGET.clear(self._c)
 
     async def standing(self, grant_id: str) -> GrantStanding | None:
         return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
@@ -116,21 +109,6 @@ class SqlUsage:
         )
         return {row.request_id: record_of(row) for row in await self._c.execute(query)}
 
-    def _where(
-        self,
-        query: Select[Any],
-        grant_id: str,
-        side: str,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> Select[Any]:
-        query = query.where(_RECORDS.grant_id == grant_id).where(_RECORDS.side == side)
-        if since is not None:
-            query = query.where(_RECORDS.started_at >= since)
-        if until is not None:
-            query = query.where(_RECORDS.started_at < until)
-        return query
-
     async def page(
         self,
         grant_id: str,
@@ -141,11 +119,7 @@ class SqlUsage:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[UsageRecord]:
-        query = self._where(select(*RECORD_COLUMNS), grant_id, side, since, until)
-        if after is not None:
-            query = query.where(_RECORDS.seq > after)
-        query = query.order_by(_RECORDS.seq).limit(limit)
-        return [record_of(row) for row in await self._c.execute(query)]
+        return await page_of(self._c, _of_grant(grant_id, side, since, until), after, limit)
 
     async def totals(
         self,
@@ -155,30 +129,52 @@ class SqlUsage:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> dict[str, Any]:
-        """The sums over the records, whole and per hour and per day (UTC)."""
-        hour = func.substr(_RECORDS.started_at, 1, HOUR_CHARS).label("bucket")
-        sums = [
-            func.count().label("requests"),
-            func.coalesce(func.sum(_RECORDS.prompt_tokens), 0).label("prompt_tokens"),
-            func.coalesce(func.sum(_RECORDS.completion_tokens), 0).label("completion_tokens"),
-            func.coalesce(func.sum(_RECORDS.request_bytes), 0).label("request_bytes"),
-            func.coalesce(func.sum(_RECORDS.response_bytes), 0).label("response_bytes"),
-        ]
-        query = self._where(select(hour, *sums), grant_id, side, since, until)
-        rows = (await self._c.execute(query.group_by(hour).order_by(hour))).all()
-        return bucketed([(row.bucket, sums_of(row)) for row in rows])
+        return await totals_of(self._c, _of_grant(grant_id, side, since, until))
+
+
+def _of_grant(
+    grant_id: str, side: str, since: datetime | None, until: datetime | None
+) -> list[ColumnElement[bool]]:
+    """One side's records of a grant, started in ``[since, until)`` where given."""
+    where = [_RECORDS.grant_id == grant_id, _RECORDS.side == side]
+    if since is not None:
+        where.append(_RECORDS.started_at >= since)
+    if until is not None:
+        where.append(_RECORDS.started_at < until)
+    return where
+
+
+async def page_of(
+    connection: SqlConnection, where: list[ColumnElement[bool]], after: int | None, limit: int
+) -> list[UsageRecord]:
+    """The records ``where`` selects by seq, those after ``after`` where given: a page of a
+    grant's records or a token's."""
+    query = select(*RECORD_COLUMNS).where(*where)
+    if after is not None:
+        query = query.where(_RECORDS.seq > after)
+    rows = await connection.execute(query.order_by(_RECORDS.seq).limit(limit))
+    return [record_of(row) for row in rows]
+
+
+_HOUR: Final = func.substr(_RECORDS.started_at, 1, HOUR_CHARS).label("bucket")
+_SUMS: Final = (
+    func.count().label("requests"),
+    *(
+        func.coalesce(func.sum(_RECORDS[name]), 0).label(name)
+        for name in ("prompt_tokens", "completion_tokens", "request_bytes", "response_bytes")
+    ),
+)
+
+
+async def totals_of(connection: SqlConnection, where: list[ColumnElement[bool]]) -> dict[str, Any]:
+    """The sums over the records ``where`` selects, whole and per hour and per day (UTC)."""
+    query = select(_HOUR, *_SUMS).where(*where).group_by(_HOUR).order_by(_HOUR)
+    rows = (await connection.execute(query)).all()
+    return bucketed([(row.bucket, _sums_of(row)) for row in rows])
 
 
 def _standing_of(row: Any) -> GrantStanding | None:
-    if row is None:
-        return None
-    return GrantStanding(
-        requests_used=row.requests_used,
-        transfer_bytes_used=row.transfer_bytes_used,
-        prompt_tokens_used=row.prompt_tokens_used,
-        completion_tokens_used=row.completion_tokens_used,
-        tokens_reserved=row.tokens_reserved,
-    )
+    return None if row is None else _record(GrantStanding, t.grants, row)
 
 
 def record_values(record: UsageRecord) -> dict[str, Any]:
@@ -203,27 +199,16 @@ def record_values(record: UsageRecord) -> dict[str, Any]:
     }
 
 
-def sums_of(row: Any) -> dict[str, int]:
+def _sums_of(row: Any) -> dict[str, int]:
     return {name: int(getattr(row, name)) for name in empty_totals()}
 
 
 def record_of(row: Any) -> UsageRecord:
-    return UsageRecord(
+    return _record(
+        UsageRecord,
+        m.usage_records,
+        row,
         request=row.request_id,
         grant=row.grant_id,
-        side=row.side,
-        operation=row.operation,
-        service=row.service,
-        started_at=parse_time(row.started_at),
-        ended_at=parse_time(row.ended_at),
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        request_bytes=row.request_bytes,
-        response_bytes=row.response_bytes,
-        outcome=row.outcome,
-        counted_prompt_tokens=row.counted_prompt_tokens,
-        counted_completion_tokens=row.counted_completion_tokens,
-        told=row.told,
-        seq=row.seq,
         token=row.token_id,
     )
