@@ -320,21 +320,13 @@ class RemoteClient:
         return peer, peer.selected_grant, terms
 
 
-def _term(terms: JSONObject, name: str, default: int, maximum: int) -> int:
-    """A size of the copied grant, or ``default`` when the copy lacks it or looks wrong."""
-    value = terms.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        return default
-    return value
-
-
 def answer_bytes(operation: str, terms: JSONObject) -> int:
     """The most an answer to ``operation`` under a grant with ``terms`` may be on the wire:
     for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
     if operation == "inference.invoke":
-        response_bytes = _term(
+        response_bytes = g.copied_term(
             terms, "response_bytes", g.DEFAULT_RESPONSE_BYTES, g.MAX_RESPONSE_BYTES
         )
         return g.wire_bytes(response_bytes)
@@ -369,7 +361,7 @@ def _wire(
             "±(2**53 - 1)",
             field="body",
         ) from exc
-    allowed = _term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
+    allowed = g.copied_term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
     if size > allowed:
         raise TooLarge(
             f"the request body is {size} bytes; the grant allows {allowed}",
