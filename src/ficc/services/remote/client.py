@@ -29,7 +29,7 @@ from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
-from ficc.services.federation.common import project_peer
+from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.peer_channel import PeerChannel
@@ -306,8 +306,7 @@ class RemoteClient:
         peer, remote = await self._peer_and_copies(project, peer_id)
         if service is not None and service not in _published(peer.selected_grant, remote):
             raise unpublished(service)
-        if peer.state != p.PAIRED:
-            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        check_paired(peer)
         if peer.selected_grant is None:
             raise Conflict(
                 "no grant of this peer is selected; refresh and select one",
