@@ -217,6 +217,19 @@ def _optional_count(data: Mapping[str, Any], name: str, maximum: int) -> int | N
     return _count(data, name, 1, maximum, 1)
 
 
+def copied_term(
+    terms: Mapping[str, object], name: str, default: int, maximum: int | None = None
+) -> int:
+    """A size in a requester's copy of a grant's terms, or ``default`` when the copy lacks it
+    or it looks wrong (below 1, above ``maximum``): the grantor checks the term itself."""
+    value = terms.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return default
+    if maximum is not None and value > maximum:
+        return default
+    return value
+
+
 def _ids(data: Mapping[str, Any], name: str) -> frozenset[str]:
     value = data.get(name, [])
     if not isinstance(value, list):

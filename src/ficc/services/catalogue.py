@@ -10,6 +10,7 @@ from pathlib import Path
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound
 from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
+from ficc.base.text import parse_short_text
 from ficc.base.times import with_times_formatted
 from ficc.domain.catalogue import CatalogueModel, ModelView
 from ficc.domain.manifests import (
@@ -51,15 +52,6 @@ def _resolve(resolve_path: UserPathResolver, path: str, field: str) -> Path:
         raise InvalidInput(exc.message.replace(path, field), field=field) from exc
 
 
-def _parse_name(name: object) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS:
-        raise InvalidInput(
-            f"name must be a non-empty string of at most {MAX_MODEL_NAME_CHARS} characters",
-            field="name",
-        )
-    return name.strip()
-
-
 async def add_model(
     uow_factory: UnitOfWorkFactory,
     clock: Clock,
@@ -73,7 +65,7 @@ async def add_model(
 ) -> CatalogueModel:
     """Import files (streamed, hashed, fsynced) and record the model; the local owner only."""
     principal.require_local_owner()
-    model_name = _parse_name(name)
+    model_name = parse_short_text(name, "name", MAX_MODEL_NAME_CHARS)
     if not isinstance(paths, list) or not paths or len(paths) > MAX_MODEL_FILES:
         raise InvalidInput(
             f"paths must be a list of 1 to {MAX_MODEL_FILES} file paths", field="paths"

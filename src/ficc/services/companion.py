@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final, Protocol, TypedDict
 
 from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
+from ficc.base.text import parse_short_text
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.peer_channel import Answer, PeerChannel
@@ -71,15 +72,6 @@ TransportFactory = Callable[[Path, str], Transport]
 """``factory(agent_directory, bind_address)``."""
 
 
-def parse_label(value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_LABEL_CHARS:
-        raise InvalidInput(
-            f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters",
-            field="label",
-        )
-    return value.strip()
-
-
 def parse_agent_directory(value: object) -> Path:
     if not isinstance(value, str) or not value or "\0" in value:
         raise InvalidInput("agent_directory must be a path", field="agent_directory")
@@ -130,7 +122,7 @@ class Companion:
         principal.require_scope("federation:manage")
         principal.require_local_owner()
         directory = parse_agent_directory(agent_directory)
-        new_label = parse_label(label) if label is not None else None
+        new_label = None if label is None else parse_short_text(label, "label", MAX_LABEL_CHARS)
         async with self._uow_factory() as uow:
             await uow.settings.put(COMPANION_SETTING, {"agent_directory": str(directory)})
             if new_label is not None:

@@ -136,6 +136,12 @@ async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> p.Peer:
     return peer
 
 
+def check_paired(peer: p.Peer) -> None:
+    """Refuse what only a live pairing may do: a pending or removed peer is a conflict."""
+    if peer.state != p.PAIRED:
+        raise Conflict(f"peer {peer.id} is {peer.state}", details={"state": peer.state})
+
+
 async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> g.Grant:
     grant = await uow.grants.get(grant_id)
     if grant is None or grant.project != project:

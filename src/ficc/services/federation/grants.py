@@ -20,6 +20,7 @@ from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.federation.common import (
     FederationContext,
+    check_paired,
     check_resources,
     log,
     peer_json,
@@ -95,8 +96,7 @@ class Grants:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-            if peer.state != p.PAIRED:
-                raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+            check_paired(peer)
             await check_resources(uow, project, terms)
             given = new_grant(project, peer_id, terms, now)
             await uow.grants.add(given)
@@ -178,8 +178,7 @@ class Grants:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-        if peer.state != p.PAIRED:
-            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        check_paired(peer)
         listed = await self._copies.fetch(peer)
         if selected is not None:
             _check_selectable(listed, selected)

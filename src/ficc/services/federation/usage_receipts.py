@@ -26,6 +26,7 @@ from ficc.services.federation.common import (
     PAIRING_TIMEOUT_SECONDS,
     FederationContext,
     Verify,
+    check_paired,
     log,
     project_peer,
 )
@@ -262,8 +263,7 @@ class UsageReceipts:
             # their chains can still be fetched and compared.
             known = {str(item.get("id")) for item in await uow.remote_grants.of_peer(peer.id)}
             known.update(await uow.receipt_chains.of_peer(peer.id))
-        if peer.state != p.PAIRED:
-            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        check_paired(peer)
         if chosen is not None and chosen not in known:
             raise NotFound(
                 f"the peer gives this project no grant {chosen}", details={"grant": chosen}

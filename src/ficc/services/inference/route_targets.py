@@ -167,7 +167,7 @@ class RouteTargets:
                 service=target.service,
                 via=(route.name, route.id),
             )
-            cap = _term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
+            cap = g.copied_term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
             if target.max_in_flight is not None:
                 cap = min(cap, target.max_in_flight)
             self._remote_caps[key] = cap
@@ -260,13 +260,6 @@ def _local_capacity(target: Target, occupancy: Any) -> int | None:
     if occupancy.runtime in ONE_AT_A_TIME:
         return int(occupancy.replicas)
     return None
-
-
-def _term(terms: Mapping[str, Any], name: str, default: int) -> int:
-    value = terms.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return default
-    return value
 
 
 def addressed_to(body: Mapping[str, Any], target: Target) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from ficc.services.inference.route_targets import (
     token_admits,
 )
 from ficc.services.inference.router import InvocationRouter
-from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from ficc.services.token_limits import TokenLimits
 
 ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"
@@ -144,9 +144,7 @@ class Routes:
         spec = parse_route_spec(data)
         _check_name(spec.name)
         async with self._uow_factory() as uow:
-            route = await uow.routes.get(route_id)
-            if route is None or route.project != project:
-                raise _no_route(route_id)
+            route = await _project_route(uow, project, route_id)
             other = await uow.routes.by_name(project, spec.name)
             if other is not None and other.id != route_id:
                 raise _name_taken(spec.name)
@@ -158,9 +156,7 @@ class Routes:
 
     async def remove_route(self, project: str, route_id: str) -> None:
         async with self._uow_factory() as uow:
-            route = await uow.routes.get(route_id)
-            if route is None or route.project != project:
-                raise _no_route(route_id)
+            await _project_route(uow, project, route_id)
             await uow.routes.delete(route_id)
             await uow.commit()
         self._cache.pop(project, None)
@@ -185,10 +181,7 @@ class Routes:
 
     async def _load(self, project: str, route_id: str) -> Route:
         async with self._uow_factory() as uow:
-            route = await uow.routes.get(route_id)
-        if route is None or route.project != project:
-            raise _no_route(route_id)
-        return route
+            return await _project_route(uow, project, route_id)
 
     # --- invocations --------------------------------------------------------------------------
 
@@ -372,5 +365,9 @@ def _name_taken(name: str) -> Conflict:
     return Conflict(f"a route named {name} exists in this project", details={"field": "name"})
 
 
-def _no_route(route_id: str) -> NotFound:
-    return NotFound(f"no route {route_id} in this project", details={"route": route_id})
+async def _project_route(uow: UnitOfWork, project: str, route_id: str) -> Route:
+    """The project's route ``route_id``; another project's is not found, as a missing one."""
+    route = await uow.routes.get(route_id)
+    if route is None or route.project != project:
+        raise NotFound(f"no route {route_id} in this project", details={"route": route_id})
+    return route

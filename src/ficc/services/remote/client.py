@@ -18,7 +18,6 @@ from ficc.base.errors import (
     GrantExpired,
     GrantRevoked,
     InvalidInput,
-    NotFound,
     OutcomeUnknown,
     TooLarge,
 )
@@ -30,6 +29,7 @@ from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
+from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.peer_channel import PeerChannel
@@ -103,11 +103,7 @@ class RemoteClient:
     ) -> list[str]:
         """The remote service IDs the peer's selected grant publishes (given and created)."""
         principal.require_scope("federation:invoke")
-        async with self._uow_factory() as uow:
-            peer = await uow.peers.get(peer_id)
-            remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
-        if peer is None or peer.project != project:
-            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        peer, remote = await self._peer_and_copies(project, peer_id)
         return _published(peer.selected_grant, await self._copies.current(peer, remote))
 
     async def request(
@@ -295,21 +291,22 @@ class RemoteClient:
             headers = self._tokens.rate_limits(principal, headers)
         return headers
 
+    async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[p.Peer, list[JSONObject]]:
+        """The project's peer and this cluster's copies of the grants it gave."""
+        async with self._uow_factory() as uow:
+            peer = await project_peer(uow, project, peer_id)
+            return peer, await uow.remote_grants.of_peer(peer_id)
+
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
     ) -> tuple[p.Peer, str, JSONObject]:
         """The peer, its selected grant and this cluster's copy of that grant's terms (empty
         if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")
-        async with self._uow_factory() as uow:
-            peer = await uow.peers.get(peer_id)
-            remote = [] if peer is None else await uow.remote_grants.of_peer(peer_id)
-        if peer is None or peer.project != project:
-            raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
+        peer, remote = await self._peer_and_copies(project, peer_id)
         if service is not None and service not in _published(peer.selected_grant, remote):
             raise unpublished(service)
-        if peer.state != p.PAIRED:
-            raise Conflict(f"peer {peer_id} is {peer.state}", details={"state": peer.state})
+        check_paired(peer)
         if peer.selected_grant is None:
             raise Conflict(
                 "no grant of this peer is selected; refresh and select one",
@@ -320,21 +317,13 @@ class RemoteClient:
         return peer, peer.selected_grant, terms
 
 
-def _term(terms: JSONObject, name: str, default: int, maximum: int) -> int:
-    """A size of the copied grant, or ``default`` when the copy lacks it or looks wrong."""
-    value = terms.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        return default
-    return value
-
-
 def answer_bytes(operation: str, terms: JSONObject) -> int:
     """The most an answer to ``operation`` under a grant with ``terms`` may be on the wire:
     for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
     if operation == "inference.invoke":
-        response_bytes = _term(
+        response_bytes = g.copied_term(
             terms, "response_bytes", g.DEFAULT_RESPONSE_BYTES, g.MAX_RESPONSE_BYTES
         )
         return g.wire_bytes(response_bytes)
@@ -369,7 +358,7 @@ def _wire(
             "±(2**53 - 1)",
             field="body",
         ) from exc
-    allowed = _term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
+    allowed = g.copied_term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
     if size > allowed:
         raise TooLarge(
             f"the request body is {size} bytes; the grant allows {allowed}",

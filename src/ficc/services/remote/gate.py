@@ -142,11 +142,16 @@ class Gate:
             raise _Refused(exc) from exc
         admitted = False
         try:
-            async with self._limits(identity, fixed, grant_id, body_bytes, now) as (
-                peer,
-                current,
-                slot,
-            ):
+            if body_bytes > fixed.terms.request_bytes:
+                raise TooLarge(
+                    f"the request body is {body_bytes} bytes; the grant allows "
+                    f"{fixed.terms.request_bytes}",
+                    details={"limit": "request_bytes", "allowed": fixed.terms.request_bytes},
+                )
+            async with self._slots.slot(
+                grant_id, fixed.terms.concurrent, fixed.expires_at, now
+            ) as slot:
+                peer, current = await self._charge(identity, grant_id, fixed.terms.requests, now)
                 admitted = True
                 yield peer, current, slot
         except REFUSALS as exc:
@@ -158,46 +163,33 @@ class Gate:
                 # Not admitted: the request takes nothing of the window either.
                 self._meter.release_request(grant_id, held)
 
-    @contextlib.asynccontextmanager
-    async def _limits(
-        self,
-        identity: PeerIdentity,
-        fixed: g.Grant,
-        grant_id: str,
-        body_bytes: int,
-        now: datetime,
-    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot]]:
-        if body_bytes > fixed.terms.request_bytes:
-            raise TooLarge(
-                f"the request body is {body_bytes} bytes; the grant allows "
-                f"{fixed.terms.request_bytes}",
-                details={"limit": "request_bytes", "allowed": fixed.terms.request_bytes},
-            )
-        async with self._slots.slot(
-            grant_id, fixed.terms.concurrent, fixed.expires_at, now
-        ) as slot:
-            # One transaction proves the peer, charges the request and reads the grant's state.
-            # The charge is one conditional UPDATE (the check and the charge at once); made
-            # first, it holds the grant's row until commit, so concurrent admissions (at once
-            # on PostgreSQL) each see the others' charges; a refusal rolls it back.
-            async with self._uow_factory() as uow:
-                peer = await paired_peer(uow, identity)
-                charged = await uow.grants.charge_request(grant_id, requests=fixed.terms.requests)
-                current = await uow.grants.get(grant_id)
-                if current is None or current.peer_id != peer.id:
-                    raise no_grant(grant_id)
-                state = current.state_at(now)
-                if state in (g.REVOKED, g.RETIRED):
-                    raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
-                if state == g.EXPIRED:
-                    raise GrantExpired("the grant expired", details={"grant": grant_id})
-                if not charged:
-                    raise LimitExceeded(
-                        f"the grant's {current.terms.requests} requests are used up",
-                        details={"limit": "requests", "allowed": current.terms.requests},
-                    )
-                await uow.commit()
-            yield peer, current, slot
+    async def _charge(
+        self, identity: PeerIdentity, grant_id: str, requests: int, now: datetime
+    ) -> tuple[Peer, g.Grant]:
+        """One transaction proves the peer, charges the request and reads the grant's state.
+
+        The charge is one conditional UPDATE (the check and the charge at once); made first, it
+        holds the grant's row until commit, so concurrent admissions (at once on PostgreSQL)
+        each see the others' charges; a refusal rolls it back.
+        """
+        async with self._uow_factory() as uow:
+            peer = await paired_peer(uow, identity)
+            charged = await uow.grants.charge_request(grant_id, requests=requests)
+            current = await uow.grants.get(grant_id)
+            if current is None or current.peer_id != peer.id:
+                raise no_grant(grant_id)
+            state = current.state_at(now)
+            if state in (g.REVOKED, g.RETIRED):
+                raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
+            if state == g.EXPIRED:
+                raise GrantExpired("the grant expired", details={"grant": grant_id})
+            if not charged:
+                raise LimitExceeded(
+                    f"the grant's {current.terms.requests} requests are used up",
+                    details={"limit": "requests", "allowed": current.terms.requests},
+                )
+            await uow.commit()
+        return peer, current
 
     async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
         """The grant's terms, if the grant is the calling peer's; else not found.
