@@ -1,8 +1,8 @@
 """Ports: what the use cases need from storage and the machine, as typing.Protocols.
 
 Adapters implement them; services never import an adapter. Services import every port from
-here; the modules say where each kind lives: ``repositories`` and ``unit_of_work`` (storage),
-``engines``, ``blobs`` and ``clock``.
+here; the modules say where each kind lives: ``repositories``, ``metering`` and
+``unit_of_work`` (storage), ``engines``, ``blobs`` and ``clock``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,16 @@ from ficc.services.ports.engines import (
     EngineEvent,
     EngineStream,
 )
+from ficc.services.ports.metering import (
+    BudgetRows,
+    TokenLimitsRepository,
+    UsageReceiptsRepository,
+    UsageRepository,
+)
 from ficc.services.ports.receipt_chains import ReceiptChainsRepository
 from ficc.services.ports.repositories import (
     AttemptsRepository,
     AuditRepository,
-    BudgetRows,
     GrantsRepository,
     LeasesRepository,
     LoginLinksRepository,
@@ -39,11 +44,8 @@ from ficc.services.ports.repositories import (
     ServicesRepository,
     SessionsRepository,
     SettingsRepository,
-    TokenLimitsRepository,
     TokensRepository,
     TransfersRepository,
-    UsageReceiptsRepository,
-    UsageRepository,
     UsersRepository,
 )
 from ficc.services.ports.unit_of_work import (

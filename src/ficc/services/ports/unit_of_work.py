@@ -6,6 +6,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self
 
+from ficc.services.ports import metering as m
 from ficc.services.ports import repositories as r
 from ficc.services.ports.receipt_chains import ReceiptChainsRepository
 
@@ -40,9 +41,9 @@ class UnitOfWork(Protocol):
     transfers: r.TransfersRepository
     leases: r.LeasesRepository
     routes: r.RoutesRepository
-    usage: r.UsageRepository
-    token_limits: r.TokenLimitsRepository
-    usage_receipts: r.UsageReceiptsRepository
+    usage: m.UsageRepository
+    token_limits: m.TokenLimitsRepository
+    usage_receipts: m.UsageReceiptsRepository
     receipt_chains: ReceiptChainsRepository
 
     async def __aenter__(self) -> Self: ...
