@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from ficc.adapters.sql import metering_tables as t
+from ficc.adapters.sql import tables
 from ficc.adapters.sql.database import Database, HotStatement, execute_hot
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain import metering as m
@@ -92,6 +93,35 @@ async def test_a_hot_statement_that_breaks_a_constraint_raises_as_sqlalchemy_wou
         assert await execute_hot(connection, hot, values) == []
         with pytest.raises(IntegrityError):
             await execute_hot(connection, hot, values)
+    finally:
+        await connection.rollback()
+        await connection.close()
+
+
+async def test_a_hot_read_gives_the_rows_sqlalchemy_gives(database: Database) -> None:
+    """Each row named by its columns and each value read as SQLAlchemy reads it (a JSON
+    column decoded), on SQLite's driver as through SQLAlchemy; an UPDATE's RETURNING alike."""
+    settings = tables.cluster_settings
+    value = {"nested": [1, 2.5, "é ✓"], "none": None}
+    reading = select(settings).where(settings.c.key == bindparam("b_key"))
+    changing = (
+        update(settings)
+        .where(settings.c.key == bindparam("b_key"))
+        .values(value=bindparam("b_value", type_=settings.c.value.type))
+        .returning(settings)
+    )
+    connection = await database.connect()
+    try:
+        await connection.execute(insert(settings).values(key="hot", value=value))
+        expected = [*await connection.execute(reading, {"b_key": "hot"})]
+        hot = await execute_hot(connection, HotStatement(reading), {"b_key": "hot"})
+        assert [row._asdict() for row in hot] == [row._asdict() for row in expected]
+        assert hot[0].value == value
+        changed = await execute_hot(
+            connection, HotStatement(changing), {"b_key": "hot", "b_value": [3]}
+        )
+        assert [row._asdict() for row in changed] == [{"key": "hot", "value": [3]}]
+        assert await execute_hot(connection, HotStatement(reading), {"b_key": "cold"}) == []
     finally:
         await connection.rollback()
         await connection.close()

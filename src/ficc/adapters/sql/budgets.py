@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, CursorResult, Table, Update, bindparam, case, update
+from sqlalchemy import Column, Table, Update, bindparam, case, update
 
 from ficc.adapters.sql.database import SqlConnection
 
@@ -86,16 +86,20 @@ class BudgetRow:
         reserved: int,
         prompt_tokens: int,
         completion_tokens: int,
-        statement: Update | None = None,
-    ) -> CursorResult[Any]:
-        """Give back what was reserved and add the true counts (``statement``: the
-        settlement with a ``RETURNING`` of the repository's own)."""
-        return await connection.execute(
-            self._settle if statement is None else statement,
-            {
-                "b_holder": holder,
-                "b_reserved": reserved,
-                "b_prompt": prompt_tokens,
-                "b_completion": completion_tokens,
-            },
+    ) -> None:
+        """Give back what was reserved and add the true counts."""
+        await connection.execute(
+            self._settle, self.settlement(holder, reserved, prompt_tokens, completion_tokens)
         )
+
+    @staticmethod
+    def settlement(
+        holder: str, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
+        """The settlement's parameters (for :attr:`settle_statement` with a ``RETURNING``)."""
+        return {
+            "b_holder": holder,
+            "b_reserved": reserved,
+            "b_prompt": prompt_tokens,
+            "b_completion": completion_tokens,
+        }

@@ -9,6 +9,7 @@ goes through SQLAlchemy's asyncio engine (psycopg 3).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import sqlite3
 import time
@@ -98,6 +99,17 @@ class HotStatement:
             for name in names
             if name in compiled.binds and compiled.binds[name].value is not None
         }
+        # What it returns (a SELECT's columns, a RETURNING's): each value read as SQLAlchemy
+        # reads it (a JSON column decoded), each row a named tuple, as a Row is named.
+        columns = compiled._result_columns
+        self._results: tuple[Callable[[Any], Any] | None, ...] = tuple(
+            column.type._cached_result_processor(compiled.dialect, None) for column in columns
+        )
+        self._row: Callable[..., tuple[Any, ...]] | None = (
+            collections.namedtuple("HotRow", [column.keyname for column in columns])
+            if columns
+            else None
+        )
 
     def parameters(self, values: dict[str, Any]) -> list[Any]:
         """The driver's positional parameters for ``values`` by name."""
@@ -107,12 +119,30 @@ class HotStatement:
             for name, process in self._positions
         ]
 
+    def rows(self, fetched: list[tuple[Any, ...]]) -> list[Any]:
+        """The driver's rows as SQLAlchemy would give them: named, each value processed."""
+        make = self._row
+        if make is None:
+            return fetched
+        results = self._results
+        if not any(results):
+            return [make(*row) for row in fetched]
+        return [
+            make(
+                *(
+                    value if read is None else read(value)
+                    for read, value in zip(results, row, strict=True)
+                )
+            )
+            for row in fetched
+        ]
+
 
 async def execute_hot(
     connection: SqlConnection, statement: HotStatement, values: dict[str, Any]
-) -> list[tuple[Any, ...]]:
+) -> list[Any]:
     """Run ``statement`` with ``values``: straight to SQLite's driver, through SQLAlchemy
-    elsewhere. The rows it returns, as tuples."""
+    elsewhere. The rows it returns, named tuples (each column by its name, as a ``Row``)."""
     if isinstance(connection, LoopConnection):
         return connection.execute_hot(statement, values)
     assert isinstance(statement.statement, Executable)
@@ -131,8 +161,8 @@ def note(connection: SqlConnection, key: tuple[str, ...], value: object) -> None
         connection.note(key, value)
 
 
-def _rows(result: CursorResult[Any]) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in result] if result.returns_rows else []
+def _rows(result: CursorResult[Any]) -> list[Any]:
+    return list(result) if result.returns_rows else []
 
 
 class Committed:
@@ -178,7 +208,7 @@ class LoopConnection:
         """``key`` holds ``value`` once this transaction commits (None: no longer known)."""
         self._noted[key] = value
 
-    def execute_hot(self, statement: HotStatement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def execute_hot(self, statement: HotStatement, values: dict[str, Any]) -> list[Any]:
         """``statement`` on the driver's own connection, in the transaction SQLAlchemy began
         (pysqlite begins it at the first write either way). Where anything listens to the
         engine's statements (a count, a trace), it goes through SQLAlchemy instead, so that
@@ -199,7 +229,7 @@ class LoopConnection:
         except sqlite3.Error as exc:
             # As SQLAlchemy raises it (IntegrityError, OperationalError, …), for the callers.
             raise DBAPIError.instance(statement.sql, parameters, exc, sqlite3.Error) from exc
-        return rows
+        return statement.rows(rows)
 
     async def execute(
         self, statement: Executable, parameters: dict[str, Any] | None = None

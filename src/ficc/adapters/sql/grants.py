@@ -8,17 +8,20 @@ from typing import Any, Final
 from sqlalchemy import bindparam, insert, literal, select, union_all, update
 
 from ficc.adapters.sql import tables as t
+from ficc.adapters.sql.database import HotStatement, execute_hot
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
 from ficc.domain.grants import Grant, parse_grant
 
-_CREATED_BY_GRANT: Final = union_all(
-    select(t.services.c.id, literal("service").label("kind")).where(
-        t.services.c.created_by_grant == bindparam("grant")
-    ),
-    select(t.models.c.id, literal("model").label("kind")).where(
-        t.models.c.created_by_grant == bindparam("grant")
-    ),
+_CREATED_BY_GRANT: Final = HotStatement(
+    union_all(
+        select(t.services.c.id, literal("service").label("kind")).where(
+            t.services.c.created_by_grant == bindparam("grant")
+        ),
+        select(t.models.c.id, literal("model").label("kind")).where(
+            t.models.c.created_by_grant == bindparam("grant")
+        ),
+    )
 )
 """The service and model records a grant created (kept built, like ``_select_where``)."""
 
@@ -31,13 +34,15 @@ _CHARGE_GRANT: Final = (
     )
 )
 
-_CHARGE_ONE_REQUEST: Final = (
+_CHARGE_ONE_REQUEST: Final = HotStatement(
     update(t.grants)
     .where(t.grants.c.id == bindparam("grant"))
     .where(t.grants.c.requests_used < bindparam("requests"))
     .values(requests_used=t.grants.c.requests_used + 1)
+    .returning(t.grants.c.id)
 )
-"""Charge one request only while one is left: the check and the charge in one statement."""
+"""Charge one request only while one is left: the check and the charge in one statement
+(the row it returns says it charged: a driver's count of an UPDATE's rows is not needed)."""
 
 
 class SqlGrants(_Repository):
@@ -54,8 +59,7 @@ class SqlGrants(_Repository):
 
     async def _load(self, row: Any) -> Grant:
         """The grant with the records it created, read in one query."""
-        created = await self._c.execute(_CREATED_BY_GRANT, {"grant": row.id})
-        pairs = created.all()
+        pairs = await execute_hot(self._c, _CREATED_BY_GRANT, {"grant": row.id})
         return self._grant(
             row,
             frozenset(r.id for r in pairs if r.kind == "service"),
@@ -94,10 +98,10 @@ class SqlGrants(_Repository):
         One conditional UPDATE: concurrent admissions cannot both read the last request as
         free (on PostgreSQL the row lock of the UPDATE orders them; SQLite has one writer).
         """
-        result = await self._c.execute(
-            _CHARGE_ONE_REQUEST, {"grant": grant_id, "requests": requests}
+        charged = await execute_hot(
+            self._c, _CHARGE_ONE_REQUEST, {"grant": grant_id, "requests": requests}
         )
-        return result.rowcount == 1
+        return len(charged) == 1
 
     async def charge(self, grant_id: str, *, requests: int, transfer_bytes: int) -> None:
         await self._c.execute(

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Delete, Select, Table, bindparam, delete, select, update
 
-from ficc.adapters.sql.database import SqlConnection
+from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.tables import StoredTime
 from ficc.base.times import parse_time
 
@@ -78,13 +78,14 @@ def _row_values(record: object, table: Table, **written: Any) -> dict[str, Any]:
 
 
 @functools.cache
-def _select_where(table: Table, column: str) -> Select[Any]:
-    """``SELECT * FROM table WHERE column = :value``, built once.
+def _select_where(table: Table, column: str) -> HotStatement:
+    """``SELECT * FROM table WHERE column = :value``, built and rendered once.
 
     A statement object built anew on every call is compiled from its cache key, which
-    SQLAlchemy derives by walking the whole expression (about 0.1 ms); a kept one skips that.
+    SQLAlchemy derives by walking the whole expression (about 0.1 ms); a kept one skips that,
+    and on SQLite goes to the driver straight (these look-ups run on every request).
     """
-    return select(table).where(table.c[column] == bindparam("value"))
+    return HotStatement(select(table).where(table.c[column] == bindparam("value")))
 
 
 @functools.cache
@@ -105,11 +106,12 @@ class _Repository:
 
     async def _first_where(self, table: Table, column: str, value: object) -> Any:
         """The first row whose ``column`` equals ``value``, or None."""
-        return (await self._c.execute(_select_where(table, column), {"value": value})).first()
+        rows = await execute_hot(self._c, _select_where(table, column), {"value": value})
+        return rows[0] if rows else None
 
     async def _rows_where(self, table: Table, column: str, value: object) -> Sequence[Any]:
         """Every row whose ``column`` equals ``value``."""
-        return (await self._c.execute(_select_where(table, column), {"value": value})).all()
+        return await execute_hot(self._c, _select_where(table, column), {"value": value})
 
     async def _update_where(
         self, table: Table, column: str, value: object, values: Mapping[str, Any]

@@ -12,12 +12,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, bindparam, func, insert, select
+from sqlalchemy import ColumnElement, bindparam, func, select
 
 from ficc.adapters.sql import metering_tables as m
+from ficc.adapters.sql import signed_records as signed
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.budgets import BudgetRow
-from ficc.adapters.sql.database import SqlConnection
+from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.repository import _record
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
 
@@ -36,7 +37,7 @@ _STANDING_COLUMNS: Final = (
 )
 """A grant's standing (``GrantStanding``): its counters."""
 _STANDING: Final = select(*_STANDING_COLUMNS).where(_GRANTS.id == bindparam("grant"))
-_SETTLE_STANDING: Final = _BUDGET.settle_statement.returning(*_STANDING_COLUMNS)
+_SETTLE_STANDING: Final = HotStatement(_BUDGET.settle_statement.returning(*_STANDING_COLUMNS))
 """The settlement, answering the row it leaves: the told counts need it, and reading the row
 again would be one more statement on every request (SQLite 3.35+ and PostgreSQL return it)."""
 
@@ -48,9 +49,8 @@ RECORD_COLUMNS: Final = tuple(
 """A usage record's columns: what its queries read (a grantor's receipt in the same row is
 read by ``usage_receipts``)."""
 
-_ADD_RECORD: Final = insert(m.usage_records)
-"""One usage record, its values bound per request (built once: every federated request
-writes one on each side)."""
+_NO_RECEIPT: Final = {"receipt_seq": None, "receipt_digest": None, "receipt": None}
+"""A record without a receipt in its row (the requester keeps each in ``usage_receipts``)."""
 
 
 class SqlUsage:
@@ -76,15 +76,12 @@ class SqlUsage:
     async def settle_and_stand(
         self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
     ) -> GrantStanding | None:
-        result = await _BUDGET.settle(
+        rows = await execute_hot(
             self._c,
-            grant_id,
-            reserved=reserved,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            statement=_SETTLE_STANDING,
+            _SETTLE_STANDING,
+            _BUDGET.settlement(grant_id, reserved, prompt_tokens, completion_tokens),
         )
-        return _standing_of(result.first())
+        return _standing_of(rows[0] if rows else None)
 
     async def clear_reservations(self) -> None:
         await _BUDGET.clear(self._c)
@@ -93,7 +90,9 @@ class SqlUsage:
         return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
 
     async def add(self, record: UsageRecord) -> None:
-        await self._c.execute(_ADD_RECORD, record_values(record))
+        # The signed records' statement, built and rendered once: every federated request
+        # writes one record on each side.
+        await execute_hot(self._c, signed.ADD, record_values(record) | _NO_RECEIPT)
 
     async def of_requests(
         self, grant_id: str, side: str, requests: list[str]
