@@ -5,6 +5,7 @@ the loop."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -156,6 +157,26 @@ async def test_an_event_is_not_held_for_a_half_arrived_one_or_a_comment() -> Non
     engine = [_event("a") + half[:10], half[10:] + b": ping\n\n", b"data: [DONE]\n\n"]
     writes = await _relay(engine)
     assert writes == [_event("a"), half, b"data: [DONE]\n\n"]
+
+
+async def test_what_this_cluster_adds_after_the_engines_last_event_goes_on_with_it() -> None:
+    # A translation's closing events follow the engine's end: nothing more comes from the
+    # engine, so the end and they are one write, however long making them took.
+    engine = [_event("a"), _event("b"), b"data: [DONE]\n\n"]
+    stream = EngineStream(_Body(engine), CHAT_COMPLETIONS_PATH)  # type: ignore[arg-type]
+    await stream.start()
+
+    async def closed() -> AsyncIterator[bytes]:
+        async for piece in invoke._relayed(stream):
+            yield piece
+        await asyncio.sleep(0.01)
+        yield _event("closing")
+        yield _event("closed")
+
+    chunks = invoke._coalesced(invoke._bounded(closed(), None), stream)
+    writes = [chunk async for chunk in chunks]
+    ending = b"data: [DONE]\n\n" + _event("closing") + _event("closed")
+    assert writes == [_event("a"), _event("b"), ending]
 
 
 class _PacedBody:

@@ -343,13 +343,14 @@ async def _coalesced(
     stream slower than that gets each event as it comes; a faster one pays each hop's
     per-write cost once a window, not once a token, and no event waits longer than the
     window. Nothing waits when the next event is already here, nor once the engine's last
-    event is out.
+    event is out: what follows it is this cluster's own (a translation's closing events),
+    made without waiting on anyone, and goes on with it as one last piece.
     """
     waiting: list[bytes] = []
     first = True
     async for chunk in chunks:
         waiting.append(chunk)
-        if first or not events.ready():
+        if first or not (events.ready() or events.ended()):
             first = False
             yield waiting[0] if len(waiting) == 1 else b"".join(waiting)
             waiting = []
