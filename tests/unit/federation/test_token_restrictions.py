@@ -15,10 +15,12 @@ import httpx
 import pytest
 from tests.support.fakes.peer_channel import Pair
 from tests.unit.federation.test_metered_grants import engine_of, invocation, metered, usage_of
+from tests.unit.federation.test_usage_receipts import stored
 
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import new_id
 from ficc.bootstrap import Cluster
+from ficc.domain import metering as m
 from ficc.domain.principals import Principal
 from ficc.services import accounts
 from ficc.web.app import create_app
@@ -289,3 +291,21 @@ async def test_the_compatible_url_refuses_past_a_tokens_rule_in_openais_shape_wi
     # A token may read its own usage without tokens:manage; another's it may not.
     own = await api.get(f"/api/v1/tokens/{made['id']}/usage", headers=team)
     assert own.status_code == 200
+
+
+async def test_a_request_a_token_bounded_keeps_a_receipt_that_verifies(pair: Pair) -> None:
+    """A token's budget lowers the completion bound the request is sent with: the requester
+    records the body it sent (its request_bytes), so the grantor's receipt of it verifies."""
+    service_id, peer_id, grant_id = await metered(pair, tokens=10_000)
+    team, _, _ = await restricted(pair.requester, tokens=30)
+    await pair.requester.remote.request(
+        team,
+        "default",
+        peer_id,
+        operation="inference.invoke",
+        body=invocation(service_id, max_tokens=1000),
+    )
+    kept = stored(pair.requester, m.REQUESTER, grant_id)
+    assert [(item.verified, item.problem) for item in kept.values()] == [(True, None)]
+    grantor, requester = await usage_of(pair, grant_id)
+    assert requester["totals"]["request_bytes"] == grantor["totals"]["request_bytes"]

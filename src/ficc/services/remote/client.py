@@ -58,6 +58,8 @@ class Prepared:
     terms: JSONObject
     operation: str
     wire: JSONObject
+    body_bytes: int
+    """The wire body's operation body as RFC 8785 bytes (what ``request_bytes`` counts)."""
     principal: Principal | None = None
     """Who asks: a restricted token's budgets hold the request before it is sent."""
 
@@ -150,12 +152,12 @@ class RemoteClient:
         request comes through, which a restricted token may list instead of the service."""
         check_peer(principal, peer_id)
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
-        name, wire = _wire(grant_id, operation, body, mutation_id, terms)
+        name, wire, body_bytes = _wire(grant_id, operation, body, mutation_id, terms)
         sent = wire["body"]
         asked = sent.get("service") if isinstance(sent, dict) else None
         for named in {service, asked} - {None}:
             check_service(principal, str(named), *via)
-        return Prepared(peer, grant_id, terms, name, wire, principal)
+        return Prepared(peer, grant_id, terms, name, wire, body_bytes, principal)
 
     async def send(self, prepared: Prepared) -> dict[str, Any]:
         """Send a prepared request; nothing is retried."""
@@ -166,7 +168,9 @@ class RemoteClient:
         assert sent_id is None or isinstance(sent_id, str)  # as _wire checked it
         if name == INVOKE:
             await self._usage.catch_up(peer, grant_id)
-            async with self._usage.recording(grant_id, wire, peer, prepared.principal) as usage:
+            async with self._usage.recording(
+                grant_id, wire, prepared.body_bytes, peer, prepared.principal
+            ) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -265,7 +269,9 @@ class RemoteClient:
         # Recorded from before the request is sent: a refusal, too, leaves its record.
         await self._usage.catch_up(peer, grant_id)
         async with (
-            self._usage.recording(grant_id, wire, peer, prepared.principal) as usage,
+            self._usage.recording(
+                grant_id, wire, prepared.body_bytes, peer, prepared.principal
+            ) as usage,
             opening as chunks,
         ):
             named = metered_stream(_naming_grant(chunks, grant_id), usage)
@@ -338,10 +344,10 @@ def _wire(
     body: object,
     mutation_id: object,
     terms: JSONObject,
-) -> tuple[str, JSONObject]:
+) -> tuple[str, JSONObject, int]:
     """The request body an operation under a grant carries, checked against its row and the
     selected grant's ``request_bytes`` as this cluster's copy of the grant says (the grantor
-    checks it again; a body it would refuse is not sent)."""
+    checks it again; a body it would refuse is not sent), and its size."""
     name, row = grant_operation(operation)
     checked_id = check_mutation_id(name, row.mutation, mutation_id)
     checked_body = parse_body(body)
@@ -364,7 +370,7 @@ def _wire(
             f"the request body is {size} bytes; the grant allows {allowed}",
             details={"limit": "request_bytes", "allowed": allowed},
         )
-    return name, wire
+    return name, wire, size
 
 
 async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGenerator[bytes, None]:

@@ -59,12 +59,14 @@ class RequesterUsage:
         self,
         grant_id: str,
         wire: JSONObject,
+        body_bytes: int,
         peer: p.Peer,
         principal: Principal | None = None,
     ) -> AsyncIterator[_Usage]:
-        """One usage record of an ``inference.invoke``, written however the request ends; a
-        restricted token's budgets hold it before it is sent (its completion bound lowered to
-        what they leave) and are settled with the record."""
+        """One usage record of an ``inference.invoke`` whose operation body is
+        ``body_bytes`` long (RFC 8785), written however the request ends; a restricted token's
+        budgets hold it before it is sent (its completion bound lowered to what they leave)
+        and are settled with the record."""
         inner = wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
@@ -73,7 +75,7 @@ class RequesterUsage:
             request=current_request_id.get() or "",
             service=service if isinstance(service, str) else None,
             started_at=self._clock(),
-            request_bytes=len(canonical_json(inner)),
+            request_bytes=body_bytes,
         )
         if principal is not None and self._tokens is not None:
             # A token's refusal leaves no record under the grant: nothing left this cluster.
@@ -81,6 +83,8 @@ class RequesterUsage:
             usage.tab = await self._tokens.admit(principal, *_invocation(inner))
             if usage.tab is not None and isinstance(inner, dict):
                 inner["body"] = usage.tab.bounded(*_invocation(inner))
+                # The body sent is the bounded one: measured as the grantor will measure it.
+                usage.request_bytes = len(canonical_json(inner))
         self._open[grant_id] = self._open.get(grant_id, 0) + 1
         try:
             try:
