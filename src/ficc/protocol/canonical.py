@@ -86,8 +86,34 @@ def first_member_bytes(doc_bytes: int, doc: dict[str, Any], key: str) -> int:
         raise ValueError(f"{key} is not the first key of the object")
     rest = {name: value for name, value in doc.items() if name != key}
     # '{' "key" ':' VALUE then ',' REST '}' (as long as REST's own encoding), or '}' alone.
-    tail = len(canonical_json(rest)) if rest else 1
-    return doc_bytes - 1 - len(canonical_json(key)) - 1 - tail
+    tail = _encoded_size(rest) if rest else 1
+    return doc_bytes - 1 - _encoded_size(key) - 1 - tail
+
+
+def _plain_size(value: object) -> int | None:
+    """The RFC 8785 size of a string RFC 8785 writes as it is (printable ASCII, no quote or
+    backslash: an ID, a name) or of an integer in range; None for any other value."""
+    if isinstance(value, str):
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            return len(value) + 2
+    elif type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return len(str(value))
+    return None
+
+
+def _encoded_size(value: str | dict[str, Any]) -> int:
+    """The size of ``value``'s RFC 8785 encoding: counted for a string or an object of
+    plain members (what a request's envelope holds beside its body), else encoded."""
+    if isinstance(value, str):
+        size = _plain_size(value)
+        return len(canonical_json(value)) if size is None else size
+    total = 1 + 2 * len(value) if value else 2  # braces; a colon and a comma a member, less one
+    for name, member in value.items():
+        name_size, member_size = _plain_size(name), _plain_size(member)
+        if name_size is None or member_size is None:
+            return len(canonical_json(value))
+        total += name_size + member_size
+    return total
 
 
 def _refuse_constant(name: str) -> NoReturn:

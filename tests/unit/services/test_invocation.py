@@ -257,6 +257,30 @@ def test_a_members_size_is_told_from_its_objects_size_without_encoding_it() -> N
         canonical.first_member_bytes(10, {"a": 1, "body": 2}, "body")
 
 
+PLAIN_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x7F), max_size=12)
+
+
+@given(
+    JSON_VALUES,
+    st.dictionaries(
+        PLAIN_TEXT.filter(lambda name: name > "body"),
+        PLAIN_TEXT | st.integers(-(2**60), 2**60) | JSON_VALUES,
+        max_size=4,
+    ),
+)
+def test_a_members_size_told_from_its_envelope_is_its_encodings_size(
+    body: Any, rest: dict[str, Any]
+) -> None:
+    """Whatever stands beside the body (IDs counted without encoding them, anything else
+    encoded), the body's size is its own encoding's."""
+    doc = {"body": body, **rest}
+    try:
+        size = len(canonical.canonical_json(doc))
+    except ValueError:
+        return  # not JSON the wire carries (an integer past 2**53)
+    assert canonical.first_member_bytes(size, doc, "body") == len(canonical.canonical_json(body))
+
+
 def test_a_received_request_knows_its_bodys_size_as_it_travelled() -> None:
     body = {"body": {"prompt": "é" * 10}, "grant": "grant_x"}
     sent = messages.Request(1, b"s" * 64, "inference.invoke", body, request_id="r1")
