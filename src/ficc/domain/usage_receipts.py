@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -91,6 +92,9 @@ class StoredReceipt:
     receipt: Mapping[str, Any]
     verified: bool
     problem: str | None = None
+    text: str | None = field(default=None, compare=False, repr=False)
+    """The receipt's RFC 8785 text, when its signature or check already encoded its body
+    (None: the store encodes it)."""
 
     @property
     def digest(self) -> str:
@@ -107,9 +111,28 @@ def digest_of(body: Mapping[str, Any]) -> str:
 
 
 def _hashed(body: Mapping[str, Any]) -> hashlib._Hash:
+    return _hashed_bytes(canonical_body(body))
+
+
+def _hashed_bytes(encoded: bytes) -> hashlib._Hash:
     digest = _SHA256.copy()
-    digest.update(canonical_body(body))
+    digest.update(encoded)
     return digest
+
+
+def receipt_text(receipt: Mapping[str, Any], encoded_body: bytes) -> str | None:
+    """The RFC 8785 text of a receipt of exactly ``body``, ``digest`` and ``signature``, put
+    together from its body's own RFC 8785 bytes (a digest is hex and a signature base64url:
+    RFC 8785 writes both as they are, and sorts the three names so); None for any other."""
+    digest, signature = receipt.get("digest"), receipt.get("signature")
+    if len(receipt) != 3 or not isinstance(digest, str) or not isinstance(signature, str):
+        return None
+    if not (_PLAIN.fullmatch(digest) and _PLAIN.fullmatch(signature)):
+        return None
+    return f'{{"body":{encoded_body.decode()},"digest":"{digest}","signature":"{signature}"}}'
+
+
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_-]*")
 
 
 _SHA256: Final = hashlib.sha256()
@@ -193,9 +216,18 @@ def receipt_body(record: UsageRecord, head: Head) -> dict[str, Any]:
 
 
 def sign_receipt(body: dict[str, Any], sign: Sign) -> dict[str, Any]:
-    hashed = _hashed(body)
+    return signed_receipt(body, sign)[0]
+
+
+def signed_receipt(body: dict[str, Any], sign: Sign) -> tuple[dict[str, Any], str]:
+    """The receipt of ``body`` signed, and its RFC 8785 text (its body encoded once)."""
+    encoded = canonical_body(body)
+    hashed = _hashed_bytes(encoded)
     signature = sign(USAGE_CONTEXT + hashed.digest())
-    return {"body": body, "digest": hashed.hexdigest(), "signature": b64(signature)}
+    receipt = {"body": body, "digest": hashed.hexdigest(), "signature": b64(signature)}
+    text = receipt_text(receipt, encoded)
+    assert text is not None  # hex and base64url
+    return receipt, text
 
 
 def head_after(receipt: Mapping[str, Any]) -> Head:
@@ -224,29 +256,39 @@ def check_alone(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The receipt's body if it is well formed, of ``grant``, its digest its body's and its
     signature the grantor's; else why not (nothing about its neighbours)."""
+    body, problem, _ = checked_alone(receipt, grant=grant, public_key=public_key, verify=verify)
+    return body, problem
+
+
+def checked_alone(
+    receipt: object, *, grant: str, public_key: bytes, verify: Verify
+) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """:func:`check_alone`, and the receipt's RFC 8785 text when it verified (its body
+    encoded once, for the digest)."""
     if not isinstance(receipt, Mapping) or not isinstance(receipt.get("body"), Mapping):
-        return None, MALFORMED
+        return None, MALFORMED, None
     body = dict(receipt["body"])
     digest = receipt.get("digest")
     if body.get("kind") != USAGE_KIND or body.get("grant") != grant:
-        return None, MALFORMED
+        return None, MALFORMED, None
     if not _count(body.get("seq")) or not isinstance(body.get("prev"), str):
-        return None, MALFORMED
+        return None, MALFORMED, None
     if not all(_count(body.get(name)) for name in RECORD_FIELDS[6:10]):
-        return None, MALFORMED
+        return None, MALFORMED, None
     totals = body.get("totals")
     if not isinstance(totals, Mapping) or not all(_count(totals.get(n)) for n in TOTAL_FIELDS):
-        return None, MALFORMED
+        return None, MALFORMED, None
     try:
-        hashed = _hashed(body)
+        encoded = canonical_body(body)
+        hashed = _hashed_bytes(encoded)
         if not isinstance(digest, str) or hashed.hexdigest() != digest:
-            return None, DIGEST
+            return None, DIGEST, None
         signature = unb64(str(receipt.get("signature", "")))
     except ValueError:
-        return None, MALFORMED
+        return None, MALFORMED, None
     if not verify(public_key, USAGE_CONTEXT + hashed.digest(), signature):
-        return None, SIGNATURE
-    return body, None
+        return None, SIGNATURE, None
+    return body, None, receipt_text(receipt, encoded)
 
 
 def follows(body: Mapping[str, Any], head: Head) -> str | None:

@@ -197,7 +197,7 @@ class Meter(Budgets):
 
     def _receipt(self, record: m.UsageRecord, head: r.Head) -> tuple[JSONObject, r.StoredReceipt]:
         assert self._sign is not None
-        receipt = r.sign_receipt(r.receipt_body(record, head), self._sign)
+        receipt, text = r.signed_receipt(r.receipt_body(record, head), self._sign)
         stored = r.StoredReceipt(
             grant=record.grant,
             side=m.GRANTOR,
@@ -205,6 +205,7 @@ class Meter(Budgets):
             request=record.request,
             receipt=receipt,
             verified=True,
+            text=text,
         )
         return receipt, stored
 

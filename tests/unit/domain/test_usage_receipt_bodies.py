@@ -63,3 +63,42 @@ def test_a_body_signed_here_takes_the_fast_path_and_one_past_the_safe_range_is_r
     body["totals"]["requests"] = MAX_SAFE_INTEGER + 1
     with pytest.raises(rfc8785.CanonicalizationError):
         r.canonical_body(body)
+
+
+@given(bodies(), st.binary(min_size=64, max_size=64))
+def test_a_receipts_text_is_its_rfc8785_encoding_put_together_from_its_bodys(
+    body: dict[str, Any], signature: bytes
+) -> None:
+    """The text a receipt is kept as, made from its body's encoding (no second encode), is
+    the RFC 8785 encoding of the whole receipt; a receipt with anything more has none."""
+    try:
+        receipt, text = r.signed_receipt(body, lambda message: signature)
+    except rfc8785.CanonicalizationError:
+        return
+    assert text.encode() == rfc8785.dumps(receipt)
+    assert r.receipt_text({**receipt, "extra": 1}, r.canonical_body(body)) is None
+    assert r.receipt_text({**receipt, "digest": 'a"b'}, r.canonical_body(body)) is None
+
+
+def test_a_receipt_that_verifies_comes_with_its_text_and_one_that_fails_without() -> None:
+    body = {
+        "kind": r.USAGE_KIND,
+        "seq": 1,
+        "prev": r.GENESIS,
+        "grant": "grt_x",
+        "totals": dict.fromkeys(m.TOTAL_FIELDS, 3),
+        **dict.fromkeys(r.RECORD_FIELDS[6:10], 3),
+    }
+    receipt = r.sign_receipt(body, lambda message: b"s" * 64)
+
+    def verify(key: bytes, message: bytes, signature: bytes) -> bool:
+        return signature == b"s" * 64
+
+    checked = r.checked_alone(receipt, grant="grt_x", public_key=b"k", verify=verify)
+    assert checked == (body, None, rfc8785.dumps(receipt).decode())
+    forged = {**receipt, "signature": r.b64(b"f" * 64)}
+    assert r.checked_alone(forged, grant="grt_x", public_key=b"k", verify=verify) == (
+        None,
+        r.SIGNATURE,
+        None,
+    )

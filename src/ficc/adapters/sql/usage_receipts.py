@@ -237,10 +237,13 @@ def _values(receipt: StoredReceipt) -> dict[str, Any]:
 
 
 def _text(receipt: StoredReceipt) -> str:
-    """The receipt as compact JSON, its keys in their order, text as UTF-8. A receipt that
-    verified holds only what both encoders spell so (its digest took its body's RFC 8785
-    encoding): orjson, several times faster, writes it; any other goes through the standard
-    library, which also writes what orjson refuses (an integer past 64 bits)."""
+    """The receipt as compact JSON, text as UTF-8: its RFC 8785 text when its signature or
+    check made it, else its keys in their order. A receipt that verified holds only what both
+    encoders spell so (its digest took its body's RFC 8785 encoding): orjson, several times
+    faster, writes it; any other goes through the standard library, which also writes what
+    orjson refuses (an integer past 64 bits)."""
+    if receipt.text is not None:
+        return receipt.text
     value = receipt.receipt
     if receipt.verified and type(value) is dict:
         with contextlib.suppress(TypeError):

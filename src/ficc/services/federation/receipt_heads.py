@@ -39,7 +39,7 @@ class KeptHeads:
         raw = receipt.get("body") if isinstance(receipt, Mapping) else None
         if head is None or not isinstance(raw, Mapping) or raw.get("seq") != head.seq + 1:
             return None
-        body, _ = r.check_alone(
+        body, _, text = r.checked_alone(
             receipt, grant=record.grant, public_key=unb64(peer.cluster_key), verify=self._verify
         )
         if body is None:
@@ -54,6 +54,7 @@ class KeptHeads:
             receipt,
             problem is None,
             problem,
+            text,
         )
         if not await uow.usage_receipts.append_after(stored, head):
             return None

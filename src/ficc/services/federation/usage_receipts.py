@@ -112,7 +112,7 @@ class UsageReceipts:
         if receipt is None:
             await self.gaps.note(uow, peer.id, grant, head.seq)
             return None
-        body, problem = r.check_alone(
+        body, problem, text = r.checked_alone(
             receipt, grant=grant, public_key=unb64(peer.cluster_key), verify=self._verify
         )
         raw = receipt.get("body") if isinstance(receipt, Mapping) else None
@@ -132,7 +132,7 @@ class UsageReceipts:
                 problem = await late_problem(uow, grant, seq, body, receipt)
         assert isinstance(receipt, Mapping)
         stored = r.StoredReceipt(
-            grant, m.REQUESTER, seq, record.request, receipt, problem is None, problem
+            grant, m.REQUESTER, seq, record.request, receipt, problem is None, problem, text
         )
         if seq > head.seq:
             # Past the highest seq kept: nothing can be at it (the common case, one INSERT).
