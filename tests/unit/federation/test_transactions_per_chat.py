@@ -3,7 +3,8 @@
 Each unit of work is a transaction (on SQLite a write lock and an fsync'd commit), so their
 number per request bounds what a chat can cost however fast the rest becomes. Counted after
 the first chat, which also names the grant once: the requester finds the route and records the
-answer (2); the grantor charges the request, reserves the grant's tokens and settles them (3).
+answer (2); the grantor charges the request, reserves the grant's tokens and settles them (3),
+or, under a grant that limits no tokens, charges the request and settles it (2).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tests.unit.federation.test_usage_receipts import stream
 
 REQUESTER_TRANSACTIONS = 2
 GRANTOR_TRANSACTIONS = 3
+GRANTOR_TRANSACTIONS_UNMETERED = 2
 
 
 def counting_units_of_work(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
@@ -35,15 +37,23 @@ def counting_units_of_work(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> Count
     return counts
 
 
+@pytest.mark.parametrize(
+    ("terms", "grantor_transactions"),
+    [({"tokens": 1000}, GRANTOR_TRANSACTIONS), ({}, GRANTOR_TRANSACTIONS_UNMETERED)],
+    ids=["token-budget", "no-token-rule"],
+)
 async def test_a_streamed_federated_chat_costs_two_transactions_here_and_three_there(
-    pair: Pair, monkeypatch: pytest.MonkeyPatch
+    pair: Pair,
+    monkeypatch: pytest.MonkeyPatch,
+    terms: dict[str, int],
+    grantor_transactions: int,
 ) -> None:
-    service_id, peer_id, _grant_id = await metered(pair, tokens=1000)
+    service_id, peer_id, _grant_id = await metered(pair, **terms)
     engine_of(pair).chunks = ["role", "a", "b"]
     for number in range(3):
         counts = counting_units_of_work(pair, monkeypatch) if number else Counter[str]()
         await stream(pair, peer_id, service_id, f"req-counted-{number}", take=-1)
         if number:
             assert 0 < counts["requester"] <= REQUESTER_TRANSACTIONS, counts
-            assert 0 < counts["grantor"] <= GRANTOR_TRANSACTIONS, counts
+            assert 0 < counts["grantor"] <= grantor_transactions, counts
         monkeypatch.undo()
