@@ -22,7 +22,7 @@ creators') in one transaction, or in none.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypedDict
 
@@ -202,12 +202,18 @@ class Budgets:
         return self.windows_of(grant_budget(grant))
 
     async def reserve(
-        self, budgets: list[Budget], prompt_tokens: int, max_tokens: int | None
+        self,
+        budgets: list[Budget],
+        prompt_tokens: int,
+        max_tokens: int | None,
+        held: Mapping[str, int] | None = None,
     ) -> Holding:
         """Reserve a request's tokens in every budget (or in none, refusing naming the rule
         that has too little): the ``tokens_per_minute`` windows at once, in full (nothing
         awaits between their checks and the takes; lowered below if a budget leaves less),
-        then the lifetime budgets in the database."""
+        then the lifetime budgets in the database. ``held``: what each budget's row already
+        holds for the request (its admission's hold), which a reservation within it takes
+        without a transaction."""
         metered = tuple(b for b in budgets if b.limits_tokens)
         if not metered:
             # Nothing to hold: the request settles to whatever the engine counted.
@@ -244,7 +250,7 @@ class Budgets:
                 holding.reservation = m.reserve(prompt_tokens, max_tokens, window_room)
             else:
                 holding.reservation = await self._reserve_rows(
-                    holding, budgeted, prompt_tokens, max_tokens, window_room
+                    holding, budgeted, prompt_tokens, max_tokens, window_room, held or {}
                 )
         except BaseException:
             for holder, entry in entries:
@@ -261,14 +267,26 @@ class Budgets:
         prompt_tokens: int,
         max_tokens: int | None,
         window_room: int | None,
+        held: Mapping[str, int],
     ) -> m.Reservation:
         """The lifetime budgets: one conditional UPDATE per row that takes the share only if
         it still fits (see the module), all in one transaction. A bound given that fits costs
         nothing more; else each row is read, the share is what the least of them leaves, and
         a reservation that lost a race (a row took tokens between the read and the UPDATE)
-        reads again and tries once more."""
+        reads again and tries once more. A reservation within what every row holds for the
+        request already takes no transaction; else the holds go back first, in the same
+        transaction (a refusal rolls that back too: they stay the request's, to settle)."""
+        within = _within_held(budgets, prompt_tokens, max_tokens, window_room, held)
+        if within is not None:
+            holding.reserved = {b.holder: held[b.holder] for b in budgets}
+            return within
         needed = m.least_needed(prompt_tokens, max_tokens)
         async with self._uow_factory() as uow:
+            for budget in budgets:
+                if held.get(budget.holder):
+                    await budget.rows(uow).reserve_tokens(
+                        budget.holder, -held[budget.holder], limit=None
+                    )
             if max_tokens is not None:
                 # The common case, a bound given that fits: one statement a row, nothing read.
                 wanted = m.reserve(prompt_tokens, max_tokens, window_room)
@@ -312,6 +330,26 @@ class Budgets:
         holding.reserved = {}
         for holder, entry in holding.token_entries:
             self._of(holder).tokens.adjust(entry, prompt_tokens + completion_tokens)
+
+
+def _within_held(
+    budgets: list[Budget],
+    prompt_tokens: int,
+    max_tokens: int | None,
+    window_room: int | None,
+    held: Mapping[str, int],
+) -> m.Reservation | None:
+    """The reservation, when every budget's hold covers it; None when one does not."""
+    if not budgets or not all(held.get(b.holder, 0) > 0 for b in budgets):
+        return None
+    least = min(held[b.holder] for b in budgets)
+    if max_tokens is not None:
+        wanted = m.reserve(prompt_tokens, max_tokens, window_room)
+        return wanted if wanted.tokens <= least else None
+    allowance = least if window_room is None else min(least, window_room)
+    if allowance < m.least_needed(prompt_tokens, max_tokens):
+        return None  # the rows are read: their refusal says what is left
+    return m.reserve(prompt_tokens, None, allowance)
 
 
 async def _take_all(uow: UnitOfWork, budgets: list[Budget], tokens: int) -> bool:

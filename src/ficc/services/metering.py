@@ -15,11 +15,20 @@ from datetime import datetime
 from typing import Any, Final
 
 from ficc.base.canonical import canonical_json
-from ficc.base.errors import FiccError, GrantExpired, GrantRevoked, LimitExceeded, TooLarge
+from ficc.base.errors import (
+    FiccError,
+    GrantExpired,
+    GrantRevoked,
+    InvalidInput,
+    LimitExceeded,
+    TooLarge,
+)
 from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
+from ficc.domain.openai_requests import EMBEDDINGS_PATH
+from ficc.domain.operations import invoke_path
 from ficc.services.budgets import Budgets, grant_budget
 from ficc.services.peer_channel import ending_reason
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -45,6 +54,38 @@ def outcome_of(error: BaseException, *, engine_started: bool = False) -> str:
 
 
 @dataclass
+class TokenHold:
+    """Tokens of a grant's budget held in the transaction that admitted a request, enough
+    for any prompt its body can hold and the completion it asks for: its reservation then
+    needs no transaction of its own. Its tab takes it over; one never taken is given back."""
+
+    grant_id: str
+    tokens: int
+    taken: bool = False
+
+
+def hold_for(grant: g.Grant, body: JSONObject, body_bytes: int) -> int:
+    """What to hold for an ``inference.invoke`` of ``body`` (``body_bytes`` long) under
+    ``grant``: the most its prompt can count (a token per byte of the body, which holds the
+    prompt's text, and what a template adds) and the completion it asks for; everything the
+    budget leaves when it asks no bound (as its reservation would take). 0: nothing to hold."""
+    left = grant.remaining_tokens()
+    inner, path = body.get("body"), body.get("path")
+    if left is None or not isinstance(inner, dict) or not isinstance(path, str):
+        return 0
+    try:
+        path = invoke_path(path)
+    except InvalidInput:
+        return 0
+    _, asked = m.requested_max_tokens(inner)
+    if asked is None and path != EMBEDDINGS_PATH:
+        return left
+    completion = 0 if path == EMBEDDINGS_PATH else max(asked or 0, 0)
+    _, items = m.prompt_text(path, inner)
+    return body_bytes + m.template_allowance(path, items) + completion
+
+
+@dataclass
 class Tab:
     """One metered request as it goes: what it reserved, what it used, what it sent."""
 
@@ -56,6 +97,9 @@ class Tab:
     request_bytes: int
     reservation: m.Reservation | None = None
     reserved_in_db: int = 0
+    held: int = 0
+    """What its admission held of the grant's row (:class:`TokenHold`), part of
+    ``reserved_in_db`` until the reservation replaces it."""
     window_entry: list[float] | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -97,8 +141,12 @@ class Meter(Budgets):
         operation: str,
         service: str | None,
         request_bytes: int,
+        hold: TokenHold | None = None,
     ) -> Tab:
         tab = Tab(grant, request, operation, service, self._clock(), request_bytes)
+        if hold is not None and not hold.taken:
+            hold.taken = True
+            tab.held = tab.reserved_in_db = hold.tokens
 
         async def admit(prompt_tokens: int, max_tokens: int | None) -> int | None:
             return await self._reserve(tab, prompt_tokens, max_tokens)
@@ -109,11 +157,36 @@ class Meter(Budgets):
     async def _reserve(self, tab: Tab, prompt_tokens: int, max_tokens: int | None) -> int | None:
         """Reserve the request's tokens in the grant's budgets, before any engine work."""
         tab.prompt_tokens = prompt_tokens
-        holding = await self.reserve([grant_budget(tab.grant)], prompt_tokens, max_tokens)
+        held = {tab.grant.id: tab.held} if tab.held else None
+        holding = await self.reserve([grant_budget(tab.grant)], prompt_tokens, max_tokens, held)
         tab.reservation = holding.reservation
         tab.reserved_in_db = holding.reserved.get(tab.grant.id, 0)
         tab.window_entry = holding.token_entries[0][1] if holding.token_entries else None
         return holding.reservation.completion_tokens if tab.grant.terms.limits_tokens else None
+
+    async def hold_tokens(
+        self, uow: UnitOfWork, grant: g.Grant, body: JSONObject, body_bytes: int
+    ) -> TokenHold | None:
+        """Hold what an invoke of ``body`` can need of ``grant``'s budget, in the caller's
+        transaction (the admission's), if it fits; None: nothing held (its reservation
+        then reads the row in its own transaction, and refuses as it always did)."""
+        tokens = hold_for(grant, body, body_bytes)
+        if tokens <= 0 or grant.terms.tokens is None:
+            return None
+        if not await uow.usage.reserve_tokens(grant.id, tokens, limit=grant.terms.tokens):
+            return None
+        return TokenHold(grant.id, tokens)
+
+    async def release(self, hold: TokenHold) -> None:
+        """Give back a hold no tab took (the request ended before it was metered)."""
+        if hold.taken:
+            return
+        hold.taken = True
+        async with self._uow_factory() as uow:
+            await uow.usage.settle_tokens(
+                hold.grant_id, reserved=hold.tokens, prompt_tokens=0, completion_tokens=0
+            )
+            await uow.commit()
 
     async def settle(self, tab: Tab, outcome: str) -> JSONObject:
         """Settle the tab to its true counts and record it; what the requester is told.

@@ -19,7 +19,7 @@ from tests.unit.federation.test_metered_grants import engine_of, metered
 from tests.unit.federation.test_usage_receipts import stream
 
 REQUESTER_TRANSACTIONS = 2
-GRANTOR_TRANSACTIONS = 3
+GRANTOR_TRANSACTIONS = 2
 GRANTOR_TRANSACTIONS_UNMETERED = 2
 
 

@@ -12,6 +12,7 @@ from ficc.domain import peers as p
 from ficc.domain.receipts import b64
 from ficc.services.grant_slots import Slot
 from ficc.services.inference import Actor
+from ficc.services.metering import TokenHold
 from ficc.services.mutations import MutationKey
 from ficc.services.peer_channel import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.remote.views import peer_answer
@@ -30,6 +31,8 @@ class Call:
     slot: Slot
     body_bytes: int = 0
     """The operation's body as it travelled (RFC 8785 bytes)."""
+    hold: TokenHold | None = None
+    """What the admission held of the grant's token budget for an invoke (its tab takes it)."""
 
     @property
     def actor(self) -> Actor:

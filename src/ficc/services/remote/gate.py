@@ -5,9 +5,11 @@ The session's proven identity is paired; the grant is the calling peer's (anothe
 is answered like one that does not exist, before its scopes, sizes or slots are looked at); the
 operation's scope is in the grant; the mutation_id rule; the ``requests_per_minute`` window;
 ``request_bytes``; a ``concurrent`` slot (held until the answer or stream ends, on every exit
-path); the grant is active; the ``requests`` allowance (charged at admission). The handler then
-checks every resource ID named in the body (and, for an invocation, reserves its tokens). An
-``inference.invoke`` a limit refuses here still leaves its usage record.
+path); the grant is active; the ``requests`` allowance (charged at admission, where an
+invocation also holds what it can need of the grant's tokens: ``metering.TokenHold``). The
+handler then checks every resource ID named in the body (and, for an invocation, reserves its
+tokens within that hold). An ``inference.invoke`` a limit refuses here still leaves its usage
+record.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ficc.domain.peers import Peer
 from ficc.domain.routes import ADMISSION_STAGE
 from ficc.services.federation.known_peers import KnownPeers, paired_peer
 from ficc.services.grant_slots import GrantSlots, Slot
-from ficc.services.metering import REFUSALS, Meter
+from ficc.services.metering import REFUSALS, Meter, TokenHold, settle_surely
 from ficc.services.peer_channel import PeerIdentity
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, no_grant
@@ -100,15 +102,26 @@ class Gate:
             check_scope(operation, scopes, fixed.terms.scopes)
             mutation_id = check_mutation_id(operation, mutation, wire.get("mutation_id"))
             try:
-                async with self._admission(identity, fixed, grant_id, body_bytes, now) as (
-                    peer,
-                    current,
-                    slot,
-                ):
+                admission = self._admission(
+                    identity, fixed, grant_id, (operation, body, body_bytes), now
+                )
+                async with admission as (peer, current, slot, hold):
                     admitted = True
-                    yield Call(
-                        identity, peer, current, operation, body, mutation_id, slot, body_bytes
-                    )
+                    try:
+                        yield Call(
+                            identity,
+                            peer,
+                            current,
+                            operation,
+                            body,
+                            mutation_id,
+                            slot,
+                            body_bytes,
+                            hold,
+                        )
+                    finally:
+                        if hold is not None and not hold.taken:
+                            await settle_surely(self._meter.release(hold))
             except _Refused as refused:
                 if operation == INVOKE:
                     service = body.get("service")
@@ -132,10 +145,12 @@ class Gate:
         identity: PeerIdentity,
         fixed: g.Grant,
         grant_id: str,
-        body_bytes: int,
+        request: tuple[str, JSONObject, int],
         now: datetime,
-    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot]]:
-        """The limits, each refusal raised as :class:`_Refused` (recorded for an invoke)."""
+    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot, TokenHold | None]]:
+        """The limits, each refusal raised as :class:`_Refused` (recorded for an invoke);
+        ``request``: the operation, its body and the body's size."""
+        body_bytes = request[2]
         try:
             held = self._meter.hold_request(fixed.terms, grant_id)
         except LimitExceeded as exc:
@@ -151,9 +166,11 @@ class Gate:
             async with self._slots.slot(
                 grant_id, fixed.terms.concurrent, fixed.expires_at, now
             ) as slot:
-                peer, current = await self._charge(identity, grant_id, fixed.terms.requests, now)
+                peer, current, hold = await self._charge(
+                    identity, grant_id, fixed.terms.requests, request, now
+                )
                 admitted = True
-                yield peer, current, slot
+                yield peer, current, slot, hold
         except REFUSALS as exc:
             if admitted:
                 raise
@@ -164,14 +181,21 @@ class Gate:
                 self._meter.release_request(grant_id, held)
 
     async def _charge(
-        self, identity: PeerIdentity, grant_id: str, requests: int, now: datetime
-    ) -> tuple[Peer, g.Grant]:
-        """One transaction proves the peer, charges the request and reads the grant's state.
+        self,
+        identity: PeerIdentity,
+        grant_id: str,
+        requests: int,
+        request: tuple[str, JSONObject, int],
+        now: datetime,
+    ) -> tuple[Peer, g.Grant, TokenHold | None]:
+        """One transaction proves the peer, charges the request and reads the grant's state,
+        and for an invoke holds what it can need of the grant's tokens.
 
         The charge is one conditional UPDATE (the check and the charge at once); made first, it
         holds the grant's row until commit, so concurrent admissions (at once on PostgreSQL)
         each see the others' charges; a refusal rolls it back.
         """
+        operation, body, body_bytes = request
         async with self._uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             charged = await uow.grants.charge_request(grant_id, requests=requests)
@@ -188,8 +212,11 @@ class Gate:
                     f"the grant's {current.terms.requests} requests are used up",
                     details={"limit": "requests", "allowed": current.terms.requests},
                 )
+            hold = None
+            if operation == INVOKE:
+                hold = await self._meter.hold_tokens(uow, current, body, body_bytes)
             await uow.commit()
-        return peer, current
+        return peer, current, hold
 
     async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
         """The grant's terms, if the grant is the calling peer's; else not found.

@@ -151,6 +151,7 @@ class InferenceOperations:
             call.operation,
             service if isinstance(service, str) else None,
             call.body_bytes,
+            call.hold,
         )
 
     async def invoke(self, call: Call) -> EncodedAnswer:
