@@ -26,6 +26,7 @@ __all__ = [
     "BodyBound",
     "EncodedAnswer",
     "KnownPeer",
+    "LastChunk",
     "PeerChannel",
     "PeerIdentity",
     "PeerLookup",
@@ -69,8 +70,14 @@ class EncodedAnswer:
     result as the answer's ``usage``."""
 
 
+class LastChunk(bytes):
+    """A streamed answer's chunk after which nothing follows: the transport writes it with
+    the stream's end, once the handler has finished (its slot freed), in one write."""
+
+
 RequestResult = JSONObject | EncodedAnswer | AsyncIterator[bytes]
-"""A handler answers with a JSON object (or its encoding), or with chunks of bytes to stream."""
+"""A handler answers with a JSON object (or its encoding), or with chunks of bytes to stream
+(the last may be a :class:`LastChunk`)."""
 
 RequestHandler = Callable[[PeerIdentity, str, JSONObject, int], Awaitable[RequestResult]]
 """``handler(peer, operation, body, body_bytes)``: ``body_bytes`` is the size of ``body``'s

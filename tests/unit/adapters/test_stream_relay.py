@@ -9,13 +9,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.unit.protocol.test_protocol_connection import START, connected, feed, one_request
 
 from ficc.adapters.engines.sse import EngineStream
-from ficc.adapters.hypernet import wakefix
+from ficc.adapters.hypernet import serving, wakefix
 from ficc.adapters.hypernet.requesting import Exchange
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.protocol.events import AnswerEnded, DataReceived, Event
 from ficc.services.inference import invoke
+from ficc.services.peer_channel import LastChunk
 
 
 class _Protocol:
@@ -253,3 +255,47 @@ async def test_a_window_holds_an_event_no_longer_than_the_window() -> None:
     elapsed = loop.time() - started
     assert writes == [_event("a"), _event("b") + b"data: [DONE]\n\n"]
     assert 0.2 <= elapsed < 0.4
+
+
+async def _served(chunks: list[bytes], finished: list[str]) -> tuple[list[bytes], list[object]]:
+    """The writes a grantor makes for a handler streaming ``chunks`` (noting in ``finished``
+    when the handler's own ``finally`` ran), and what the requester reads of them."""
+    requester, server = connected()
+    asked, served, _ = one_request(requester, server, {}, streaming=True)
+
+    async def handler() -> AsyncIterator[bytes]:
+        try:
+            for chunk in chunks:
+                yield chunk
+        finally:
+            finished.append("handler")
+
+    async def handled() -> AsyncIterator[bytes]:
+        return handler()
+
+    writes: list[bytes] = []
+    frames = serving._frames(server, served, handled(), transfer=False)
+    async for frame in frames:
+        writes.append(frame)
+        finished.append("write")
+    return writes, feed(requester, asked, b"".join(writes), [], START)
+
+
+async def test_a_streams_last_chunk_goes_with_its_end_once_the_handler_finished() -> None:
+    finished: list[str] = []
+    writes, events = await _served([b"a", LastChunk(b"counts")], finished)
+    assert len(writes) == 2  # "a", then "counts" and the end in one write
+    # The handler (its slot) finished before the last write: a next request finds it free.
+    assert finished == ["write", "handler", "write"]
+    data = b"".join(e.data for e in events if isinstance(e, DataReceived))
+    assert data == b"acounts"
+    assert isinstance(events[-1], AnswerEnded)
+
+
+async def test_a_chunk_marked_last_that_is_not_is_sent_in_its_place() -> None:
+    finished: list[str] = []
+    writes, events = await _served([LastChunk(b"a"), b"b"], finished)
+    assert len(writes) == 3  # "a", "b", the end
+    data = b"".join(e.data for e in events if isinstance(e, DataReceived))
+    assert data == b"ab"
+    assert isinstance(events[-1], AnswerEnded)
