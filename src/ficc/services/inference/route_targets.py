@@ -9,10 +9,9 @@ move on to the next target; any other error is the answer.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable, PermissionDenied
 from ficc.domain import grants as g
@@ -21,37 +20,12 @@ from ficc.domain.inference import RuntimeName
 from ficc.domain.principals import Principal
 from ficc.domain.routes import Breaker, Outcome, Route, Target, free_slots, local_skip, skip_outcome
 from ficc.services.inference.router import InvocationRouter
+from ficc.services.ports import RemoteInvoker
 from ficc.services.token_limits import check_service
 
 ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
 """Runtimes whose replica serves one request at a time (FICC runs llama.cpp's server so):
 such a local target is at its concurrency with one request per ready replica in flight."""
-
-
-class RemoteInvoker(Protocol):
-    """The requester's side as routes use it (``RemoteClient``): every check before sending,
-    then the send, so a refusal of the first proves nothing went out."""
-
-    async def prepare(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
-        via: tuple[str, ...] = (),
-    ) -> Any: ...
-
-    async def send(self, prepared: Any) -> dict[str, Any]: ...
-
-    def stream(self, prepared: Any) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
-
-    def known_refusal(self, prepared: Any) -> str | None:
-        """The grant's rule its grantor last said is spent, if any (tokens, a window)."""
-        ...
 
 
 TargetAdmission = Callable[[str, Target], Awaitable[Outcome | None]]
