@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol, TypedDict
+from typing import Final, Protocol, TypedDict, Unpack
 
 from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
 from ficc.base.text import parse_short_text
 from ficc.domain.principals import Principal
 from ficc.services import audit
-from ficc.services.peer_channel import Answer, PeerChannel
+from ficc.services.peer_channel import Answer, Asking, PeerChannel, Sending
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 log = logging.getLogger("ficc.companion")
@@ -277,46 +277,16 @@ class CompanionChannel:
         return self._companion.label
 
     async def request(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
-        max_answer_bytes: int | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Asking]
     ) -> Answer:
         """The running endpoint's :meth:`PeerChannel.request`."""
-        return await self._companion.transport.request(
-            peer,
-            operation,
-            body,
-            generation=generation,
-            ticket=ticket,
-            timeout_seconds=timeout_seconds,
-            max_answer_bytes=max_answer_bytes,
-        )
+        return await self._companion.transport.request(peer, operation, body, **how)
 
     def stream(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Sending]
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
         """The running endpoint's :meth:`PeerChannel.stream`."""
-        return self._companion.transport.stream(
-            peer,
-            operation,
-            body,
-            generation=generation,
-            ticket=ticket,
-            timeout_seconds=timeout_seconds,
-        )
+        return self._companion.transport.stream(peer, operation, body, **how)
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close a pairing's sessions; without a companion there is none to close."""
