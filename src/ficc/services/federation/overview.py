@@ -35,7 +35,7 @@ class FederationView(TypedDict):
     transfers: list[TransferView]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Overview:
     """Reads only: what ``GET /api/v1/federation`` shows."""
 

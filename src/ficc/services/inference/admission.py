@@ -40,7 +40,7 @@ from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Admission:
     """Checks of specs and starts; one start at a time passes :meth:`admit` and commits."""
 

@@ -25,7 +25,7 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.runtimes import ProcessIdentity, ReplicaHandle, Runtime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AttemptLog:
     """Writes what happened to one replica attempt, each change in its own transaction."""
 

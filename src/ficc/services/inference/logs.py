@@ -59,7 +59,7 @@ class LogPage(TypedDict):
     more: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServiceLogs:
     """Reads a service's engine log: the newest attempt's, a replica's, or a named attempt's."""
 

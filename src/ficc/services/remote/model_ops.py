@@ -29,7 +29,7 @@ ADVICE: Final = {
 """What a caller should do next about a mutation in each state (nothing, when settled)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelOperations:
     """The grantor's catalogue, nodes and receipts as a peer reaches them under a grant."""
 

@@ -216,7 +216,7 @@ def streams_octets(operation: object) -> bool:
     return row is not None and row.octets
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PeerOperations:
     """Serves every operation a peer asks: the transport's one handler."""
 
