@@ -79,8 +79,9 @@ class RemoteClient:
         self._tokens = tokens
         self._channel = channel
         self._copies = copies
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._usage = RequesterUsage(uow_factory, self._clock, tokens, receipts)
+        self._usage = RequesterUsage(
+            uow_factory, clock or (lambda: datetime.now(UTC)), tokens, receipts
+        )
         self._routed: dict[str, tuple[str, JSONObject]] = {}
         """By peer: the grant its last request went through and the copy of its terms."""
 
