@@ -11,14 +11,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol, TypedDict
+from typing import Final, Protocol, TypedDict, Unpack
 
 from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
 from ficc.base.text import parse_short_text
 from ficc.domain.principals import Principal
 from ficc.services import audit
-from ficc.services.peer_channel import Answer, PeerChannel
+from ficc.services.peer_channel import Answer, Asking, PeerChannel, Sending
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 log = logging.getLogger("ficc.companion")
@@ -87,31 +88,27 @@ RECLAIM_PORT_SECONDS: Final = 1.0
 """How often a companion bound elsewhere tries the port peers know again."""
 
 
+@dataclass(eq=False)
 class Companion:
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        factory: TransportFactory,
-        cluster_key: str,
-        bind_address: str = "0.0.0.0:0",
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._factory = factory
-        self._bind_address = bind_address
-        self.cluster_key = cluster_key
-        self.state = UNCONFIGURED
-        self.error: str | None = None
-        self.agent_directory: Path | None = None
-        self.label = ""
-        self._transport: Transport | None = None
-        self._reclaim: asyncio.Task[None] | None = None
-        """Moving back to the port used last time, while another process holds it."""
+    """This cluster's HyperNet endpoint: configured once, restored at start, and its state
+    (``unconfigured``, ``running``, ``failed`` with the reason, ``stopped``) as shown."""
+
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    factory: TransportFactory
+    cluster_key: str
+    bind_address: str = "0.0.0.0:0"
+    state: str = field(default=UNCONFIGURED, init=False)
+    error: str | None = field(default=None, init=False)
+    agent_directory: Path | None = field(default=None, init=False)
+    label: str = field(default="", init=False)
+    _transport: Transport | None = field(default=None, init=False)
+    _reclaim: asyncio.Task[None] | None = field(default=None, init=False)
+    """Moving back to the port used last time, while another process holds it."""
 
     async def restore(self) -> None:
         """Start the companion a previous configuration asked for."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             config = await uow.settings.get(COMPANION_SETTING)
             label = await uow.settings.get(LABEL_SETTING)
         self.label = str(label or "")
@@ -123,13 +120,13 @@ class Companion:
         principal.require_local_owner()
         directory = parse_agent_directory(agent_directory)
         new_label = None if label is None else parse_short_text(label, "label", MAX_LABEL_CHARS)
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             await uow.settings.put(COMPANION_SETTING, {"agent_directory": str(directory)})
             if new_label is not None:
                 await uow.settings.put(LABEL_SETTING, new_label)
             await audit.record_by(
                 uow,
-                self._clock,
+                self.clock,
                 principal,
                 "companion.configured",
                 project=None,
@@ -147,18 +144,16 @@ class Companion:
         Peers know this cluster by the addresses in its ticket: keeping the port across
         restarts keeps those addresses valid.
         """
-        host, _, port = self._bind_address.rpartition(":")
+        host, _, port = self.bind_address.rpartition(":")
         if port != "0":
-            return self._bind_address
-        async with self._uow_factory() as uow:
+            return self.bind_address
+        async with self.uow_factory() as uow:
             config = await uow.settings.get(COMPANION_SETTING)
         kept = config.get("port") if isinstance(config, dict) else None
-        return (
-            f"{host}:{kept}" if isinstance(kept, int) and 0 < kept < 65536 else self._bind_address
-        )
+        return f"{host}:{kept}" if isinstance(kept, int) and 0 < kept < 65536 else self.bind_address
 
     async def _remember_port(self, transport: Transport) -> None:
-        ipv6 = self._bind_address.startswith("[")
+        ipv6 = self.bind_address.startswith("[")
         ports = {
             int(address.rpartition(":")[2])
             for address in transport.addresses
@@ -166,7 +161,7 @@ class Companion:
         }
         if len(ports) != 1:
             return
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             config = await uow.settings.get(COMPANION_SETTING)
             if isinstance(config, dict) and config.get("port") != min(ports):
                 await uow.settings.put(COMPANION_SETTING, {**config, "port": min(ports)})
@@ -176,16 +171,16 @@ class Companion:
         await self.stop()
         self.agent_directory = directory
         bind = await self._bind()
-        transport = self._factory(directory, bind)
+        transport = self.factory(directory, bind)
         elsewhere = False
         try:
             try:
                 await transport.start()
             except FiccError:
-                if bind == self._bind_address:
+                if bind == self.bind_address:
                     raise
                 # The port used last time is taken now: take any for the time being.
-                transport = self._factory(directory, self._bind_address)
+                transport = self.factory(directory, self.bind_address)
                 await transport.start()
                 elsewhere = True
         except FiccError as exc:
@@ -210,7 +205,7 @@ class Companion:
         (that process ends as soon as it wakes to a lapsed lease, or when it is killed)."""
         while True:
             await asyncio.sleep(RECLAIM_PORT_SECONDS)
-            moved = self._factory(directory, bind)
+            moved = self.factory(directory, bind)
             try:
                 await moved.start()
             except (FiccError, OSError):
@@ -282,46 +277,16 @@ class CompanionChannel:
         return self._companion.label
 
     async def request(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
-        max_answer_bytes: int | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Asking]
     ) -> Answer:
         """The running endpoint's :meth:`PeerChannel.request`."""
-        return await self._companion.transport.request(
-            peer,
-            operation,
-            body,
-            generation=generation,
-            ticket=ticket,
-            timeout_seconds=timeout_seconds,
-            max_answer_bytes=max_answer_bytes,
-        )
+        return await self._companion.transport.request(peer, operation, body, **how)
 
     def stream(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Sending]
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
         """The running endpoint's :meth:`PeerChannel.stream`."""
-        return self._companion.transport.stream(
-            peer,
-            operation,
-            body,
-            generation=generation,
-            ticket=ticket,
-            timeout_seconds=timeout_seconds,
-        )
+        return self._companion.transport.stream(peer, operation, body, **how)
 
     def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None:
         """Close a pairing's sessions; without a companion there is none to close."""

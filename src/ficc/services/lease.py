@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Final, Literal
 
 from ficc.base.errors import NotActive
@@ -32,33 +33,26 @@ STANDBY_POLL_SECONDS: Final = 1.0
 active (an upgrade) is taken over within about this long."""
 
 
+@dataclass(eq=False)
 class LeaseKeeper:
     """This process's claim on the active lease, and the guard its units of work commit under.
 
     ``uow_factory`` must be unguarded (the keeper's own transactions are the lease's).
     """
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        holder: str,
-        lapse_seconds: float,
-        *,
-        name: str = ACTIVE_LEASE,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self.holder = holder
-        self.lapse_seconds = lapse_seconds
-        self.name = name
-        self.epoch: int | None = None
-        """The fencing token: the epoch this process took the lease under; None before."""
-        self._valid_until = 0.0
-        """Loop time until which the last renewal vouches for the lease."""
-        self.fenced = False
-        """The lease was held and is lost: this process never acts again."""
-        self.lost = asyncio.Event()
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    holder: str
+    lapse_seconds: float
+    _: KW_ONLY
+    name: str = ACTIVE_LEASE
+    epoch: int | None = field(default=None, init=False)
+    """The fencing token: the epoch this process took the lease under; None before."""
+    _valid_until: float = field(default=0.0, init=False)
+    """Loop time until which the last renewal vouches for the lease."""
+    fenced: bool = field(default=False, init=False)
+    """The lease was held and is lost: this process never acts again."""
+    lost: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     @property
     def interval_seconds(self) -> float:
@@ -81,9 +75,9 @@ class LeaseKeeper:
         if self.fenced:
             return False
         started = asyncio.get_running_loop().time()
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             current = await uow.leases.get(self.name, for_update=True)
-            taken = claim(current, self.name, self.holder, self._clock(), self.lapse_seconds)
+            taken = claim(current, self.name, self.holder, self.clock(), self.lapse_seconds)
             if taken is None:
                 return False
             expected = None if current is None else current.epoch
@@ -109,9 +103,9 @@ class LeaseKeeper:
             return False
         assert self.epoch is not None
         started = asyncio.get_running_loop().time()
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             current = await uow.leases.get(self.name, for_update=True)
-            renewed = renewal(current, self.holder, self.epoch, self._clock(), self.lapse_seconds)
+            renewed = renewal(current, self.holder, self.epoch, self.clock(), self.lapse_seconds)
             if renewed is None or not await uow.leases.put(renewed, expected_epoch=self.epoch):
                 self._lose("another process holds the lease")
                 return False
@@ -132,9 +126,9 @@ class LeaseKeeper:
         if not self.active():
             return
         assert self.epoch is not None
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             current = await uow.leases.get(self.name, for_update=True)
-            ended = renewal(current, self.holder, self.epoch, self._clock(), 0.0)
+            ended = renewal(current, self.holder, self.epoch, self.clock(), 0.0)
             if ended is not None and await uow.leases.put(ended, expected_epoch=self.epoch):
                 await uow.commit()
         self.fenced = True
@@ -146,7 +140,7 @@ class LeaseKeeper:
             raise NotActive(self._why())
         assert self.epoch is not None
         current = await leases.get(self.name)
-        if not holds(current, self.holder, self.epoch, self._clock()):
+        if not holds(current, self.holder, self.epoch, self.clock()):
             self._lose("another process holds the lease")
             raise NotActive(self._why())
 

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
@@ -23,6 +23,7 @@ from ficc.protocol.handshake import KnownPeer
 
 __all__ = [
     "Answer",
+    "Asking",
     "BodyBound",
     "EncodedAnswer",
     "KnownPeer",
@@ -32,6 +33,7 @@ __all__ = [
     "PeerLookup",
     "RequestHandler",
     "RequestResult",
+    "Sending",
     "end_request",
     "ending_reason",
 ]
@@ -112,45 +114,42 @@ PeerLookup = Callable[[str], Awaitable[Sequence[KnownPeer]]]
 project paired with it), empty if none."""
 
 
+class Sending(TypedDict, total=False):
+    """How a request goes to a peer, each optional.
+
+    ``generation``: the pairing whose session carries it (0, the default: a session of no
+    pairing, for the pairing operations). ``ticket``: an address hint only; the peer's identity
+    is its HyperNet ID. ``timeout_seconds``: the wait for the answer, or for each chunk of a
+    stream (the transport's own when absent).
+    """
+
+    generation: int
+    ticket: str | None
+    timeout_seconds: float | None
+
+
+class Asking(Sending, total=False):
+    """How a request that awaits one JSON answer goes: ``max_answer_bytes`` is the most the
+    answer may be (the operation's bound); a larger one is refused before it is decoded
+    (``PeerUnreachable``, or ``OutcomeUnknown`` once sent). Before a pairing it is never
+    above 64 KiB."""
+
+    max_answer_bytes: int | None
+
+
 class PeerChannel(Protocol):
     """Requests to peer clusters."""
 
     async def request(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
-        max_answer_bytes: int | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Asking]
     ) -> Answer:
         """Send ``operation`` to the peer with HyperNet ID ``peer``; return its JSON result
-        and who answered.
-
-        It goes on a session bound to the pairing at ``generation`` (0: a session of no
-        pairing, for the pairing operations). ``ticket`` is an address hint only; the peer's
-        identity is its HyperNet ID. ``max_answer_bytes``: the most the answer may be (the
-        operation's bound); a larger one is refused before it is decoded (``PeerUnreachable``, or
-        ``OutcomeUnknown`` once sent). Before a pairing it is never above 64 KiB.
-        """
+        and who answered."""
         ...
 
     def stream(
-        self,
-        peer: str,
-        operation: str,
-        body: Mapping[str, object],
-        *,
-        generation: int = 0,
-        ticket: str | None = None,
-        timeout_seconds: float | None = None,
+        self, peer: str, operation: str, body: Mapping[str, object], **how: Unpack[Sending]
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """Send ``operation`` (under the pairing at ``generation``) and iterate the chunks it
-        streams back.
-
-        Leaving the context before the end cancels the request on the peer;
-        ``timeout_seconds`` bounds the wait for each chunk.
-        """
+        """Send ``operation`` and iterate the chunks it streams back; leaving the context
+        before the end cancels the request on the peer."""
         ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
@@ -34,24 +35,16 @@ class FederationView(TypedDict):
     transfers: list[TransferView]
 
 
+@dataclass(frozen=True, eq=False)
 class Overview:
     """Reads only: what ``GET /api/v1/federation`` shows."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        companion: Companion,
-        grants: Grants,
-        copies: RemoteGrantCopies,
-        transfers_of: TransfersOf,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._companion = companion
-        self._grants = grants
-        self._copies = copies
-        self._transfers_of = transfers_of
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    companion: Companion
+    grants: Grants
+    copies: RemoteGrantCopies
+    transfers_of: TransfersOf
 
     async def overview(
         self,
@@ -62,7 +55,7 @@ class Overview:
     ) -> FederationView:
         """The project's federation; offers a page at a time, oldest first: ``offers_next``
         names the last one shown when more follow (pass it as ``offers_after``)."""
-        now = self._clock()
+        now = self.clock()
         if offers_after is not None:
             offers_after = parse_id("offer", offers_after, field="offers_after")
         if isinstance(offers_limit, bool) or not 1 <= offers_limit <= o.MAX_OFFERS_PAGE:
@@ -70,23 +63,23 @@ class Overview:
                 f"offers_limit must be an integer from 1 to {o.MAX_OFFERS_PAGE}",
                 field="offers_limit",
             )
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             peers = await uow.peers.in_project(project)
             offers = await uow.offers.visible_to(
                 project, after=offers_after, limit=offers_limit + 1
             )
             grants = await uow.grants.in_project(project)
             kept = {peer.id: await uow.remote_grants.of_peer(peer.id) for peer in peers}
-        remote = {peer.id: await self._copies.current(peer, kept[peer.id]) for peer in peers}
-        identity = self._companion.identity_json()
+        remote = {peer.id: await self.copies.current(peer, kept[peer.id]) for peer in peers}
+        identity = self.companion.identity_json()
         me = identity["hypernet_id"]
         return {
-            "companion": self._companion.companion_json(),
+            "companion": self.companion.companion_json(),
             "identity": identity,
             "project": project,
             "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
             "offers": [offer_json(offer, now, me) for offer in offers[:offers_limit]],
             "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
-            "grants": [self._grants.grant_json(grant, now) for grant in grants],
-            "transfers": await self._transfers_of(project),
+            "grants": [self.grants.grant_json(grant, now) for grant in grants],
+            "transfers": await self.transfers_of(project),
         }

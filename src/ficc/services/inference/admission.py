@@ -8,6 +8,7 @@ the same arithmetic, so what a preview promises is what a start enforces.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded
@@ -39,30 +40,24 @@ from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
 
+@dataclass(frozen=True, eq=False)
 class Admission:
     """Checks of specs and starts; one start at a time passes :meth:`admit` and commits."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        supervisor: ReplicaSupervisor,
-        model_path: ModelPath,
-        upstream_allow: UpstreamAllowList,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._supervisor = supervisor
-        self._model_path = model_path
-        self._upstream_allow = upstream_allow
-        self.lock = asyncio.Lock()
-        """Held from :meth:`admit` to the commit of the start, so that two starts cannot both
-        count the same free memory."""
+    uow_factory: UnitOfWorkFactory
+    supervisor: ReplicaSupervisor
+    model_path: ModelPath
+    upstream_allow: UpstreamAllowList
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+    """Held from :meth:`admit` to the commit of the start, so that two starts cannot both
+    count the same free memory."""
 
     async def preview(self, project: str, spec_data: object) -> PreviewView:
         """Would this spec fit on its node now? Reasons, not a launch; ``start`` enforces it."""
         spec = parse_service_spec(spec_data)
         reasons: list[str] = []
         warnings: list[str] = []
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             node = await find_node(uow, spec.node)
             model: CatalogueModel | None = None
             present = True
@@ -82,7 +77,7 @@ class Admission:
                 reasons.append(f"node {spec.node} is not a node of this cluster")
                 return preview_json(spec, None, reasons, warnings, {})
             committed = await self._committed(uow, node, exclude=None)
-        availability = await self._supervisor.runtime(spec.runtime).availability(node_info(node))
+        availability = await self.supervisor.runtime(spec.runtime).availability(node_info(node))
         reasons.extend(availability.reasons)
         if model is not None and not present:
             reasons.append(f"model {model.id} has files missing from the blob store")
@@ -100,7 +95,7 @@ class Admission:
         node_ids: frozenset[str] | None = None,
     ) -> JSONObject:
         """Models (names, revisions, readiness) and the node/runtime offers that can run them."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             models = [
                 m for m in await uow.models.list(project) if model_ids is None or m.id in model_ids
             ]
@@ -108,7 +103,7 @@ class Admission:
             nodes = [n for n in await uow.nodes.list() if node_ids is None or n.id in node_ids]
         offers = []
         for node in nodes:
-            for runtime in self._supervisor.runtimes():
+            for runtime in self.supervisor.runtimes():
                 availability = await runtime.availability(node_info(node))
                 offers.append(
                     {
@@ -185,7 +180,7 @@ class Admission:
 
     async def check_spec(self, uow: UnitOfWork, project: str, spec: ServiceSpec) -> Node:
         """The node a new or replaced spec names, once its upstream, node and model pass."""
-        self._upstream_allow.check(spec)
+        self.upstream_allow.check(spec)
         node = await find_node(uow, spec.node)
         if node is None:
             raise InvalidInput(f"node {spec.node} is not a node of this cluster", field="node")
@@ -201,8 +196,8 @@ class Admission:
 
     async def check_runtime(self, spec: ServiceSpec, node: Node) -> None:
         """At start: the upstream is still allowed and the runtime can run on the node."""
-        self._upstream_allow.check(spec)  # the owner may have withdrawn it since the create
-        availability = await self._supervisor.runtime(spec.runtime).availability(node_info(node))
+        self.upstream_allow.check(spec)  # the owner may have withdrawn it since the create
+        availability = await self.supervisor.runtime(spec.runtime).availability(node_info(node))
         if not availability.available:
             raise Conflict(
                 f"runtime {spec.runtime.value} cannot run on node {node.id}: "
@@ -222,7 +217,7 @@ class Admission:
                 f"model {model.id} has files missing from the blob store",
                 details={"model": model.id, "reason": "files_missing"},
             )
-        return self._model_path(model)
+        return self.model_path(model)
 
     async def present(self, uow: UnitOfWork, model: CatalogueModel) -> bool:
         """Whether the model's files are stored and resolve for it (``catalogue.resolves``).
@@ -233,4 +228,4 @@ class Admission:
         """
         if not await resolves(uow, model, model.blob_digests()):
             return False
-        return self._model_path(model).exists()
+        return self.model_path(model).exists()

@@ -8,7 +8,7 @@ recorded process is fenced (killed by pid and start time) and one without is *un
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ficc.base.errors import Conflict, FiccError
 from ficc.domain.inference import (
@@ -25,16 +25,16 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.runtimes import ProcessIdentity, ReplicaHandle, Runtime
 
 
+@dataclass(frozen=True, eq=False)
 class AttemptLog:
     """Writes what happened to one replica attempt, each change in its own transaction."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
 
     async def launched(self, attempt_id: str, handle: ReplicaHandle) -> None:
         """The engine runs: its process is recorded, for a later FICC to fence it."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             attempt = await uow.attempts.get(attempt_id)
             if attempt is None:
                 return
@@ -57,7 +57,7 @@ class AttemptLog:
         exit_code: int | None = None,
     ) -> None:
         """Apply an engine event to the attempt; a stale one changes nothing."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             attempt = await uow.attempts.get(attempt_id)
             if attempt is None:
                 return
@@ -72,7 +72,7 @@ class AttemptLog:
                     state=state,
                     log_tail=log_tail if log_tail is not None else attempt.log_tail,
                     exit_code=exit_code if exit_code is not None else attempt.exit_code,
-                    ended_at=self._clock() if ended else attempt.ended_at,
+                    ended_at=self.clock() if ended else attempt.ended_at,
                 )
             )
             await uow.commit()

@@ -59,12 +59,12 @@ class LogPage(TypedDict):
     more: bool
 
 
+@dataclass(frozen=True, eq=False)
 class ServiceLogs:
     """Reads a service's engine log: the newest attempt's, a replica's, or a named attempt's."""
 
-    def __init__(self, uow_factory: UnitOfWorkFactory, logs: EngineLogs) -> None:
-        self._uow_factory = uow_factory
-        self._logs = logs
+    uow_factory: UnitOfWorkFactory
+    logs: EngineLogs
 
     async def read(
         self,
@@ -89,7 +89,7 @@ class ServiceLogs:
             raise InvalidInput("replica must be 0 or more", field="replica")
         if attempt is not None:
             parse_id("attempt", attempt, field="attempt")
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             service = await load_service(uow, project, service_id)
             attempts = await uow.attempts.for_service(service.id)
         chosen = _choose(attempts, replica, attempt, service_id)
@@ -110,7 +110,7 @@ class ServiceLogs:
                 next=0,
                 more=False,
             )
-        chunk = await self._logs.read(
+        chunk = await self.logs.read(
             service.id, chosen.id, after=after, lines=lines, max_bytes=MAX_LOG_READ_BYTES
         )
         return LogPage(

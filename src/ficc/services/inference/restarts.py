@@ -8,7 +8,7 @@ service has ended; the supervisor waits out the backoff and launches what this r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -44,28 +44,22 @@ class Backoff:
     delay_seconds: float
 
 
+@dataclass(eq=False)
 class Restarts:
     """What the supervisor remembers of each service between its crashes, and what it records
     when one ends by itself or starts again."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        *,
-        serve_instance: str,
-        on_restart: RestartCounter | None = None,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._serve_instance = serve_instance
-        self._on_restart = on_restart
-        self._loops: dict[str, CrashLoop] = {}
-        self._running_since: dict[str, datetime] = {}
-        self._backoff: set[str] = set()
-        """Services waiting to be started again after a crash."""
-        self._launches: dict[str, tuple[Node, Path | None]] = {}
-        """What each service's last launch ran with: a restart launches the same again."""
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    _: KW_ONLY
+    serve_instance: str
+    on_restart: RestartCounter | None = None
+    _loops: dict[str, CrashLoop] = field(default_factory=dict, init=False)
+    _running_since: dict[str, datetime] = field(default_factory=dict, init=False)
+    _backoff: set[str] = field(default_factory=set, init=False)
+    """Services waiting to be started again after a crash."""
+    _launches: dict[str, tuple[Node, Path | None]] = field(default_factory=dict, init=False)
+    """What each service's last launch ran with: a restart launches the same again."""
 
     def launching(
         self, service_id: str, node: Node, model_path: Path | None, *, restarting: bool
@@ -106,11 +100,11 @@ class Restarts:
         """Every replica of a service has ended after one ended without being asked: record it
         starting again after the backoff (returned), or ``failed`` (policy, crash loop, lapsed
         grant)."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             service = await uow.services.get(service_id)
             if service is None:
                 return None
-            now = self._clock()
+            now = self.clock()
             running_since = self._running_since.pop(service_id, None)
             decision = None
             if service.desired is DesiredState.RUNNING and service.state in RESTARTABLE_STATES:
@@ -153,7 +147,7 @@ class Restarts:
     ) -> tuple[ServiceRecord, list[AttemptRecord]] | None:
         """After the backoff, record the new attempts and the audit row of a restart, unless
         someone changed the service meanwhile or ``supervised`` (it has replicas again)."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             service = await uow.services.get(service_id)
             if (
                 service is None
@@ -163,11 +157,11 @@ class Restarts:
                 or supervised()
             ):
                 return None
-            attempts = await record_attempts(uow, service, self._serve_instance, self._clock())
+            attempts = await record_attempts(uow, service, self.serve_instance, self.clock())
             loop = self._loops.get(service_id, CrashLoop())
             await audit.record(
                 uow,
-                self._clock,
+                self.clock,
                 action="service.restart",
                 actor=SUPERVISOR_ACTOR,
                 project=service.project,
@@ -180,6 +174,6 @@ class Restarts:
                 },
             )
             await uow.commit()
-        if self._on_restart is not None:
-            self._on_restart(service.spec.restart)
+        if self.on_restart is not None:
+            self.on_restart(service.spec.restart)
         return service, attempts

@@ -9,10 +9,9 @@ move on to the next target; any other error is the answer.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Final
 
 from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable, PermissionDenied
 from ficc.domain import grants as g
@@ -21,37 +20,12 @@ from ficc.domain.inference import RuntimeName
 from ficc.domain.principals import Principal
 from ficc.domain.routes import Breaker, Outcome, Route, Target, free_slots, local_skip, skip_outcome
 from ficc.services.inference.router import InvocationRouter
+from ficc.services.ports import RemoteInvoker
 from ficc.services.token_limits import check_service
 
 ONE_AT_A_TIME: Final = frozenset({RuntimeName.LLAMA_CPP})
 """Runtimes whose replica serves one request at a time (FICC runs llama.cpp's server so):
 such a local target is at its concurrency with one request per ready replica in flight."""
-
-
-class RemoteInvoker(Protocol):
-    """The requester's side as routes use it (``RemoteClient``): every check before sending,
-    then the send, so a refusal of the first proves nothing went out."""
-
-    async def prepare(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
-        via: tuple[str, ...] = (),
-    ) -> Any: ...
-
-    async def send(self, prepared: Any) -> dict[str, Any]: ...
-
-    def stream(self, prepared: Any) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
-
-    def known_refusal(self, prepared: Any) -> str | None:
-        """The grant's rule its grantor last said is spent, if any (tokens, a window)."""
-        ...
 
 
 TargetAdmission = Callable[[str, Target], Awaitable[Outcome | None]]
@@ -82,29 +56,23 @@ class Skip(Exception):
     error: FiccError
 
 
+@dataclass(eq=False)
 class RouteTargets:
     """What trying a route's targets keeps: each remote target's breaker, its requests in
     flight and its grant's concurrency, as last prepared."""
 
-    def __init__(
-        self,
-        router: InvocationRouter,
-        remote: RemoteInvoker,
-        *,
-        monotonic: Callable[[], float],
-        admit_target: TargetAdmission = always,
-    ) -> None:
-        self._router = router
-        self._remote = remote
-        self._monotonic = monotonic
-        self._admit_target = admit_target
-        self._breakers: dict[tuple[str, str], Breaker] = {}
-        self._remote_in_flight: dict[tuple[str, str], int] = {}
-        self._remote_caps: dict[tuple[str, str], int] = {}
+    router: InvocationRouter
+    remote: RemoteInvoker
+    _: KW_ONLY
+    monotonic: Callable[[], float]
+    admit_target: TargetAdmission = always
+    _breakers: dict[tuple[str, str], Breaker] = field(default_factory=dict, init=False)
+    _remote_in_flight: dict[tuple[str, str], int] = field(default_factory=dict, init=False)
+    _remote_caps: dict[tuple[str, str], int] = field(default_factory=dict, init=False)
 
     def free(self, project: str, target: Target) -> float:
         if target.local:
-            occupancy = self._router.occupancy(project, target.service)
+            occupancy = self.router.occupancy(project, target.service)
             if occupancy is None:
                 return -float("inf")
             return free_slots(_local_capacity(target, occupancy), occupancy.in_flight)
@@ -119,7 +87,7 @@ class RouteTargets:
         (``queue``: past its implicit concurrency, as every other target was skipped)."""
         if "inference:invoke" not in principal.scopes:
             raise Skip(Outcome.FORBIDDEN, _missing_scope("inference:invoke"))
-        occupancy = self._router.occupancy(project, target.service)
+        occupancy = self.router.occupancy(project, target.service)
         outcome = local_skip(
             admitting=occupancy is not None,
             capacity=None if occupancy is None else _local_capacity(target, occupancy),
@@ -145,7 +113,7 @@ class RouteTargets:
             raise Skip(Outcome.FORBIDDEN, _missing_scope("federation:invoke"))
         key = (project, target.label)
         breaker = self._breakers.setdefault(key, Breaker())
-        if not breaker.admits(self._monotonic()):
+        if not breaker.admits(self.monotonic()):
             raise Skip(
                 Outcome.CIRCUIT_OPEN,
                 PeerUnreachable(
@@ -154,7 +122,7 @@ class RouteTargets:
                 ),
             )
         try:
-            prepared = await self._remote.prepare(
+            prepared = await self.remote.prepare(
                 principal,
                 project,
                 target.peer,
@@ -173,7 +141,7 @@ class RouteTargets:
             self._remote_caps[key] = cap
             if self._remote_in_flight.get(key, 0) >= cap:
                 raise Skip(Outcome.BUSY, _busy(target))
-            spent = self._remote.known_refusal(prepared)
+            spent = self.remote.known_refusal(prepared)
             if spent is not None:
                 raise Skip(
                     Outcome.LIMIT_EXCEEDED,
@@ -183,7 +151,7 @@ class RouteTargets:
                         details={"limit": spent, "target": target.label},
                     ),
                 )
-            outcome = await self._admit_target(project, target)
+            outcome = await self.admit_target(project, target)
             if outcome is not None:
                 raise Skip(
                     outcome,
@@ -211,7 +179,7 @@ class RouteTargets:
             yield
         except FiccError as exc:
             if isinstance(exc, PeerUnreachable):
-                breaker.failed(self._monotonic())
+                breaker.failed(self.monotonic())
             else:
                 breaker.answered()  # the peer answered, if only to refuse
             outcome = skip_outcome(target, exc)

@@ -45,7 +45,6 @@ from ficc.domain.routes import (
 from ficc.services.inference.invoke import Invocations
 from ficc.services.inference.route_targets import (
     Ask,
-    RemoteInvoker,
     RouteTargets,
     Skip,
     TargetAdmission,
@@ -54,7 +53,7 @@ from ficc.services.inference.route_targets import (
     token_admits,
 )
 from ficc.services.inference.router import InvocationRouter
-from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports import Clock, RemoteInvoker, UnitOfWork, UnitOfWorkFactory
 from ficc.services.token_limits import TokenLimits
 
 ROUTE_ID_PREFIX: Final = PREFIXES["route"] + "_"

@@ -2,7 +2,8 @@
 
 Adapters implement them; services never import an adapter. Services import every port from
 here; the modules say where each kind lives: ``repositories``, ``metering`` and
-``unit_of_work`` (storage), ``engines``, ``blobs`` and ``clock``.
+``unit_of_work`` (storage), ``engines``, ``blobs`` and ``clock``; ``remote``, the one a service
+implements: the requester's side of a peer request as routes use it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ficc.services.ports.metering import (
     UsageRepository,
 )
 from ficc.services.ports.receipt_chains import ReceiptChainsRepository
+from ficc.services.ports.remote import PeerAsk, RemoteInvoker, RoutedAsk
 from ficc.services.ports.repositories import (
     AttemptsRepository,
     AuditRepository,
@@ -73,11 +75,14 @@ __all__ = [
     "NodesRepository",
     "OffersRepository",
     "PartialWriter",
+    "PeerAsk",
     "PeersRepository",
     "ProjectsRepository",
     "ReceiptChainsRepository",
     "ReceiptsRepository",
     "RemoteGrantsRepository",
+    "RemoteInvoker",
+    "RoutedAsk",
     "RoutesRepository",
     "ServicesRepository",
     "SessionsRepository",

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import (
@@ -33,7 +33,7 @@ from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.peer_channel import PeerChannel
-from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports import Clock, PeerAsk, RoutedAsk, UnitOfWorkFactory
 from ficc.services.remote.table import grant_operation
 from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished
@@ -81,8 +81,9 @@ class RemoteClient:
         self._tokens = tokens
         self._channel = channel
         self._copies = copies
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._usage = RequesterUsage(uow_factory, self._clock, tokens, receipts)
+        self._usage = RequesterUsage(
+            uow_factory, clock or (lambda: datetime.now(UTC)), tokens, receipts
+        )
         self._routed: dict[str, tuple[str, JSONObject]] = {}
         """By peer: the grant its last request went through and the copy of its terms."""
 
@@ -109,54 +110,30 @@ class RemoteClient:
         return _published(peer.selected_grant, await self._copies.current(peer, remote))
 
     async def request(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
+        self, principal: Principal, project: str, peer_id: str, **ask: Unpack[PeerAsk]
     ) -> dict[str, Any]:
         """Send one operation through the selected grant; nothing is retried.
 
         ``service``: a remote service the selected grant must publish (checked before sending).
         """
-        return await self.send(
-            await self.prepare(
-                principal,
-                project,
-                peer_id,
-                operation=operation,
-                body=body,
-                mutation_id=mutation_id,
-                service=service,
-            )
-        )
+        return await self.send(await self.prepare(principal, project, peer_id, **ask))
 
     async def prepare(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
-        via: tuple[str, ...] = (),
+        self, principal: Principal, project: str, peer_id: str, **ask: Unpack[RoutedAsk]
     ) -> Prepared:
         """Every check this cluster makes before sending: a refusal here proves nothing was
         sent (a route tries its next target on it). ``via``: the route (name and ID) the
         request comes through, which a restricted token may list instead of the service."""
         check_peer(principal, peer_id)
+        service = ask.get("service")
         peer, grant_id, terms = await self._route(principal, project, peer_id, service)
-        name, wire, body_bytes = _wire(grant_id, operation, body, mutation_id, terms)
+        name, wire, body_bytes = _wire(
+            grant_id, ask["operation"], ask["body"], ask.get("mutation_id"), terms
+        )
         sent = wire["body"]
         asked = sent.get("service") if isinstance(sent, dict) else None
         for named in {service, asked} - {None}:
-            check_service(principal, str(named), *via)
+            check_service(principal, str(named), *ask.get("via", ()))
         return Prepared(peer, grant_id, terms, name, wire, body_bytes, principal)
 
     async def send(self, prepared: Prepared) -> dict[str, Any]:
@@ -219,30 +196,14 @@ class RemoteClient:
 
     @contextlib.asynccontextmanager
     async def open_stream(
-        self,
-        principal: Principal,
-        project: str,
-        peer_id: str,
-        *,
-        operation: object,
-        body: object,
-        mutation_id: object = None,
-        service: str | None = None,
+        self, principal: Principal, project: str, peer_id: str, **ask: Unpack[PeerAsk]
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A streamed operation; leaving the block cancels it on the peer.
 
         ``mutation_id`` is checked like any other request's (no streamed operation takes one),
         so a caller who sends one is told, not silently ignored.
         """
-        prepared = await self.prepare(
-            principal,
-            project,
-            peer_id,
-            operation=operation,
-            body=body,
-            mutation_id=mutation_id,
-            service=service,
-        )
+        prepared = await self.prepare(principal, project, peer_id, **ask)
         async with self.stream(prepared) as chunks:
             yield chunks
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from ficc.base.errors import NotFound
@@ -28,21 +29,19 @@ ADVICE: Final = {
 """What a caller should do next about a mutation in each state (nothing, when settled)."""
 
 
+@dataclass(frozen=True, eq=False)
 class ModelOperations:
     """The grantor's catalogue, nodes and receipts as a peer reaches them under a grant."""
 
-    def __init__(
-        self, uow_factory: UnitOfWorkFactory, clock: Clock, blobs: BlobStore, slots: GrantSlots
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._blobs = blobs
-        self._slots = slots
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    blobs: BlobStore
+    slots: GrantSlots
 
     async def manifest(self, call: Call) -> JSONObject:
         model_id = parse_id("model", call.body.get("model"), field="body.model")
         call.require("models", model_id, "body.model")
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             model = await uow.models.get(model_id)
         if model is None or model.project != call.grant.project:
             raise NotFound(f"no model {model_id}", details={"model": model_id})
@@ -54,8 +53,8 @@ class ModelOperations:
 
         async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await create_model_record(
-                self._uow_factory,
-                self._clock,
+                self.uow_factory,
+                self.clock,
                 grant.project,
                 manifest,
                 key=key,
@@ -73,9 +72,9 @@ class ModelOperations:
 
         async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
             return await remove_model_record(
-                self._uow_factory,
-                self._clock,
-                self._blobs,
+                self.uow_factory,
+                self.clock,
+                self.blobs,
                 call.grant.project,
                 model_id,
                 key=key,
@@ -86,7 +85,7 @@ class ModelOperations:
         return effect
 
     async def resources(self, call: Call) -> JSONObject:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             nodes = [n for n in await uow.nodes.list() if n.id in call.grant.terms.nodes]
         return {"nodes": [with_times_formatted(node.as_json()) for node in nodes]}
 
@@ -99,15 +98,15 @@ class ModelOperations:
         retry with the same ID and arguments applies it once.
         """
         mutation_id = parse_mutation_id(call.body.get("id"), field="body.id")
-        settle = self._slots.in_flight(call.grant.id) <= 1
-        async with self._uow_factory() as uow:
+        settle = self.slots.in_flight(call.grant.id) <= 1
+        async with self.uow_factory() as uow:
             receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
             if receipt is not None and receipt.state == ReceiptState.UNCERTAIN and settle:
                 key = MutationKey(
                     receipt.scope, mutation_id, receipt.operation, receipt.arguments_sha256
                 )
                 scope = await mutations.begin(uow, key)
-                await scope.mark_not_applied(self._clock())
+                await scope.mark_not_applied(self.clock())
                 await uow.commit()
                 receipt = await uow.receipts.get(grant_scope(call.grant.id), mutation_id)
         if receipt is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
@@ -216,17 +216,15 @@ def streams_octets(operation: object) -> bool:
     return row is not None and row.octets
 
 
+@dataclass(frozen=True, eq=False)
 class PeerOperations:
     """Serves every operation a peer asks: the transport's one handler."""
 
-    def __init__(
-        self, uow_factory: UnitOfWorkFactory, clock: Clock, gate: Gate, handlers: Handlers
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._gate = gate
-        self._handlers = handlers
-        self._tries = mutations.InFlight()
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    gate: Gate
+    handlers: Handlers
+    _tries: mutations.InFlight = field(default_factory=mutations.InFlight, init=False, repr=False)
 
     async def serve(
         self, identity: PeerIdentity, operation: str, wire: JSONObject, wire_bytes: int
@@ -237,7 +235,7 @@ class PeerOperations:
             raise InvalidInput(f"unknown operation {operation}", field="operation")
         if row.peer is not None:
             row.check_own_fields(operation, wire)
-            return await row.peer(self._handlers)(identity, wire)
+            return await row.peer(self.handlers)(identity, wire)
         assert row.scopes is not None
         _exact_fields(wire, ENVELOPE_FIELDS, ENVELOPE_REQUIRED, "of a request under a grant")
         body = parse_body(wire.get("body", {}))
@@ -245,26 +243,26 @@ class PeerOperations:
         body_bytes = first_member_bytes(wire_bytes, wire, "body")
         if row.stream is not None and row.streaming.streams(body):
             return self._serve_stream(identity, operation, row, row.stream, wire, body, body_bytes)
-        async with self._gate.admitted(
+        async with self.gate.admitted(
             identity, operation, row.scopes, row.mutation, wire, body, body_bytes
         ) as call:
             if row.mutate is not None:
                 async with self._tries.one_at_a_time(call.key()):
                     # A retry is answered from its receipt before the body's IDs are checked:
                     # a service or model the first try removed is no longer in the grant.
-                    async with self._uow_factory() as uow:
+                    async with self.uow_factory() as uow:
                         earlier = await mutations.begin(uow, call.key())
                     _raise_refusal(earlier)
                     if earlier.result is not None:
                         return {"replayed": True, "result": peer_answer(earlier.result)}
                     row.check_fields(body)
-                    effect = await row.mutate(self._handlers)(call)
+                    effect = await row.mutate(self.handlers)(call)
                     call.slot.check()
                     return await self._once(call, effect)
             assert row.answer is not None
             row.check_fields(body)
             call.slot.check()
-            result = await row.answer(self._handlers)(call)
+            result = await row.answer(self.handlers)(call)
             if isinstance(result, EncodedAnswer):
                 # RFC 8785 sorts "replayed" before "result" and spells each value alone.
                 told = b"" if result.usage is None else b',"usage":' + result.usage
@@ -282,11 +280,11 @@ class PeerOperations:
         body_bytes: int,
     ) -> AsyncIterator[bytes]:
         assert row.scopes is not None
-        async with self._gate.admitted(
+        async with self.gate.admitted(
             identity, operation, row.scopes, False, wire, body, body_bytes
         ) as call:
             row.check_fields(body)
-            chunks = call.slot.guard(stream(self._handlers)(call))
+            chunks = call.slot.guard(stream(self.handlers)(call))
             # Closed on every exit (``async for`` alone leaves an abandoned iterator open).
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
@@ -295,21 +293,21 @@ class PeerOperations:
     async def _once(self, call: Call, effect: Effect) -> JSONObject:
         """Record uncertainty, then run the effect (which completes the receipt with itself)."""
         key = call.key()
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             mutation = await mutations.begin(uow, key)
             _raise_refusal(mutation)
             if mutation.result is not None:
                 return {"replayed": True, "result": peer_answer(mutation.result)}
-            await mutation.mark_uncertain(self._clock())
+            await mutation.mark_uncertain(self.clock())
             await uow.commit()
         try:
             result, replayed = await effect(key)
         except DEFINITE_REFUSALS as exc:
             # The effect's transaction rolled back: nothing happened, and that is certain.
-            async with self._uow_factory() as uow:
+            async with self.uow_factory() as uow:
                 mutation = await mutations.begin(uow, key)
                 if mutation.state == mutations.UNCERTAIN:
-                    await mutation.refuse(exc, self._clock())
+                    await mutation.refuse(exc, self.clock())
                     await uow.commit()
             raise
         return {"replayed": replayed, "result": result}
