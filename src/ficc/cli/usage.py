@@ -14,6 +14,7 @@ from ficc.cli.client import ControlClient
 from ficc.cli.exits import handles_errors
 from ficc.cli.federation import PREFIX
 from ficc.cli.group import call, cli, emit, state_options
+from ficc.domain.usage_receipts import RECORD_FIELDS
 
 
 @cli.command("federation-reconcile")
@@ -28,18 +29,8 @@ def federation_reconcile(state_dir: Path, project: str, peer: str, grant: str | 
 
 
 USAGE_FORMATS = ("json", "table", "csv")
-USAGE_COLUMNS = (
-    "request",
-    "operation",
-    "service",
-    "started_at",
-    "ended_at",
-    "prompt_tokens",
-    "completion_tokens",
-    "request_bytes",
-    "response_bytes",
-    "outcome",
-)
+USAGE_COLUMNS = tuple(field for field in RECORD_FIELDS if field != "grant")
+"""A usage record's fields, but the grant the command names."""
 
 
 @cli.command("federation-usage")
