@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ficc.cli.exits import handles_errors
-from ficc.cli.group import cli, emit, private_files, state_options
+from ficc.cli.group import DATABASE_HELP, cli, emit, private_files, state_options
 
 if TYPE_CHECKING:  # the storage libraries load inside the commands (``ficc --help`` stays fast)
     from ficc.adapters.backup import BackupSummary
@@ -85,9 +85,7 @@ def db() -> None:
     """The database schema: which revision it is at, and upgrading it."""
 
 
-database_option = click.option(
-    "--database", default=None, help="Database URL (default: SQLite in the state dir)."
-)
+database_option = click.option("--database", default=None, help=DATABASE_HELP)
 
 
 def _on_database(
