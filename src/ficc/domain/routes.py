@@ -72,6 +72,14 @@ class Outcome(StrEnum):
         return self not in (Outcome.OK, Outcome.ERROR)
 
 
+ADMISSION_SKIPS: Final[tuple[tuple[type[FiccError], Outcome], ...]] = (
+    (GrantRevoked, Outcome.GRANT_REVOKED),
+    (GrantExpired, Outcome.GRANT_EXPIRED),
+    (LimitExceeded, Outcome.LIMIT_EXCEEDED),
+)
+"""The grantor's refusals at admission that skip a remote target, and the skip each is."""
+
+
 @dataclass(frozen=True)
 class Target:
     """A local service (``peer`` None) or a peer's granted service, with its weight and the
@@ -259,12 +267,9 @@ def skip_outcome(target: Target, error: FiccError) -> Outcome | None:
         return Outcome.PEER_UNREACHABLE
     if error.details.get("stage") != ADMISSION_STAGE:
         return None
-    if isinstance(error, GrantRevoked):
-        return Outcome.GRANT_REVOKED
-    if isinstance(error, GrantExpired):
-        return Outcome.GRANT_EXPIRED
-    if isinstance(error, LimitExceeded):
-        return Outcome.LIMIT_EXCEEDED
+    for refusal, outcome in ADMISSION_SKIPS:
+        if isinstance(error, refusal):
+            return outcome
     return None
 
 
