@@ -1,10 +1,10 @@
-"""The OpenAI-compatible POST routes, one per engine path, as both compatible URLs (the local
-and the federated) register them: the same names, documents and fast path."""
+"""What both OpenAI-compatible URLs (the local and the federated) share: the POST routes, one
+per engine path, with the same names, documents and fast path; and OpenAI's ``model`` object."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from fastapi import APIRouter, Response
 
@@ -39,3 +39,8 @@ def add_invocation_routes(
             responses=OPENAI_INVOCATION,
             openapi_extra=openai_request(path),
         )
+
+
+def openai_model(model_id: str, created: int, owner: str) -> dict[str, Any]:
+    """OpenAI's ``model`` object: ``created`` in seconds since the epoch."""
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owner}

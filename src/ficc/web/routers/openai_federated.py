@@ -22,7 +22,7 @@ from ficc.services.remote.views import unpublished
 from ficc.services.token_limits import check_peer
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
-from ficc.web.openai_routes import add_invocation_routes
+from ficc.web.openai_routes import add_invocation_routes, openai_model
 from ficc.web.schemas_responses import OPENAI_MODEL, OPENAI_MODELS
 
 router = APIRouter()
@@ -53,7 +53,7 @@ async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) 
             service=service,
         )
         created = int(parse_time(answer["result"]["created_at"]).timestamp())
-    return {"id": service, "object": "model", "created": created, "owned_by": peer_id}
+    return openai_model(service, created, peer_id)
 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)

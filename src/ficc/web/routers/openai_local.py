@@ -19,7 +19,7 @@ from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.errors import error_response
 from ficc.web.observability import ROUTE_TRACE_SCOPE_KEY
-from ficc.web.openai_routes import add_invocation_routes
+from ficc.web.openai_routes import add_invocation_routes, openai_model
 from ficc.web.schemas_responses import OPENAI_MODEL, OPENAI_MODELS
 from ficc.web.sse import Opening
 
@@ -32,12 +32,7 @@ ROUTE_TARGET_HEADER: Final = "x-ficc-route-target"
 
 def model_object(service: ServiceRecord, owner: str) -> dict[str, Any]:
     """A service as OpenAI's ``model`` object; ``created`` is when the service was created."""
-    return {
-        "id": service.id,
-        "object": "model",
-        "created": int(service.created_at.timestamp()),
-        "owned_by": owner,
-    }
+    return openai_model(service.id, int(service.created_at.timestamp()), owner)
 
 
 def unknown_model(model: str, usable: list[str]) -> NotFound:
@@ -52,12 +47,7 @@ def unknown_model(model: str, usable: list[str]) -> NotFound:
 
 def route_object(route: Route, owner: str) -> dict[str, Any]:
     """A route as OpenAI's ``model`` object, named as callers name it (its name)."""
-    return {
-        "id": route.name,
-        "object": "model",
-        "created": int(route.created_at.timestamp()),
-        "owned_by": owner,
-    }
+    return openai_model(route.name, int(route.created_at.timestamp()), owner)
 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
