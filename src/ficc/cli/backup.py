@@ -7,6 +7,7 @@ snapshot); restore and upgrade write a state directory no server is using.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ficc.cli.exits import handles_errors
-from ficc.cli.group import cli, emit, private_files, state_options
+from ficc.cli.group import DATABASE_HELP, cli, emit, private_files, state_options
 
 if TYPE_CHECKING:  # the storage libraries load inside the commands (``ficc --help`` stays fast)
     from ficc.adapters.backup import BackupSummary
@@ -84,51 +85,57 @@ def db() -> None:
     """The database schema: which revision it is at, and upgrading it."""
 
 
-def _database(state_dir: Path, url: str | None) -> Database:
+database_option = click.option("--database", default=None, help=DATABASE_HELP)
+
+
+def _on_database(
+    state_dir: Path, url: str | None, work: Callable[[Database], Awaitable[dict[str, object]]]
+) -> dict[str, object]:
+    """What ``work`` answers on the database at ``url`` (default: SQLite in the state dir),
+    which is closed after it, whatever happened."""
     from ficc.adapters.sql.database import Database, default_url
 
-    return Database(url or default_url(state_dir))
+    async def run() -> dict[str, object]:
+        engine = Database(url or default_url(state_dir))
+        try:
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
 
 
 @db.command("current")
 @state_options
-@click.option("--database", default=None, help="Database URL (default: SQLite in the state dir).")
+@database_option
 @handles_errors
 def db_current(state_dir: Path, project: str, database: str | None) -> None:
     """Print the schema revision of the database and the newest this FICC knows."""
     from ficc.adapters.sql.schema import schema_state
 
-    async def run() -> dict[str, object]:
-        engine = _database(state_dir, database)
-        try:
-            state = await schema_state(engine)
-        finally:
-            await engine.dispose()
+    async def current(engine: Database) -> dict[str, object]:
+        state = await schema_state(engine)
         return {"current": state.current, "head": state.head, "at_head": state.at_head}
 
-    emit(asyncio.run(run()))
+    emit(_on_database(state_dir, database, current))
 
 
 @db.command("upgrade")
 @state_options
-@click.option("--database", default=None, help="Database URL (default: SQLite in the state dir).")
+@database_option
 @handles_errors
 def db_upgrade(state_dir: Path, project: str, database: str | None) -> None:
     """Upgrade the schema to the newest revision, backing a SQLite file up first."""
     from ficc.adapters.sql.schema import schema_state, upgrade
 
-    async def run() -> dict[str, object]:
-        engine = _database(state_dir, database)
-        try:
-            before = await schema_state(engine)
-            copy = await upgrade(engine)
-            after = await schema_state(engine)
-        finally:
-            await engine.dispose()
+    async def run_upgrade(engine: Database) -> dict[str, object]:
+        before = await schema_state(engine)
+        copy = await upgrade(engine)
+        after = await schema_state(engine)
         return {
             "from": before.current,
             "to": after.current,
             "backup": None if copy is None else str(copy),
         }
 
-    emit(asyncio.run(run()))
+    emit(_on_database(state_dir, database, run_upgrade))

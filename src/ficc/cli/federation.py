@@ -276,15 +276,24 @@ forwarding(
 )
 
 
-@cli.command("federation-refresh")
-@state_options
-@click.argument("peer")
-@click.option("--grant", help="Select this remote grant for later requests.")
-@handles_errors
-def federation_refresh(state_dir: Path, project: str, peer: str, grant: str | None) -> None:
-    """List the grants a peer gives us, or select one."""
-    body = {} if grant is None else {"grant": grant}
-    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/refresh", body))
+def peer_grant_command(name: str, action: str, grant_help: str, doc: str) -> None:
+    """Register the command ``name PEER [--grant GRANT]``: one POST to the peer's ``action``,
+    its body ``{"grant": GRANT}`` (``{}`` without one)."""
+
+    def command(state_dir: Path, project: str, peer: str, grant: str | None) -> None:
+        body = {} if grant is None else {"grant": grant}
+        emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/{action}", body))
+
+    function = click.option("--grant", help=grant_help)(handles_errors(command))
+    cli.command(name, help=doc)(state_options(click.argument("peer")(function)))
+
+
+peer_grant_command(
+    "federation-refresh",
+    "refresh",
+    "Select this remote grant for later requests.",
+    "List the grants a peer gives us, or select one.",
+)
 
 
 forwarding(

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -17,6 +17,9 @@ from ficc.cli.exits import handles_errors
 from ficc.cli.output import format_option
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+DATABASE_HELP: Final = "Database URL (default: SQLite in the state dir)."
+"""The help of ``--database``, wherever a command takes one."""
 
 
 def state_options(function: F) -> F:

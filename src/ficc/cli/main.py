@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -33,7 +33,7 @@ from ficc.base.defaults import (
 from ficc.base.errors import FiccError
 from ficc.cli.config import env_name, load_config_file
 from ficc.cli.exits import EXIT_REFUSED, fail, handles_errors
-from ficc.cli.group import cli, emit, forwarding, private_files, state_options
+from ficc.cli.group import DATABASE_HELP, cli, emit, forwarding, private_files, state_options
 from ficc.cli.output import fail_with
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,9 +42,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def setting(flag: str, **attrs: Any) -> Callable[[F], F]:
     """``--FLAG``, which the variable ``FICC_FLAG`` (or the config file) may set instead."""
     return click.option(f"--{flag}", envvar=env_name(flag), **attrs)
-
-
-DATABASE_HELP: Final = "Database URL (default: SQLite in the state dir)."
 
 
 @cli.command()

@@ -12,34 +12,21 @@ import click
 
 from ficc.cli.client import ControlClient
 from ficc.cli.exits import handles_errors
-from ficc.cli.federation import PREFIX
-from ficc.cli.group import call, cli, emit, state_options
+from ficc.cli.federation import PREFIX, peer_grant_command
+from ficc.cli.group import cli, emit
+from ficc.domain.usage_receipts import RECORD_FIELDS
 
-
-@cli.command("federation-reconcile")
-@state_options
-@click.argument("peer")
-@click.option("--grant", help="Only this grant of the peer (default: every one).")
-@handles_errors
-def federation_reconcile(state_dir: Path, project: str, peer: str, grant: str | None) -> None:
-    """Compare this side's usage receipts with the peer's, fetching those missing here."""
-    body = {} if grant is None else {"grant": grant}
-    emit(call(state_dir, project, "POST", f"{PREFIX}/peers/{peer}/reconcile", body))
+peer_grant_command(
+    "federation-reconcile",
+    "reconcile",
+    "Only this grant of the peer (default: every one).",
+    "Compare this side's usage receipts with the peer's, fetching those missing here.",
+)
 
 
 USAGE_FORMATS = ("json", "table", "csv")
-USAGE_COLUMNS = (
-    "request",
-    "operation",
-    "service",
-    "started_at",
-    "ended_at",
-    "prompt_tokens",
-    "completion_tokens",
-    "request_bytes",
-    "response_bytes",
-    "outcome",
-)
+USAGE_COLUMNS = tuple(field for field in RECORD_FIELDS if field != "grant")
+"""A usage record's fields, but the grant the command names."""
 
 
 @cli.command("federation-usage")

@@ -23,6 +23,7 @@ from ficc.base.errors import (
     PeerUnreachable,
 )
 from ficc.base.ids import parse_id
+from ficc.base.numbers import parse_integer_between
 
 ROUTE_FIELDS: Final = frozenset({"name", "policy", "targets"})
 TARGET_FIELDS: Final = frozenset({"service", "peer", "weight", "max_in_flight"})
@@ -70,6 +71,14 @@ class Outcome(StrEnum):
     @property
     def skipped(self) -> bool:
         return self not in (Outcome.OK, Outcome.ERROR)
+
+
+ADMISSION_SKIPS: Final[tuple[tuple[type[FiccError], Outcome], ...]] = (
+    (GrantRevoked, Outcome.GRANT_REVOKED),
+    (GrantExpired, Outcome.GRANT_EXPIRED),
+    (LimitExceeded, Outcome.LIMIT_EXCEEDED),
+)
+"""The grantor's refusals at admission that skip a remote target, and the skip each is."""
 
 
 @dataclass(frozen=True)
@@ -194,20 +203,14 @@ def _parse_target(item: object, where: str) -> Target:
         raise InvalidInput(f"{where}.service is required", field=f"{where}.service")
     service = parse_id("service", item["service"], field=f"{where}.service")
     peer = None if "peer" not in item else parse_id("peer", item["peer"], field=f"{where}.peer")
-    weight = _bounded(item.get("weight", 1), 1, MAX_WEIGHT, f"{where}.weight")
+    weight = parse_integer_between(item.get("weight", 1), f"{where}.weight", 1, MAX_WEIGHT)
     raw_cap = item.get("max_in_flight")
-    cap = None if raw_cap is None else _bounded(raw_cap, 1, MAX_IN_FLIGHT, f"{where}.max_in_flight")
+    cap = (
+        None
+        if raw_cap is None
+        else parse_integer_between(raw_cap, f"{where}.max_in_flight", 1, MAX_IN_FLIGHT)
+    )
     return Target(service=service, peer=peer, weight=weight, max_in_flight=cap)
-
-
-def _bounded(value: object, low: int, high: int, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(
-            f"{where} must be an integer from {low} to {high}",
-            field=where,
-            details={"minimum": low, "maximum": high},
-        )
-    return value
 
 
 # --- choosing and failing over ----------------------------------------------------------------
@@ -259,12 +262,9 @@ def skip_outcome(target: Target, error: FiccError) -> Outcome | None:
         return Outcome.PEER_UNREACHABLE
     if error.details.get("stage") != ADMISSION_STAGE:
         return None
-    if isinstance(error, GrantRevoked):
-        return Outcome.GRANT_REVOKED
-    if isinstance(error, GrantExpired):
-        return Outcome.GRANT_EXPIRED
-    if isinstance(error, LimitExceeded):
-        return Outcome.LIMIT_EXCEEDED
+    for refusal, outcome in ADMISSION_SKIPS:
+        if isinstance(error, refusal):
+            return outcome
     return None
 
 

@@ -34,14 +34,13 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-_ERROR_ANSWER: Final[dict[str, Any]] = {
-    "model": ErrorEnvelope,
-    "description": "Refused: the error envelope.",
-}
-ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
-    "4XX": _ERROR_ANSWER,
-    "5XX": _ERROR_ANSWER,
-}
+def _refusals(envelope: type[BaseModel], description: str) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` documenting every 4xx and 5xx answer as ``envelope``."""
+    refused: dict[str, Any] = {"model": envelope, "description": description}
+    return {"4XX": refused, "5XX": refused}
+
+
+ERROR_RESPONSES: Final = _refusals(ErrorEnvelope, "Refused: the error envelope.")
 """Documented on every API route: any refusal has the contract's error envelope."""
 
 
@@ -59,14 +58,7 @@ class OpenAIErrorEnvelope(BaseModel):
     error: OpenAIError
 
 
-_OPENAI_ERROR_ANSWER: Final[dict[str, Any]] = {
-    "model": OpenAIErrorEnvelope,
-    "description": "Refused: OpenAI's error shape.",
-}
-OPENAI_ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
-    "4XX": _OPENAI_ERROR_ANSWER,
-    "5XX": _OPENAI_ERROR_ANSWER,
-}
+OPENAI_ERROR_RESPONSES: Final = _refusals(OpenAIErrorEnvelope, "Refused: OpenAI's error shape.")
 """In place of :data:`ERROR_RESPONSES` on the OpenAI-compatible routes."""
 
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from ficc.base.errors import InvalidInput
+from ficc.base.numbers import parse_integer_between
 from ficc.domain.inference.base_urls import parse_base_url
 
 
@@ -40,13 +41,7 @@ class _Option:
 
 def integer_between(low: int, high: int) -> Callable[[str, object], int]:
     def check(name: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise InvalidInput(
-                f"{name} must be an integer from {low} to {high}",
-                field=name,
-                details={"minimum": low, "maximum": high},
-            )
-        return value
+        return parse_integer_between(value, name, low, high)
 
     return check
 

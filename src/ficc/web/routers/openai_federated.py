@@ -9,26 +9,21 @@ grant that one request.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
 from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, PeerUnreachable
 from ficc.base.times import parse_time
-from ficc.domain.openai_requests import (
-    CHAT_COMPLETIONS_PATH,
-    COMPLETIONS_PATH,
-    EMBEDDINGS_PATH,
-    parse_request_body,
-)
-from ficc.domain.openai_responses import RESPONSES_PATH, check_invocation
+from ficc.domain.openai_requests import parse_request_body
+from ficc.domain.openai_responses import check_invocation
 from ficc.services.remote.views import unpublished
 from ficc.services.token_limits import check_peer
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
-from ficc.web.fast_routes import fast_path
-from ficc.web.schemas import openai_request
-from ficc.web.schemas_responses import OPENAI_INVOCATION, OPENAI_MODEL, OPENAI_MODELS
+from ficc.web.openai_routes import add_invocation_routes, openai_model
+from ficc.web.schemas_responses import OPENAI_MODEL, OPENAI_MODELS
 
 router = APIRouter()
 
@@ -58,7 +53,7 @@ async def _remote_model(ctx: Context, peer_id: str, service: str, *, ask: bool) 
             service=service,
         )
         created = int(parse_time(answer["result"]["created_at"]).timestamp())
-    return {"id": service, "object": "model", "created": created, "owned_by": peer_id}
+    return openai_model(service, created, peer_id)
 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
@@ -139,49 +134,13 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     return response
 
 
-@router.post(
-    f"{PREFIX}/chat/completions",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(CHAT_COMPLETIONS_PATH),
-)
-@fast_path
-async def chat_completions(
-    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
-) -> Any:
-    return await relay(ctx, request, peer_id, CHAT_COMPLETIONS_PATH)
+def _invocation(path: str) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(
+        peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
+    ) -> Any:
+        return await relay(ctx, request, peer_id, path)
+
+    return endpoint
 
 
-@router.post(
-    f"{PREFIX}/completions",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(COMPLETIONS_PATH),
-)
-@fast_path
-async def completions(
-    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
-) -> Any:
-    return await relay(ctx, request, peer_id, COMPLETIONS_PATH)
-
-
-@router.post(
-    f"{PREFIX}/embeddings",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(EMBEDDINGS_PATH),
-)
-@fast_path
-async def embeddings(
-    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
-) -> Any:
-    return await relay(ctx, request, peer_id, EMBEDDINGS_PATH)
-
-
-@router.post(
-    f"{PREFIX}/responses",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(RESPONSES_PATH),
-)
-@fast_path
-async def responses(
-    peer_id: str, request: Request, ctx: Context = scoped("federation:invoke")
-) -> Any:
-    return await relay(ctx, request, peer_id, RESPONSES_PATH)
+add_invocation_routes(router, PREFIX, _invocation)

@@ -3,20 +3,14 @@ a route's name or ID (``ficc.services.inference.routes``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
 from ficc.base.errors import FiccError, InvalidInput, NotFound
 from ficc.base.ids import PREFIXES
-from ficc.domain.openai_requests import (
-    CHAT_COMPLETIONS_PATH,
-    COMPLETIONS_PATH,
-    EMBEDDINGS_PATH,
-    parse_request_body,
-)
-from ficc.domain.openai_responses import RESPONSES_PATH
+from ficc.domain.openai_requests import parse_request_body
 from ficc.domain.routes import Route
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.routes import RouteTrace
@@ -24,10 +18,9 @@ from ficc.services.token_limits import check_service
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.errors import error_response
-from ficc.web.fast_routes import fast_path
 from ficc.web.observability import ROUTE_TRACE_SCOPE_KEY
-from ficc.web.schemas import openai_request
-from ficc.web.schemas_responses import OPENAI_INVOCATION, OPENAI_MODEL, OPENAI_MODELS
+from ficc.web.openai_routes import add_invocation_routes, openai_model
+from ficc.web.schemas_responses import OPENAI_MODEL, OPENAI_MODELS
 from ficc.web.sse import Opening
 
 router = APIRouter()
@@ -39,12 +32,7 @@ ROUTE_TARGET_HEADER: Final = "x-ficc-route-target"
 
 def model_object(service: ServiceRecord, owner: str) -> dict[str, Any]:
     """A service as OpenAI's ``model`` object; ``created`` is when the service was created."""
-    return {
-        "id": service.id,
-        "object": "model",
-        "created": int(service.created_at.timestamp()),
-        "owned_by": owner,
-    }
+    return openai_model(service.id, int(service.created_at.timestamp()), owner)
 
 
 def unknown_model(model: str, usable: list[str]) -> NotFound:
@@ -59,12 +47,7 @@ def unknown_model(model: str, usable: list[str]) -> NotFound:
 
 def route_object(route: Route, owner: str) -> dict[str, Any]:
     """A route as OpenAI's ``model`` object, named as callers name it (its name)."""
-    return {
-        "id": route.name,
-        "object": "model",
-        "created": int(route.created_at.timestamp()),
-        "owned_by": owner,
-    }
+    return openai_model(route.name, int(route.created_at.timestamp()), owner)
 
 
 @router.get(f"{PREFIX}/models", responses=OPENAI_MODELS)
@@ -175,41 +158,11 @@ async def relay_route(
     return response
 
 
-@router.post(
-    f"{PREFIX}/chat/completions",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(CHAT_COMPLETIONS_PATH),
-)
-@fast_path
-async def chat_completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, CHAT_COMPLETIONS_PATH)
+def _invocation(path: str) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
+        return await relay(ctx, request, path)
+
+    return endpoint
 
 
-@router.post(
-    f"{PREFIX}/completions",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(COMPLETIONS_PATH),
-)
-@fast_path
-async def completions(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, COMPLETIONS_PATH)
-
-
-@router.post(
-    f"{PREFIX}/embeddings",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(EMBEDDINGS_PATH),
-)
-@fast_path
-async def embeddings(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, EMBEDDINGS_PATH)
-
-
-@router.post(
-    f"{PREFIX}/responses",
-    responses=OPENAI_INVOCATION,
-    openapi_extra=openai_request(RESPONSES_PATH),
-)
-@fast_path
-async def responses(request: Request, ctx: Context = scoped("inference:invoke")) -> Any:
-    return await relay(ctx, request, RESPONSES_PATH)
+add_invocation_routes(router, PREFIX, _invocation)

@@ -12,7 +12,7 @@ from ficc.services import audit
 from ficc.web.console import ConsoleContext, console, form_int, form_text, read_form
 from ficc.web.routers import accounts as accounts_api
 from ficc.web.routers import federation as federation_api
-from ficc.web.routers.ui.rendering import P, action_done, projects_of, render, render_page
+from ficc.web.routers.ui.rendering import P, action_done, render, render_page
 from ficc.web.schemas import TokenCreate
 
 router = APIRouter(include_in_schema=False)
@@ -24,12 +24,11 @@ async def tokens(request: Request, ctx: ConsoleContext = console("tokens:manage"
     """The tokens this session may revoke, each with its restrictions, use and what remains,
     and the form that mints one."""
     listed = (await accounts_api.list_tokens(ctx=ctx))["tokens"]
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "tokens",
         "Tokens",
-        projects=await projects_of(ctx),
         all_scopes=LOCAL_SCOPES,
         tokens=listed,
     )
@@ -90,12 +89,11 @@ async def audit_log(
     """The audit log a page at a time, oldest first, through the API's own handler."""
     page = await federation_api.list_audit(ctx=ctx, after=after, limit=limit)
     entries = page["entries"]
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "audit",
         "Audit log",
-        projects=await projects_of(ctx),
         entries=entries,
         after=after,
         limit=limit,

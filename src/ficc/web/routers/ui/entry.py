@@ -94,12 +94,11 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
         if "federation:read" in scopes
         else None
     )
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "overview",
         "Overview",
-        projects=await projects_of(ctx),
         cluster_key=ctx.cluster.cluster_key.public_text,
         federation=federation,
         services=(

@@ -20,7 +20,7 @@ from ficc.web.console import (
     read_form,
     usage_chart,
 )
-from ficc.web.routers.ui.rendering import P, action_done, projects_of, render_page
+from ficc.web.routers.ui.rendering import P, action_done, render_page
 
 router = APIRouter(include_in_schema=False)
 """Console pages: HTML for a browser session, not part of the API document."""
@@ -31,9 +31,7 @@ async def federation(
     request: Request, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    return render_page(
-        request, ctx, "federation", "Federation", projects=await projects_of(ctx), view=view
-    )
+    return await render_page(request, ctx, "federation", "Federation", view=view)
 
 
 @router.get(f"{P}/offers/{{offer_id}}", response_class=HTMLResponse)
@@ -45,12 +43,11 @@ async def offer(
     resources: dict[str, Any] = {}
     if found["direction"] == "incoming" and "federation:manage" in ctx.principal.scopes:
         resources = await _grantable(ctx)
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "offer",
         "Review offer" if found["direction"] == "incoming" else "Finish offer",
-        projects=await projects_of(ctx),
         offer=found,
         defaults=_grant_defaults(found["scopes"]),
         resources=resources,
@@ -182,12 +179,11 @@ async def grant(
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
     used = await ctx.cluster.federation.usage.usage(ctx.principal, ctx.project, grant_id, limit=20)
     report = await ctx.cluster.federation.receipts.last_report(grant_id) if received else None
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "grant",
         "Grant",
-        projects=await projects_of(ctx),
         grant=found,
         peer=peer,
         usage=used,

@@ -60,14 +60,16 @@ def render(
     return response
 
 
-def render_page(
+async def render_page(
     request: Request, ctx: ConsoleContext, page: str, title: str, **values: Any
 ) -> HTMLResponse:
-    """A whole page, or only its section when htmx asks for it (``?part=section``)."""
+    """A whole page, or only its section when htmx asks for it (``?part=section``), with the
+    projects the session may switch to."""
     template = f"{page}.html"
     if request.query_params.get("part") == "section":
         template = f"_{page}.html"
-    return render(request, template, ctx, page=page, title=title, **values)
+    projects = await projects_of(ctx)
+    return render(request, template, ctx, page=page, title=title, projects=projects, **values)
 
 
 def action_done(message: str) -> Response:

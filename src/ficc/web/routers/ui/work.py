@@ -17,7 +17,6 @@ from ficc.web.routers.ui.rendering import (
     LIVE_TRANSFER_STATES,
     P,
     action_done,
-    projects_of,
     render_page,
 )
 from ficc.web.schemas import ServiceControl
@@ -71,12 +70,11 @@ async def service(
     """One service with its engine log, read-only (the template escapes every line)."""
     found = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
     log = await ctx.cluster.service_logs.read(ctx.project, service_id)
-    return render_page(
+    return await render_page(
         request,
         ctx,
         "service",
         f"Service {found['spec']['name']}",
-        projects=await projects_of(ctx),
         live=found["state"] in LIVE_SERVICE_STATES,
         service=found,
         log=log,
@@ -95,12 +93,11 @@ async def _listing(
     """A page listing ``found`` under its own name, polling while any item is in progress;
     ``more``: what else the page shows (the services page, its routes)."""
     live = any(item["state"] in live_states for item in found)
-    return render_page(
+    return await render_page(
         request,
         ctx,
         page,
         title,
-        projects=await projects_of(ctx),
         live=live,
         **{page: found},
         **more,
@@ -126,6 +123,4 @@ async def control_service(
 @router.get(f"{P}/models", response_class=HTMLResponse)
 async def models(request: Request, ctx: ConsoleContext = console("models:read")) -> Response:
     found = await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
-    return render_page(
-        request, ctx, "models", "Models", projects=await projects_of(ctx), models=found
-    )
+    return await render_page(request, ctx, "models", "Models", models=found)
