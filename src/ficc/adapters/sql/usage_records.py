@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, bindparam, func, insert, select
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.budgets import BudgetRow
+from ficc.adapters.sql.budgets import BudgetMethods, BudgetRow
 from ficc.adapters.sql.database import SqlConnection
 from ficc.adapters.sql.repository import _record
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
@@ -53,25 +53,13 @@ _ADD_RECORD: Final = insert(m.usage_records)
 writes one on each side)."""
 
 
-class SqlUsage:
-    """Implements ``ficc.services.ports.UsageRepository``."""
+class SqlUsage(BudgetMethods):
+    """Implements ``ficc.services.ports.UsageRepository``: its budget is the grant's row."""
+
+    _budget = _BUDGET
 
     def __init__(self, connection: SqlConnection) -> None:
         self._c = connection
-
-    async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
-        return await _BUDGET.reserve(self._c, grant_id, tokens, limit)
-
-    async def settle_tokens(
-        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        await _BUDGET.settle(
-            self._c,
-            grant_id,
-            reserved=reserved,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
 
     async def settle_and_stand(
         self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
@@ -85,9 +73,6 @@ class SqlUsage:
             statement=_SETTLE_STANDING,
         )
         return _standing_of(result.first())
-
-    async def clear_reservations(self) -> None:
-        await _BUDGET.clear(self._c)
 
     async def standing(self, grant_id: str) -> GrantStanding | None:
         return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
