@@ -13,11 +13,11 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import aiohttp
 
+from ficc.adapters.engines.closing import ClosedOnExit
 from ficc.adapters.engines.errors import status_error, transport_error
 from ficc.adapters.engines.plain import (
     assembled_answer,
@@ -78,7 +78,7 @@ def _check_path(path: str) -> None:
         raise InvalidInput(f"the engine path {path!r} is not allowed (allowed: {allowed})")
 
 
-class EngineClient:
+class EngineClient(ClosedOnExit):
     """Talks to one engine at ``base_url`` (its root, without ``/v1``), loopback or upstream.
 
     ``model``, when given, replaces the request's ``model``: the engine answers to that name only,
@@ -102,17 +102,6 @@ class EngineClient:
     async def aclose(self) -> None:
         """Close every connection to the engine."""
         await self._http.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def list_models(self) -> dict[str, Any]:
         """``GET /v1/models``: the engine's health check as much as a listing.

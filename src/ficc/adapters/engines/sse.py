@@ -8,11 +8,11 @@ import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol
 
 import aiohttp
 
+from ficc.adapters.engines.closing import ClosedOnExit
 from ficc.adapters.engines.errors import engine_error_text, safe_engine_message, transport_error
 from ficc.base.errors import EngineUnavailable, FiccError
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
@@ -81,7 +81,7 @@ WhyEmpty = Callable[[], Awaitable[FiccError]]
 """Finds out why the engine ended a stream without any event (see :meth:`EngineStream.start`)."""
 
 
-class EngineStream:
+class EngineStream(ClosedOnExit):
     """An open streamed response: iterate it for events; closing it stops the generation.
 
     With ``count_usage``, a stream whose engine sent no usage gets a final usage chunk before
@@ -149,17 +149,6 @@ class EngineStream:
                 await release(self._ended and not self._clean)
         finally:
             await self._response.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __aiter__(self) -> AsyncIterator[SseEvent]:
         return self._events() if self._events_left is None else self._after_start()

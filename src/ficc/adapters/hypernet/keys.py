@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from ficc.adapters.keys import write_secret_file
 from ficc.base.errors import InvalidInput
 
 KEY_FILE_NAME: Final = "hypernet.key"
 SEED_BYTES: Final = 32
 DIRECTORY_MODE: Final = 0o700
-KEY_FILE_MODE: Final = 0o600
 
 
 class AgentDirectoryError(InvalidInput):
@@ -68,12 +68,7 @@ def _read_seed(path: Path) -> bytes:
 
 def _write_seed(path: Path, seed: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
-    try:
-        os.write(descriptor, seed)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    write_secret_file(temporary, seed)
     os.replace(temporary, path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:

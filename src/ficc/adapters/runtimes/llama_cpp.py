@@ -11,7 +11,11 @@ from __future__ import annotations
 import importlib.util
 from typing import Final
 
-from ficc.adapters.runtimes.supervised import SupervisedRuntime, python_module_command
+from ficc.adapters.runtimes.supervised import (
+    SupervisedRuntime,
+    local_node_reasons,
+    python_module_command,
+)
 from ficc.domain.inference import DEFAULT_LLAMA_CPP_THREADS, RuntimeName
 from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
 
@@ -38,9 +42,7 @@ class LlamaCppRuntime(SupervisedRuntime):
 
     async def availability(self, node: NodeInfo) -> Availability:
         """Local node only, with llama-cpp-python installed in FICC's environment."""
-        reasons = []
-        if not node.local:
-            reasons.append(f"node {node.node_id} is not this FICC's node")
+        reasons = local_node_reasons(node)
         if not llama_cpp_installed():
             reasons.append(
                 "llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"

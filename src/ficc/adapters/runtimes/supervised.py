@@ -270,3 +270,9 @@ def python_module_command(python: str, module: str, arguments: Sequence[str]) ->
     used: isolated (neither the working directory nor ``PYTHON*`` variables reach sys.path
     before the engine confines itself), unbuffered (log lines reach the file before a crash)."""
     return [python, "-I", "-u", "-m", module, *arguments]
+
+
+def local_node_reasons(node: NodeInfo) -> list[str]:
+    """Why an engine that runs as this FICC's child process cannot run on ``node``: it runs
+    on this FICC's node only."""
+    return [] if node.local else [f"node {node.node_id} is not this FICC's node"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.sandbox import EngineSandbox
-from ficc.adapters.runtimes.supervised import SupervisedRuntime
+from ficc.adapters.runtimes.supervised import SupervisedRuntime, local_node_reasons
 from ficc.domain.inference import RuntimeName
 from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
 
@@ -52,9 +52,7 @@ class VllmRuntime(SupervisedRuntime):
 
     async def availability(self, node: NodeInfo) -> Availability:
         """The local node, with a GPU, and the ``vllm`` command installed."""
-        reasons = []
-        if not node.local:
-            reasons.append(f"node {node.node_id} is not this FICC's node")
+        reasons = local_node_reasons(node)
         if node.gpu_count <= 0:
             reasons.append(f"node {node.node_id} has no GPU; vllm runs on GPU nodes only")
         if shutil.which(self._vllm[0]) is None:

@@ -9,7 +9,7 @@ name for its own value in an UPDATE, and a token's row has a column ``tokens``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import Column, Table, Update, bindparam, case, update
 
@@ -103,3 +103,28 @@ class BudgetRow:
             "b_prompt": prompt_tokens,
             "b_completion": completion_tokens,
         }
+
+
+class BudgetMethods:
+    """The reservation, settlement and clearing of the ``BudgetRows`` port over a
+    repository's :attr:`_budget`, on its connection ``_c``."""
+
+    _budget: ClassVar[BudgetRow]
+    _c: SqlConnection
+
+    async def reserve_tokens(self, holder: str, tokens: int, *, limit: int | None) -> bool:
+        return await self._budget.reserve(self._c, holder, tokens, limit)
+
+    async def settle_tokens(
+        self, holder: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        await self._budget.settle(
+            self._c,
+            holder,
+            reserved=reserved,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+
+    async def clear_reservations(self) -> None:
+        await self._budget.clear(self._c)

@@ -10,7 +10,7 @@ from typing import Any, Final
 from sqlalchemy import insert, select
 
 from ficc.adapters.sql import metering_tables as m
-from ficc.adapters.sql.budgets import BudgetRow
+from ficc.adapters.sql.budgets import BudgetMethods, BudgetRow
 from ficc.adapters.sql.repository import _record, _Repository
 from ficc.adapters.sql.usage_records import page_of, totals_of
 from ficc.domain.metering import GrantStanding, UsageRecord
@@ -42,8 +42,11 @@ def _limit(row: Any) -> TokenLimit:
     )
 
 
-class SqlTokenLimits(_Repository):
-    """Implements ``ficc.services.ports.TokenLimitsRepository``."""
+class SqlTokenLimits(BudgetMethods, _Repository):
+    """Implements ``ficc.services.ports.TokenLimitsRepository``: its budget is the token's
+    row."""
+
+    _budget = _BUDGET
 
     async def add(self, token_id: str, restrictions: TokenRestrictions) -> None:
         r = restrictions
@@ -69,26 +72,9 @@ class SqlTokenLimits(_Repository):
         query = select(m.token_limits).where(_ROWS.token_id.in_(sorted(token_ids)))
         return {row.token_id: _limit(row) for row in await self._c.execute(query)}
 
-    async def reserve_tokens(self, token_id: str, tokens: int, *, limit: int | None) -> bool:
-        return await _BUDGET.reserve(self._c, token_id, tokens, limit)
-
-    async def settle_tokens(
-        self, token_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        await _BUDGET.settle(
-            self._c,
-            token_id,
-            reserved=reserved,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
-
     async def standing(self, token_id: str) -> GrantStanding | None:
         row = await self._first_where(m.token_limits, "token_id", token_id)
         return None if row is None else _standing(row)
-
-    async def clear_reservations(self) -> None:
-        await _BUDGET.clear(self._c)
 
     async def usage_page(
         self, token_id: str, *, after: int | None = None, limit: int

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, bindparam, func, select
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import signed_records as signed
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.budgets import BudgetRow
+from ficc.adapters.sql.budgets import BudgetMethods, BudgetRow
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.repository import _record
 from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
@@ -53,25 +53,13 @@ _NO_RECEIPT: Final = {"receipt_seq": None, "receipt_digest": None, "receipt": No
 """A record without a receipt in its row (the requester keeps each in ``usage_receipts``)."""
 
 
-class SqlUsage:
-    """Implements ``ficc.services.ports.UsageRepository``."""
+class SqlUsage(BudgetMethods):
+    """Implements ``ficc.services.ports.UsageRepository``: its budget is the grant's row."""
+
+    _budget = _BUDGET
 
     def __init__(self, connection: SqlConnection) -> None:
         self._c = connection
-
-    async def reserve_tokens(self, grant_id: str, tokens: int, *, limit: int | None) -> bool:
-        return await _BUDGET.reserve(self._c, grant_id, tokens, limit)
-
-    async def settle_tokens(
-        self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        await _BUDGET.settle(
-            self._c,
-            grant_id,
-            reserved=reserved,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
 
     async def settle_and_stand(
         self, grant_id: str, *, reserved: int, prompt_tokens: int, completion_tokens: int
@@ -82,9 +70,6 @@ class SqlUsage:
             _BUDGET.settlement(grant_id, reserved, prompt_tokens, completion_tokens),
         )
         return _standing_of(rows[0] if rows else None)
-
-    async def clear_reservations(self) -> None:
-        await _BUDGET.clear(self._c)
 
     async def standing(self, grant_id: str) -> GrantStanding | None:
         return _standing_of((await self._c.execute(_STANDING, {"grant": grant_id})).first())
