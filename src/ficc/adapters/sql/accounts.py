@@ -29,7 +29,7 @@ class SqlUsers(_Records[User]):
     def _read(self, row: Any) -> User:
         return _record(User, t.users, row, **_rights(row))
 
-    def _values(self, record: User) -> dict[str, Any]:
+    def _values(self, record: User) -> dict[str, object]:
         return _row_values(record, t.users, **_stored_rights(record))
 
     async def by_username(self, username: str) -> User | None:
@@ -50,7 +50,7 @@ class SqlTokens(_Records[ApiToken]):
     def _read(self, row: Any) -> ApiToken:
         return _record(ApiToken, t.api_tokens, row, owner=bool(row.owner), **_rights(row))
 
-    def _values(self, record: ApiToken) -> dict[str, Any]:
+    def _values(self, record: ApiToken) -> dict[str, object]:
         return _row_values(record, t.api_tokens, **_stored_rights(record))
 
     async def by_secret_hash(self, secret_hash: str) -> ApiToken | None:

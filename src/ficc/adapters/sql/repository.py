@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from sqlalchemy import Delete, Select, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Delete, Executable, Select, Table, bindparam, delete, insert, select, update
 
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.tables import StoredTime
@@ -146,10 +146,10 @@ class _Records(_Repository, Generic[_K]):
 
     _table: ClassVar[Table]
 
-    def _read(self, row: Any) -> _K:
+    def _read(self, row: object) -> _K:
         raise NotImplementedError
 
-    def _values(self, record: _K) -> dict[str, Any]:
+    def _values(self, record: _K) -> dict[str, object]:
         return _row_values(record, self._table)
 
     async def _one_where(self, column: str, value: object) -> _K | None:
@@ -157,7 +157,7 @@ class _Records(_Repository, Generic[_K]):
         row = await self._first_where(self._table, column, value)
         return None if row is None else self._read(row)
 
-    async def _all(self, query: Select[Any]) -> list[_K]:
+    async def _all(self, query: Executable) -> list[_K]:
         """The records of the rows ``query`` selects, in its order."""
         return [self._read(row) for row in await self._c.execute(query)]
 
