@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _record, _Repository, _row_values
+from ficc.adapters.sql.repository import _record, _Records, _Repository, _row_values
 from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
 
@@ -23,52 +23,41 @@ def _stored_rights(holder: User | ApiToken) -> dict[str, list[str]]:
     return {"scopes": sorted(holder.scopes), "projects": sorted(holder.projects)}
 
 
-class SqlUsers(_Repository):
-    @staticmethod
-    def _user(row: Any) -> User:
+class SqlUsers(_Records[User]):
+    _table = t.users
+
+    def _read(self, row: Any) -> User:
         return _record(User, t.users, row, **_rights(row))
 
-    async def add(self, user: User) -> None:
-        values = _row_values(user, t.users, **_stored_rights(user))
-        await self._c.execute(insert(t.users).values(id=user.id, **values))
-
-    async def get(self, user_id: str) -> User | None:
-        row = await self._first_where(t.users, "id", user_id)
-        return None if row is None else self._user(row)
+    def _values(self, record: User) -> dict[str, object]:
+        return _row_values(record, t.users, **_stored_rights(record))
 
     async def by_username(self, username: str) -> User | None:
-        row = await self._first_where(t.users, "username", username)
-        return None if row is None else self._user(row)
+        return await self._one_where("username", username)
 
     async def owner(self) -> User | None:
         query = select(t.users).where(t.users.c.is_owner.is_(True)).limit(1)
         row = (await self._c.execute(query)).first()
-        return None if row is None else self._user(row)
+        return None if row is None else self._read(row)
 
     async def set_password_hash(self, user_id: str, password_hash: str) -> None:
         await self._update_where(t.users, "id", user_id, {"password_hash": password_hash})
 
 
-class SqlTokens(_Repository):
-    @staticmethod
-    def _token(row: Any) -> ApiToken:
+class SqlTokens(_Records[ApiToken]):
+    _table = t.api_tokens
+
+    def _read(self, row: Any) -> ApiToken:
         return _record(ApiToken, t.api_tokens, row, owner=bool(row.owner), **_rights(row))
 
-    async def add(self, token: ApiToken) -> None:
-        values = _row_values(token, t.api_tokens, **_stored_rights(token))
-        await self._c.execute(insert(t.api_tokens).values(id=token.id, **values))
-
-    async def get(self, token_id: str) -> ApiToken | None:
-        row = await self._first_where(t.api_tokens, "id", token_id)
-        return None if row is None else self._token(row)
+    def _values(self, record: ApiToken) -> dict[str, object]:
+        return _row_values(record, t.api_tokens, **_stored_rights(record))
 
     async def by_secret_hash(self, secret_hash: str) -> ApiToken | None:
-        row = await self._first_where(t.api_tokens, "secret_hash", secret_hash)
-        return None if row is None else self._token(row)
+        return await self._one_where("secret_hash", secret_hash)
 
     async def list(self) -> list[ApiToken]:
-        rows = await self._c.execute(select(t.api_tokens).order_by(t.api_tokens.c.created_at))
-        return [self._token(row) for row in rows]
+        return await self._all(select(t.api_tokens).order_by(t.api_tokens.c.created_at))
 
     async def revoke(self, token_id: str, at: datetime) -> None:
         await self._c.execute(

@@ -8,27 +8,27 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 
 from ficc.adapters.sql import tables as t
-from ficc.adapters.sql.repository import _record, _Repository, _row_values
+from ficc.adapters.sql.repository import _EditableRecords, _record, _row_values
 from ficc.base.times import format_time
 from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
 
 
-class SqlOffers(_Repository):
-    @staticmethod
-    def _offer(row: Any) -> Offer:
+class SqlOffers(_EditableRecords[Offer]):
+    _table = t.offers
+
+    def _read(self, row: Any) -> Offer:
         return _record(Offer, t.offers, row, scopes=frozenset(row.scopes))
 
-    @staticmethod
-    def _values(offer: Offer) -> dict[str, Any]:
-        return _row_values(offer, t.offers, scopes=sorted(offer.scopes))
+    def _values(self, record: Offer) -> dict[str, Any]:
+        return _row_values(record, t.offers, scopes=sorted(record.scopes))
 
-    async def add(self, offer: Offer) -> None:
+    async def add(self, record: Offer) -> None:
         """Store the offer and tombstone its ID, so it is never taken again (also after
         ``delete``)."""
-        await self._c.execute(insert(t.offers).values(id=offer.id, **self._values(offer)))
+        await super().add(record)
         await self._c.execute(
             insert(t.offer_tombstones).values(
-                id=offer.id, hypernet_id=offer.service, created_at=format_time(offer.created_at)
+                id=record.id, hypernet_id=record.service, created_at=format_time(record.created_at)
             )
         )
 
@@ -71,7 +71,7 @@ class SqlOffers(_Repository):
             .limit(1)
         )
         row = (await self._c.execute(query)).first()
-        return None if row is None else self._offer(row)
+        return None if row is None else self._read(row)
 
     async def busiest_source(self, *, now: datetime) -> str | None:
         """The source with the most incoming offers waiting (ties: the one waiting longest)."""
@@ -97,13 +97,6 @@ class SqlOffers(_Repository):
         )
         return int(result.rowcount or 0)
 
-    async def update(self, offer: Offer) -> None:
-        await self._update_where(t.offers, "id", offer.id, self._values(offer))
-
-    async def get(self, offer_id: str) -> Offer | None:
-        row = await self._first_where(t.offers, "id", offer_id)
-        return None if row is None else self._offer(row)
-
     async def lock(self, offer_id: str) -> None:
         await self._lock_where(t.offers, "id", offer_id)
 
@@ -124,10 +117,7 @@ class SqlOffers(_Repository):
         query = query.order_by(offers.created_at, offers.id)
         if limit is not None:
             query = query.limit(limit)
-        return [self._offer(row) for row in await self._c.execute(query)]
+        return await self._all(query)
 
     async def of_peer(self, peer_id: str) -> list[Offer]:
-        return [self._offer(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]
-
-    async def delete(self, offer_id: str) -> None:
-        await self._delete_where(t.offers, "id", offer_id)
+        return [self._read(row) for row in await self._rows_where(t.offers, "peer_id", peer_id)]

@@ -11,15 +11,23 @@ import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from sqlalchemy import Delete, Select, Table, bindparam, delete, select, update
+from sqlalchemy import Delete, Executable, Select, Table, bindparam, delete, insert, select, update
 
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.tables import StoredTime
 from ficc.base.times import parse_time
 
 _R = TypeVar("_R")
+
+
+class _Keyed(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_K = TypeVar("_K", bound=_Keyed)
 
 
 def _time(value: str | None) -> datetime | None:
@@ -129,3 +137,42 @@ class _Repository:
         """Hold the rows whose ``column`` equals ``value`` until the transaction ends: ``SELECT
         ... FOR UPDATE`` on PostgreSQL; SQLite has no row locks (and one writer)."""
         await self._c.execute(_lock_statement(table, column), {"value": value})
+
+
+class _Records(_Repository, Generic[_K]):
+    """The repository of one table's records, each row keyed by its record's ``id``: a
+    subclass names the table (``_table``) and reads a row (``_read``); a record is written as
+    ``_row_values`` has it unless the subclass's ``_values`` says otherwise."""
+
+    _table: ClassVar[Table]
+
+    def _read(self, row: object) -> _K:
+        raise NotImplementedError
+
+    def _values(self, record: _K) -> dict[str, object]:
+        return _row_values(record, self._table)
+
+    async def _one_where(self, column: str, value: object) -> _K | None:
+        """The record of the first row whose ``column`` equals ``value``, or None."""
+        row = await self._first_where(self._table, column, value)
+        return None if row is None else self._read(row)
+
+    async def _all(self, query: Executable) -> list[_K]:
+        """The records of the rows ``query`` selects, in its order."""
+        return [self._read(row) for row in await self._c.execute(query)]
+
+    async def add(self, record: _K) -> None:
+        await self._c.execute(insert(self._table).values(id=record.id, **self._values(record)))
+
+    async def get(self, record_id: str) -> _K | None:
+        return await self._one_where("id", record_id)
+
+
+class _EditableRecords(_Records[_K]):
+    """Records (as :class:`_Records`) that are also rewritten and deleted whole, by ``id``."""
+
+    async def update(self, record: _K) -> None:
+        await self._update_where(self._table, "id", record.id, self._values(record))
+
+    async def delete(self, record_id: str) -> None:
+        await self._delete_where(self._table, "id", record_id)

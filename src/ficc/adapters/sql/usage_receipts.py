@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import signed_records as signed
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot, known, note
-from ficc.adapters.sql.usage_records import record_values
+from ficc.adapters.sql.usage_records import of_grant_requests, record_values
 from ficc.domain.metering import UsageRecord
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_kept
 
@@ -182,11 +182,8 @@ class SqlUsageReceipts:
     ) -> dict[str, StoredReceipt]:
         if not requests:
             return {}
-        query = (
-            select(m.usage_receipts)
-            .where(_R.grant_id == grant_id)
-            .where(_R.side == side)
-            .where(_R.request_id.in_(sorted(set(requests))))
+        query = select(m.usage_receipts).where(
+            *of_grant_requests(m.usage_receipts, grant_id, side, requests)
         )
         rows = [*await self._c.execute(query)]
         rows.extend(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, bindparam, func, select
+from sqlalchemy import ColumnElement, Table, bindparam, func, select
 
 from ficc.adapters.sql import metering_tables as m
 from ficc.adapters.sql import signed_records as signed
@@ -86,9 +86,7 @@ class SqlUsage(BudgetMethods):
             return {}
         query = (
             select(*RECORD_COLUMNS)
-            .where(_RECORDS.grant_id == grant_id)
-            .where(_RECORDS.side == side)
-            .where(_RECORDS.request_id.in_(sorted(set(requests))))
+            .where(*of_grant_requests(m.usage_records, grant_id, side, requests))
             .order_by(_RECORDS.seq.desc())
         )
         return {row.request_id: record_of(row) for row in await self._c.execute(query)}
@@ -126,6 +124,18 @@ def _of_grant(
     if until is not None:
         where.append(_RECORDS.started_at < until)
     return where
+
+
+def of_grant_requests(
+    table: Table, grant_id: str, side: str, requests: list[str]
+) -> list[ColumnElement[bool]]:
+    """The rows of ``requests`` on one side of a grant, in ``table``: usage records or
+    receipts, both keyed by grant, side and request."""
+    return [
+        table.c.grant_id == grant_id,
+        table.c.side == side,
+        table.c.request_id.in_(sorted(set(requests))),
+    ]
 
 
 async def page_of(
