@@ -7,6 +7,7 @@ The names keep their leading underscore: they are for this package's repositorie
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
@@ -139,15 +140,16 @@ class _Repository:
         await self._c.execute(_lock_statement(table, column), {"value": value})
 
 
-class _Records(_Repository, Generic[_K]):
+class _Records(_Repository, abc.ABC, Generic[_K]):
     """The repository of one table's records, each row keyed by its record's ``id``: a
     subclass names the table (``_table``) and reads a row (``_read``); a record is written as
     ``_row_values`` has it unless the subclass's ``_values`` says otherwise."""
 
     _table: ClassVar[Table]
 
+    @abc.abstractmethod
     def _read(self, row: object) -> _K:
-        raise NotImplementedError
+        """The record of one of the table's rows."""
 
     def _values(self, record: _K) -> dict[str, object]:
         return _row_values(record, self._table)
