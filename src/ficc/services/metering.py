@@ -171,7 +171,7 @@ class Meter(Budgets):
         transaction (the admission's), if it fits; None: nothing held (its reservation
         then reads the row in its own transaction, and refuses as it always did)."""
         tokens = hold_for(grant, body, body_bytes)
-        if tokens <= 0 or grant.terms.tokens is None:
+        if tokens <= 0:  # no token budget, or nothing to hold
             return None
         if not await uow.usage.reserve_tokens(grant.id, tokens, limit=grant.terms.tokens):
             return None

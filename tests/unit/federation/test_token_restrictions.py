@@ -60,7 +60,7 @@ async def ask(pair: Pair, principal: Principal, peer_id: str, service_id: str, *
         "default",
         peer_id,
         operation="inference.invoke",
-        body=invocation(service_id, max_tokens=5, **body),
+        body=invocation(service_id, **{"max_tokens": 5, **body}),
     )
 
 
@@ -298,13 +298,7 @@ async def test_a_request_a_token_bounded_keeps_a_receipt_that_verifies(pair: Pai
     records the body it sent (its request_bytes), so the grantor's receipt of it verifies."""
     service_id, peer_id, grant_id = await metered(pair, tokens=10_000)
     team, _, _ = await restricted(pair.requester, tokens=30)
-    await pair.requester.remote.request(
-        team,
-        "default",
-        peer_id,
-        operation="inference.invoke",
-        body=invocation(service_id, max_tokens=1000),
-    )
+    await ask(pair, team, peer_id, service_id, max_tokens=1000)
     kept = stored(pair.requester, m.REQUESTER, grant_id)
     assert [(item.verified, item.problem) for item in kept.values()] == [(True, None)]
     grantor, requester = await usage_of(pair, grant_id)
