@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
@@ -53,23 +54,18 @@ class _Refused(Exception):
         self.error = error
 
 
+@dataclass(frozen=True, eq=False)
 class Gate:
     """Admits a request under a grant, or refuses it with nothing charged or held."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        peers: KnownPeers,
-        slots: GrantSlots,
-        meter: Meter,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._peers = peers
-        self._slots = slots
-        self._meter = meter
-        self._fixed: dict[str, tuple[g.Grant, str, int]] = {}
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    peers: KnownPeers
+    slots: GrantSlots
+    meter: Meter
+    _fixed: dict[str, tuple[g.Grant, str, int]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @contextlib.asynccontextmanager
     async def admitted(
@@ -91,8 +87,8 @@ class Gate:
         admitted = False
         try:
             grant_id = parse_id("grant", wire.get("grant"), field="grant")
-            now = self._clock()
-            if not self._peers.knows(identity):
+            now = self.clock()
+            if not self.peers.knows(identity):
                 # Not paired at this generation: refuse before saying anything about the grant.
                 raise PermissionDenied(
                     "this cluster has no pairing with the requesting peer at this generation",
@@ -121,11 +117,11 @@ class Gate:
                         )
                     finally:
                         if hold is not None and not hold.taken:
-                            await settle_surely(self._meter.release(hold))
+                            await settle_surely(self.meter.release(hold))
             except _Refused as refused:
                 if operation == INVOKE:
                     service = body.get("service")
-                    await self._meter.record_refused(
+                    await self.meter.record_refused(
                         fixed,
                         current_request_id.get() or "",
                         operation,
@@ -152,7 +148,7 @@ class Gate:
         ``request``: the operation, its body and the body's size."""
         body_bytes = request[2]
         try:
-            held = self._meter.hold_request(fixed.terms, grant_id)
+            held = self.meter.hold_request(fixed.terms, grant_id)
         except LimitExceeded as exc:
             raise _Refused(exc) from exc
         admitted = False
@@ -163,7 +159,7 @@ class Gate:
                     f"{fixed.terms.request_bytes}",
                     details={"limit": "request_bytes", "allowed": fixed.terms.request_bytes},
                 )
-            async with self._slots.slot(
+            async with self.slots.slot(
                 grant_id, fixed.terms.concurrent, fixed.expires_at, now
             ) as slot:
                 peer, current, hold = await self._charge(
@@ -178,7 +174,7 @@ class Gate:
         finally:
             if not admitted:
                 # Not admitted: the request takes nothing of the window either.
-                self._meter.release_request(grant_id, held)
+                self.meter.release_request(grant_id, held)
 
     async def _charge(
         self,
@@ -196,7 +192,7 @@ class Gate:
         each see the others' charges; a refusal rolls it back.
         """
         operation, body, body_bytes = request
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             charged = await uow.grants.charge_request(grant_id, requests=requests)
             current = await uow.grants.get(grant_id)
@@ -214,7 +210,7 @@ class Gate:
                 )
             hold = None
             if operation == INVOKE:
-                hold = await self._meter.hold_tokens(uow, current, body, body_bytes)
+                hold = await self.meter.hold_tokens(uow, current, body, body_bytes)
             await uow.commit()
         return peer, current, hold
 
@@ -227,7 +223,7 @@ class Gate:
         """
         known = self._fixed.get(grant_id)
         if known is None:
-            async with self._uow_factory() as uow:
+            async with self.uow_factory() as uow:
                 grant = await uow.grants.get(grant_id)
                 holder = None if grant is None else await uow.peers.get(grant.peer_id)
             if grant is None or holder is None:
