@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Unpack
 
@@ -64,28 +64,25 @@ class Prepared:
     """Who asks: a restricted token's budgets hold the request before it is sent."""
 
 
+@dataclass(eq=False)
 class RemoteClient:
     """Requests to the peers of a project, each through the grant the project selected."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        channel: PeerChannel,
-        copies: RemoteGrantCopies,
-        *,
-        clock: Clock | None = None,
-        tokens: TokenLimits | None = None,
-        receipts: UsageReceipts | None = None,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._tokens = tokens
-        self._channel = channel
-        self._copies = copies
+    uow_factory: UnitOfWorkFactory
+    channel: PeerChannel
+    copies: RemoteGrantCopies
+    _: KW_ONLY
+    clock: InitVar[Clock | None] = None
+    tokens: TokenLimits | None = None
+    receipts: InitVar[UsageReceipts | None] = None
+    _usage: RequesterUsage = field(init=False, repr=False)
+    _routed: dict[str, tuple[str, JSONObject]] = field(default_factory=dict, init=False, repr=False)
+    """By peer: the grant its last request went through and the copy of its terms."""
+
+    def __post_init__(self, clock: Clock | None, receipts: UsageReceipts | None) -> None:
         self._usage = RequesterUsage(
-            uow_factory, clock or (lambda: datetime.now(UTC)), tokens, receipts
+            self.uow_factory, clock or (lambda: datetime.now(UTC)), self.tokens, receipts
         )
-        self._routed: dict[str, tuple[str, JSONObject]] = {}
-        """By peer: the grant its last request went through and the copy of its terms."""
 
     @property
     def told(self) -> Mapping[str, Mapping[str, object]]:
@@ -107,7 +104,7 @@ class RemoteClient:
         """The remote service IDs the peer's selected grant publishes (given and created)."""
         principal.require_scope("federation:invoke")
         peer, remote = await self._peer_and_copies(project, peer_id)
-        return _published(peer.selected_grant, await self._copies.current(peer, remote))
+        return _published(peer.selected_grant, await self.copies.current(peer, remote))
 
     async def request(
         self, principal: Principal, project: str, peer_id: str, **ask: Unpack[PeerAsk]
@@ -176,7 +173,7 @@ class RemoteClient:
     ) -> JSONObject:
         try:
             answer = (
-                await self._channel.request(
+                await self.channel.request(
                     peer.hypernet_id,
                     name,
                     wire,
@@ -191,7 +188,7 @@ class RemoteClient:
             # doubt is this layer's to say.
             raise OutcomeUnknown(exc.message, mutation_id=sent_id) from exc
         finally:
-            self._copies.changed(peer.id)
+            self.copies.changed(peer.id)
         return answer
 
     @contextlib.asynccontextmanager
@@ -211,8 +208,8 @@ class RemoteClient:
     async def stream(self, prepared: Prepared) -> AsyncIterator[AsyncIterator[bytes]]:
         """Send a prepared streamed request; leaving the block cancels it on the peer."""
         peer = prepared.peer
-        self._copies.changed(peer.id)
-        opening = self._channel.stream(
+        self.copies.changed(peer.id)
+        opening = self.channel.stream(
             peer.hypernet_id,
             prepared.operation,
             prepared.wire,
@@ -254,13 +251,13 @@ class RemoteClient:
         if routed is not None:
             grant_id, terms = routed
             headers = rate_limit_headers(terms, self.told.get(grant_id))
-        if principal is not None and self._tokens is not None:
-            headers = self._tokens.rate_limits(principal, headers)
+        if principal is not None and self.tokens is not None:
+            headers = self.tokens.rate_limits(principal, headers)
         return headers
 
     async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[p.Peer, list[JSONObject]]:
         """The project's peer and this cluster's copies of the grants it gave."""
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             return peer, await uow.remote_grants.of_peer(peer_id)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -27,32 +27,26 @@ from ficc.services.token_limits import TokenLimits, TokenTab
 INVOKE: Final = "inference.invoke"
 
 
+@dataclass(eq=False)
 class RequesterUsage:
     """The usage records of the requests this cluster sends, and what each grantor last told."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        tokens: TokenLimits | None,
-        receipts: UsageReceipts | None,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._tokens = tokens
-        self._receipts = receipts
-        """Checks and keeps the usage receipts answers carry (None: none kept)."""
-        self.told: dict[str, JSONObject] = {}
-        """The last counts and allowances each grantor told, by grant (for rate headers)."""
-        self._told_at: dict[str, datetime] = {}
-        self._open: dict[str, int] = {}
-        """Requests under way through each grant (their receipts are still to come)."""
-        self.on_settled: Callable[[str, str, int, int], None] | None = None
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    tokens: TokenLimits | None
+    receipts: UsageReceipts | None
+    """Checks and keeps the usage receipts answers carry (None: none kept)."""
+    told: dict[str, JSONObject] = field(default_factory=dict, init=False)
+    """The last counts and allowances each grantor told, by grant (for rate headers)."""
+    _told_at: dict[str, datetime] = field(default_factory=dict, init=False, repr=False)
+    _open: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    """Requests under way through each grant (their receipts are still to come)."""
+    on_settled: Callable[[str, str, int, int], None] | None = field(default=None, init=False)
 
     async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
         """Receipts the grant's chain lacks here are fetched before its next request."""
-        if self._receipts is not None:
-            await self._receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
+        if self.receipts is not None:
+            await self.receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
 
     @contextlib.asynccontextmanager
     async def recording(
@@ -74,13 +68,13 @@ class RequesterUsage:
             grant=grant_id,
             request=current_request_id.get() or "",
             service=service if isinstance(service, str) else None,
-            started_at=self._clock(),
+            started_at=self.clock(),
             request_bytes=body_bytes,
         )
-        if principal is not None and self._tokens is not None:
+        if principal is not None and self.tokens is not None:
             # A token's refusal leaves no record under the grant: nothing left this cluster.
             usage.token = principal.token_id
-            usage.tab = await self._tokens.admit(principal, *_invocation(inner))
+            usage.tab = await self.tokens.admit(principal, *_invocation(inner))
             if usage.tab is not None and isinstance(inner, dict):
                 inner["body"] = usage.tab.bounded(*_invocation(inner))
                 # The body sent is the bounded one: measured as the grantor will measure it.
@@ -116,7 +110,7 @@ class RequesterUsage:
             operation=INVOKE,
             service=usage.service,
             started_at=usage.started_at,
-            ended_at=self._clock(),
+            ended_at=self.clock(),
             prompt_tokens=prompt,
             completion_tokens=completion,
             request_bytes=usage.request_bytes,
@@ -129,14 +123,14 @@ class RequesterUsage:
         )
         if told is not None and isinstance(usage.told, dict):
             self.told[usage.grant] = usage.told
-            self._told_at[usage.grant] = self._clock()
-        async with self._uow_factory() as uow:
-            if usage.tab is not None and self._tokens is not None:
-                await self._tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
+            self._told_at[usage.grant] = self.clock()
+        async with self.uow_factory() as uow:
+            if usage.tab is not None and self.tokens is not None:
+                await self.tokens.settle(uow, usage.tab, prompt, completion, sent=usage.sent)
             await uow.usage.add(record)
-            if self._receipts is not None:
+            if self.receipts is not None:
                 receipt = usage.told.get("receipt") if isinstance(usage.told, dict) else None
-                await self._receipts.keep(uow, usage.peer, record, receipt)
+                await self.receipts.keep(uow, usage.peer, record, receipt)
             await uow.commit()
         if self.on_settled is not None:
             self.on_settled("out", INVOKE, prompt, completion)
@@ -147,7 +141,7 @@ class RequesterUsage:
         told = self.told.get(grant_id)
         if told is None:
             return None
-        age = (self._clock() - self._told_at[grant_id]).total_seconds()
+        age = (self.clock() - self._told_at[grant_id]).total_seconds()
         return spent_limit(told, age)
 
 
