@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final, TypeVar
 
 from ficc.base.errors import (
@@ -86,41 +86,41 @@ class RouteTrace:
         }
 
 
+@dataclass(eq=False)
 class Routes:
     """Route records (create, read, replace, remove) and invocations through them."""
 
-    def __init__(
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    router: InitVar[InvocationRouter]
+    invocations: Invocations
+    remote: RemoteInvoker
+    _: KW_ONLY
+    monotonic: InitVar[Callable[[], float] | None] = None
+    admit_target: InitVar[TargetAdmission] = always
+    count: OutcomeCounter = _uncounted
+    tokens: TokenLimits | None = None
+    _targets: RouteTargets = field(init=False, repr=False)
+    _cache: dict[str, dict[str, Route]] = field(default_factory=dict, init=False, repr=False)
+    """By project: its routes by ID and by name, loaded once (every change goes here)."""
+
+    def __post_init__(
         self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
         router: InvocationRouter,
-        invocations: Invocations,
-        remote: RemoteInvoker,
-        *,
-        monotonic: Callable[[], float] | None = None,
-        admit_target: TargetAdmission = always,
-        count: OutcomeCounter = _uncounted,
-        tokens: TokenLimits | None = None,
+        monotonic: Callable[[], float] | None,
+        admit_target: TargetAdmission,
     ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._invocations = invocations
-        self._remote = remote
         self._targets = RouteTargets(
             router,
-            remote,
+            self.remote,
             monotonic=monotonic or (lambda: asyncio.get_running_loop().time()),
             admit_target=admit_target,
         )
-        self._count = count
-        self._tokens = tokens
-        self._cache: dict[str, dict[str, Route]] = {}
-        """By project: its routes by ID and by name, loaded once (every change goes here)."""
 
     # --- the records --------------------------------------------------------------------------
 
     async def list_routes(self, project: str) -> list[dict[str, Any]]:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             return [route.to_json() for route in await uow.routes.list(project)]
 
     async def get_route(self, project: str, route_id: str) -> dict[str, Any]:
@@ -129,9 +129,9 @@ class Routes:
     async def create_route(self, project: str, data: object) -> dict[str, Any]:
         spec = parse_route_spec(data)
         _check_name(spec.name)
-        now = self._clock()
+        now = self.clock()
         route = Route(new_id("route", secrets.token_bytes(16)), project, spec, now, now)
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if await uow.routes.by_name(project, spec.name) is not None:
                 raise _name_taken(spec.name)
             await uow.routes.add(route)
@@ -142,19 +142,19 @@ class Routes:
     async def replace_route(self, project: str, route_id: str, data: object) -> dict[str, Any]:
         spec = parse_route_spec(data)
         _check_name(spec.name)
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             route = await _project_route(uow, project, route_id)
             other = await uow.routes.by_name(project, spec.name)
             if other is not None and other.id != route_id:
                 raise _name_taken(spec.name)
-            route = route.replaced(spec, self._clock())
+            route = route.replaced(spec, self.clock())
             await uow.routes.update(route)
             await uow.commit()
         self._cache.pop(project, None)
         return route.to_json()
 
     async def remove_route(self, project: str, route_id: str) -> None:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             await _project_route(uow, project, route_id)
             await uow.routes.delete(route_id)
             await uow.commit()
@@ -172,14 +172,14 @@ class Routes:
     async def _known(self, project: str) -> dict[str, Route]:
         routes = self._cache.get(project)
         if routes is None:
-            async with self._uow_factory() as uow:
+            async with self.uow_factory() as uow:
                 listed = await uow.routes.list(project)
             routes = {key: r for r in listed for key in (r.id, r.name)}
             self._cache[project] = routes
         return routes
 
     async def _load(self, project: str, route_id: str) -> Route:
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             return await _project_route(uow, project, route_id)
 
     # --- invocations --------------------------------------------------------------------------
@@ -281,18 +281,18 @@ class Routes:
             # Nothing waits between the count above and the router's own count (a
             # restricted token's reservation comes first: a refusal of it is the answer).
             addressed = addressed_to(ask.body, target)
-            if self._tokens is not None and principal.restrictions is not None:
-                return await self._tokens.local(
+            if self.tokens is not None and principal.restrictions is not None:
+                return await self.tokens.local(
                     principal,
                     target.service,
                     path,
                     addressed,
-                    lambda sent: self._invocations.complete(project, target.service, path, sent),
+                    lambda sent: self.invocations.complete(project, target.service, path, sent),
                 )
-            return await self._invocations.complete(project, target.service, path, addressed)
+            return await self.invocations.complete(project, target.service, path, addressed)
         key, prepared, breaker = await self._targets.remote_admits(ask, target)
         with self._targets.sent(target, breaker), self._targets.counted(key):
-            answer = await self._remote.send(prepared)
+            answer = await self.remote.send(prepared)
         result: dict[str, Any] = answer["result"]
         return result
 
@@ -303,23 +303,23 @@ class Routes:
         if target.local:
             self._targets.local_admits(principal, project, target, queue=queue)
             addressed = addressed_to(ask.body, target)
-            if self._tokens is not None and principal.restrictions is not None:
+            if self.tokens is not None and principal.restrictions is not None:
                 return await stack.enter_async_context(
-                    self._tokens.local_stream(
+                    self.tokens.local_stream(
                         principal,
                         target.service,
                         path,
                         addressed,
-                        lambda sent: self._invocations.stream(project, target.service, path, sent),
+                        lambda sent: self.invocations.stream(project, target.service, path, sent),
                     )
                 )
             return await stack.enter_async_context(
-                self._invocations.stream(project, target.service, path, addressed)
+                self.invocations.stream(project, target.service, path, addressed)
             )
         key, prepared, breaker = await self._targets.remote_admits(ask, target)
         stack.enter_context(self._targets.counted(key))
         with self._targets.sent(target, breaker):
-            chunks = await stack.enter_async_context(self._remote.stream(prepared))
+            chunks = await stack.enter_async_context(self.remote.stream(prepared))
         return chunks
 
     def _skipped(
@@ -331,13 +331,13 @@ class Routes:
         busy: list[Target],
     ) -> None:
         trace.skipped.append((target.label, outcome))
-        self._count(route.name, target.label, outcome)
+        self.count(route.name, target.label, outcome)
         if outcome is Outcome.BUSY and target.local and target.max_in_flight is None:
             busy.append(target)
 
     def _answered(self, route: Route, target: Target, outcome: Outcome, trace: RouteTrace) -> None:
         trace.target = target.label
-        self._count(route.name, target.label, outcome)
+        self.count(route.name, target.label, outcome)
 
     def breaker(self, project: str, label: str) -> Breaker | None:
         """The circuit breaker of a target (None before it was tried): for the console."""
