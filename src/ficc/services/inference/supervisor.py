@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from dataclasses import replace
+from dataclasses import KW_ONLY, InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,36 +38,31 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.runtimes import LaunchRequest, ReplicaAdopter, ReplicaHandle, Runtime
 
 
+@dataclass(eq=False)
 class ReplicaSupervisor:
     """Owns the replica handles, the background tasks and the per-service locks."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        runtimes: Mapping[RuntimeName, Runtime],
-        router: InvocationRouter,
-        fence_attempt: AttemptFence,
-        *,
-        serve_instance: str,
-        start_timeout_seconds: float,
-        stop_grace_seconds: float,
-        on_restart: RestartCounter | None = None,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._runtimes = runtimes
-        self._router = router
-        self._fence_attempt = fence_attempt
-        self._start_timeout = start_timeout_seconds
-        self._grace = stop_grace_seconds
-        self._handles: dict[str, list[ReplicaHandle]] = {}
-        self._stopping: set[str] = set()
-        self._tasks = BackgroundTasks()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._attempts = AttemptLog(uow_factory, clock)
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    _runtimes: Mapping[RuntimeName, Runtime]
+    router: InvocationRouter
+    fence_attempt: AttemptFence
+    _: KW_ONLY
+    serve_instance: InitVar[str]
+    start_timeout_seconds: float
+    stop_grace_seconds: float
+    on_restart: InitVar[RestartCounter | None] = None
+    _handles: dict[str, list[ReplicaHandle]] = field(default_factory=dict, init=False, repr=False)
+    _stopping: set[str] = field(default_factory=set, init=False, repr=False)
+    _tasks: BackgroundTasks = field(default_factory=BackgroundTasks, init=False, repr=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
+    _attempts: AttemptLog = field(init=False, repr=False)
+    _restarts: Restarts = field(init=False, repr=False)
+
+    def __post_init__(self, serve_instance: str, on_restart: RestartCounter | None) -> None:
+        self._attempts = AttemptLog(self.uow_factory, self.clock)
         self._restarts = Restarts(
-            uow_factory, clock, serve_instance=serve_instance, on_restart=on_restart
+            self.uow_factory, self.clock, serve_instance=serve_instance, on_restart=on_restart
         )
 
     def runtime(self, name: RuntimeName) -> Runtime:
@@ -94,7 +89,7 @@ class ReplicaSupervisor:
         lock = self._locks.get(service_id)
         if lock is not None:
             return lock
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             if await uow.services.get(service_id) is None:
                 return None
         return self._locks.setdefault(service_id, asyncio.Lock())
@@ -104,7 +99,7 @@ class ReplicaSupervisor:
         self._locks.pop(service_id, None)
         self._stopping.discard(service_id)
         self._restarts.forget(service_id)
-        self._router.forget(service_id)
+        self.router.forget(service_id)
 
     def tracked_services(self) -> frozenset[str]:
         """The service IDs any per-service map holds; bounded by the services that exist."""
@@ -114,7 +109,7 @@ class ReplicaSupervisor:
                 *self._stopping,
                 *self._locks,
                 *self._restarts.tracked_services(),
-                *self._router.tracked_services(),
+                *self.router.tracked_services(),
             }
         )
 
@@ -122,7 +117,7 @@ class ReplicaSupervisor:
         """Kill whatever an acknowledged unknown attempt may have left running."""
         for attempt in attempts:
             if attempt.state is AttemptState.UNKNOWN:
-                await self._fence_attempt(attempt.id, self._grace)
+                await self.fence_attempt(attempt.id, self.stop_grace_seconds)
 
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
@@ -130,7 +125,7 @@ class ReplicaSupervisor:
         """At start: nothing from an earlier FICC process is believed running but the replicas
         of the ``adopted`` services."""
         await recover_attempts(
-            self._uow_factory, self._clock, self.runtime, self._grace, keep=adopted
+            self.uow_factory, self.clock, self.runtime, self.stop_grace_seconds, keep=adopted
         )
 
     def adopt(
@@ -146,28 +141,28 @@ class ReplicaSupervisor:
         self._handles[service.id] = replicas
         self._stopping.discard(service.id)
         self._restarts.launching(service.id, node, model_path, restarting=False)
-        self._restarts.running(service.id, self._clock())
+        self._restarts.running(service.id, self.clock())
         for handle in replicas:
             self.spawn(self._watch(service.id, runtime, handle))
-        self._router.open(
+        self.router.open(
             service.id, service.project, service.spec.runtime, tuple(replicas), service.spec.options
         )
 
     async def close(self) -> None:
         """At a clean shutdown: stop every engine and record the services as stopped (those
         waiting out a restart's backoff too); their desired state stays."""
-        self._router.close_all()
+        self.router.close_all()
         await self._tasks.cancel_all()
         for service_id in sorted({*self._handles, *self._restarts.waiting()}):
             await self.stop_replicas(service_id)
-            async with self._uow_factory() as uow:
+            async with self.uow_factory() as uow:
                 service = await uow.services.get(service_id)
                 if service is not None:
                     state = plan_operation(service.state, Operation.STOP).to_state
                     assert state is not None  # stop keeps the record
                     if state is not service.state:
                         await uow.services.update(
-                            replace(service, state=state, updated_at=self._clock())
+                            replace(service, state=state, updated_at=self.clock())
                         )
                 await uow.commit()
 
@@ -175,7 +170,7 @@ class ReplicaSupervisor:
         """After this process lost the active lease: end its engines and record nothing (the
         records are the new active's now; fencing their attempts finds them ended). Replicas
         that outlive this process are left running, for the new active to adopt or fence."""
-        self._router.close_all()
+        self.router.close_all()
         await self._tasks.cancel_all()
         for service_id in sorted(self._handles):
             self._stopping.add(service_id)
@@ -184,7 +179,7 @@ class ReplicaSupervisor:
                 if isinstance(runtime, ReplicaAdopter):
                     await runtime.let_go(handle)
                 else:
-                    await runtime.stop(handle, self._grace)
+                    await runtime.stop(handle, self.stop_grace_seconds)
 
     # --- replicas ----------------------------------------------------------------------------
 
@@ -208,7 +203,7 @@ class ReplicaSupervisor:
         """
         runtime = self.runtime(service.spec.runtime)
         handles: list[ReplicaHandle] = []
-        self._router.close(service.id)
+        self.router.close(service.id)
         self._handles[service.id] = handles
         self._stopping.discard(service.id)
         self._restarts.launching(service.id, node, model_path, restarting=restarting)
@@ -245,7 +240,7 @@ class ReplicaSupervisor:
             handles.append(handle)
             self.spawn(self._watch(service.id, runtime, handle))
         for handle in list(handles):
-            health = await runtime.wait_ready(handle, self._start_timeout)
+            health = await runtime.wait_ready(handle, self.start_timeout_seconds)
             if superseded():
                 return
             if not health.healthy:
@@ -264,7 +259,7 @@ class ReplicaSupervisor:
         """Take a service's replicas away from every other path, without awaiting anything:
         the one path that claims them ends them and decides what the service becomes."""
         self._stopping.add(service_id)
-        self._router.close(service_id)
+        self.router.close(service_id)
         return list(self._handles.pop(service_id, []))
 
     async def _launch_failed(
@@ -329,7 +324,7 @@ class ReplicaSupervisor:
 
     async def _finish_drain(self, service_id: str) -> None:
         handles = self._handles.get(service_id)
-        await self._router.idle(service_id)
+        await self.router.idle(service_id)
         if handles is not None and self._handles.get(service_id) is not handles:
             return  # stopped, crashed or started again meanwhile: not this drain's replicas
         await self.stop_replicas(service_id)
@@ -340,7 +335,7 @@ class ReplicaSupervisor:
         # Marked even when no replica is known yet: a launch in progress sees it is superseded
         # and ends the engine it is starting itself.
         self._stopping.add(service_id)
-        self._router.close(service_id)
+        self.router.close(service_id)
         handles = list(self._handles.pop(service_id, []))
         for handle in handles:
             await self._end_replica(handle)
@@ -348,7 +343,7 @@ class ReplicaSupervisor:
     async def _end_replica(self, handle: ReplicaHandle) -> None:
         runtime = self.runtime(handle.runtime)
         await self._attempts.event(handle.attempt_id, AttemptEvent.STOP)
-        ended = await runtime.stop(handle, self._grace)
+        ended = await runtime.stop(handle, self.stop_grace_seconds)
         await self._attempts.event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
 
     # --- records -----------------------------------------------------------------------------
@@ -365,7 +360,7 @@ class ReplicaSupervisor:
         ``ready``: the replicas a READY event opens to requests, published in the same step
         as the commit so that no request can see a running service without them.
         """
-        async with self._uow_factory() as uow:
+        async with self.uow_factory() as uow:
             service = await uow.services.get(service_id)
             if service is None:
                 return
@@ -373,19 +368,19 @@ class ReplicaSupervisor:
             if state is service.state:
                 return
             if not admits_requests(state):
-                self._router.close(service_id)
+                self.router.close(service_id)
             if state is ServiceState.FAILED:
                 shown = error
             elif state is ServiceState.RUNNING:
                 shown = None  # a restart's reason is kept in the audit log, not here
             else:
                 shown = service.error
-            now = self._clock()
+            now = self.clock()
             await uow.services.update(replace(service, state=state, error=shown, updated_at=now))
             await uow.commit()
             if state is ServiceState.RUNNING:
                 self._restarts.running(service_id, now)
             if admits_requests(state) and ready:
-                self._router.open(
+                self.router.open(
                     service_id, service.project, service.spec.runtime, ready, service.spec.options
                 )
