@@ -24,6 +24,7 @@ from ficc.base.errors import (
     TooLarge,
 )
 from ficc.base.json_types import JSONObject
+from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
@@ -154,6 +155,26 @@ class Meter(Budgets):
         tab.admit_hook = admit
         return tab
 
+    def request_tab(
+        self,
+        grant: g.Grant,
+        operation: str,
+        body: JSONObject,
+        body_bytes: int,
+        hold: TokenHold | None = None,
+    ) -> Tab:
+        """The tab of the request under way under ``grant``: its request ID, and the service
+        its body names (None when the body names none)."""
+        service = body.get("service")
+        return self.open_tab(
+            grant,
+            current_request_id.get() or "",
+            operation,
+            service if isinstance(service, str) else None,
+            body_bytes,
+            hold,
+        )
+
     async def _reserve(self, tab: Tab, prompt_tokens: int, max_tokens: int | None) -> int | None:
         """Reserve the request's tokens in the grant's budgets, before any engine work."""
         tab.prompt_tokens = prompt_tokens
@@ -282,17 +303,8 @@ class Meter(Budgets):
         )
         return receipt, stored
 
-    async def record_refused(
-        self,
-        grant: g.Grant,
-        request: str,
-        operation: str,
-        service: str | None,
-        request_bytes: int,
-        error: FiccError,
-    ) -> None:
+    async def record_refused(self, tab: Tab, error: FiccError) -> None:
         """A request refused before any work still leaves its record."""
-        tab = self.open_tab(grant, request, operation, service, request_bytes)
         await self.settle(tab, outcome_of(error))
 
     @contextlib.asynccontextmanager

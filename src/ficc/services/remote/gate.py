@@ -30,7 +30,6 @@ from ficc.base.errors import (
 )
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
-from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain.operations import check_mutation_id, check_scope
 from ficc.domain.peers import Peer
@@ -120,15 +119,8 @@ class Gate:
                             await settle_surely(self.meter.release(hold))
             except _Refused as refused:
                 if operation == INVOKE:
-                    service = body.get("service")
-                    await self.meter.record_refused(
-                        fixed,
-                        current_request_id.get() or "",
-                        operation,
-                        service if isinstance(service, str) else None,
-                        body_bytes,
-                        refused.error,
-                    )
+                    tab = self.meter.request_tab(fixed, operation, body, body_bytes)
+                    await self.meter.record_refused(tab, refused.error)
                 raise refused.error from None
         except FiccError as exc:
             if not admitted:

@@ -12,7 +12,6 @@ from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
-from ficc.base.request_ids import current_request_id
 from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
@@ -144,14 +143,8 @@ class InferenceOperations:
         return effect
 
     def _tab(self, call: Call) -> Tab:
-        service = call.body.get("service")
-        return self._meter.open_tab(
-            call.grant,
-            current_request_id.get() or "",
-            call.operation,
-            service if isinstance(service, str) else None,
-            call.body_bytes,
-            call.hold,
+        return self._meter.request_tab(
+            call.grant, call.operation, call.body, call.body_bytes, call.hold
         )
 
     async def invoke(self, call: Call) -> EncodedAnswer:
