@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, TypeGuard
 
@@ -44,18 +44,18 @@ MAX_TIME_CHARS: Final = 64
 RECEIPT_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 
+@dataclass(frozen=True, eq=False)
 class Approval:
     """Offers other clusters send to this one, from their arrival to a finished pairing."""
 
-    def __init__(self, context: FederationContext, grants: Grants, signer: ClusterSigner) -> None:
-        self._ctx = context
-        self._grants = grants
-        self._signer = signer
+    context: FederationContext
+    grants: Grants
+    signer: ClusterSigner
 
     async def purge_offers(self) -> int:
         """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
-        async with self._ctx.uow_factory() as uow:
-            purged = await uow.offers.purge(expired_before=o.purge_before(self._ctx.clock()))
+        async with self.context.uow_factory() as uow:
+            purged = await uow.offers.purge(expired_before=o.purge_before(self.context.clock()))
             if purged:
                 await uow.commit()
         return purged
@@ -66,9 +66,9 @@ class Approval:
         principal.require_scope("federation:manage")
         if isinstance(revision, bool) or not isinstance(revision, int):
             raise InvalidInput("revision must be an integer", field="revision")
-        now = self._ctx.clock()
-        me = self._ctx.link.hypernet_id
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        me = self.context.link.hypernet_id
+        async with self.context.uow_factory() as uow:
             # Two projects approving one offer at once: the second waits, then sees it approved.
             await uow.offers.lock(offer_id)
             offer = await visible_offer(uow, project, offer_id)
@@ -108,8 +108,8 @@ class Approval:
                 "requester": offer.service,
                 "requester_cluster_key": offer.peer_cluster_key,
                 "service": me,
-                "service_cluster_key": b64(self._signer.public_key),
-                "service_label": self._ctx.link.label,
+                "service_cluster_key": b64(self.signer.public_key),
+                "service_label": self.context.link.label,
                 "scopes": sorted(offer.scopes),
                 "grant": given.id,
                 "grant_terms": terms.to_json(),
@@ -117,7 +117,7 @@ class Approval:
                 "generation": generation,
                 "approved_at": now.isoformat(),
             }
-            receipt = make_receipt(body, self._signer.sign)
+            receipt = make_receipt(body, self.signer.sign)
             approved = replace(
                 offer,
                 project=project,
@@ -129,7 +129,7 @@ class Approval:
             await uow.peers.add(peer)
             await uow.grants.add(given)
             await uow.offers.update(approved)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -139,16 +139,16 @@ class Approval:
                 {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
             )
             await uow.commit()
-        self._grants.arm_expiry(given)
+        self.grants.arm_expiry(given)
         pushed = await tell(
-            self._ctx.link,
+            self.context.link,
             offer.service,
             "pairing.receipt",
             {"offer": offer_id, "receipt": receipt},
             None,
         )
         return {
-            **offer_json(approved, now, my_hypernet_id(self._ctx.link)),
+            **offer_json(approved, now, my_hypernet_id(self.context.link)),
             "receipt_delivered": pushed,
         }
 
@@ -168,8 +168,8 @@ class Approval:
                 field="expires_at",
             )
         await self.purge_offers()
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             existing = await uow.offers.get(offer_id)
             if existing is not None:
                 if existing.service != identity.hypernet_id:
@@ -180,7 +180,7 @@ class Approval:
                         "must be the same offer",
                         details={"offer": offer_id},
                     )
-                return {"offer": offer_id, "label": self._ctx.link.label}
+                return {"offer": offer_id, "label": self.context.link.label}
             if await uow.offers.ever_used(offer_id):
                 raise Conflict(
                     "an offer ID is never reused; send a new offer", details={"offer": offer_id}
@@ -189,7 +189,7 @@ class Approval:
             evicted = await _make_offer_room(uow, identity.hypernet_id, source, now)
             if evicted is not None:
                 await uow.offers.delete(evicted.id)
-                await self._ctx.audit(
+                await self.context.audit(
                     uow,
                     None,
                     None,
@@ -215,25 +215,25 @@ class Approval:
                 source=source,
             )
             await uow.offers.add(offer)
-            await self._ctx.audit(uow, None, None, "offer.received", offer_id, identity)
+            await self.context.audit(uow, None, None, "offer.received", offer_id, identity)
             await uow.commit()
-        return {"offer": offer_id, "label": self._ctx.link.label}
+        return {"offer": offer_id, "label": self.context.link.label}
 
     async def on_fetch(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
-        if offer.receipt is None or offer.state_at(self._ctx.clock()) != o.APPROVED:
+        if offer.receipt is None or offer.state_at(self.context.clock()) != o.APPROVED:
             raise Conflict(
                 "the offer has no receipt to fetch",
-                details={"state": offer.state_at(self._ctx.clock())},
+                details={"state": offer.state_at(self.context.clock())},
             )
         return {"receipt": offer.receipt}
 
     async def on_finish(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """Complete the pairing of an approved offer; a repeat with its receipt answers the
         pairing already made (the first answer may have been lost)."""
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.INCOMING)
             digest = body.get("receipt")
             if not _short_text(digest, 64) or not RECEIPT_DIGEST.fullmatch(digest):
@@ -252,7 +252,7 @@ class Approval:
             paired = replace(peer, state=p.PAIRED, updated_at=now)
             await uow.peers.update(paired)
             await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 None,
                 offer.project,
@@ -262,12 +262,12 @@ class Approval:
                 {"offer": offer.id},
             )
             await uow.commit()
-        self._ctx.known.remember(paired)
+        self.context.known.remember(paired)
         return {"peer": paired.id}
 
     async def on_discard(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             offer_id = parse_id("offer", body.get("offer"), field="offer")
             offer = await uow.offers.get(offer_id)
             if (
@@ -281,7 +281,7 @@ class Approval:
                     replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
                 )
                 await drop_pending_peer(uow, offer, now)
-                await self._ctx.audit(
+                await self.context.audit(
                     uow, None, offer.project, "offer.discarded", offer_id, identity
                 )
                 await uow.commit()

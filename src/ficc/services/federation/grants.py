@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ficc.base.errors import Conflict, FiccError, GrantExpired, GrantRevoked, NotFound
@@ -40,28 +40,23 @@ GrantEnded = Callable[[g.Grant], Awaitable[None]]
 """Told after a grant ended (revoked, expired, its peer removed): stop what it started."""
 
 
+@dataclass(frozen=True, eq=False)
 class Grants:
     """The grants of this cluster, given and held, and the timers that end them on time."""
 
-    def __init__(
-        self,
-        context: FederationContext,
-        slots: GrantSlots,
-        copies: RemoteGrantCopies,
-        on_grant_ended: GrantEnded,
-        meter: Meter | None = None,
-    ) -> None:
-        self._ctx = context
-        self.meter = meter or Meter(context.uow_factory, context.clock)
-        self.slots = slots
-        self._copies = copies
-        self._on_grant_ended = on_grant_ended
-        self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
-        self._expiring: set[asyncio.Task[None]] = set()
+    context: FederationContext
+    slots: GrantSlots
+    copies: RemoteGrantCopies
+    on_grant_ended: GrantEnded
+    meter: Meter
+    _expiry_timers: dict[str, asyncio.TimerHandle] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    _expiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     async def load(self, peers: list[p.Peer]) -> None:
         """Arm the expiry of every grant given to ``peers`` (at start)."""
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
             # Nothing is in flight at start: what requests of a stopped process held is free.
             await uow.usage.clear_reservations()
@@ -93,14 +88,14 @@ class Grants:
         principal.require_scope("federation:manage")
         terms = g.parse_grant(grant)
         principal.require_scope(*sorted(terms.scopes))
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             check_paired(peer)
             await check_resources(uow, project, terms)
             given = new_grant(project, peer_id, terms, now)
             await uow.grants.add(given)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -122,7 +117,7 @@ class Grants:
         told = False
         if peer is not None and peer.state == p.PAIRED:
             told = await tell(
-                self._ctx.link,
+                self.context.link,
                 peer.hypernet_id,
                 "grant.revoked",
                 {"grant": grant_id},
@@ -144,8 +139,8 @@ class Grants:
         """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
         grant as it was, its peer, its state then, and when."""
         principal.require_scope("federation:manage")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             grant = await project_grant(uow, project, grant_id)
             was = grant.state_at(now)
             if target == g.REVOKED:
@@ -164,7 +159,7 @@ class Grants:
                 await uow.grants.set_state(grant_id, g.RETIRED, None)
             peer = await uow.peers.get(grant.peer_id)
             identity = None if peer is None else proven_peer(peer)
-            await self._ctx.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
+            await self.context.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
             await uow.commit()
         return grant, peer, was, now
 
@@ -175,17 +170,17 @@ class Grants:
         that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")
         selected = None if grant is None else parse_id("grant", grant, field="grant")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
         check_paired(peer)
-        listed = await self._copies.fetch(peer)
+        listed = await self.copies.fetch(peer)
         if selected is not None:
             _check_selectable(listed, selected)
-            async with self._ctx.uow_factory() as uow:
+            async with self.context.uow_factory() as uow:
                 peer = replace(peer, selected_grant=selected, updated_at=now)
                 await uow.peers.update(peer)
-                await self._ctx.audit(
+                await self.context.audit(
                     uow,
                     principal,
                     project,
@@ -206,10 +201,10 @@ class Grants:
             else GrantRevoked("the grant was revoked", details={"grant": grant.id})
         )
         self._disarm_expiry(grant.id)
-        self._ctx.known.grant_ended(grant)
+        self.context.known.grant_ended(grant)
         self.slots.end_all(grant.id, reason)
         try:
-            await self._on_grant_ended(grant)
+            await self.on_grant_ended(grant)
         except FiccError as exc:
             log.warning("after grant %s ended: %s", grant.id, exc.message)
 
@@ -222,10 +217,10 @@ class Grants:
         """
         self._disarm_expiry(grant.id)
         if grant.state != g.ACTIVE:
-            self._ctx.known.grant_ended(grant)
+            self.context.known.grant_ended(grant)
             return
-        self._ctx.known.granted(grant)
-        delay = max((grant.expires_at - self._ctx.clock()).total_seconds(), 0.0)
+        self.context.known.granted(grant)
+        delay = max((grant.expires_at - self.context.clock()).total_seconds(), 0.0)
         loop = asyncio.get_running_loop()
         self._expiry_timers[grant.id] = loop.call_later(delay, self._expiry_due, grant.id)
 
@@ -250,9 +245,9 @@ class Grants:
 
     async def _expire(self, grant_id: str) -> None:
         """Mark the grant expired, then end it the way revocation does (slots, services)."""
-        now = self._ctx.clock()
+        now = self.context.clock()
         try:
-            async with self._ctx.uow_factory() as uow:
+            async with self.context.uow_factory() as uow:
                 grant = await uow.grants.get(grant_id)
                 if grant is None or grant.state != g.ACTIVE:
                     return  # revoked, retired or forgotten meanwhile: ended by that path
@@ -262,7 +257,7 @@ class Grants:
                 await uow.grants.set_state(grant_id, g.EXPIRED, None)
                 await audit.record(
                     uow,
-                    self._ctx.clock,
+                    self.context.clock,
                     action="grant.expired",
                     actor="lifetime",
                     project=grant.project,
@@ -279,8 +274,8 @@ class Grants:
 
     async def on_grant_revoked(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         grant_id = parse_id("grant", body.get("grant"), field="grant")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             remote = await uow.remote_grants.of_peer(peer.id)
             await uow.remote_grants.replace_for_peer(
@@ -291,15 +286,15 @@ class Grants:
                 ],
                 now,
             )
-            await self._ctx.audit(
+            await self.context.audit(
                 uow, None, peer.project, "remote_grant.revoked", grant_id, identity
             )
             await uow.commit()
         return {}
 
     async def on_grants_list(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             grants = await uow.grants.of_peer(peer.id)
         return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ficc.base.errors import Conflict, InvalidInput, NotFound
@@ -44,21 +44,21 @@ from ficc.services.ports import UnitOfWork
 MAX_TICKET_CHARS = 4096
 
 
+@dataclass(frozen=True, eq=False)
 class Pairing:
     """Offers this cluster sends, and the end of any offer by discarding it."""
 
-    def __init__(self, context: FederationContext, signer: ClusterSigner, verify: Verify) -> None:
-        self._ctx = context
-        self._signer = signer
-        self._verify = verify
+    context: FederationContext
+    signer: ClusterSigner
+    verify: Verify
 
     def offer_json(self, offer: o.Offer, now: datetime) -> o.OfferView:
-        return offer_json(offer, now, my_hypernet_id(self._ctx.link))
+        return offer_json(offer, now, my_hypernet_id(self.context.link))
 
     async def get_offer(self, project: str, offer_id: str) -> o.OfferView:
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-        return self.offer_json(offer, self._ctx.clock())
+        return self.offer_json(offer, self.context.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
@@ -69,18 +69,18 @@ class Pairing:
         requested = parse_scopes(scopes, allowed=REMOTE_SCOPES)
         if ticket is not None and (not isinstance(ticket, str) or len(ticket) > MAX_TICKET_CHARS):
             raise InvalidInput("ticket must be a HyperNet ticket string", field="ticket")
-        if service_id == self._ctx.link.hypernet_id:
+        if service_id == self.context.link.hypernet_id:
             raise InvalidInput("a cluster cannot pair with itself", field="service")
-        now = self._ctx.clock()
+        now = self.context.clock()
         offer_id = new_id("offer", secrets.token_bytes(16))
         expires_at = o.expiry(now)
-        answer = await self._ctx.link.request(
+        answer = await self.context.link.request(
             service_id,
             "pairing.offer",
             {
                 "offer": offer_id,
                 "scopes": sorted(requested),
-                "label": self._ctx.link.label,
+                "label": self.context.link.label,
                 "expires_at": expires_at.isoformat(),
             },
             ticket=ticket if isinstance(ticket, str) else None,
@@ -102,9 +102,9 @@ class Pairing:
             created_at=now,
             expires_at=expires_at,
         )
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             await uow.offers.add(offer)
-            await self._ctx.audit(uow, principal, project, "offer.sent", offer_id, identity)
+            await self.context.audit(uow, principal, project, "offer.sent", offer_id, identity)
             await uow.commit()
         return self.offer_json(offer, now)
 
@@ -118,8 +118,8 @@ class Pairing:
         principal.require_scope("federation:manage")
         if not isinstance(receipt, str) or not re.fullmatch(r"[0-9a-f]{64}", receipt):
             raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
             if offer.direction != o.OUTGOING:
                 raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
@@ -129,7 +129,7 @@ class Pairing:
             await refuse_second_pairing(uow, offer.service, project)
         stored: object = offer.receipt
         if stored is None:
-            fetched = await self._ctx.link.request(
+            fetched = await self.context.link.request(
                 offer.service,
                 "pairing.fetch",
                 {"offer": offer_id},
@@ -147,15 +147,15 @@ class Pairing:
             stored,
             digest=receipt,
             offer_id=offer_id,
-            requester_hypernet_id=self._ctx.link.hypernet_id,
-            requester_cluster_key=b64(self._signer.public_key),
+            requester_hypernet_id=self.context.link.hypernet_id,
+            requester_cluster_key=b64(self.signer.public_key),
             service_hypernet_id=offer.service,
             service_cluster_key=unb64(offer.peer_cluster_key),
             requested_scopes=offer.scopes,
-            verify=self._verify,
+            verify=self.verify,
         )
         pending = await self._intend(offer, stored, body, now)
-        await self._ctx.link.request(
+        await self.context.link.request(
             offer.service,
             "pairing.finish",
             {"offer": offer_id, "receipt": receipt},
@@ -163,14 +163,14 @@ class Pairing:
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
         remote_grant = _remote_grant(body)
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             peer = replace(pending, state=p.PAIRED, updated_at=now)
             await uow.peers.update(peer)
             await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
             current = await visible_offer(uow, project, offer_id)
             finished = replace(current, state=o.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -180,7 +180,7 @@ class Pairing:
                 {"offer": offer_id},
             )
             await uow.commit()
-        self._ctx.known.remember(peer)
+        self.context.known.remember(peer)
         return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
 
     async def _intend(
@@ -190,7 +190,7 @@ class Pairing:
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
         assert offer.project is not None
         assert offer.peer_cluster_key is not None
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             current = await visible_offer(uow, offer.project, offer.id)
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
             if existing is not None and existing.state == p.PENDING:
@@ -229,26 +229,28 @@ class Pairing:
     async def on_receipt(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """The service side pushes the receipt of its approval: checked, then kept."""
         receipt = body.get("receipt")
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             offer = await their_offer(uow, identity, body, o.OUTGOING)
             digest = receipt.get("digest") if isinstance(receipt, dict) else None
             check_receipt(
                 receipt,
                 digest=str(digest),
                 offer_id=offer.id,
-                requester_hypernet_id=self._ctx.link.hypernet_id,
-                requester_cluster_key=b64(self._signer.public_key),
+                requester_hypernet_id=self.context.link.hypernet_id,
+                requester_cluster_key=b64(self.signer.public_key),
                 service_hypernet_id=identity.hypernet_id,
                 service_cluster_key=identity.cluster_key,
                 requested_scopes=offer.scopes,
-                verify=self._verify,
+                verify=self.verify,
             )
-            state = o.next_state(offer, "receipt", self._ctx.clock())
+            state = o.next_state(offer, "receipt", self.context.clock())
             assert isinstance(receipt, dict)
             await uow.offers.update(
                 replace(offer, state=state, revision=offer.revision + 1, receipt=receipt)
             )
-            await self._ctx.audit(uow, None, offer.project, "receipt.received", offer.id, identity)
+            await self.context.audit(
+                uow, None, offer.project, "receipt.received", offer.id, identity
+            )
             await uow.commit()
         return {}
 
@@ -256,14 +258,14 @@ class Pairing:
         self, principal: Principal, project: str, offer_id: str
     ) -> o.DiscardedOfferView:
         principal.require_scope("federation:manage")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
             o.next_state(offer, "discard", now)
             discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -273,7 +275,7 @@ class Pairing:
             )
             await uow.commit()
         told = await tell(
-            self._ctx.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
+            self.context.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
         )
         return {**self.offer_json(discarded, now), "told": told}
 

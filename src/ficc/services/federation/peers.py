@@ -3,7 +3,7 @@ hear that the other side removed us."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ficc.base.errors import Conflict, PermissionDenied
 from ficc.base.json_types import JSONObject
@@ -23,27 +23,27 @@ from ficc.services.federation.known_peers import paired_peer
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
 
+@dataclass(frozen=True, eq=False)
 class Peers:
     """The end of pairings, on either side's initiative."""
 
-    def __init__(self, context: FederationContext, grants: Grants) -> None:
-        self._ctx = context
-        self._grants = grants
+    context: FederationContext
+    grants: Grants
 
     async def remove_peer(
         self, principal: Principal, project: str, peer_id: str
     ) -> p.RemovedPeerView:
         """Revoke every grant given to the peer and remove the pairing, reachable or not."""
         principal.require_scope("federation:manage")
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             if peer.state == p.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
             ended = await revoke_active(uow, peer_id, now)
             removed = replace(peer, state=p.REMOVED, updated_at=now)
             await uow.peers.update(removed)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -54,23 +54,23 @@ class Peers:
             )
             await uow.commit()
         for grant in ended:
-            await self._grants.grant_ended(grant)
+            await self.grants.grant_ended(grant)
         told = False
         if peer.state == p.PAIRED:
             # Told over a session at the pairing's generation, so the peer can prove it is
             # this pairing that ends; only then is the generation forgotten. The peer is
             # already removed in the database, so nothing is served meanwhile.
             told = await tell(
-                self._ctx.link,
+                self.context.link,
                 peer.hypernet_id,
                 "peer.removed",
                 {},
                 peer.ticket,
                 generation=peer.generation,
             )
-        self._ctx.known.remember(removed)
+        self.context.known.remember(removed)
         self._disconnect(peer)
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
         return {"peer": peer_json(removed, remote), "told": told}
 
@@ -84,7 +84,7 @@ class Peers:
         their digests stay, so the chain still verifies, and ``peer.forgotten`` lists them).
         """
         principal.require_scope("federation:manage")
-        async with self._ctx.uow_factory() as uow:
+        async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
             if peer.state != p.REMOVED:
                 raise Conflict(
@@ -112,9 +112,9 @@ class Peers:
                 # stays in the log either way.
                 named = [peer_id, *(grant.id for grant in grants), *(o.id for o in offers)]
                 seqs = await uow.audit.naming(project, named)
-                tombstoned = list(await uow.audit.tombstone(seqs, self._ctx.clock()))
+                tombstoned = list(await uow.audit.tombstone(seqs, self.context.clock()))
                 details["tombstoned"] = tombstoned
-            await self._ctx.audit(
+            await self.context.audit(
                 uow,
                 principal,
                 project,
@@ -131,8 +131,8 @@ class Peers:
         return answer
 
     async def on_peer_removed(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
-        now = self._ctx.clock()
-        async with self._ctx.uow_factory() as uow:
+        now = self.context.clock()
+        async with self.context.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
             removed = replace(peer, state=p.REMOVED, updated_at=now)
             await uow.peers.update(removed)
@@ -141,19 +141,19 @@ class Peers:
                 peer.id, [{**item, "state": g.REVOKED} for item in remote], now
             )
             ended = await revoke_active(uow, peer.id, now)
-            await self._ctx.audit(
+            await self.context.audit(
                 uow, None, peer.project, "peer.removed_by_peer", peer.id, identity
             )
             await uow.commit()
-        self._ctx.known.remember(removed)
+        self.context.known.remember(removed)
         for grant in ended:
-            await self._grants.grant_ended(grant)
+            await self.grants.grant_ended(grant)
         return {}
 
     def _disconnect(self, peer: p.Peer) -> None:
         """Close the sessions of a pairing that ended, and what runs on them (the cluster's
         other pairings, with other projects, keep theirs)."""
-        self._ctx.link.disconnect(
+        self.context.link.disconnect(
             peer.hypernet_id,
             peer.generation,
             PermissionDenied("the pairing with this cluster was removed"),
