@@ -150,12 +150,18 @@ def _string(body: Mapping[str, Any], param: str) -> None:
         raise _invalid(param, f"expected a string, but got {type(value).__name__} instead")
 
 
+def _object(body: Mapping[str, Any], param: str, rule: str) -> dict[str, Any] | None:
+    """An optional object parameter: None when absent, refused with ``rule`` when not an object."""
+    value = body.get(param)
+    if value is not None and not isinstance(value, dict):
+        raise _invalid(param, rule)
+    return value
+
+
 def _stream_options(body: Mapping[str, Any]) -> None:
-    options = body.get("stream_options")
+    options = _object(body, "stream_options", "expected an object")
     if options is None:
         return
-    if not isinstance(options, dict):
-        raise _invalid("stream_options", "expected an object")
     if body.get("stream") is not True:
         raise _invalid("stream_options", "only allowed when 'stream' is true")
     usage = options.get("include_usage")
@@ -174,11 +180,9 @@ def _stop(body: Mapping[str, Any]) -> None:
 
 
 def _logit_bias(body: Mapping[str, Any]) -> None:
-    bias = body.get("logit_bias")
+    bias = _object(body, "logit_bias", "expected an object of token IDs to numbers")
     if bias is None:
         return
-    if not isinstance(bias, dict):
-        raise _invalid("logit_bias", "expected an object of token IDs to numbers")
     for token, value in bias.items():
         if not _TOKEN_ID.match(token):
             raise _invalid("logit_bias", f"the key {token[:40]!r} is not a token ID")

@@ -23,17 +23,21 @@ LOCAL_SCOPES: Final = (
     "tokens:manage",
 )
 
+LOCAL_ONLY_SCOPES: Final = frozenset(
+    {
+        "federation:read",
+        "federation:manage",
+        "federation:invoke",
+        "inference:read",
+        "projects:manage",
+        "tokens:manage",
+    }
+)
+"""Scopes a grant never carries: a peer acts only through the remote scopes."""
+
 # "Remote scopes are discover, inference:invoke, inference:manage, models:read,
 # models:transfer, models:manage, resources:read."
-REMOTE_SCOPES: Final = (
-    "discover",
-    "inference:invoke",
-    "inference:manage",
-    "models:read",
-    "models:transfer",
-    "models:manage",
-    "resources:read",
-)
+REMOTE_SCOPES: Final = tuple(scope for scope in LOCAL_SCOPES if scope not in LOCAL_ONLY_SCOPES)
 
 
 def parse_scopes(

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Query, Request
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE
 from ficc.services import audit
 from ficc.services.federation.usage import DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE
+from ficc.services.ports import PeerAsk
 from ficc.services.remote.table import is_streaming, streams_octets
 from ficc.web import sse
 from ficc.web.auth import Context, scoped
@@ -149,30 +150,14 @@ async def request(
     # Authenticated first (a fast route): only then may the body pass 1 MiB (G2).
     body = await read_json_body(request, RemoteRequest)
     remote = ctx.cluster.remote
+    ask: PeerAsk = {"operation": body.operation, "body": body.body, "mutation_id": body.mutation_id}
     if is_streaming(body.operation, body.body):
         return await sse.relay(
             request,
-            remote.open_stream(
-                ctx.principal,
-                ctx.project,
-                peer_id,
-                operation=body.operation,
-                body=body.body,
-                mutation_id=body.mutation_id,
-            ),
+            remote.open_stream(ctx.principal, ctx.project, peer_id, **ask),
             octets=streams_octets(body.operation),
         )
-    return await sse.relay(
-        request,
-        remote.request(
-            ctx.principal,
-            ctx.project,
-            peer_id,
-            operation=body.operation,
-            body=body.body,
-            mutation_id=body.mutation_id,
-        ),
-    )
+    return await sse.relay(request, remote.request(ctx.principal, ctx.project, peer_id, **ask))
 
 
 @router.get(f"{PREFIX}/grants/{{grant_id}}/usage", responses=answer(UsagePage))

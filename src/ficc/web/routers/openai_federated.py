@@ -18,6 +18,7 @@ from ficc.base.errors import LimitExceeded, NotFound, OutcomeUnknown, PeerUnreac
 from ficc.base.times import parse_time
 from ficc.domain.openai_requests import parse_request_body
 from ficc.domain.openai_responses import check_invocation
+from ficc.services.ports import PeerAsk
 from ficc.services.remote.views import unpublished
 from ficc.services.token_limits import check_peer
 from ficc.web import sse
@@ -100,17 +101,10 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
     check_invocation(path, body)
     remote = ctx.cluster.remote
     invocation = {"service": model, "path": path, "body": body}
+    ask: PeerAsk = {"operation": "inference.invoke", "body": invocation, "service": model}
     if body.get("stream") is True:
         response = await sse.relay(
-            request,
-            remote.open_stream(
-                ctx.principal,
-                ctx.project,
-                peer_id,
-                operation="inference.invoke",
-                body=invocation,
-                service=model,
-            ),
+            request, remote.open_stream(ctx.principal, ctx.project, peer_id, **ask)
         )
         # The stream is open, its headers not yet sent: the limits as the grantor told them at
         # the end of the last answer.
@@ -118,14 +112,7 @@ async def relay(ctx: Context, request: Request, peer_id: str, path: str) -> Resp
         return response
 
     async def result() -> Any:
-        answer = await remote.request(
-            ctx.principal,
-            ctx.project,
-            peer_id,
-            operation="inference.invoke",
-            body=invocation,
-            service=model,
-        )
+        answer = await remote.request(ctx.principal, ctx.project, peer_id, **ask)
         return answer["result"]
 
     response = await sse.relay(request, result())
