@@ -31,7 +31,7 @@ from ficc.domain import usage_receipts as r
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.operations import invoke_path
 from ficc.services.budgets import Budgets, grant_budget
-from ficc.services.peer_channel import LastChunk, ending_reason
+from ficc.services.peer_channel import HeldChunk, ending_reason
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
 
 REFUSALS: Final = (LimitExceeded, GrantRevoked, GrantExpired, TooLarge)
@@ -341,7 +341,7 @@ USAGE_EVENT: Final = b"event: ficc.usage\ndata: "
 
 def usage_event(told: JSONObject) -> bytes:
     """The stream's last event: what the grantor counted and what the grant has left."""
-    return LastChunk(USAGE_EVENT + canonical_json(told) + b"\n\n")
+    return HeldChunk(USAGE_EVENT + canonical_json(told) + b"\n\n")
 
 
 def parse_usage_event(chunk: bytes) -> JSONObject | None:

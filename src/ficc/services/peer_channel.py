@@ -26,8 +26,8 @@ __all__ = [
     "Asking",
     "BodyBound",
     "EncodedAnswer",
+    "HeldChunk",
     "KnownPeer",
-    "LastChunk",
     "PeerChannel",
     "PeerIdentity",
     "PeerLookup",
@@ -72,14 +72,16 @@ class EncodedAnswer:
     result as the answer's ``usage``."""
 
 
-class LastChunk(bytes):
-    """A streamed answer's chunk after which nothing follows: the transport writes it with
-    the stream's end, once the handler has finished (its slot freed), in one write."""
+class HeldChunk(bytes):
+    """A streamed answer's chunk made once nothing more is awaited from the engine: what
+    follows it (the grantor's counts, the stream's end) is made at once. The transport holds
+    it and writes it with what follows, in one write; the end goes once the handler has
+    finished (its slot freed)."""
 
 
 RequestResult = JSONObject | EncodedAnswer | AsyncIterator[bytes]
 """A handler answers with a JSON object (or its encoding), or with chunks of bytes to stream
-(the last may be a :class:`LastChunk`)."""
+(the last ones may be held: :class:`HeldChunk`)."""
 
 RequestHandler = Callable[[PeerIdentity, str, JSONObject, int], Awaitable[RequestResult]]
 """``handler(peer, operation, body, body_bytes)``: ``body_bytes`` is the size of ``body``'s

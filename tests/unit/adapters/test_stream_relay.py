@@ -17,7 +17,7 @@ from ficc.adapters.hypernet.requesting import Exchange
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.protocol.events import AnswerEnded, DataReceived, Event
 from ficc.services.inference import invoke
-from ficc.services.peer_channel import LastChunk
+from ficc.services.peer_channel import HeldChunk
 
 
 class _Protocol:
@@ -243,6 +243,9 @@ async def test_no_window_is_waited_once_the_engines_last_event_is_out() -> None:
     writes = await _joined(engine, 0.0, 5.0)
     assert loop.time() - started < 5.0
     assert writes == [_event("a"), _event("b") + b"data: [DONE]\n\n"]
+    # Made once nothing more is awaited from the engine: a transport may hold it for what
+    # follows (the grantor's counts); the first piece is never held.
+    assert [isinstance(piece, HeldChunk) for piece in writes] == [False, True]
 
 
 async def test_a_window_holds_an_event_no_longer_than_the_window() -> None:
@@ -283,7 +286,7 @@ async def _served(chunks: list[bytes], finished: list[str]) -> tuple[list[bytes]
 
 async def test_a_streams_last_chunk_goes_with_its_end_once_the_handler_finished() -> None:
     finished: list[str] = []
-    writes, events = await _served([b"a", LastChunk(b"counts")], finished)
+    writes, events = await _served([b"a", HeldChunk(b"counts")], finished)
     assert len(writes) == 2  # "a", then "counts" and the end in one write
     # The handler (its slot) finished before the last write: a next request finds it free.
     assert finished == ["write", "handler", "write"]
@@ -292,10 +295,24 @@ async def test_a_streams_last_chunk_goes_with_its_end_once_the_handler_finished(
     assert isinstance(events[-1], AnswerEnded)
 
 
-async def test_a_chunk_marked_last_that_is_not_is_sent_in_its_place() -> None:
+async def test_a_held_chunk_goes_in_one_write_with_the_chunk_that_follows_it() -> None:
     finished: list[str] = []
-    writes, events = await _served([LastChunk(b"a"), b"b"], finished)
-    assert len(writes) == 3  # "a", "b", the end
+    writes, events = await _served([b"a", HeldChunk(b"b"), b"c"], finished)
+    assert len(writes) == 3  # "a", then "b" and "c" together, then the end
+    assert writes[1].count(b"b") == 1
+    assert writes[1].index(b"b") < writes[1].index(b"c")
     data = b"".join(e.data for e in events if isinstance(e, DataReceived))
-    assert data == b"ab"
+    assert data == b"abc"
+    assert isinstance(events[-1], AnswerEnded)
+
+
+async def test_the_engines_last_piece_and_the_counts_go_with_the_end_in_one_write() -> None:
+    # What a grantor's stream yields once the engine has ended: its last piece (held), then
+    # its counts: both wait for the handler to finish and go with the end.
+    finished: list[str] = []
+    writes, events = await _served([b"a", HeldChunk(b"b"), HeldChunk(b"counts")], finished)
+    assert len(writes) == 2
+    assert finished == ["write", "handler", "write"]
+    data = b"".join(e.data for e in events if isinstance(e, DataReceived))
+    assert data == b"abcounts"
     assert isinstance(events[-1], AnswerEnded)

@@ -23,7 +23,7 @@ from ficc.protocol.events import LargeBodyReceived, RequestReceived, RequestRefu
 from ficc.protocol.outcomes import ending, refusal
 from ficc.services.peer_channel import (
     EncodedAnswer,
-    LastChunk,
+    HeldChunk,
     PeerIdentity,
     RequestHandler,
     RequestResult,
@@ -97,7 +97,7 @@ async def _frames(
         answer = result.content if isinstance(result, EncodedAnswer) else result
         yield protocol.send_answer(stream_id, answer)
         return
-    last: bytes | None = None
+    held = b""  # the frames of held chunks, written with what follows them
     try:
         while True:
             try:
@@ -106,25 +106,19 @@ async def _frames(
                 break
             except Exception as exc:
                 raise _HandlerFailed(exc) from exc
-            if last is not None:  # not the last after all
-                yield protocol.send_chunk(stream_id, last)
-                last = None
-            if isinstance(chunk, LastChunk):
-                # Held until the handler has finished: then it and the end go in one write.
-                last = chunk
-                continue
-            yield protocol.send_chunk(stream_id, chunk)
+            frame = protocol.send_chunk(stream_id, chunk)
             if transfer:
                 metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
+            if isinstance(chunk, HeldChunk):
+                held += frame
+                continue
+            yield held + frame if held else frame
+            held = b""
     finally:
         close = getattr(result, "aclose", None)
         if close is not None:  # its ``finally`` runs now, whichever way this ends
             await close()
-    if last is None:
-        yield protocol.send_end(stream_id)
-    else:
-        chunk_frame = protocol.send_chunk(stream_id, last)  # the frames in their order
-        yield chunk_frame + protocol.send_end(stream_id)
+    yield held + protocol.send_end(stream_id)
 
 
 async def _tell_ended(

@@ -29,6 +29,7 @@ from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.metering import Tab
+from ficc.services.peer_channel import HeldChunk
 from ficc.services.ports import EngineEvent, EngineStream
 
 
@@ -357,7 +358,8 @@ async def _coalesced(
             if join_seconds and not events.ready() and not events.ended():
                 await asyncio.sleep(join_seconds)
     if waiting:
-        yield b"".join(waiting)
+        # Nothing more is awaited from the engine: a transport may hold it for what follows.
+        yield HeldChunk(b"".join(waiting))
 
 
 def encoded_answer(
