@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import iroh
 
@@ -18,20 +19,16 @@ Attempt = Callable[[str, iroh.EndpointAddr, int], Awaitable[PeerSession]]
 """One connection and handshake with ``peer`` at ``address`` for ``generation``."""
 
 
+@dataclass(eq=False, kw_only=True)
 class Dialer:
     """The outgoing connections of one endpoint (``endpoint`` gives it while it runs)."""
 
-    def __init__(
-        self,
-        *,
-        endpoint: Callable[[], iroh.Endpoint],
-        attempt: Attempt,
-        connect_timeout_seconds: float,
-    ) -> None:
-        self._bound = endpoint
-        self._connect_once = attempt
-        self._connect_timeout = connect_timeout_seconds
-        self._connecting: dict[SessionKey, asyncio.Future[PeerSession]] = {}
+    endpoint: Callable[[], iroh.Endpoint]
+    attempt: Attempt
+    connect_timeout_seconds: float
+    _connecting: dict[SessionKey, asyncio.Future[PeerSession]] = field(
+        default_factory=dict, init=False
+    )
 
     async def dial(self, peer: str, generation: int, ticket: str | None) -> PeerSession:
         """A new session with ``peer``'s pairing at ``generation``: the dial in flight to
@@ -50,14 +47,14 @@ class Dialer:
         address = peer_address(peer, ticket)
         if not ticket:
             with contextlib.suppress(iroh.IrohError):
-                address = await self._bound().remote_addr(address.id()) or address
+                address = await self.endpoint().remote_addr(address.id()) or address
         attempts = 0
         last: FiccError | None = None
         try:
-            async with asyncio.timeout(self._connect_timeout):
+            async with asyncio.timeout(self.connect_timeout_seconds):
                 while True:
                     try:
-                        return await self._connect_once(peer, address, generation)
+                        return await self.attempt(peer, address, generation)
                     except (PeerUnreachable, LimitExceeded) as exc:
                         last = exc
                     await asyncio.sleep(connect_backoff_seconds(attempts))
@@ -65,6 +62,6 @@ class Dialer:
         except TimeoutError as exc:
             why = f" (last: {last.message})" if last is not None else ""
             raise PeerUnreachable(
-                f"could not reach the peer {peer} within {self._connect_timeout} s{why}",
+                f"could not reach the peer {peer} within {self.connect_timeout_seconds} s{why}",
                 details={"attempts": attempts + 1},
             ) from exc

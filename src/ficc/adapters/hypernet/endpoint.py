@@ -33,7 +33,7 @@ from ficc.adapters.hypernet.dialing import Dialer
 from ficc.adapters.hypernet.errors import describe, translate
 from ficc.adapters.hypernet.handshake import refuse, run_handshake
 from ficc.adapters.hypernet.keys import load_or_create_secret_key
-from ficc.adapters.hypernet.shovel import PeerSession
+from ficc.adapters.hypernet.shovel import PeerSession, SessionTerms
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.hypernet.wakefix import apply_wake_fix
 from ficc.adapters.hypernet.writefix import apply_write_fix
@@ -92,18 +92,20 @@ class HyperNetEndpoint:
         body_bound: BodyBound | None = None,
     ) -> None:
         self._agent_directory = agent_directory
-        self._body_bound = body_bound
-        self._signer = cluster_key
         self._lookup = lookup
-        self._handler = handler
-        self._verify = verify
+        self._terms = SessionTerms(
+            signer=cluster_key,
+            verify=verify,
+            handler=handler,
+            limits=limits or SessionLimits(),
+            body_bound=body_bound,
+        )
         self._bind = bind_addresses(bind_address)
         self._relay = relay_mode(relay)
         self._request_timeout = request_timeout_seconds
         self._on_peer_lost = on_peer_lost
         self._nonces = NonceMemory()
         self._endpoint: iroh.Endpoint | None = None
-        self._limits = limits or SessionLimits()
         self._table: SessionTable[PeerSession] = SessionTable()
         self._dialer = Dialer(
             endpoint=lambda: self._bound,
@@ -200,12 +202,8 @@ class HyperNetEndpoint:
             connection=connection,
             control=control,
             session=session_state,
-            signer=self._signer,
-            verify=self._verify,
-            handler=self._handler,
+            terms=self._terms,
             on_closed=self._forget,
-            limits=self._limits,
-            body_bound=self._body_bound,
         )
         identity = session.identity
         session.entry, closing = self._table.register(
@@ -250,7 +248,7 @@ class HyperNetEndpoint:
         """TLS, then the handshake; a connection silent past ``silent_seconds`` at either
         step is dropped, and a stranger past the stranger places is refused after TLS."""
         connection: iroh.Connection | None = None
-        silent = self._limits.silent_seconds
+        silent = self._terms.limits.silent_seconds
         try:
             async with asyncio.timeout(silent):
                 connection = await (await incoming.accept()).connect()
@@ -289,8 +287,8 @@ class HyperNetEndpoint:
                 connection,
                 role,
                 local_hypernet_id=bytes(self._bound.id().to_bytes()),
-                signer=self._signer,
-                verify=self._verify,
+                signer=self._terms.signer,
+                verify=self._terms.verify,
                 lookup=self._lookup,
                 nonces=self._nonces,
                 generation=generation,

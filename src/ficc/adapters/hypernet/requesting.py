@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ficc.adapters import metrics
@@ -31,29 +32,24 @@ Read = Callable[[int, FrameStream], Awaitable[bytes]]
 """``read(stream_id, stream)``: the stream's next bytes, within the connection's deadline."""
 
 
+@dataclass(eq=False)
 class Exchange:
-    """What was sent and answered of one request; ``complete`` once its answer is whole."""
+    """What was sent and answered of one request; ``complete`` once its answer is whole.
 
-    def __init__(
-        self,
-        protocol: PeerConnection,
-        stream_id: int,
-        stream: FrameStream,
-        read: Read,
-        now: Callable[[], float],
-        *,
-        message_timeout: float | None,
-    ) -> None:
-        self.protocol = protocol
-        self.stream_id = stream_id
-        self.stream = stream
-        self._read = read
-        self._now = now
-        self._message_timeout = message_timeout
-        self._events: list[Event] = []
-        self.sent = False
-        self.complete = False
-        """The answer is whole: the stream may carry the next request."""
+    ``read`` and ``now`` are the session's; ``message_timeout`` bounds each wait for the
+    answer's next bytes (None: no bound of its own)."""
+
+    protocol: PeerConnection
+    stream_id: int
+    stream: FrameStream
+    read: Read
+    now: Callable[[], float]
+    _: KW_ONLY
+    message_timeout: float | None
+    sent: bool = field(default=False, init=False)
+    complete: bool = field(default=False, init=False)
+    """The answer is whole: the stream may carry the next request."""
+    _events: list[Event] = field(default_factory=list, init=False)
 
     async def send(
         self,
@@ -131,9 +127,9 @@ class Exchange:
     async def _next_event(self) -> Event:
         """What the peer's next bytes on the stream come to."""
         while not self._events:
-            async with asyncio.timeout(self._message_timeout):
-                data = await self._read(self.stream_id, self.stream)
-            self._events = self.protocol.receive(self.stream_id, data, self._now())[::-1]
+            async with asyncio.timeout(self.message_timeout):
+                data = await self.read(self.stream_id, self.stream)
+            self._events = self.protocol.receive(self.stream_id, data, self.now())[::-1]
         return self._events.pop()
 
     def _unexpected(self, event: Event) -> FiccError:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from iroh import Connection, IrohError
@@ -49,6 +50,19 @@ from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class SessionTerms:
+    """What every session of one endpoint is given: the cluster key that signs, the check of
+    the peer's signatures, the handler of the peer's requests, the connection's limits and
+    how large a body the peer's grants allow now (None: the limits' own)."""
+
+    signer: Signer
+    verify: Verify
+    handler: RequestHandler
+    limits: SessionLimits
+    body_bound: BodyBound | None = None
+
+
 class PeerSession:
     """A connection whose handshake succeeded; serves and sends requests until closed."""
 
@@ -58,17 +72,15 @@ class PeerSession:
         connection: Connection,
         control: FrameStream,
         session: Session,
-        signer: Signer,
-        verify: Verify,
-        handler: RequestHandler,
+        terms: SessionTerms,
         on_closed: Callable[[PeerSession, FiccError], None],
-        limits: SessionLimits | None = None,
         source: str | None = None,
-        body_bound: BodyBound | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.connection = connection
-        self.protocol = PeerConnection(session, signer, verify, self._loop.time(), limits=limits)
+        self.protocol = PeerConnection(
+            session, terms.signer, terms.verify, self._loop.time(), limits=terms.limits
+        )
         self.identity = PeerIdentity(
             hypernet_id=session.remote_hypernet_id.hex(),
             cluster_key=session.remote_cluster_key,
@@ -79,8 +91,8 @@ class PeerSession:
         self.entry: Entry[PeerSession] | None = None
         """Its place in the endpoint's session table, where ``idle_since`` is kept."""
         self.closed = asyncio.Event()
-        self._handler = handler
-        self._body_bound = body_bound
+        self._handler = terms.handler
+        self._body_bound = terms.body_bound
         self._slots = asyncio.Semaphore(MAX_REQUESTS_IN_FLIGHT)
         self._control = control
         self._on_closed = on_closed

@@ -22,6 +22,8 @@ from typing import Any, Final
 
 from iroh import iroh_ffi
 
+from ficc.adapters.hypernet.writefix import left_alone
+
 _EXPECTED_CALLBACK: Final = textwrap.dedent(
     """\
     @_UNIFFI_RUST_FUTURE_CONTINUATION_CALLBACK
@@ -76,9 +78,6 @@ def apply_wake_fix() -> bool:
 
 
 def _left_alone(why: str) -> bool:
-    log.warning(
-        "%s; the HyperNet wake fix is not applied and each stream read and write costs a "
-        "wake-up of the loop (review ficc.adapters.hypernet.wakefix for this iroh version)",
-        why,
+    return left_alone(
+        log, why, fix="wake", cost="each stream read and write costs a wake-up of the loop"
     )
-    return False

@@ -73,9 +73,17 @@ def apply_write_fix() -> bool:
 
 
 def _left_alone(why: str) -> bool:
-    log.warning(
-        "%s; the HyperNet write fix is not applied and bulk writes will be slow "
-        "(review ficc.adapters.hypernet.writefix for this iroh version)",
+    return left_alone(log, why, fix="write", cost="bulk writes will be slow")
+
+
+def left_alone(logger: logging.Logger, why: str, *, fix: str, cost: str) -> bool:
+    """Warn through ``logger`` (the fix's module) that ``fix`` is not applied and what that
+    costs; False, the answer of a fix that was left alone."""
+    logger.warning(
+        "%s; the HyperNet %s fix is not applied and %s (review %s for this iroh version)",
         why,
+        fix,
+        cost,
+        logger.name,
     )
     return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, insert, select, update
 
@@ -12,6 +12,8 @@ from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Records, _Repository, _row_values
 from ficc.base.times import format_time, parse_time
 from ficc.domain.accounts import ApiToken, LoginLink, User, WebSession
+
+_S = TypeVar("_S", bound=WebSession | LoginLink)
 
 
 def _rights(row: Any) -> dict[str, frozenset[str]]:
@@ -114,14 +116,18 @@ class SqlTokens(_Records[ApiToken]):
         return result.rowcount == 1
 
 
-class SqlSessions(_Repository):
-    async def add(self, session: WebSession) -> None:
-        values = _row_values(session, t.web_sessions)
-        await self._c.execute(insert(t.web_sessions).values(id=session.id, **values))
+class _SecretKeyed(_Records[_S]):
+    """Records (sessions, login links) a holder finds again by the hash of its secret."""
 
-    async def by_secret_hash(self, secret_hash: str) -> WebSession | None:
-        row = await self._first_where(t.web_sessions, "secret_hash", secret_hash)
-        return None if row is None else _record(WebSession, t.web_sessions, row)
+    async def by_secret_hash(self, secret_hash: str) -> _S | None:
+        return await self._one_where("secret_hash", secret_hash)
+
+
+class SqlSessions(_SecretKeyed[WebSession]):
+    _table = t.web_sessions
+
+    def _read(self, row: Any) -> WebSession:
+        return _record(WebSession, t.web_sessions, row)
 
     async def delete(self, session_id: str) -> None:
         await self._delete_where(t.web_sessions, "id", session_id)
@@ -139,14 +145,11 @@ class SqlSessions(_Repository):
         return int((await self._c.execute(query)).rowcount or 0)
 
 
-class SqlLoginLinks(_Repository):
-    async def add(self, link: LoginLink) -> None:
-        values = _row_values(link, t.login_links)
-        await self._c.execute(insert(t.login_links).values(id=link.id, **values))
+class SqlLoginLinks(_SecretKeyed[LoginLink]):
+    _table = t.login_links
 
-    async def by_secret_hash(self, secret_hash: str) -> LoginLink | None:
-        row = await self._first_where(t.login_links, "secret_hash", secret_hash)
-        return None if row is None else _record(LoginLink, t.login_links, row)
+    def _read(self, row: Any) -> LoginLink:
+        return _record(LoginLink, t.login_links, row)
 
     async def mark_used(self, link_id: str, at: datetime) -> bool:
         result = await self._c.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
@@ -27,28 +28,22 @@ from ficc.protocol.signing import Signer
 from ficc.services import ports as p
 
 
+@dataclass(eq=False)
 class SqlUnitOfWork:
     """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
 
-    def __init__(
-        self,
-        database: Database,
-        lock: WriterLock,
-        guard: p.CommitGuard | None = None,
-        audit_signer: Signer | None = None,
-    ) -> None:
-        self._database = database
-        self._lock = lock
-        self._guard = guard
-        self._audit_signer = audit_signer
-        self._connection: SqlConnection | None = None
+    database: Database
+    lock: WriterLock
+    guard: p.CommitGuard | None = None
+    audit_signer: Signer | None = None
+    _connection: SqlConnection | None = field(default=None, init=False)
 
     async def __aenter__(self) -> Self:
-        await self._lock.__aenter__()
+        await self.lock.__aenter__()
         try:
-            connection = await self._database.connect()
+            connection = await self.database.connect()
         except BaseException:
-            await self._lock.__aexit__()
+            await self.lock.__aexit__()
             raise
         self._connection = connection
         self.users: p.UsersRepository = SqlUsers(connection)
@@ -57,7 +52,7 @@ class SqlUnitOfWork:
         self.login_links: p.LoginLinksRepository = SqlLoginLinks(connection)
         self.projects: p.ProjectsRepository = SqlProjects(connection)
         self.audit: p.AuditRepository = SqlChainedAudit(
-            connection, postgres=not self._database.is_sqlite, signer=self._audit_signer
+            connection, postgres=not self.database.is_sqlite, signer=self.audit_signer
         )
         self.settings: p.SettingsRepository = SqlSettings(connection)
         self.nodes: p.NodesRepository = SqlNodes(connection)
@@ -88,8 +83,8 @@ class SqlUnitOfWork:
     async def commit(self) -> None:
         """Commit; with a guard, only once it has found this process still the active one
         (in this transaction: a fenced process's effect is rolled back, never committed)."""
-        if self._guard is not None:
-            await self._guard.check(self.leases)
+        if self.guard is not None:
+            await self.guard.check(self.leases)
         await self.connection.commit()
 
     async def __aexit__(
@@ -105,7 +100,7 @@ class SqlUnitOfWork:
                     await connection.rollback()
                 await connection.close()
         finally:
-            await self._lock.__aexit__()
+            await self.lock.__aexit__()
 
 
 class SqlUnitOfWorkFactory:
