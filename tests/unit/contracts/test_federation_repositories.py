@@ -240,7 +240,7 @@ async def test_transfers_are_found_by_model_newest_first_and_by_state(
         await uow.transfers.add(newer)
         await uow.transfers.add(older)
         await uow.commit()
-    done = replace(newer, state="completed", local_model="mdl_local", updated_at=at(3))
+    done = replace(newer, state="complete", local_model="mdl_local", updated_at=at(3))
     async with uow_factory() as uow:
         assert await uow.transfers.of_model("default", holder.id, "mdl_remote") == newer
         assert await uow.transfers.of_model("default", holder.id, "mdl_other") is None
