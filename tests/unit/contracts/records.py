@@ -85,7 +85,7 @@ def peer(project_name: str = "default", *, hypernet_id: str | None = None, age: 
         label="p",
         hypernet_id=hypernet_id or secrets.token_hex(32),
         cluster_key=secrets.token_hex(32),
-        state="active",
+        state="paired",
         generation=1,
         role="requester",
         offer_id=None,

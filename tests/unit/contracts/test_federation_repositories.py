@@ -39,9 +39,9 @@ async def test_peers_are_found_by_hypernet_id_and_listed_by_project_oldest_first
         await project(uow, "other")
         for record in (later, first, elsewhere):
             await uow.peers.add(record)
-        await uow.peers.update(replace(first, state="revoked", generation=2))
+        await uow.peers.update(replace(first, state="removed", generation=2))
         await uow.commit()
-    revoked = replace(first, state="revoked", generation=2)
+    revoked = replace(first, state="removed", generation=2)
     async with uow_factory() as uow:
         assert await uow.peers.in_project("default") == [revoked, later]
         found = await uow.peers.by_hypernet_id(shared)

@@ -31,6 +31,7 @@ from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.nodes import Gpu
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.protocol import canonical, messages
 from ficc.protocol.answers import encode_answer
 from ficc.services.grant_slots import Slot
@@ -71,9 +72,9 @@ def invoke_call(service_id: str, body: dict[str, Any], **terms: Any) -> Call:
         label=None,
         hypernet_id=IDENTITY.hypernet_id,
         cluster_key="",
-        state=p.PAIRED,
+        state=PeerState.PAIRED,
         generation=7,
-        role=p.SERVICE,
+        role=PeerRole.SERVICE,
         offer_id=None,
         selected_grant=None,
         ticket=None,

@@ -21,6 +21,7 @@ from ficc.base.ids import new_id
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.operations import Streaming
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.services import mutations
 from ficc.services.grant_slots import Slot
 from ficc.services.mutations import MutationKey
@@ -55,9 +56,9 @@ PEER = p.Peer(
     label=None,
     hypernet_id=IDENTITY.hypernet_id,
     cluster_key="",
-    state=p.PAIRED,
+    state=PeerState.PAIRED,
     generation=7,
-    role=p.SERVICE,
+    role=PeerRole.SERVICE,
     offer_id=None,
     selected_grant=None,
     ticket=None,

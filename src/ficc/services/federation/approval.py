@@ -18,7 +18,7 @@ from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.peers import Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
@@ -86,15 +86,15 @@ class Approval:
             await check_resources(uow, project, terms)
             assert offer.peer_cluster_key is not None
             generation = secrets.randbelow(MAX_GENERATION - 1) + 1
-            peer = p.Peer(
+            peer = Peer(
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=project,
                 label=offer.peer_label,
                 hypernet_id=offer.service,
                 cluster_key=offer.peer_cluster_key,
-                state=p.PENDING,
+                state=PeerState.PENDING,
                 generation=generation,
-                role=p.SERVICE,
+                role=PeerRole.SERVICE,
                 offer_id=offer_id,
                 selected_grant=None,
                 ticket=None,
@@ -242,14 +242,14 @@ class Approval:
                 raise Conflict("that is not the receipt of this offer")
             assert offer.peer_id is not None
             peer = await uow.peers.get(offer.peer_id)
-            if offer.state == o.FINISHED and peer is not None and peer.state == p.PAIRED:
+            if offer.state == o.FINISHED and peer is not None and peer.state == PeerState.PAIRED:
                 return {"peer": peer.id}
             o.next_state(offer, "finish", now)
-            if peer is None or peer.state != p.PENDING:
+            if peer is None or peer.state != PeerState.PENDING:
                 raise Conflict("the pairing of this offer is gone")
             assert offer.project is not None
             await refuse_second_pairing(uow, identity.hypernet_id, offer.project)
-            paired = replace(peer, state=p.PAIRED, updated_at=now)
+            paired = replace(peer, state=PeerState.PAIRED, updated_at=now)
             await uow.peers.update(paired)
             await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
             await self._ctx.audit(

@@ -15,7 +15,7 @@ from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain import grants as g
 from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
@@ -129,16 +129,16 @@ async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> o.Offer
     return offer
 
 
-async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> p.Peer:
+async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> Peer:
     peer = await uow.peers.get(peer_id)
     if peer is None or peer.project != project:
         raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
     return peer
 
 
-def check_paired(peer: p.Peer) -> None:
+def check_paired(peer: Peer) -> None:
     """Refuse what only a live pairing may do: a pending or removed peer is a conflict."""
-    if peer.state != p.PAIRED:
+    if peer.state != PeerState.PAIRED:
         raise Conflict(f"peer {peer.id} is {peer.state}", details={"state": peer.state})
 
 
@@ -163,7 +163,7 @@ async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str, project: str)
     """One pairing per project and other cluster (each project of either cluster pairs on its
     own, at its own generation). Further grants go on the paired peer."""
     for peer in await uow.peers.by_hypernet_id(hypernet_id):
-        if peer.state == p.PAIRED and peer.project == project:
+        if peer.state == PeerState.PAIRED and peer.project == project:
             raise Conflict(
                 f"project {project} is already paired with {hypernet_id} as peer {peer.id};"
                 " give further grants there, or remove that peer first",
@@ -198,7 +198,7 @@ async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) ->
             )
 
 
-def proven_peer(peer: p.Peer) -> PeerIdentity:
+def proven_peer(peer: Peer) -> PeerIdentity:
     """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
     return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
 
@@ -210,7 +210,7 @@ def proven_offerer(offer: o.Offer) -> PeerIdentity | None:
     return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
 
 
-def peer_json(peer: p.Peer, remote_grants: list[JSONObject]) -> p.PeerView:
+def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:
     return {
         "id": peer.id,
         "label": peer.label,

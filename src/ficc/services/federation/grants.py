@@ -15,7 +15,7 @@ from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
 from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.federation.common import (
@@ -59,7 +59,7 @@ class Grants:
         self._expiry_timers: dict[str, asyncio.TimerHandle] = {}
         self._expiring: set[asyncio.Task[None]] = set()
 
-    async def load(self, peers: list[p.Peer]) -> None:
+    async def load(self, peers: list[Peer]) -> None:
         """Arm the expiry of every grant given to ``peers`` (at start)."""
         async with self._ctx.uow_factory() as uow:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
@@ -120,7 +120,7 @@ class Grants:
         revoked = replace(grant, state=g.REVOKED, revoked_at=now)
         await self.grant_ended(revoked)
         told = False
-        if peer is not None and peer.state == p.PAIRED:
+        if peer is not None and peer.state == PeerState.PAIRED:
             told = await tell(
                 self._ctx.link,
                 peer.hypernet_id,
@@ -140,7 +140,7 @@ class Grants:
 
     async def _end(
         self, principal: Principal, project: str, grant_id: str, target: str
-    ) -> tuple[g.Grant, p.Peer | None, str, datetime]:
+    ) -> tuple[g.Grant, Peer | None, str, datetime]:
         """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
         grant as it was, its peer, its state then, and when."""
         principal.require_scope("federation:manage")
@@ -170,7 +170,7 @@ class Grants:
 
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
-    ) -> p.PeerView:
+    ) -> PeerView:
         """Ask the peer for the grants it gives us now; with ``{"grant": ID}``, then select
         that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")

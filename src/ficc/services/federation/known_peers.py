@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ficc.base.errors import PermissionDenied
 from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.peers import Peer, PeerState
 from ficc.domain.receipts import unb64
 from ficc.protocol.handshake import KnownPeer
 from ficc.services.peer_channel import PeerIdentity
@@ -25,7 +25,7 @@ class KnownPeers:
         self._request_bytes: dict[str, dict[str, int]] = {}
         """By peer ID: the ``request_bytes`` of each live grant given to it."""
 
-    async def load(self) -> list[p.Peer]:
+    async def load(self) -> list[Peer]:
         """Fill the memory from the database; every peer of every project, for the caller."""
         async with self._uow_factory() as uow:
             projects = [name for name, _ in await uow.projects.list()]
@@ -45,10 +45,10 @@ class KnownPeers:
         known = self._known.get(identity.hypernet_id, {}).get(identity.generation)
         return known is not None and known.cluster_key == identity.cluster_key
 
-    def remember(self, peer: p.Peer) -> None:
+    def remember(self, peer: Peer) -> None:
         """After a peer's state changed: a paired peer is known, an ended pairing is not."""
         pairings = self._known.setdefault(peer.hypernet_id, {})
-        if peer.state == p.PAIRED:
+        if peer.state == PeerState.PAIRED:
             pairings[peer.generation] = KnownPeer(unb64(peer.cluster_key), peer.generation)
             self._peer_ids[peer.hypernet_id, peer.generation] = peer.id
         else:
@@ -79,11 +79,11 @@ class KnownPeers:
         return g.wire_bytes(max(sizes.values()))
 
 
-async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> p.Peer:
+async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> Peer:
     """The peer this session proves to be, paired at the session's generation."""
     for peer in await uow.peers.by_hypernet_id(identity.hypernet_id):
         if (
-            peer.state == p.PAIRED
+            peer.state == PeerState.PAIRED
             and peer.generation == identity.generation
             and unb64(peer.cluster_key) == identity.cluster_key
         ):

@@ -10,7 +10,7 @@ from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
 from ficc.domain import grants as g
 from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
 from ficc.services.companion import Companion, CompanionView, IdentityView
 from ficc.services.federation.common import offer_json, peer_json
@@ -28,7 +28,7 @@ class FederationView(TypedDict):
     companion: CompanionView
     identity: IdentityView
     project: str
-    peers: list[p.PeerView]
+    peers: list[PeerView]
     offers: list[o.OfferView]
     offers_next: str | None
     grants: list[g.GrantView]

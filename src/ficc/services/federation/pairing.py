@@ -18,7 +18,7 @@ from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain import grants as g
 from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.peers import PairingView, Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, check_receipt, unb64
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
@@ -110,7 +110,7 @@ class Pairing:
 
     async def finish_offer(
         self, principal: Principal, project: str, offer_id: str, *, receipt: object
-    ) -> p.PairingView:
+    ) -> PairingView:
         """Check the receipt answers exactly this offer, then complete the pairing.
 
         Idempotent: finishing a finished offer with its receipt answers the pairing it made.
@@ -164,7 +164,7 @@ class Pairing:
         )
         remote_grant = _remote_grant(body)
         async with self._ctx.uow_factory() as uow:
-            peer = replace(pending, state=p.PAIRED, updated_at=now)
+            peer = replace(pending, state=PeerState.PAIRED, updated_at=now)
             await uow.peers.update(peer)
             await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
             current = await visible_offer(uow, project, offer_id)
@@ -185,7 +185,7 @@ class Pairing:
 
     async def _intend(
         self, offer: o.Offer, receipt: JSONObject, body: JSONObject, now: datetime
-    ) -> p.Peer:
+    ) -> Peer:
         """Commit the pairing about to be finished, still pending: the peer (the same one on a
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
         assert offer.project is not None
@@ -193,17 +193,17 @@ class Pairing:
         async with self._ctx.uow_factory() as uow:
             current = await visible_offer(uow, offer.project, offer.id)
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
-            if existing is not None and existing.state == p.PENDING:
+            if existing is not None and existing.state == PeerState.PENDING:
                 return existing
-            peer = p.Peer(
+            peer = Peer(
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=offer.project,
                 label=offer.peer_label,
                 hypernet_id=offer.service,
                 cluster_key=offer.peer_cluster_key,
-                state=p.PENDING,
+                state=PeerState.PENDING,
                 generation=_generation(body),
-                role=p.REQUESTER,
+                role=PeerRole.REQUESTER,
                 offer_id=offer.id,
                 selected_grant=str(body["grant"]),
                 ticket=offer.ticket,
@@ -217,7 +217,7 @@ class Pairing:
             await uow.commit()
         return peer
 
-    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> p.PairingView:
+    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> PairingView:
         """A finish repeated after it succeeded: the pairing it made."""
         assert offer.peer_id is not None
         peer = await uow.peers.get(offer.peer_id)
@@ -283,8 +283,8 @@ async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> N
     if offer.peer_id is None:
         return
     peer = await uow.peers.get(offer.peer_id)
-    if peer is not None and peer.state == p.PENDING:
-        await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
+    if peer is not None and peer.state == PeerState.PENDING:
+        await uow.peers.update(replace(peer, state=PeerState.REMOVED, updated_at=now))
         await revoke_active(uow, peer.id, now)
 
 

@@ -25,8 +25,8 @@ from ficc.base.json_types import JSONObject
 from ficc.base.units import MiB
 from ficc.domain import grants as g
 from ficc.domain import metering as m
-from ficc.domain import peers as p
 from ficc.domain.operations import check_mutation_id, parse_body
+from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.services.federation.common import check_paired, project_peer
@@ -53,7 +53,7 @@ class Prepared:
     """A request checked and built, not yet sent: the peer, the grant it goes under, this
     cluster's copy of that grant's terms, the operation and the wire body."""
 
-    peer: p.Peer
+    peer: Peer
     grant_id: str
     terms: JSONObject
     operation: str
@@ -167,7 +167,7 @@ class RemoteClient:
 
     async def _ask(
         self,
-        peer: p.Peer,
+        peer: Peer,
         name: str,
         wire: JSONObject,
         terms: JSONObject,
@@ -258,7 +258,7 @@ class RemoteClient:
             headers = self._tokens.rate_limits(principal, headers)
         return headers
 
-    async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[p.Peer, list[JSONObject]]:
+    async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[Peer, list[JSONObject]]:
         """The project's peer and this cluster's copies of the grants it gave."""
         async with self._uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
@@ -266,7 +266,7 @@ class RemoteClient:
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
-    ) -> tuple[p.Peer, str, JSONObject]:
+    ) -> tuple[Peer, str, JSONObject]:
         """The peer, its selected grant and this cluster's copy of that grant's terms (empty
         if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from ficc.base.errors import Conflict, NotFound, PeerUnreachable
 from ficc.base.ids import new_id, parse_id
-from ficc.domain import peers as p
 from ficc.domain.manifests import canonical_sha256, parse_manifest
+from ficc.domain.peers import PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.transfers import (
     RANGE_BYTES,
@@ -98,7 +98,7 @@ class Transfers:
                     await self._set_state(current.id, TransferState.RUNNING, None)
                     self._start(current.id, principal)
             return await self.get(project, existing.id)
-        if peer.state != p.PAIRED or peer.selected_grant is None:
+        if peer.state != PeerState.PAIRED or peer.selected_grant is None:
             raise Conflict(f"peer {peer_id} is not paired with a selected grant")
         answer = await self._remote.request(
             principal, project, peer_id, operation="models.manifest", body={"model": remote_model}
