@@ -23,6 +23,7 @@ from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
@@ -96,7 +97,7 @@ async def give_grant(
         project=project,
         peer_id=peer.id,
         terms=parsed,
-        state=g.ACTIVE,
+        state=GrantState.ACTIVE,
         created_at=now,
         expires_at=g.expiry_of(now, parsed),
         revoked_at=None,

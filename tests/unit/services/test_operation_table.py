@@ -20,6 +20,7 @@ from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import new_id
 from ficc.domain import grants as g
 from ficc.domain import peers as p
+from ficc.domain.grants import GrantState
 from ficc.domain.operations import Streaming
 from ficc.domain.peers import PeerRole, PeerState
 from ficc.services import mutations
@@ -43,7 +44,7 @@ GRANT = g.Grant(
     project="default",
     peer_id=new_id("peer", b"p" * 16),
     terms=g.parse_grant({"scopes": sorted(g.REMOTE_SCOPES)}),
-    state=g.ACTIVE,
+    state=GrantState.ACTIVE,
     created_at=NOW,
     expires_at=NOW,
     revoked_at=None,

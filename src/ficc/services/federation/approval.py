@@ -16,8 +16,8 @@ from typing import Final, TypeGuard
 from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
 from ficc.domain import offers as o
+from ficc.domain.grants import parse_grant
 from ficc.domain.peers import Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
@@ -81,7 +81,7 @@ class Approval:
                 )
             o.next_state(offer, "approve", now)
             await refuse_second_pairing(uow, offer.service, project)
-            terms = g.parse_grant(grant, requested_scopes=offer.scopes)
+            terms = parse_grant(grant, requested_scopes=offer.scopes)
             principal.require_scope(*sorted(terms.scopes))
             await check_resources(uow, project, terms)
             assert offer.peer_cluster_key is not None

@@ -13,8 +13,8 @@ from typing import Final, Protocol
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
-from ficc.domain import grants as g
 from ficc.domain import offers as o
+from ficc.domain.grants import Grant, GrantState, GrantTerms
 from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
@@ -142,20 +142,20 @@ def check_paired(peer: Peer) -> None:
         raise Conflict(f"peer {peer.id} is {peer.state}", details={"state": peer.state})
 
 
-async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> g.Grant:
+async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> Grant:
     grant = await uow.grants.get(grant_id)
     if grant is None or grant.project != project:
         raise NotFound(f"no grant {grant_id} in project {project}", details={"grant": grant_id})
     return grant
 
 
-async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[g.Grant]:
+async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[Grant]:
     """Revoke every active grant given to a peer; the grants as they are now."""
     ended = []
     for grant in await uow.grants.of_peer(peer_id):
-        if grant.state == g.ACTIVE:
-            await uow.grants.set_state(grant.id, g.REVOKED, now)
-            ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+        if grant.state == GrantState.ACTIVE:
+            await uow.grants.set_state(grant.id, GrantState.REVOKED, now)
+            ended.append(replace(grant, state=GrantState.REVOKED, revoked_at=now))
     return ended
 
 
@@ -176,7 +176,7 @@ class _Owned(Protocol):
     def project(self) -> str: ...
 
 
-async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) -> None:
+async def check_resources(uow: UnitOfWork, project: str, terms: GrantTerms) -> None:
     """Exact IDs of this project's services and models, and of this cluster's nodes."""
     owned: list[tuple[str, frozenset[str], Callable[[str], Awaitable[_Owned | None]]]] = [
         ("service", terms.services, uow.services.get),

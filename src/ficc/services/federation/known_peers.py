@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ficc.base.errors import PermissionDenied
-from ficc.domain import grants as g
+from ficc.domain.grants import Grant, wire_bytes
 from ficc.domain.peers import Peer, PeerState
 from ficc.domain.receipts import unb64
 from ficc.protocol.handshake import KnownPeer
@@ -57,11 +57,11 @@ class KnownPeers:
         if not pairings:
             del self._known[peer.hypernet_id]
 
-    def granted(self, grant: g.Grant) -> None:
+    def granted(self, grant: Grant) -> None:
         """A grant was given (or loaded): its peer may send bodies up to its size."""
         self._request_bytes.setdefault(grant.peer_id, {})[grant.id] = grant.terms.request_bytes
 
-    def grant_ended(self, grant: g.Grant) -> None:
+    def grant_ended(self, grant: Grant) -> None:
         """A grant ended: its size no longer counts."""
         sizes = self._request_bytes.get(grant.peer_id, {})
         sizes.pop(grant.id, None)
@@ -76,7 +76,7 @@ class KnownPeers:
         sizes = None if peer_id is None else self._request_bytes.get(peer_id)
         if not self.knows(identity) or not sizes:
             return 0
-        return g.wire_bytes(max(sizes.values()))
+        return wire_bytes(max(sizes.values()))
 
 
 async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> Peer:

@@ -8,8 +8,8 @@ from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
-from ficc.domain import grants as g
 from ficc.domain import offers as o
+from ficc.domain.grants import GrantView
 from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
 from ficc.services.companion import Companion, CompanionView, IdentityView
@@ -31,7 +31,7 @@ class FederationView(TypedDict):
     peers: list[PeerView]
     offers: list[o.OfferView]
     offers_next: str | None
-    grants: list[g.GrantView]
+    grants: list[GrantView]
     transfers: list[TransferView]
 
 

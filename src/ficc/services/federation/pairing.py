@@ -16,8 +16,8 @@ from datetime import datetime
 from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
 from ficc.domain import offers as o
+from ficc.domain.grants import METERED_FIELDS, GrantState
 from ficc.domain.peers import PairingView, Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, check_receipt, unb64
@@ -319,10 +319,10 @@ def _remote_grant(body: JSONObject) -> JSONObject:
     """The grant a receipt gives, as the requester keeps it until the next refresh."""
     terms = body["grant_terms"]
     assert isinstance(terms, dict)  # as check_receipt read it
-    metered = {name: terms.get(name) for name in g.METERED_FIELDS}
+    metered = {name: terms.get(name) for name in METERED_FIELDS}
     return {
         "id": body["grant"],
-        "state": g.ACTIVE,
+        "state": GrantState.ACTIVE,
         **terms,
         **metered,
         "expires_at": body["expires_at"],

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ficc.base.errors import Conflict, PermissionDenied
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
+from ficc.domain.grants import GrantState
 from ficc.domain.peers import ForgottenPeerView, Peer, PeerState, RemovedPeerView
 from ficc.domain.principals import Principal
 from ficc.services.federation.common import (
@@ -92,7 +92,7 @@ class Peers:
                     details={"state": peer.state},
                 )
             grants = await uow.grants.of_peer(peer_id)
-            unretired = [grant.id for grant in grants if grant.state != g.RETIRED]
+            unretired = [grant.id for grant in grants if grant.state != GrantState.RETIRED]
             if unretired:
                 raise Conflict(
                     f"retire the grants of this peer first: {', '.join(unretired)}",
@@ -138,7 +138,7 @@ class Peers:
             await uow.peers.update(removed)
             remote = await uow.remote_grants.of_peer(peer.id)
             await uow.remote_grants.replace_for_peer(
-                peer.id, [{**item, "state": g.REVOKED} for item in remote], now
+                peer.id, [{**item, "state": GrantState.REVOKED} for item in remote], now
             )
             ended = await revoke_active(uow, peer.id, now)
             await self._ctx.audit(

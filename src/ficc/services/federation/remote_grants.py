@@ -13,7 +13,7 @@ from datetime import datetime
 from ficc.base.errors import Conflict, FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.times import parse_time
-from ficc.domain import grants as g
+from ficc.domain.grants import GrantState
 from ficc.domain.peers import Peer, PeerState
 from ficc.services.federation.common import (
     GRANTS_LIST_ANSWER_BYTES,
@@ -78,10 +78,10 @@ class RemoteGrantCopies:
 def _as_of(item: JSONObject, now: datetime) -> JSONObject:
     """A copy of a grant as it stands at ``now``: an active one past its expiry is expired."""
     expires_at = item.get("expires_at")
-    if item.get("state") != g.ACTIVE or not isinstance(expires_at, str):
+    if item.get("state") != GrantState.ACTIVE or not isinstance(expires_at, str):
         return item
     try:
         expired = parse_time(expires_at) <= now
     except ValueError:
         return item
-    return {**item, "state": g.EXPIRED} if expired else item
+    return {**item, "state": GrantState.EXPIRED} if expired else item

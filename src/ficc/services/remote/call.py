@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ficc.base.errors import NotFound, PermissionDenied
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
+from ficc.domain.grants import Grant
 from ficc.domain.peers import Peer
 from ficc.domain.receipts import b64
 from ficc.services.grant_slots import Slot
@@ -24,7 +24,7 @@ class Call:
 
     identity: PeerIdentity
     peer: Peer
-    grant: g.Grant
+    grant: Grant
     operation: str
     body: JSONObject
     mutation_id: str | None

@@ -23,8 +23,14 @@ from ficc.base.errors import (
 )
 from ficc.base.json_types import JSONObject
 from ficc.base.units import MiB
-from ficc.domain import grants as g
 from ficc.domain import metering as m
+from ficc.domain.grants import (
+    DEFAULT_RESPONSE_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    copied_term,
+    wire_bytes,
+)
 from ficc.domain.operations import check_mutation_id, parse_body
 from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
@@ -290,10 +296,10 @@ def answer_bytes(operation: str, terms: JSONObject) -> int:
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
     if operation == "inference.invoke":
-        response_bytes = g.copied_term(
-            terms, "response_bytes", g.DEFAULT_RESPONSE_BYTES, g.MAX_RESPONSE_BYTES
+        response_bytes = copied_term(
+            terms, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
         )
-        return g.wire_bytes(response_bytes)
+        return wire_bytes(response_bytes)
     if operation == "models.manifest":
         return MANIFEST_ANSWER_BYTES
     return GRANT_ANSWER_BYTES
@@ -325,7 +331,7 @@ def _wire(
             "±(2**53 - 1)",
             field="body",
         ) from exc
-    allowed = g.copied_term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
+    allowed = copied_term(terms, "request_bytes", MAX_REQUEST_BYTES, MAX_REQUEST_BYTES)
     if size > allowed:
         raise TooLarge(
             f"the request body is {size} bytes; the grant allows {allowed}",
