@@ -13,8 +13,8 @@ from typing import Final, Protocol
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
-from ficc.domain import offers as o
 from ficc.domain.grants import Grant, GrantState, GrantTerms
+from ficc.domain.offers import Offer, OfferDirection, OfferView
 from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
@@ -122,7 +122,7 @@ async def tell(
     return True
 
 
-async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> o.Offer:
+async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> Offer:
     offer = await uow.offers.get(offer_id)
     if offer is None or offer.project not in (None, project):
         raise NotFound(f"no offer {offer_id}", details={"offer": offer_id})
@@ -203,7 +203,7 @@ def proven_peer(peer: Peer) -> PeerIdentity:
     return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
 
 
-def proven_offerer(offer: o.Offer) -> PeerIdentity | None:
+def proven_offerer(offer: Offer) -> PeerIdentity | None:
     """The identity the other side of an offer proved in the session that carried it."""
     if offer.peer_cluster_key is None:
         return None
@@ -226,9 +226,9 @@ def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:
     }
 
 
-def offer_json(offer: o.Offer, now: datetime, me: str | None) -> o.OfferView:
+def offer_json(offer: Offer, now: datetime, me: str | None) -> OfferView:
     """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
-    outgoing = offer.direction == o.OUTGOING
+    outgoing = offer.direction == OfferDirection.OUTGOING
     return {
         "id": offer.id,
         "direction": offer.direction,

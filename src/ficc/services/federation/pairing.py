@@ -16,8 +16,17 @@ from datetime import datetime
 from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import offers as o
 from ficc.domain.grants import METERED_FIELDS, GrantState
+from ficc.domain.offers import (
+    DiscardedOfferView,
+    Offer,
+    OfferDirection,
+    OfferState,
+    OfferView,
+    clean_label,
+    expiry,
+    next_state,
+)
 from ficc.domain.peers import PairingView, Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, check_receipt, unb64
@@ -52,17 +61,17 @@ class Pairing:
         self._signer = signer
         self._verify = verify
 
-    def offer_json(self, offer: o.Offer, now: datetime) -> o.OfferView:
+    def offer_json(self, offer: Offer, now: datetime) -> OfferView:
         return offer_json(offer, now, my_hypernet_id(self._ctx.link))
 
-    async def get_offer(self, project: str, offer_id: str) -> o.OfferView:
+    async def get_offer(self, project: str, offer_id: str) -> OfferView:
         async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
         return self.offer_json(offer, self._ctx.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
-    ) -> o.OfferView:
+    ) -> OfferView:
         """Deliver an offer to the service's cluster now; nothing is kept if that fails."""
         principal.require_scope("federation:manage")
         service_id = parse_hypernet_id(service)
@@ -73,7 +82,7 @@ class Pairing:
             raise InvalidInput("a cluster cannot pair with itself", field="service")
         now = self._ctx.clock()
         offer_id = new_id("offer", secrets.token_bytes(16))
-        expires_at = o.expiry(now)
+        expires_at = expiry(now)
         answer = await self._ctx.link.request(
             service_id,
             "pairing.offer",
@@ -87,15 +96,15 @@ class Pairing:
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
         identity = answer.identity
-        offer = o.Offer(
+        offer = Offer(
             id=offer_id,
-            direction=o.OUTGOING,
+            direction=OfferDirection.OUTGOING,
             project=project,
             service=service_id,
-            peer_label=o.clean_label(answer.body.get("label")),
+            peer_label=clean_label(answer.body.get("label")),
             peer_cluster_key=b64(identity.cluster_key),
             scopes=requested,
-            state=o.SENT,
+            state=OfferState.SENT,
             revision=1,
             receipt=None,
             ticket=ticket if isinstance(ticket, str) else None,
@@ -121,11 +130,11 @@ class Pairing:
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-            if offer.direction != o.OUTGOING:
+            if offer.direction != OfferDirection.OUTGOING:
                 raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
-            if offer.state == o.FINISHED and _digest(offer.receipt) == receipt:
+            if offer.state == OfferState.FINISHED and _digest(offer.receipt) == receipt:
                 return await self._finished(uow, offer, now)
-            o.next_state(offer, "finish", now)
+            next_state(offer, "finish", now)
             await refuse_second_pairing(uow, offer.service, project)
         stored: object = offer.receipt
         if stored is None:
@@ -168,7 +177,7 @@ class Pairing:
             await uow.peers.update(peer)
             await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
             current = await visible_offer(uow, project, offer_id)
-            finished = replace(current, state=o.FINISHED, revision=current.revision + 1)
+            finished = replace(current, state=OfferState.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
             await self._ctx.audit(
                 uow,
@@ -184,7 +193,7 @@ class Pairing:
         return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
 
     async def _intend(
-        self, offer: o.Offer, receipt: JSONObject, body: JSONObject, now: datetime
+        self, offer: Offer, receipt: JSONObject, body: JSONObject, now: datetime
     ) -> Peer:
         """Commit the pairing about to be finished, still pending: the peer (the same one on a
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
@@ -217,7 +226,7 @@ class Pairing:
             await uow.commit()
         return peer
 
-    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> PairingView:
+    async def _finished(self, uow: UnitOfWork, offer: Offer, now: datetime) -> PairingView:
         """A finish repeated after it succeeded: the pairing it made."""
         assert offer.peer_id is not None
         peer = await uow.peers.get(offer.peer_id)
@@ -230,7 +239,7 @@ class Pairing:
         """The service side pushes the receipt of its approval: checked, then kept."""
         receipt = body.get("receipt")
         async with self._ctx.uow_factory() as uow:
-            offer = await their_offer(uow, identity, body, o.OUTGOING)
+            offer = await their_offer(uow, identity, body, OfferDirection.OUTGOING)
             digest = receipt.get("digest") if isinstance(receipt, dict) else None
             check_receipt(
                 receipt,
@@ -243,7 +252,7 @@ class Pairing:
                 requested_scopes=offer.scopes,
                 verify=self._verify,
             )
-            state = o.next_state(offer, "receipt", self._ctx.clock())
+            state = next_state(offer, "receipt", self._ctx.clock())
             assert isinstance(receipt, dict)
             await uow.offers.update(
                 replace(offer, state=state, revision=offer.revision + 1, receipt=receipt)
@@ -254,13 +263,13 @@ class Pairing:
 
     async def discard_offer(
         self, principal: Principal, project: str, offer_id: str
-    ) -> o.DiscardedOfferView:
+    ) -> DiscardedOfferView:
         principal.require_scope("federation:manage")
         now = self._ctx.clock()
         async with self._ctx.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-            o.next_state(offer, "discard", now)
-            discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
+            next_state(offer, "discard", now)
+            discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
             await self._ctx.audit(
@@ -278,7 +287,7 @@ class Pairing:
         return {**self.offer_json(discarded, now), "told": told}
 
 
-async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> None:
+async def drop_pending_peer(uow: UnitOfWork, offer: Offer, now: datetime) -> None:
     """A discarded offer with an unfinished peer: the peer goes and its grant is revoked."""
     if offer.peer_id is None:
         return
@@ -290,7 +299,7 @@ async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> N
 
 async def their_offer(
     uow: UnitOfWork, identity: PeerIdentity, body: JSONObject, direction: str
-) -> o.Offer:
+) -> Offer:
     """The offer ``body`` names, if it is one with the proven peer in ``direction``."""
     offer_id = parse_id("offer", body.get("offer"), field="offer")
     offer = await uow.offers.get(offer_id)
