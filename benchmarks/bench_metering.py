@@ -220,6 +220,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
     from ficc.domain import grants as g
     from ficc.domain import metering as m
     from ficc.domain import peers as p
+    from ficc.domain.peers import PeerState
     from ficc.services.federation.usage_receipts import UsageReceipts
     from ficc.services.metering import Meter
 
@@ -236,7 +237,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
             None,
             "b" * 64,
             key.public_text,
-            p.PAIRED,
+            PeerState.PAIRED,
             1,
             "grantor",
             None,

@@ -23,9 +23,11 @@ from ficc.bootstrap import Cluster, Settings, open_cluster
 from ficc.domain import grants as g
 from ficc.domain import peers as p
 from ficc.domain.catalogue import CatalogueModel
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.domain.receipts import b64
 from ficc.services.inference import InferenceServices
 from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
@@ -67,9 +69,9 @@ async def paired_peer(cluster: Cluster, project: str = "default") -> PeerOf:
         label="peer",
         hypernet_id=hypernet_id,
         cluster_key=b64(cluster_key),
-        state=p.PAIRED,
+        state=PeerState.PAIRED,
         generation=generation,
-        role=p.SERVICE,
+        role=PeerRole.SERVICE,
         offer_id=None,
         selected_grant=None,
         ticket=None,
@@ -95,7 +97,7 @@ async def give_grant(
         project=project,
         peer_id=peer.id,
         terms=parsed,
-        state=g.ACTIVE,
+        state=GrantState.ACTIVE,
         created_at=now,
         expires_at=g.expiry_of(now, parsed),
         revoked_at=None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from enum import StrEnum
 from typing import Any, Final
 
 import orjson
@@ -61,7 +62,7 @@ def same_in_both(value: Any) -> bool:
     """Whether orjson's and the standard library's sorted encodings of ``value`` are its
     RFC 8785 encoding: every float ordinary (not integral, not below :data:`MIN_PLAIN_FLOAT`;
     no NaN or infinity), every integer in range, every key a string of code points below
-    U+10000."""
+    U+10000. A ``StrEnum`` member is its text to all three."""
     pending = [value]
     while pending:
         item = pending.pop()
@@ -81,6 +82,6 @@ def same_in_both(value: Any) -> bool:
             pending.extend(item.values())
         elif kind is list or kind is tuple:
             pending.extend(item)
-        else:
+        elif not isinstance(item, StrEnum):
             return False
     return True

@@ -15,8 +15,8 @@ from ficc.adapters.state_dir import StateDir
 from ficc.base.defaults import DEFAULT_HYPERNET_BIND, DEFAULT_LISTEN, DEFAULT_STREAM_JOIN_MS
 from ficc.base.errors import InvalidInput
 from ficc.base.units import seconds_setting
-from ficc.domain import transfers as tr
 from ficc.domain.lease import DEFAULT_LAPSE_SECONDS
+from ficc.domain.transfers import MAX_RANGE_BYTES, RANGE_BYTES, STALL_SECONDS
 
 RANGE_BYTES_VARIABLE = "FICC_TRANSFER_RANGE_BYTES"
 """Bytes asked for in one ``models.range`` (default 64 MiB, at most 256 MiB). Tests and
@@ -47,26 +47,26 @@ def lease_seconds_from_environment(environ: Mapping[str, str] | None = None) -> 
 class TransferTuning:
     """How acquisition splits files and when it gives up on a silent peer."""
 
-    range_bytes: int = tr.RANGE_BYTES
-    stall_seconds: float = tr.STALL_SECONDS
+    range_bytes: int = RANGE_BYTES
+    stall_seconds: float = STALL_SECONDS
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> TransferTuning:
         """Read the two ``FICC_TRANSFER_*`` variables; an unset or empty one keeps its default."""
         env = os.environ if environ is None else environ
-        range_bytes = tr.RANGE_BYTES
+        range_bytes = RANGE_BYTES
         raw_range = env.get(RANGE_BYTES_VARIABLE, "").strip()
         if raw_range:
             try:
                 range_bytes = int(raw_range)
             except ValueError:
                 range_bytes = 0
-            if not 1 <= range_bytes <= tr.MAX_RANGE_BYTES:
+            if not 1 <= range_bytes <= MAX_RANGE_BYTES:
                 raise InvalidInput(
-                    f"{RANGE_BYTES_VARIABLE} must be an integer from 1 to {tr.MAX_RANGE_BYTES}",
+                    f"{RANGE_BYTES_VARIABLE} must be an integer from 1 to {MAX_RANGE_BYTES}",
                     field=RANGE_BYTES_VARIABLE,
                 )
-        stall_seconds = seconds_setting(env, STALL_SECONDS_VARIABLE, tr.STALL_SECONDS)
+        stall_seconds = seconds_setting(env, STALL_SECONDS_VARIABLE, STALL_SECONDS)
         return cls(range_bytes=range_bytes, stall_seconds=stall_seconds)
 
 

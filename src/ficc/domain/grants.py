@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, Final, TypedDict
 
 from ficc.base.errors import InvalidInput
@@ -77,10 +78,15 @@ GRANT_FIELDS: Final = frozenset(
 ID_KINDS: Final = {"services": "svc", "models": "mdl", "nodes": "nod"}
 _EXACT_ID = re.compile(r"^[a-z]{3}_[a-z2-7]{26}$")
 
-ACTIVE: Final = "active"
-REVOKED: Final = "revoked"
-EXPIRED: Final = "expired"
-RETIRED: Final = "retired"
+
+class GrantState(StrEnum):
+    """Active until revoked or past its lifetime (expired); retired once revoked or expired,
+    its operation receipts gone."""
+
+    ACTIVE = "active"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+    RETIRED = "retired"
 
 
 class _BaseTermsView(TypedDict):
@@ -110,7 +116,7 @@ class GrantView(GrantTermsView):
 
     id: str
     peer: str
-    state: str
+    state: GrantState
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
@@ -303,7 +309,7 @@ class Grant:
     project: str
     peer_id: str
     terms: GrantTerms
-    state: str
+    state: GrantState
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
@@ -316,10 +322,10 @@ class Grant:
     tokens_reserved: int = 0
     """Tokens held by requests in flight: reserved at admission, settled when each ends."""
 
-    def state_at(self, now: datetime) -> str:
+    def state_at(self, now: datetime) -> GrantState:
         """Lifetime expiry makes an active grant expired at ``expires_at``."""
-        if self.state == ACTIVE and now >= self.expires_at:
-            return EXPIRED
+        if self.state == GrantState.ACTIVE and now >= self.expires_at:
+            return GrantState.EXPIRED
         return self.state
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Final, TypedDict
 
 from ficc.base.errors import Conflict
@@ -36,31 +37,42 @@ _UNSHOWN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"
 """Control, format (bidi overrides and isolates, zero-width), private, unassigned characters
 and line separators: what can make a label read differently from what it is."""
 
-OUTGOING: Final = "outgoing"
-INCOMING: Final = "incoming"
 
-SENT: Final = "sent"
-RECEIVED: Final = "received"
-APPROVED: Final = "approved"
-ACCEPTED: Final = "accepted"
-FINISHED: Final = "finished"
-DISCARDED: Final = "discarded"
-EXPIRED: Final = "expired"
+class OfferDirection(StrEnum):
+    """Which side of an offer this cluster is: the requester's or the service's."""
 
-OPEN_STATES: Final = frozenset({SENT, RECEIVED, APPROVED, ACCEPTED})
-PURGEABLE_STATES: Final = frozenset({SENT, RECEIVED, DISCARDED})
+    OUTGOING = "outgoing"
+    INCOMING = "incoming"
+
+
+class OfferState(StrEnum):
+    """Where an offer is on the paths drawn in this module's docstring."""
+
+    SENT = "sent"
+    RECEIVED = "received"
+    APPROVED = "approved"
+    ACCEPTED = "accepted"
+    FINISHED = "finished"
+    DISCARDED = "discarded"
+    EXPIRED = "expired"
+
+
+OPEN_STATES: Final = frozenset(
+    {OfferState.SENT, OfferState.RECEIVED, OfferState.APPROVED, OfferState.ACCEPTED}
+)
+PURGEABLE_STATES: Final = frozenset({OfferState.SENT, OfferState.RECEIVED, OfferState.DISCARDED})
 """States of offers that no pairing refers to: they go once expired past the grace."""
 
 # (direction, state, event) → next state
-TRANSITIONS: Final[dict[tuple[str, str, str], str]] = {
-    (OUTGOING, SENT, "receipt"): ACCEPTED,
-    (OUTGOING, ACCEPTED, "receipt"): ACCEPTED,
-    (OUTGOING, SENT, "finish"): FINISHED,
-    (OUTGOING, ACCEPTED, "finish"): FINISHED,
-    (OUTGOING, SENT, "discard"): DISCARDED,
-    (INCOMING, RECEIVED, "approve"): APPROVED,
-    (INCOMING, RECEIVED, "discard"): DISCARDED,
-    (INCOMING, APPROVED, "finish"): FINISHED,
+TRANSITIONS: Final[dict[tuple[OfferDirection, OfferState, str], OfferState]] = {
+    (OfferDirection.OUTGOING, OfferState.SENT, "receipt"): OfferState.ACCEPTED,
+    (OfferDirection.OUTGOING, OfferState.ACCEPTED, "receipt"): OfferState.ACCEPTED,
+    (OfferDirection.OUTGOING, OfferState.SENT, "finish"): OfferState.FINISHED,
+    (OfferDirection.OUTGOING, OfferState.ACCEPTED, "finish"): OfferState.FINISHED,
+    (OfferDirection.OUTGOING, OfferState.SENT, "discard"): OfferState.DISCARDED,
+    (OfferDirection.INCOMING, OfferState.RECEIVED, "approve"): OfferState.APPROVED,
+    (OfferDirection.INCOMING, OfferState.RECEIVED, "discard"): OfferState.DISCARDED,
+    (OfferDirection.INCOMING, OfferState.APPROVED, "finish"): OfferState.FINISHED,
 }
 """Only an offer not yet approved is discarded: once approved, the other side may already
 have finished (its answer lost), so an approved pairing ends by removing its peer."""
@@ -69,7 +81,7 @@ have finished (its answer lost), so an approved pairing ends by removing its pee
 @dataclass(frozen=True)
 class Offer:
     id: str
-    direction: str
+    direction: OfferDirection
     project: str | None
     service: str
     """The HyperNet ID of the other side: the service's cluster (outgoing), the requester's
@@ -77,7 +89,7 @@ class Offer:
     peer_label: str | None
     peer_cluster_key: str | None
     scopes: frozenset[str]
-    state: str
+    state: OfferState
     revision: int
     receipt: JSONObject | None
     ticket: str | None
@@ -87,9 +99,9 @@ class Offer:
     source: str | None = None
     """Where an incoming offer came from (see :func:`offer_source`)."""
 
-    def state_at(self, now: datetime) -> str:
-        if self.state in (SENT, RECEIVED) and now >= self.expires_at:
-            return EXPIRED
+    def state_at(self, now: datetime) -> OfferState:
+        if self.state in (OfferState.SENT, OfferState.RECEIVED) and now >= self.expires_at:
+            return OfferState.EXPIRED
         return self.state
 
 
@@ -98,13 +110,13 @@ class OfferView(TypedDict):
     requester and the service whichever side this cluster is."""
 
     id: str
-    direction: str
+    direction: OfferDirection
     service: str | None
     requester: str | None
     label: str | None
     cluster_key: str | None
     scopes: list[str]
-    state: str
+    state: OfferState
     revision: int
     receipt: JSONObject | None
     expires_at: datetime
@@ -124,7 +136,7 @@ class DiscardedOfferView(OfferView):
     told: bool
 
 
-def next_state(offer: Offer, event: str, now: datetime) -> str:
+def next_state(offer: Offer, event: str, now: datetime) -> OfferState:
     """The state after ``event``, or Conflict naming what the offer's state allows.
 
     The requester takes the answer to its offer for :data:`CLOCK_SKEW_SECONDS` past its own
@@ -132,12 +144,12 @@ def next_state(offer: Offer, event: str, now: datetime) -> str:
     """
     state = offer.state_at(now)
     if (
-        state == EXPIRED
-        and (offer.direction, offer.state) == (OUTGOING, SENT)
+        state == OfferState.EXPIRED
+        and (offer.direction, offer.state) == (OfferDirection.OUTGOING, OfferState.SENT)
         and event in ("receipt", "finish")
         and now < offer.expires_at + timedelta(seconds=CLOCK_SKEW_SECONDS)
     ):
-        state = SENT
+        state = OfferState.SENT
     target = TRANSITIONS.get((offer.direction, state, event))
     if target is None:
         raise Conflict(

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, NotRequired, TypedDict
+from enum import StrEnum
+from typing import NotRequired, TypedDict
 
 from ficc.base.json_types import JSONObject
 from ficc.domain.offers import OfferView
 
-PENDING: Final = "pending"
-PAIRED: Final = "paired"
-REMOVED: Final = "removed"
 
-REQUESTER: Final = "requester"
-"""We asked for access: the peer is the service's cluster and grants us."""
-SERVICE: Final = "service"
-"""The peer asked us: we approved its offer and grant it access."""
+class PeerState(StrEnum):
+    PENDING = "pending"
+    PAIRED = "paired"
+    REMOVED = "removed"
+
+
+class PeerRole(StrEnum):
+    """Which side of the pairing this cluster is."""
+
+    REQUESTER = "requester"
+    """We asked for access: the peer is the service's cluster and grants us."""
+    SERVICE = "service"
+    """The peer asked us: we approved its offer and grant it access."""
 
 
 @dataclass(frozen=True)
@@ -26,9 +33,9 @@ class Peer:
     label: str | None
     hypernet_id: str
     cluster_key: str
-    state: str
+    state: PeerState
     generation: int
-    role: str
+    role: PeerRole
     offer_id: str | None
     selected_grant: str | None
     ticket: str | None
@@ -44,8 +51,8 @@ class PeerView(TypedDict):
     label: str | None
     hypernet_id: str
     cluster_key: str
-    state: str
-    role: str
+    state: PeerState
+    role: PeerRole
     generation: int
     remote_grants: list[JSONObject]
     selected: str | None

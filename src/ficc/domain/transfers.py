@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Final, TypedDict
 
 from ficc.base.errors import InvalidInput
@@ -18,11 +19,13 @@ RANGE_BYTES: Final = 64 * MiB
 STALL_SECONDS: Final = 30.0
 """A range without progress this long is abandoned (and retried once)."""
 
-RUNNING: Final = "running"
-PAUSED: Final = "paused"
-VERIFYING: Final = "verifying"
-COMPLETE: Final = "complete"
-FAILED: Final = "failed"
+
+class TransferState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    VERIFYING = "verifying"
+    COMPLETE = "complete"
+    FAILED = "failed"
 
 
 class TransferFileView(TypedDict):
@@ -43,7 +46,7 @@ class TransferView(TypedDict):
     model: str
     grant: str
     sha256: str
-    state: str
+    state: TransferState
     bytes_done: int
     bytes_total: int
     rate_bytes_per_second: int
@@ -91,7 +94,7 @@ class Transfer:
     grant_id: str
     manifest: dict[str, Any]
     sha256: str
-    state: str
+    state: TransferState
     files: tuple[TransferFile, ...]
     local_model: str | None
     error: str | None

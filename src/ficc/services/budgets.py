@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypedDict
 
-from ficc.domain import grants as g
 from ficc.domain import metering as m
+from ficc.domain.grants import Grant, GrantTerms
 from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
 RESERVE_TRIES: Final = 3
@@ -93,7 +93,7 @@ class Budget:
         return self.tokens is not None or self.tokens_per_minute is not None
 
 
-def grant_budget(grant: g.Grant) -> Budget:
+def grant_budget(grant: Grant) -> Budget:
     return Budget.of(grant.id, _grant_rows, grant.terms)
 
 
@@ -135,7 +135,7 @@ class Budgets:
             windows = self._windows[grant_id] = _Windows()
         return windows
 
-    def hold_request(self, terms: g.GrantTerms, grant_id: str) -> list[float] | None:
+    def hold_request(self, terms: GrantTerms, grant_id: str) -> list[float] | None:
         """Take one request of ``requests_per_minute``, or refuse with ``Retry-After``."""
         limit = terms.requests_per_minute
         if limit is None:
@@ -197,7 +197,7 @@ class Budgets:
             }
         return state
 
-    def window_state(self, grant: g.Grant) -> dict[str, WindowState | None]:
+    def window_state(self, grant: Grant) -> dict[str, WindowState | None]:
         """The windows as the requester is shown them: used, remaining, seconds to reset."""
         return self.windows_of(grant_budget(grant))
 

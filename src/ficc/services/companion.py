@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Final, Protocol, TypedDict, Unpack
 
@@ -25,11 +26,18 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 log = logging.getLogger("ficc.companion")
 
 
+class CompanionState(StrEnum):
+    UNCONFIGURED = "unconfigured"
+    RUNNING = "running"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
 class CompanionView(TypedDict):
     """The companion as ``GET /api/v1/federation`` shows it."""
 
     configured: bool
-    state: str
+    state: CompanionState
     agent_directory: str | None
     hypernet_id: str | None
     addresses: list[str]
@@ -48,11 +56,6 @@ class IdentityView(TypedDict):
 COMPANION_SETTING: Final = "companion"
 LABEL_SETTING: Final = "label"
 MAX_LABEL_CHARS: Final = 100
-
-UNCONFIGURED: Final = "unconfigured"
-RUNNING: Final = "running"
-FAILED: Final = "failed"
-STOPPED: Final = "stopped"
 
 
 class Transport(PeerChannel, Protocol):
@@ -98,7 +101,7 @@ class Companion:
     factory: TransportFactory
     cluster_key: str
     bind_address: str = "0.0.0.0:0"
-    state: str = field(default=UNCONFIGURED, init=False)
+    state: CompanionState = field(default=CompanionState.UNCONFIGURED, init=False)
     error: str | None = field(default=None, init=False)
     agent_directory: Path | None = field(default=None, init=False)
     label: str = field(default="", init=False)
@@ -185,15 +188,15 @@ class Companion:
                 elsewhere = True
         except FiccError as exc:
             # Shown to every federation:read holder: name the file, not the machine's path.
-            self.state = FAILED
+            self.state = CompanionState.FAILED
             self.error = exc.message.replace(f"{directory}/", "").replace(str(directory), "")
             log.warning("the companion failed to start: %s", exc.message)
             return
         except OSError as exc:
-            self.state = FAILED
+            self.state = CompanionState.FAILED
             self.error = f"the agent directory cannot be used: {exc.strerror or 'I/O error'}"
             return
-        self._transport, self.state, self.error = transport, RUNNING, None
+        self._transport, self.state, self.error = transport, CompanionState.RUNNING, None
         if elsewhere:
             self._reclaim = asyncio.create_task(self._move_back(directory, bind))
         else:
@@ -225,7 +228,7 @@ class Companion:
         transport, self._transport = self._transport, None
         if transport is not None:
             await transport.stop()
-            self.state = STOPPED
+            self.state = CompanionState.STOPPED
 
     @property
     def transport(self) -> Transport:

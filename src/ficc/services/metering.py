@@ -25,9 +25,9 @@ from ficc.base.errors import (
 )
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
-from ficc.domain import grants as g
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
+from ficc.domain.grants import Grant
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.operations import invoke_path
 from ficc.services.budgets import Budgets, grant_budget
@@ -65,7 +65,7 @@ class TokenHold:
     taken: bool = False
 
 
-def hold_for(grant: g.Grant, body: JSONObject, body_bytes: int) -> int:
+def hold_for(grant: Grant, body: JSONObject, body_bytes: int) -> int:
     """What to hold for an ``inference.invoke`` of ``body`` (``body_bytes`` long) under
     ``grant``: the most its prompt can count (a token per byte of the body, which holds the
     prompt's text, and what a template adds) and the completion it asks for; everything the
@@ -90,7 +90,7 @@ def hold_for(grant: g.Grant, body: JSONObject, body_bytes: int) -> int:
 class Tab:
     """One metered request as it goes: what it reserved, what it used, what it sent."""
 
-    grant: g.Grant
+    grant: Grant
     request: str
     operation: str
     service: str | None
@@ -137,7 +137,7 @@ class Meter(Budgets):
 
     def open_tab(
         self,
-        grant: g.Grant,
+        grant: Grant,
         request: str,
         operation: str,
         service: str | None,
@@ -157,7 +157,7 @@ class Meter(Budgets):
 
     def request_tab(
         self,
-        grant: g.Grant,
+        grant: Grant,
         operation: str,
         body: JSONObject,
         body_bytes: int,
@@ -186,7 +186,7 @@ class Meter(Budgets):
         return holding.reservation.completion_tokens if tab.grant.terms.limits_tokens else None
 
     async def hold_tokens(
-        self, uow: UnitOfWork, grant: g.Grant, body: JSONObject, body_bytes: int
+        self, uow: UnitOfWork, grant: Grant, body: JSONObject, body_bytes: int
     ) -> TokenHold | None:
         """Hold what an invoke of ``body`` can need of ``grant``'s budget, in the caller's
         transaction (the admission's), if it fits; None: nothing held (its reservation

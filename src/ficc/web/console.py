@@ -22,7 +22,7 @@ from fastapi.templating import Jinja2Templates
 from ficc.base.errors import InvalidInput, NotFound, TooLarge
 from ficc.base.ids import parse_project_name
 from ficc.base.times import format_time, parse_time
-from ficc.domain import grants as g
+from ficc.domain.grants import GrantState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import unb64
 from ficc.services import accounts
@@ -286,11 +286,11 @@ def standing(grant: Mapping[str, Any], now: datetime) -> Standing:
     state = str(grant.get("state") or "unknown")
     expires_at = moment(grant.get("expires_at"))
     revoked_at = moment(grant.get("revoked_at"))
-    if state == g.ACTIVE and expires_at is not None and expires_at <= now:
-        state = g.EXPIRED
-    if state == g.ACTIVE:
+    if state == GrantState.ACTIVE and expires_at is not None and expires_at <= now:
+        state = GrantState.EXPIRED
+    if state == GrantState.ACTIVE:
         return Standing(state, False, "expires", expires_at)
-    if state == g.EXPIRED or (state == g.RETIRED and revoked_at is None):
+    if state == GrantState.EXPIRED or (state == GrantState.RETIRED and revoked_at is None):
         return Standing(state, True, "expired", expires_at)
     return Standing(state, True, "revoked", revoked_at)
 

@@ -46,7 +46,7 @@ from ficc.domain.metering import (
     empty_totals,
 )
 from ficc.domain.nodes import Node
-from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
+from ficc.domain.offers import PURGEABLE_STATES, Offer, OfferDirection, OfferState
 from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
 from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
@@ -597,8 +597,8 @@ class FakeOffers(_Repository):
         waiting = [
             o
             for o in self._s.offers.values()
-            if o.direction == INCOMING
-            and o.state == RECEIVED
+            if o.direction == OfferDirection.INCOMING
+            and o.state == OfferState.RECEIVED
             and o.expires_at > now
             and (service is None or o.service == service)
             and (source is None or (o.source or o.service) == source)

@@ -15,7 +15,7 @@ from ficc.base.ids import new_id
 from ficc.domain.accounts import User
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant, parse_grant
-from ficc.domain.offers import INCOMING, RECEIVED, Offer
+from ficc.domain.offers import Offer, OfferDirection, OfferState
 from ficc.domain.peers import Peer
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
@@ -85,7 +85,7 @@ def peer(project_name: str = "default", *, hypernet_id: str | None = None, age: 
         label="p",
         hypernet_id=hypernet_id or secrets.token_hex(32),
         cluster_key=secrets.token_hex(32),
-        state="active",
+        state="paired",
         generation=1,
         role="requester",
         offer_id=None,
@@ -100,8 +100,8 @@ def offer(
     *,
     age: float = 0,
     lifetime: float = 60,
-    state: str = RECEIVED,
-    direction: str = INCOMING,
+    state: str = OfferState.RECEIVED,
+    direction: str = OfferDirection.INCOMING,
     service: str = "a" * 64,
     source: str | None = None,
     project_name: str | None = None,

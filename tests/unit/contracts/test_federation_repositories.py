@@ -22,7 +22,7 @@ from tests.unit.contracts.records import (
 )
 
 from ficc.domain.inference import ServiceState, parse_service_spec
-from ficc.domain.offers import APPROVED, DISCARDED, FINISHED, OUTGOING, SENT
+from ficc.domain.offers import OfferDirection, OfferState
 from ficc.domain.service_records import ServiceRecord
 from ficc.domain.transfers import Transfer, TransferFile
 from ficc.services.ports import UnitOfWorkFactory
@@ -39,9 +39,9 @@ async def test_peers_are_found_by_hypernet_id_and_listed_by_project_oldest_first
         await project(uow, "other")
         for record in (later, first, elsewhere):
             await uow.peers.add(record)
-        await uow.peers.update(replace(first, state="revoked", generation=2))
+        await uow.peers.update(replace(first, state="removed", generation=2))
         await uow.commit()
-    revoked = replace(first, state="revoked", generation=2)
+    revoked = replace(first, state="removed", generation=2)
     async with uow_factory() as uow:
         assert await uow.peers.in_project("default") == [revoked, later]
         found = await uow.peers.by_hypernet_id(shared)
@@ -64,8 +64,8 @@ async def test_waiting_offers_are_counted_by_service_and_source_and_the_oldest_c
         offer(age=1, service=a, source="net:1"),
         offer(age=2, service=b, source="net:1"),
         offer(age=0, service=b, lifetime=5),  # expired by ``now``
-        offer(age=0, service=a, state=APPROVED),
-        offer(age=0, service=a, direction=OUTGOING, state=SENT),
+        offer(age=0, service=a, state=OfferState.APPROVED),
+        offer(age=0, service=a, direction=OfferDirection.OUTGOING, state=OfferState.SENT),
     ]
     async with uow_factory() as uow:
         for record in offers:
@@ -96,10 +96,10 @@ async def test_offers_seen_by_a_project_page_oldest_first_and_their_ids_are_neve
         await uow.peers.add(target)
         for record in (*mine, unclaimed, theirs):
             await uow.offers.add(record)
-        await uow.offers.update(replace(mine[2], peer_id=target.id, state=FINISHED))
+        await uow.offers.update(replace(mine[2], peer_id=target.id, state=OfferState.FINISHED))
         await uow.offers.lock(mine[0].id)
         await uow.commit()
-    finished = replace(mine[2], peer_id=target.id, state=FINISHED)
+    finished = replace(mine[2], peer_id=target.id, state=OfferState.FINISHED)
     async with uow_factory() as uow:
         assert await uow.offers.visible_to("default") == [mine[0], mine[1], unclaimed, finished]
         assert await uow.offers.visible_to("default", after=mine[1].id, limit=1) == [unclaimed]
@@ -117,7 +117,10 @@ async def test_offers_seen_by_a_project_page_oldest_first_and_their_ids_are_neve
 async def test_purge_drops_only_expired_offers_no_pairing_refers_to(
     uow_factory: UnitOfWorkFactory,
 ) -> None:
-    old = [offer(state=s, lifetime=5) for s in (SENT, DISCARDED, APPROVED, FINISHED)]
+    old = [
+        offer(state=s, lifetime=5)
+        for s in (OfferState.SENT, OfferState.DISCARDED, OfferState.APPROVED, OfferState.FINISHED)
+    ]
     fresh_one = offer(lifetime=500)
     async with uow_factory() as uow:
         for record in (*old, fresh_one):
@@ -240,7 +243,7 @@ async def test_transfers_are_found_by_model_newest_first_and_by_state(
         await uow.transfers.add(newer)
         await uow.transfers.add(older)
         await uow.commit()
-    done = replace(newer, state="completed", local_model="mdl_local", updated_at=at(3))
+    done = replace(newer, state="complete", local_model="mdl_local", updated_at=at(3))
     async with uow_factory() as uow:
         assert await uow.transfers.of_model("default", holder.id, "mdl_remote") == newer
         assert await uow.transfers.of_model("default", holder.id, "mdl_other") is None

@@ -11,7 +11,7 @@ from tests.unit.contracts.records import digest, fresh, offer, user
 from tests.unit.contracts.test_account_repositories import a_token
 
 from ficc.domain.accounts import LoginLink, WebSession
-from ficc.domain.offers import DISCARDED
+from ficc.domain.offers import OfferState
 from ficc.services.ports import UnitOfWorkFactory
 
 WHOLE = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -71,7 +71,9 @@ async def test_an_offer_expiring_on_a_whole_second_waits_until_it_and_not_after(
 async def test_an_offer_expired_on_a_whole_second_is_purged_only_after_it(
     uow_factory: UnitOfWorkFactory,
 ) -> None:
-    discarded = replace(offer(state=DISCARDED), created_at=WHOLE - HALF, expires_at=WHOLE)
+    discarded = replace(
+        offer(state=OfferState.DISCARDED), created_at=WHOLE - HALF, expires_at=WHOLE
+    )
     async with uow_factory() as uow:
         await uow.offers.add(discarded)
         await uow.commit()

@@ -8,6 +8,7 @@ import pytest
 
 from ficc.base.errors import Conflict
 from ficc.domain import offers as o
+from ficc.domain.offers import OfferDirection, OfferState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -30,18 +31,21 @@ def offer(direction: str, state: str) -> o.Offer:
     )
 
 
-@pytest.mark.parametrize(("direction", "state"), [(o.OUTGOING, o.SENT), (o.INCOMING, o.RECEIVED)])
+@pytest.mark.parametrize(
+    ("direction", "state"),
+    [(OfferDirection.OUTGOING, OfferState.SENT), (OfferDirection.INCOMING, OfferState.RECEIVED)],
+)
 def test_an_offer_not_yet_approved_is_discarded(direction: str, state: str) -> None:
-    assert o.next_state(offer(direction, state), "discard", NOW) == o.DISCARDED
+    assert o.next_state(offer(direction, state), "discard", NOW) == OfferState.DISCARDED
 
 
 @pytest.mark.parametrize(
     ("direction", "state"),
     [
-        (o.OUTGOING, o.ACCEPTED),
-        (o.INCOMING, o.APPROVED),
-        (o.OUTGOING, o.FINISHED),
-        (o.INCOMING, o.FINISHED),
+        (OfferDirection.OUTGOING, OfferState.ACCEPTED),
+        (OfferDirection.INCOMING, OfferState.APPROVED),
+        (OfferDirection.OUTGOING, OfferState.FINISHED),
+        (OfferDirection.INCOMING, OfferState.FINISHED),
     ],
 )
 def test_an_approved_offer_is_not_discarded(direction: str, state: str) -> None:
@@ -51,29 +55,35 @@ def test_an_approved_offer_is_not_discarded(direction: str, state: str) -> None:
 
 
 def test_an_approved_offer_is_finished_on_both_sides() -> None:
-    assert o.next_state(offer(o.OUTGOING, o.ACCEPTED), "finish", NOW) == o.FINISHED
-    assert o.next_state(offer(o.INCOMING, o.APPROVED), "finish", NOW) == o.FINISHED
+    assert (
+        o.next_state(offer(OfferDirection.OUTGOING, OfferState.ACCEPTED), "finish", NOW)
+        == OfferState.FINISHED
+    )
+    assert (
+        o.next_state(offer(OfferDirection.INCOMING, OfferState.APPROVED), "finish", NOW)
+        == OfferState.FINISHED
+    )
 
 
 def test_the_requester_takes_an_answer_within_the_clock_skew_past_its_own_expiry() -> None:
-    sent = offer(o.OUTGOING, o.SENT)
+    sent = offer(OfferDirection.OUTGOING, OfferState.SENT)
     skew = timedelta(seconds=o.CLOCK_SKEW_SECONDS)
     late = sent.expires_at + skew - timedelta(seconds=1)
-    assert sent.state_at(late) == o.EXPIRED
-    assert o.next_state(sent, "receipt", late) == o.ACCEPTED
-    assert o.next_state(sent, "finish", late) == o.FINISHED
+    assert sent.state_at(late) == OfferState.EXPIRED
+    assert o.next_state(sent, "receipt", late) == OfferState.ACCEPTED
+    assert o.next_state(sent, "finish", late) == OfferState.FINISHED
     with pytest.raises(Conflict):
         o.next_state(sent, "discard", late)
     for too_late in (sent.expires_at + skew, sent.expires_at + 2 * skew):
         with pytest.raises(Conflict) as refused:
             o.next_state(sent, "receipt", too_late)
-        assert refused.value.details == {"state": o.EXPIRED, "event": "receipt"}
+        assert refused.value.details == {"state": OfferState.EXPIRED, "event": "receipt"}
 
 
 def test_the_service_side_approves_only_before_its_own_expiry() -> None:
-    received = offer(o.INCOMING, o.RECEIVED)
+    received = offer(OfferDirection.INCOMING, OfferState.RECEIVED)
     with pytest.raises(Conflict):
         o.next_state(received, "approve", received.expires_at)
     assert o.next_state(received, "approve", received.expires_at - timedelta(seconds=1)) == (
-        o.APPROVED
+        OfferState.APPROVED
     )

@@ -15,28 +15,27 @@ from tests.support.fakes.clock import FakeClock
 from ficc.base.errors import Conflict
 from ficc.domain import offers
 from ficc.domain.offers import (
-    ACCEPTED,
-    APPROVED,
     CLOCK_SKEW_SECONDS,
-    DISCARDED,
-    EXPIRED,
-    FINISHED,
-    INCOMING,
     MAX_LABEL_CHARS,
     OFFER_LIFETIME_SECONDS,
-    OUTGOING,
     PURGE_GRACE_SECONDS,
-    RECEIVED,
-    SENT,
     TRANSITIONS,
     Offer,
+    OfferDirection,
+    OfferState,
     clean_label,
-    expiry,
     next_state,
     purge_before,
 )
 
-STATES = [SENT, RECEIVED, APPROVED, ACCEPTED, FINISHED, DISCARDED]
+STATES = [
+    OfferState.SENT,
+    OfferState.RECEIVED,
+    OfferState.APPROVED,
+    OfferState.ACCEPTED,
+    OfferState.FINISHED,
+    OfferState.DISCARDED,
+]
 EVENTS = ["receipt", "approve", "finish", "discard"]
 
 
@@ -54,11 +53,11 @@ def offer(clock: FakeClock, direction: str, state: str) -> Offer:
         receipt=None,
         ticket=None,
         created_at=clock(),
-        expires_at=expiry(clock()),
+        expires_at=offers.expiry(clock()),
     )
 
 
-@pytest.mark.parametrize("direction", [OUTGOING, INCOMING])
+@pytest.mark.parametrize("direction", [OfferDirection.OUTGOING, OfferDirection.INCOMING])
 @pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("event", EVENTS)
 def test_every_direction_state_and_event_follows_the_table(
@@ -74,7 +73,10 @@ def test_every_direction_state_and_event_follows_the_table(
         assert next_state(offer(clock, direction, state), event, clock()) == target
 
 
-@pytest.mark.parametrize(("direction", "state"), [(OUTGOING, SENT), (INCOMING, RECEIVED)])
+@pytest.mark.parametrize(
+    ("direction", "state"),
+    [(OfferDirection.OUTGOING, OfferState.SENT), (OfferDirection.INCOMING, OfferState.RECEIVED)],
+)
 def test_an_unanswered_offer_expires_seven_days_after_it_was_sent(
     direction: str, state: str
 ) -> None:
@@ -83,27 +85,29 @@ def test_an_unanswered_offer_expires_seven_days_after_it_was_sent(
     clock.advance(OFFER_LIFETIME_SECONDS - 1)
     assert sent.state_at(clock()) == state
     clock.advance(1)
-    assert sent.state_at(clock()) == EXPIRED
+    assert sent.state_at(clock()) == OfferState.EXPIRED
     # The requester still takes the answer for the clock skew the two clusters may have.
     clock.advance(CLOCK_SKEW_SECONDS)
     for event in EVENTS:
         with pytest.raises(Conflict) as refused:
             next_state(sent, event, clock())
-        assert refused.value.details["state"] == EXPIRED
+        assert refused.value.details["state"] == OfferState.EXPIRED
 
 
 def test_an_offer_approved_in_time_does_not_expire() -> None:
     clock = FakeClock()
-    approved = replace(offer(clock, INCOMING, RECEIVED), state=APPROVED)
+    approved = replace(
+        offer(clock, OfferDirection.INCOMING, OfferState.RECEIVED), state=OfferState.APPROVED
+    )
     clock.advance(OFFER_LIFETIME_SECONDS * 10)
-    assert approved.state_at(clock()) == APPROVED
-    assert next_state(approved, "finish", clock()) == FINISHED
+    assert approved.state_at(clock()) == OfferState.APPROVED
+    assert next_state(approved, "finish", clock()) == OfferState.FINISHED
 
 
 def test_expired_offers_are_purged_only_after_the_grace() -> None:
     clock = FakeClock()
     assert purge_before(clock()) == clock() - timedelta(seconds=PURGE_GRACE_SECONDS)
-    assert {SENT, RECEIVED, DISCARDED} == offers.PURGEABLE_STATES
+    assert {OfferState.SENT, OfferState.RECEIVED, OfferState.DISCARDED} == offers.PURGEABLE_STATES
 
 
 @pytest.mark.parametrize(

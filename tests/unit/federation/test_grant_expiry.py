@@ -16,7 +16,7 @@ from tests.support.fakes.peer_channel import OWNER, Pair, open_pair, paired
 from tests.support.isolation import record_model
 
 from ficc.base.errors import GrantExpired
-from ficc.domain import grants as g
+from ficc.domain.grants import GrantState
 
 LIFETIME = 3600
 
@@ -46,9 +46,9 @@ def test_a_grant_is_served_until_its_lifetime_ends_then_expired_and_refused(
             peer_id = finished["peer"]["id"]
             await asyncio.sleep(LIFETIME - 1)
             assert await _discover(pair, peer_id) == [model.id]
-            assert await _grantor_state(pair) == g.ACTIVE
+            assert await _grantor_state(pair) == GrantState.ACTIVE
             await asyncio.sleep(1)
-            assert await _grantor_state(pair) == g.EXPIRED
+            assert await _grantor_state(pair) == GrantState.EXPIRED
             with pytest.raises(GrantExpired):
                 await _discover(pair, peer_id)
 

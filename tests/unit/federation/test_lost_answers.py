@@ -21,8 +21,8 @@ from tests.support.fakes.peer_channel import OWNER, Pair, approved_offer, paired
 from tests.support.isolation import add_node, record_model
 
 from ficc.base.errors import OutcomeUnknown
-from ficc.domain import peers as p
 from ficc.domain.inference import Operation, RuntimeName
+from ficc.domain.peers import PeerState
 from ficc.services.mutations import grant_scope
 from ficc.services.remote.table import OPERATIONS
 from ficc.web.app import create_app
@@ -40,7 +40,7 @@ async def test_a_finish_whose_answer_was_lost_completes_when_sent_again(
     # The grantor finished its side; the requester recorded its intent, still pending.
     [served] = await peers_of(pair.grantor)
     [intended] = await peers_of(pair.requester)
-    assert (served.state, intended.state) == (p.PAIRED, p.PENDING)
+    assert (served.state, intended.state) == (PeerState.PAIRED, PeerState.PENDING)
     finished = await pair.requester.federation.pairing.finish_offer(
         OWNER, "default", offer_id, receipt=digest
     )
@@ -50,7 +50,7 @@ async def test_a_finish_whose_answer_was_lost_completes_when_sent_again(
     [requester_peer] = await peers_of(pair.requester)
     [grantor_peer] = await peers_of(pair.grantor)
     assert requester_peer.id == intended.id == finished["peer"]["id"] == again["peer"]["id"]
-    assert (requester_peer.state, grantor_peer.state) == (p.PAIRED, p.PAIRED)
+    assert (requester_peer.state, grantor_peer.state) == (PeerState.PAIRED, PeerState.PAIRED)
     assert grantor_peer.id == served.id
     assert requester_peer.generation == grantor_peer.generation
     assert finished["offer"]["state"] == again["offer"]["state"] == "finished"

@@ -14,7 +14,7 @@ from tests.support.fakes.peer_channel import OWNER, Pair, paired
 from tests.support.isolation import add_node, record_model
 
 from ficc.base.errors import FiccError
-from ficc.domain import grants as g
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import DesiredState, RestartPolicy, RuntimeName, ServiceState
 
 
@@ -101,7 +101,9 @@ async def test_a_crashed_service_of_an_ended_grant_is_not_started_again(pair: Pa
         assert record is not None
         assert record.created_by_grant is not None
         # Ended without stop_on_revoke: the service keeps running until it crashes.
-        await uow.grants.set_state(record.created_by_grant, g.REVOKED, pair.grantor.clock())
+        await uow.grants.set_state(
+            record.created_by_grant, GrantState.REVOKED, pair.grantor.clock()
+        )
         await uow.commit()
     runtime.replicas[0].crash()
 
@@ -140,7 +142,9 @@ async def test_after_ficc_restarts_a_service_of_an_ended_grant_stays_stopped_say
         record = await uow.services.get(kept["id"])
         assert record is not None
         assert record.created_by_grant is not None
-        await uow.grants.set_state(record.created_by_grant, g.REVOKED, pair.grantor.clock())
+        await uow.grants.set_state(
+            record.created_by_grant, GrantState.REVOKED, pair.grantor.clock()
+        )
         await uow.commit()
     await pair.grantor.inference.recover()
     async with pair.grantor.uow_factory() as uow:

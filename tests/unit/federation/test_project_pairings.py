@@ -15,7 +15,7 @@ from tests.support.fakes.peer_channel import OWNER, Pair, approved_offer, paired
 from tests.support.isolation import record_model
 
 from ficc.base.errors import Conflict, NotFound, PermissionDenied, ProtocolError
-from ficc.domain import peers as p
+from ficc.domain.peers import PeerState
 from ficc.services.projects import create_project
 
 RED, BLUE = "red", "blue"
@@ -60,7 +60,7 @@ async def test_two_projects_pair_with_one_cluster_each_bound_to_its_own_project(
     [theirs_default] = await peers_of(pair.grantor)
     [theirs_blue] = await peers_of(pair.grantor, BLUE)
     assert {peer.state for peer in (mine_default, mine_red, theirs_default, theirs_blue)} == {
-        p.PAIRED
+        PeerState.PAIRED
     }
     # One generation per pairing, the same on both sides.
     assert mine_default.generation == theirs_default.generation
@@ -124,7 +124,7 @@ async def test_a_project_pairs_once_with_a_cluster_on_either_side(pair: Pair) ->
     )
     with pytest.raises(Conflict):
         await pair.requester.federation.pairing.finish_offer(OWNER, RED, offer_id, receipt=digest)
-    assert [peer.state for peer in await peers_of(pair.requester, RED)] == [p.PAIRED]
+    assert [peer.state for peer in await peers_of(pair.requester, RED)] == [PeerState.PAIRED]
 
 
 async def test_removing_one_pairing_leaves_the_other_serving(pair: Pair) -> None:
@@ -133,7 +133,7 @@ async def test_removing_one_pairing_leaves_the_other_serving(pair: Pair) -> None
     removed = await pair.grantor.federation.peers.remove_peer(OWNER, BLUE, theirs_blue.id)
     assert removed["told"] is True
     [mine_red] = await peers_of(pair.requester, RED)
-    assert mine_red.state == p.REMOVED
+    assert mine_red.state == PeerState.REMOVED
     grantor_id = pair.grantor.companion.transport.hypernet_id
     known = await pair.requester.federation.known.lookup(grantor_id)
     [mine_default] = await peers_of(pair.requester)

@@ -10,8 +10,9 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ficc.base.canonical import canonical_json
+from ficc.base.canonical import canonical_json, same_in_both
 from ficc.base.errors import ProtocolError
+from ficc.domain.grants import GrantState
 from ficc.protocol import canonical
 from ficc.protocol.canonical import canonical_json_and_compact_size, parse_canonical_json
 
@@ -130,6 +131,15 @@ def test_a_chat_with_temperature_and_top_p_is_encoded_without_the_rfc8785_encode
     assert canonical_json(body) == (
         b'{"messages":[{"content":"Hi","role":"user"}],"temperature":0.7,"top_p":0.9}'
     )
+
+
+def test_a_state_enum_is_encoded_as_its_text_without_the_rfc8785_encoder() -> None:
+    answer = {"grants": [{"id": "grt_1", "state": GrantState.ACTIVE}]}
+    expected = b'{"grants":[{"id":"grt_1","state":"active"}]}'
+    assert same_in_both(answer)
+    assert canonical_json(answer) == expected == rfc8785.dumps(answer)
+    assert canonical_json(answer, gradual=True) == expected
+    assert canonical_json_and_compact_size(answer) == (expected, len(expected))
 
 
 def test_text_is_counted_in_utf8_on_the_wire_and_with_ascii_escapes_for_response_bytes() -> None:

@@ -27,10 +27,12 @@ from ficc.base.ids import new_id
 from ficc.base.units import GiB, MiB
 from ficc.domain import grants as g
 from ficc.domain import peers as p
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import RuntimeName, ServiceState
 from ficc.domain.nodes import Gpu
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.protocol import canonical, messages
 from ficc.protocol.answers import encode_answer
 from ficc.services.grant_slots import Slot
@@ -58,7 +60,7 @@ def invoke_call(service_id: str, body: dict[str, Any], **terms: Any) -> Call:
         project=PROJECT,
         peer_id=new_id("peer", b"p" * 16),
         terms=g.parse_grant({"scopes": ["inference:invoke"], "services": [service_id], **terms}),
-        state=g.ACTIVE,
+        state=GrantState.ACTIVE,
         created_at=NOW,
         expires_at=NOW,
         revoked_at=None,
@@ -71,9 +73,9 @@ def invoke_call(service_id: str, body: dict[str, Any], **terms: Any) -> Call:
         label=None,
         hypernet_id=IDENTITY.hypernet_id,
         cluster_key="",
-        state=p.PAIRED,
+        state=PeerState.PAIRED,
         generation=7,
-        role=p.SERVICE,
+        role=PeerRole.SERVICE,
         offer_id=None,
         selected_grant=None,
         ticket=None,

@@ -20,7 +20,9 @@ from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import new_id
 from ficc.domain import grants as g
 from ficc.domain import peers as p
+from ficc.domain.grants import GrantState
 from ficc.domain.operations import Streaming
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.services import mutations
 from ficc.services.grant_slots import Slot
 from ficc.services.mutations import MutationKey
@@ -42,7 +44,7 @@ GRANT = g.Grant(
     project="default",
     peer_id=new_id("peer", b"p" * 16),
     terms=g.parse_grant({"scopes": sorted(g.REMOTE_SCOPES)}),
-    state=g.ACTIVE,
+    state=GrantState.ACTIVE,
     created_at=NOW,
     expires_at=NOW,
     revoked_at=None,
@@ -55,9 +57,9 @@ PEER = p.Peer(
     label=None,
     hypernet_id=IDENTITY.hypernet_id,
     cluster_key="",
-    state=p.PAIRED,
+    state=PeerState.PAIRED,
     generation=7,
-    role=p.SERVICE,
+    role=PeerRole.SERVICE,
     offer_id=None,
     selected_grant=None,
     ticket=None,

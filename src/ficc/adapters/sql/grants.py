@@ -11,7 +11,7 @@ from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.database import HotStatement, execute_hot
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
-from ficc.domain.grants import Grant, parse_grant
+from ficc.domain.grants import Grant, GrantState, parse_grant
 
 _CREATED_BY_GRANT: Final = HotStatement(
     union_all(
@@ -55,6 +55,7 @@ class SqlGrants(_Repository):
             terms=parse_grant(row.terms),
             created_services=created_services,
             created_models=created_models,
+            state=GrantState(row.state),
         )
 
     async def _load(self, row: Any) -> Grant:
@@ -86,7 +87,7 @@ class SqlGrants(_Repository):
         )
         return [await self._load(row) for row in (await self._c.execute(query)).all()]
 
-    async def set_state(self, grant_id: str, state: str, at: datetime | None) -> None:
+    async def set_state(self, grant_id: str, state: GrantState, at: datetime | None) -> None:
         values: dict[str, Any] = {"state": state}
         if at is not None:
             values["revoked_at"] = format_time(at)

@@ -10,14 +10,17 @@ from sqlalchemy import delete, func, insert, select
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _EditableRecords, _record, _row_values
 from ficc.base.times import format_time
-from ficc.domain.offers import INCOMING, PURGEABLE_STATES, RECEIVED, Offer
+from ficc.domain.offers import PURGEABLE_STATES, Offer, OfferDirection, OfferState
 
 
 class SqlOffers(_EditableRecords[Offer]):
     _table = t.offers
 
     def _read(self, row: Any) -> Offer:
-        return _record(Offer, t.offers, row, scopes=frozenset(row.scopes))
+        direction, state = OfferDirection(row.direction), OfferState(row.state)
+        return _record(
+            Offer, t.offers, row, direction=direction, state=state, scopes=frozenset(row.scopes)
+        )
 
     def _values(self, record: Offer) -> dict[str, Any]:
         return _row_values(record, t.offers, scopes=sorted(record.scopes))
@@ -41,8 +44,8 @@ class SqlOffers(_EditableRecords[Offer]):
         """Incoming offers not yet approved nor expired, of ``service``/``source`` if given."""
         offers = t.offers.c
         clause = (
-            (offers.direction == INCOMING)
-            & (offers.state == RECEIVED)
+            (offers.direction == OfferDirection.INCOMING)
+            & (offers.state == OfferState.RECEIVED)
             & (offers.expires_at > format_time(now))
         )
         if service is not None:

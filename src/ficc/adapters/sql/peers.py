@@ -10,13 +10,13 @@ from sqlalchemy import insert, select
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
 from ficc.base.times import format_time
-from ficc.domain.peers import Peer
+from ficc.domain.peers import Peer, PeerRole, PeerState
 
 
 class SqlPeers(_Repository):
     @staticmethod
     def _peer(row: Any) -> Peer:
-        return _record(Peer, t.peers, row)
+        return _record(Peer, t.peers, row, state=PeerState(row.state), role=PeerRole(row.role))
 
     async def add(self, peer: Peer) -> None:
         await self._c.execute(insert(t.peers).values(id=peer.id, **_row_values(peer, t.peers)))

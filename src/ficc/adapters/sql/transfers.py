@@ -8,14 +8,14 @@ from sqlalchemy import insert, select
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
-from ficc.domain.transfers import Transfer, TransferFile
+from ficc.domain.transfers import Transfer, TransferFile, TransferState
 
 
 class SqlTransfers(_Repository):
     @staticmethod
     def _transfer(row: Any) -> Transfer:
         files = tuple(TransferFile.from_json(f) for f in row.files)
-        return _record(Transfer, t.transfers, row, files=files)
+        return _record(Transfer, t.transfers, row, files=files, state=TransferState(row.state))
 
     @staticmethod
     def _values(transfer: Transfer) -> dict[str, Any]:
@@ -45,5 +45,5 @@ class SqlTransfers(_Repository):
         rows = await self._c.execute(query.order_by(t.transfers.c.created_at))
         return [self._transfer(row) for row in rows]
 
-    async def in_state(self, state: str) -> list[Transfer]:
+    async def in_state(self, state: TransferState) -> list[Transfer]:
         return [self._transfer(row) for row in await self._rows_where(t.transfers, "state", state)]

@@ -16,9 +16,24 @@ from typing import Final, TypeGuard
 from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
-from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.grants import parse_grant
+from ficc.domain.offers import (
+    MAX_LABEL_CHARS,
+    MAX_RECEIVED_OFFERS,
+    MAX_RECEIVED_OFFERS_PER_HYPERNET_ID,
+    MAX_RECEIVED_OFFERS_PER_SOURCE,
+    TRANSITIONS,
+    ApprovedOfferView,
+    Offer,
+    OfferDirection,
+    OfferState,
+    clean_label,
+    expiry,
+    next_state,
+    offer_source,
+    purge_before,
+)
+from ficc.domain.peers import Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
@@ -55,14 +70,14 @@ class Approval:
     async def purge_offers(self) -> int:
         """Delete offers that expired unapproved more than the grace ago (IDs stay tombstoned)."""
         async with self.context.uow_factory() as uow:
-            purged = await uow.offers.purge(expired_before=o.purge_before(self.context.clock()))
+            purged = await uow.offers.purge(expired_before=purge_before(self.context.clock()))
             if purged:
                 await uow.commit()
         return purged
 
     async def approve_offer(
         self, principal: Principal, project: str, offer_id: str, *, revision: object, grant: object
-    ) -> o.ApprovedOfferView:
+    ) -> ApprovedOfferView:
         principal.require_scope("federation:manage")
         if isinstance(revision, bool) or not isinstance(revision, int):
             raise InvalidInput("revision must be an integer", field="revision")
@@ -72,29 +87,29 @@ class Approval:
             # Two projects approving one offer at once: the second waits, then sees it approved.
             await uow.offers.lock(offer_id)
             offer = await visible_offer(uow, project, offer_id)
-            if offer.direction != o.INCOMING:
+            if offer.direction != OfferDirection.INCOMING:
                 raise Conflict("only the service side approves an offer")
             if offer.revision != revision:
                 raise RevisionMismatch(
                     f"revision {revision} is stale; the offer is at revision {offer.revision}",
                     details={"revision": offer.revision},
                 )
-            o.next_state(offer, "approve", now)
+            next_state(offer, "approve", now)
             await refuse_second_pairing(uow, offer.service, project)
-            terms = g.parse_grant(grant, requested_scopes=offer.scopes)
+            terms = parse_grant(grant, requested_scopes=offer.scopes)
             principal.require_scope(*sorted(terms.scopes))
             await check_resources(uow, project, terms)
             assert offer.peer_cluster_key is not None
             generation = secrets.randbelow(MAX_GENERATION - 1) + 1
-            peer = p.Peer(
+            peer = Peer(
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=project,
                 label=offer.peer_label,
                 hypernet_id=offer.service,
                 cluster_key=offer.peer_cluster_key,
-                state=p.PENDING,
+                state=PeerState.PENDING,
                 generation=generation,
-                role=p.SERVICE,
+                role=PeerRole.SERVICE,
                 offer_id=offer_id,
                 selected_grant=None,
                 ticket=None,
@@ -121,7 +136,7 @@ class Approval:
             approved = replace(
                 offer,
                 project=project,
-                state=o.APPROVED,
+                state=OfferState.APPROVED,
                 revision=offer.revision + 1,
                 receipt=receipt,
                 peer_id=peer.id,
@@ -174,7 +189,7 @@ class Approval:
             if existing is not None:
                 if existing.service != identity.hypernet_id:
                     raise Conflict("an offer with this ID exists")
-                if existing.scopes != requested or existing.peer_label != o.clean_label(label):
+                if existing.scopes != requested or existing.peer_label != clean_label(label):
                     raise Conflict(
                         "an offer with this ID exists with other scopes or label; a repeat "
                         "must be the same offer",
@@ -185,7 +200,7 @@ class Approval:
                 raise Conflict(
                     "an offer ID is never reused; send a new offer", details={"offer": offer_id}
                 )
-            source = o.offer_source(identity.hypernet_id, identity.source)
+            source = offer_source(identity.hypernet_id, identity.source)
             evicted = await _make_offer_room(uow, identity.hypernet_id, source, now)
             if evicted is not None:
                 await uow.offers.delete(evicted.id)
@@ -198,20 +213,20 @@ class Approval:
                     proven_offerer(evicted),
                     {"for": offer_id},
                 )
-            offer = o.Offer(
+            offer = Offer(
                 id=offer_id,
-                direction=o.INCOMING,
+                direction=OfferDirection.INCOMING,
                 project=None,
                 service=identity.hypernet_id,
-                peer_label=o.clean_label(label),
+                peer_label=clean_label(label),
                 peer_cluster_key=b64(identity.cluster_key),
                 scopes=requested,
-                state=o.RECEIVED,
+                state=OfferState.RECEIVED,
                 revision=1,
                 receipt=None,
                 ticket=None,
                 created_at=now,
-                expires_at=o.expiry(now),
+                expires_at=expiry(now),
                 source=source,
             )
             await uow.offers.add(offer)
@@ -221,8 +236,8 @@ class Approval:
 
     async def on_fetch(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         async with self.context.uow_factory() as uow:
-            offer = await their_offer(uow, identity, body, o.INCOMING)
-        if offer.receipt is None or offer.state_at(self.context.clock()) != o.APPROVED:
+            offer = await their_offer(uow, identity, body, OfferDirection.INCOMING)
+        if offer.receipt is None or offer.state_at(self.context.clock()) != OfferState.APPROVED:
             raise Conflict(
                 "the offer has no receipt to fetch",
                 details={"state": offer.state_at(self.context.clock())},
@@ -234,7 +249,7 @@ class Approval:
         pairing already made (the first answer may have been lost)."""
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
-            offer = await their_offer(uow, identity, body, o.INCOMING)
+            offer = await their_offer(uow, identity, body, OfferDirection.INCOMING)
             digest = body.get("receipt")
             if not _short_text(digest, 64) or not RECEIPT_DIGEST.fullmatch(digest):
                 raise InvalidInput("receipt must be the receipt's digest (64 hex)", field="receipt")
@@ -242,16 +257,22 @@ class Approval:
                 raise Conflict("that is not the receipt of this offer")
             assert offer.peer_id is not None
             peer = await uow.peers.get(offer.peer_id)
-            if offer.state == o.FINISHED and peer is not None and peer.state == p.PAIRED:
+            if (
+                offer.state == OfferState.FINISHED
+                and peer is not None
+                and peer.state == PeerState.PAIRED
+            ):
                 return {"peer": peer.id}
-            o.next_state(offer, "finish", now)
-            if peer is None or peer.state != p.PENDING:
+            next_state(offer, "finish", now)
+            if peer is None or peer.state != PeerState.PENDING:
                 raise Conflict("the pairing of this offer is gone")
             assert offer.project is not None
             await refuse_second_pairing(uow, identity.hypernet_id, offer.project)
-            paired = replace(peer, state=p.PAIRED, updated_at=now)
+            paired = replace(peer, state=PeerState.PAIRED, updated_at=now)
             await uow.peers.update(paired)
-            await uow.offers.update(replace(offer, state=o.FINISHED, revision=offer.revision + 1))
+            await uow.offers.update(
+                replace(offer, state=OfferState.FINISHED, revision=offer.revision + 1)
+            )
             await self.context.audit(
                 uow,
                 None,
@@ -276,9 +297,9 @@ class Approval:
                 or offer.peer_cluster_key != b64(identity.cluster_key)
             ):
                 raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
-            if (offer.direction, offer.state_at(now), "discard") in o.TRANSITIONS:
+            if (offer.direction, offer.state_at(now), "discard") in TRANSITIONS:
                 await uow.offers.update(
-                    replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
+                    replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
                 )
                 await drop_pending_peer(uow, offer, now)
                 await self.context.audit(
@@ -290,7 +311,7 @@ class Approval:
 
 async def _make_offer_room(
     uow: UnitOfWork, hypernet_id: str, source: str, now: datetime
-) -> o.Offer | None:
+) -> Offer | None:
     """The waiting offer to evict so that one more from ``hypernet_id`` at ``source`` fits:
     the oldest of that ID at its cap, else of that source at its cap, else (all waiting offers
     at the cap) of the source holding the most; None when there is room.
@@ -302,12 +323,12 @@ async def _make_offer_room(
     await uow.settings.lock(COMPANION_SETTING)
     offers = uow.offers
     if await offers.count_received(now=now, service=hypernet_id) >= (
-        o.MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
+        MAX_RECEIVED_OFFERS_PER_HYPERNET_ID
     ):
         return await offers.oldest_received(now=now, service=hypernet_id)
-    if await offers.count_received(now=now, source=source) >= o.MAX_RECEIVED_OFFERS_PER_SOURCE:
+    if await offers.count_received(now=now, source=source) >= MAX_RECEIVED_OFFERS_PER_SOURCE:
         return await offers.oldest_received(now=now, source=source)
-    if await offers.count_received(now=now) >= o.MAX_RECEIVED_OFFERS:
+    if await offers.count_received(now=now) >= MAX_RECEIVED_OFFERS:
         busiest = await offers.busiest_source(now=now)
         return await offers.oldest_received(now=now, source=busiest)
     return None
@@ -322,9 +343,9 @@ def _wire_label(value: object) -> str | None:
     one is refused, not cut, so the owner approves what the requester named)."""
     if value is None:
         return None
-    if not _short_text(value, o.MAX_LABEL_CHARS):
+    if not _short_text(value, MAX_LABEL_CHARS):
         raise InvalidInput(
-            f"label must be a string of at most {o.MAX_LABEL_CHARS} characters", field="label"
+            f"label must be a string of at most {MAX_LABEL_CHARS} characters", field="label"
         )
     assert isinstance(value, str)
     return value

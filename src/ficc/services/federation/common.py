@@ -13,9 +13,9 @@ from typing import Final, Protocol
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
-from ficc.domain import grants as g
-from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.grants import Grant, GrantState, GrantTerms
+from ficc.domain.offers import Offer, OfferDirection, OfferView
+from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
@@ -122,40 +122,40 @@ async def tell(
     return True
 
 
-async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> o.Offer:
+async def visible_offer(uow: UnitOfWork, project: str, offer_id: str) -> Offer:
     offer = await uow.offers.get(offer_id)
     if offer is None or offer.project not in (None, project):
         raise NotFound(f"no offer {offer_id}", details={"offer": offer_id})
     return offer
 
 
-async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> p.Peer:
+async def project_peer(uow: UnitOfWork, project: str, peer_id: str) -> Peer:
     peer = await uow.peers.get(peer_id)
     if peer is None or peer.project != project:
         raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
     return peer
 
 
-def check_paired(peer: p.Peer) -> None:
+def check_paired(peer: Peer) -> None:
     """Refuse what only a live pairing may do: a pending or removed peer is a conflict."""
-    if peer.state != p.PAIRED:
+    if peer.state != PeerState.PAIRED:
         raise Conflict(f"peer {peer.id} is {peer.state}", details={"state": peer.state})
 
 
-async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> g.Grant:
+async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> Grant:
     grant = await uow.grants.get(grant_id)
     if grant is None or grant.project != project:
         raise NotFound(f"no grant {grant_id} in project {project}", details={"grant": grant_id})
     return grant
 
 
-async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[g.Grant]:
+async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[Grant]:
     """Revoke every active grant given to a peer; the grants as they are now."""
     ended = []
     for grant in await uow.grants.of_peer(peer_id):
-        if grant.state == g.ACTIVE:
-            await uow.grants.set_state(grant.id, g.REVOKED, now)
-            ended.append(replace(grant, state=g.REVOKED, revoked_at=now))
+        if grant.state == GrantState.ACTIVE:
+            await uow.grants.set_state(grant.id, GrantState.REVOKED, now)
+            ended.append(replace(grant, state=GrantState.REVOKED, revoked_at=now))
     return ended
 
 
@@ -163,7 +163,7 @@ async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str, project: str)
     """One pairing per project and other cluster (each project of either cluster pairs on its
     own, at its own generation). Further grants go on the paired peer."""
     for peer in await uow.peers.by_hypernet_id(hypernet_id):
-        if peer.state == p.PAIRED and peer.project == project:
+        if peer.state == PeerState.PAIRED and peer.project == project:
             raise Conflict(
                 f"project {project} is already paired with {hypernet_id} as peer {peer.id};"
                 " give further grants there, or remove that peer first",
@@ -176,7 +176,7 @@ class _Owned(Protocol):
     def project(self) -> str: ...
 
 
-async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) -> None:
+async def check_resources(uow: UnitOfWork, project: str, terms: GrantTerms) -> None:
     """Exact IDs of this project's services and models, and of this cluster's nodes."""
     owned: list[tuple[str, frozenset[str], Callable[[str], Awaitable[_Owned | None]]]] = [
         ("service", terms.services, uow.services.get),
@@ -198,19 +198,19 @@ async def check_resources(uow: UnitOfWork, project: str, terms: g.GrantTerms) ->
             )
 
 
-def proven_peer(peer: p.Peer) -> PeerIdentity:
+def proven_peer(peer: Peer) -> PeerIdentity:
     """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
     return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
 
 
-def proven_offerer(offer: o.Offer) -> PeerIdentity | None:
+def proven_offerer(offer: Offer) -> PeerIdentity | None:
     """The identity the other side of an offer proved in the session that carried it."""
     if offer.peer_cluster_key is None:
         return None
     return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
 
 
-def peer_json(peer: p.Peer, remote_grants: list[JSONObject]) -> p.PeerView:
+def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:
     return {
         "id": peer.id,
         "label": peer.label,
@@ -226,9 +226,9 @@ def peer_json(peer: p.Peer, remote_grants: list[JSONObject]) -> p.PeerView:
     }
 
 
-def offer_json(offer: o.Offer, now: datetime, me: str | None) -> o.OfferView:
+def offer_json(offer: Offer, now: datetime, me: str | None) -> OfferView:
     """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
-    outgoing = offer.direction == o.OUTGOING
+    outgoing = offer.direction == OfferDirection.OUTGOING
     return {
         "id": offer.id,
         "direction": offer.direction,

@@ -14,8 +14,16 @@ from ficc.base.errors import Conflict, FiccError, GrantExpired, GrantRevoked, No
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
-from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.grants import (
+    Grant,
+    GrantState,
+    GrantTerms,
+    GrantView,
+    RevokedGrantView,
+    expiry_of,
+    parse_grant,
+)
+from ficc.domain.peers import Peer, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.services import audit
 from ficc.services.federation.common import (
@@ -36,7 +44,7 @@ from ficc.services.metering import Meter
 from ficc.services.mutations import grant_scope
 from ficc.services.peer_channel import PeerIdentity, RequestResult
 
-GrantEnded = Callable[[g.Grant], Awaitable[None]]
+GrantEnded = Callable[[Grant], Awaitable[None]]
 """Told after a grant ended (revoked, expired, its peer removed): stop what it started."""
 
 
@@ -54,7 +62,7 @@ class Grants:
     )
     _expiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
-    async def load(self, peers: list[p.Peer]) -> None:
+    async def load(self, peers: list[Peer]) -> None:
         """Arm the expiry of every grant given to ``peers`` (at start)."""
         async with self.context.uow_factory() as uow:
             grants = [grant for peer in peers for grant in await uow.grants.of_peer(peer.id)]
@@ -65,7 +73,7 @@ class Grants:
         for grant in grants:
             self.arm_expiry(grant)
 
-    def grant_json(self, grant: g.Grant, now: datetime) -> g.GrantView:
+    def grant_json(self, grant: Grant, now: datetime) -> GrantView:
         return {
             "id": grant.id,
             "peer": grant.peer_id,
@@ -84,9 +92,9 @@ class Grants:
 
     async def create_grant(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
-    ) -> g.GrantView:
+    ) -> GrantView:
         principal.require_scope("federation:manage")
-        terms = g.parse_grant(grant)
+        terms = parse_grant(grant)
         principal.require_scope(*sorted(terms.scopes))
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
@@ -109,13 +117,13 @@ class Grants:
 
     async def revoke_grant(
         self, principal: Principal, project: str, grant_id: str
-    ) -> g.RevokedGrantView:
+    ) -> RevokedGrantView:
         """An active (or expired, not yet marked) grant ends now; the peer is told."""
-        grant, peer, _, now = await self._end(principal, project, grant_id, g.REVOKED)
-        revoked = replace(grant, state=g.REVOKED, revoked_at=now)
+        grant, peer, _, now = await self._end(principal, project, grant_id, GrantState.REVOKED)
+        revoked = replace(grant, state=GrantState.REVOKED, revoked_at=now)
         await self.grant_ended(revoked)
         told = False
-        if peer is not None and peer.state == p.PAIRED:
+        if peer is not None and peer.state == PeerState.PAIRED:
             told = await tell(
                 self.context.link,
                 peer.hypernet_id,
@@ -126,16 +134,16 @@ class Grants:
             )
         return {**self.grant_json(revoked, now), "told": told}
 
-    async def retire_grant(self, principal: Principal, project: str, grant_id: str) -> g.GrantView:
+    async def retire_grant(self, principal: Principal, project: str, grant_id: str) -> GrantView:
         """A revoked or expired grant: its operation receipts go, a tombstone stays."""
-        grant, _, was, now = await self._end(principal, project, grant_id, g.RETIRED)
-        if was == g.EXPIRED:
+        grant, _, was, now = await self._end(principal, project, grant_id, GrantState.RETIRED)
+        if was == GrantState.EXPIRED:
             await self.grant_ended(grant)
-        return self.grant_json(replace(grant, state=g.RETIRED), now)
+        return self.grant_json(replace(grant, state=GrantState.RETIRED), now)
 
     async def _end(
         self, principal: Principal, project: str, grant_id: str, target: str
-    ) -> tuple[g.Grant, p.Peer | None, str, datetime]:
+    ) -> tuple[Grant, Peer | None, str, datetime]:
         """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
         grant as it was, its peer, its state then, and when."""
         principal.require_scope("federation:manage")
@@ -143,20 +151,23 @@ class Grants:
         async with self.context.uow_factory() as uow:
             grant = await project_grant(uow, project, grant_id)
             was = grant.state_at(now)
-            if target == g.REVOKED:
-                if was not in (g.ACTIVE, g.EXPIRED) or grant.state == g.REVOKED:
+            if target == GrantState.REVOKED:
+                if (
+                    was not in (GrantState.ACTIVE, GrantState.EXPIRED)
+                    or grant.state == GrantState.REVOKED
+                ):
                     raise Conflict(
                         f"grant {grant_id} is {grant.state}", details={"state": grant.state}
                     )
-                await uow.grants.set_state(grant_id, g.REVOKED, now)
+                await uow.grants.set_state(grant_id, GrantState.REVOKED, now)
             else:
-                if was not in (g.REVOKED, g.EXPIRED):
+                if was not in (GrantState.REVOKED, GrantState.EXPIRED):
                     raise Conflict(
                         f"only a revoked or expired grant can be retired; {grant_id} is {was}",
                         details={"state": was},
                     )
                 await uow.receipts.delete_scope(grant_scope(grant_id))
-                await uow.grants.set_state(grant_id, g.RETIRED, None)
+                await uow.grants.set_state(grant_id, GrantState.RETIRED, None)
             peer = await uow.peers.get(grant.peer_id)
             identity = None if peer is None else proven_peer(peer)
             await self.context.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
@@ -165,7 +176,7 @@ class Grants:
 
     async def refresh(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
-    ) -> p.PeerView:
+    ) -> PeerView:
         """Ask the peer for the grants it gives us now; with ``{"grant": ID}``, then select
         that one, which must be active in the peer's answer (not in a stale copy)."""
         principal.require_scope("federation:manage")
@@ -193,11 +204,11 @@ class Grants:
 
     # --- the end of a grant -------------------------------------------------------------------
 
-    async def grant_ended(self, grant: g.Grant) -> None:
+    async def grant_ended(self, grant: Grant) -> None:
         """Revocation, expiry, removal: cancel what runs under the grant, then tell."""
         reason: FiccError = (
             GrantExpired("the grant expired", details={"grant": grant.id})
-            if grant.state == g.EXPIRED
+            if grant.state == GrantState.EXPIRED
             else GrantRevoked("the grant was revoked", details={"grant": grant.id})
         )
         self._disarm_expiry(grant.id)
@@ -208,7 +219,7 @@ class Grants:
         except FiccError as exc:
             log.warning("after grant %s ended: %s", grant.id, exc.message)
 
-    def arm_expiry(self, grant: g.Grant) -> None:
+    def arm_expiry(self, grant: Grant) -> None:
         """At ``expires_at`` an active grant ends as if revoked: by a timer, not on next use.
 
         So a grant that nobody uses again still stops its ``stop_on_revoke`` services on time.
@@ -216,7 +227,7 @@ class Grants:
         (:meth:`KnownPeers.body_bound`) the grant's ``request_bytes``.
         """
         self._disarm_expiry(grant.id)
-        if grant.state != g.ACTIVE:
+        if grant.state != GrantState.ACTIVE:
             self.context.known.grant_ended(grant)
             return
         self.context.known.granted(grant)
@@ -249,12 +260,12 @@ class Grants:
         try:
             async with self.context.uow_factory() as uow:
                 grant = await uow.grants.get(grant_id)
-                if grant is None or grant.state != g.ACTIVE:
+                if grant is None or grant.state != GrantState.ACTIVE:
                     return  # revoked, retired or forgotten meanwhile: ended by that path
-                if grant.state_at(now) != g.EXPIRED:
+                if grant.state_at(now) != GrantState.EXPIRED:
                     self.arm_expiry(grant)  # the timer ran early by the clock: wait again
                     return
-                await uow.grants.set_state(grant_id, g.EXPIRED, None)
+                await uow.grants.set_state(grant_id, GrantState.EXPIRED, None)
                 await audit.record(
                     uow,
                     self.context.clock,
@@ -268,7 +279,7 @@ class Grants:
         except FiccError as exc:
             log.warning("grant %s could not be expired: %s", grant_id, exc.message)
             return
-        await self.grant_ended(replace(grant, state=g.EXPIRED))
+        await self.grant_ended(replace(grant, state=GrantState.EXPIRED))
 
     # --- what the other side tells us ---------------------------------------------------------
 
@@ -281,7 +292,7 @@ class Grants:
             await uow.remote_grants.replace_for_peer(
                 peer.id,
                 [
-                    {**item, "state": g.REVOKED} if item["id"] == grant_id else item
+                    {**item, "state": GrantState.REVOKED} if item["id"] == grant_id else item
                     for item in remote
                 ],
                 now,
@@ -301,7 +312,7 @@ class Grants:
             "grants": [
                 with_times_formatted(self.grant_json(grant, now))
                 for grant in grants
-                if grant.state != g.RETIRED
+                if grant.state != GrantState.RETIRED
             ]
         }
 
@@ -314,23 +325,23 @@ def _check_selectable(listed: list[JSONObject], grant_id: str) -> None:
             f"the peer gives this project no grant {grant_id}", details={"grant": grant_id}
         )
     state = found.get("state")
-    if state != g.ACTIVE:
+    if state != GrantState.ACTIVE:
         raise Conflict(
             f"grant {grant_id} is {state}; only an active grant can be selected",
             details={"grant": grant_id, "state": state},
         )
 
 
-def new_grant(project: str, peer_id: str, terms: g.GrantTerms, now: datetime) -> g.Grant:
+def new_grant(project: str, peer_id: str, terms: GrantTerms, now: datetime) -> Grant:
     """A fresh active grant of ``terms`` to a peer, nothing used yet."""
-    return g.Grant(
+    return Grant(
         id=new_id("grant", secrets.token_bytes(16)),
         project=project,
         peer_id=peer_id,
         terms=terms,
-        state=g.ACTIVE,
+        state=GrantState.ACTIVE,
         created_at=now,
-        expires_at=g.expiry_of(now, terms),
+        expires_at=expiry_of(now, terms),
         revoked_at=None,
         requests_used=0,
         transfer_bytes_used=0,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ficc.base.errors import PermissionDenied
-from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.grants import Grant, wire_bytes
+from ficc.domain.peers import Peer, PeerState
 from ficc.domain.receipts import unb64
 from ficc.protocol.handshake import KnownPeer
 from ficc.services.peer_channel import PeerIdentity
@@ -25,7 +25,7 @@ class KnownPeers:
         self._request_bytes: dict[str, dict[str, int]] = {}
         """By peer ID: the ``request_bytes`` of each live grant given to it."""
 
-    async def load(self) -> list[p.Peer]:
+    async def load(self) -> list[Peer]:
         """Fill the memory from the database; every peer of every project, for the caller."""
         async with self._uow_factory() as uow:
             projects = [name for name, _ in await uow.projects.list()]
@@ -45,10 +45,10 @@ class KnownPeers:
         known = self._known.get(identity.hypernet_id, {}).get(identity.generation)
         return known is not None and known.cluster_key == identity.cluster_key
 
-    def remember(self, peer: p.Peer) -> None:
+    def remember(self, peer: Peer) -> None:
         """After a peer's state changed: a paired peer is known, an ended pairing is not."""
         pairings = self._known.setdefault(peer.hypernet_id, {})
-        if peer.state == p.PAIRED:
+        if peer.state == PeerState.PAIRED:
             pairings[peer.generation] = KnownPeer(unb64(peer.cluster_key), peer.generation)
             self._peer_ids[peer.hypernet_id, peer.generation] = peer.id
         else:
@@ -57,11 +57,11 @@ class KnownPeers:
         if not pairings:
             del self._known[peer.hypernet_id]
 
-    def granted(self, grant: g.Grant) -> None:
+    def granted(self, grant: Grant) -> None:
         """A grant was given (or loaded): its peer may send bodies up to its size."""
         self._request_bytes.setdefault(grant.peer_id, {})[grant.id] = grant.terms.request_bytes
 
-    def grant_ended(self, grant: g.Grant) -> None:
+    def grant_ended(self, grant: Grant) -> None:
         """A grant ended: its size no longer counts."""
         sizes = self._request_bytes.get(grant.peer_id, {})
         sizes.pop(grant.id, None)
@@ -76,14 +76,14 @@ class KnownPeers:
         sizes = None if peer_id is None else self._request_bytes.get(peer_id)
         if not self.knows(identity) or not sizes:
             return 0
-        return g.wire_bytes(max(sizes.values()))
+        return wire_bytes(max(sizes.values()))
 
 
-async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> p.Peer:
+async def paired_peer(uow: UnitOfWork, identity: PeerIdentity) -> Peer:
     """The peer this session proves to be, paired at the session's generation."""
     for peer in await uow.peers.by_hypernet_id(identity.hypernet_id):
         if (
-            peer.state == p.PAIRED
+            peer.state == PeerState.PAIRED
             and peer.generation == identity.generation
             and unb64(peer.cluster_key) == identity.cluster_key
         ):

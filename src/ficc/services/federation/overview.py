@@ -8,9 +8,9 @@ from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
-from ficc.domain import grants as g
-from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.grants import GrantView
+from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE, OfferView
+from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
 from ficc.services.companion import Companion, CompanionView, IdentityView
 from ficc.services.federation.common import offer_json, peer_json
@@ -28,10 +28,10 @@ class FederationView(TypedDict):
     companion: CompanionView
     identity: IdentityView
     project: str
-    peers: list[p.PeerView]
-    offers: list[o.OfferView]
+    peers: list[PeerView]
+    offers: list[OfferView]
     offers_next: str | None
-    grants: list[g.GrantView]
+    grants: list[GrantView]
     transfers: list[TransferView]
 
 
@@ -51,16 +51,16 @@ class Overview:
         project: str,
         *,
         offers_after: str | None = None,
-        offers_limit: int = o.DEFAULT_OFFERS_PAGE,
+        offers_limit: int = DEFAULT_OFFERS_PAGE,
     ) -> FederationView:
         """The project's federation; offers a page at a time, oldest first: ``offers_next``
         names the last one shown when more follow (pass it as ``offers_after``)."""
         now = self.clock()
         if offers_after is not None:
             offers_after = parse_id("offer", offers_after, field="offers_after")
-        if isinstance(offers_limit, bool) or not 1 <= offers_limit <= o.MAX_OFFERS_PAGE:
+        if isinstance(offers_limit, bool) or not 1 <= offers_limit <= MAX_OFFERS_PAGE:
             raise InvalidInput(
-                f"offers_limit must be an integer from 1 to {o.MAX_OFFERS_PAGE}",
+                f"offers_limit must be an integer from 1 to {MAX_OFFERS_PAGE}",
                 field="offers_limit",
             )
         async with self.uow_factory() as uow:

@@ -16,9 +16,18 @@ from datetime import datetime
 from ficc.base.errors import Conflict, InvalidInput, NotFound
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
-from ficc.domain import offers as o
-from ficc.domain import peers as p
+from ficc.domain.grants import METERED_FIELDS, GrantState
+from ficc.domain.offers import (
+    DiscardedOfferView,
+    Offer,
+    OfferDirection,
+    OfferState,
+    OfferView,
+    clean_label,
+    expiry,
+    next_state,
+)
+from ficc.domain.peers import PairingView, Peer, PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, check_receipt, unb64
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
@@ -52,17 +61,17 @@ class Pairing:
     signer: ClusterSigner
     verify: Verify
 
-    def offer_json(self, offer: o.Offer, now: datetime) -> o.OfferView:
+    def offer_json(self, offer: Offer, now: datetime) -> OfferView:
         return offer_json(offer, now, my_hypernet_id(self.context.link))
 
-    async def get_offer(self, project: str, offer_id: str) -> o.OfferView:
+    async def get_offer(self, project: str, offer_id: str) -> OfferView:
         async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
         return self.offer_json(offer, self.context.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
-    ) -> o.OfferView:
+    ) -> OfferView:
         """Deliver an offer to the service's cluster now; nothing is kept if that fails."""
         principal.require_scope("federation:manage")
         service_id = parse_hypernet_id(service)
@@ -73,7 +82,7 @@ class Pairing:
             raise InvalidInput("a cluster cannot pair with itself", field="service")
         now = self.context.clock()
         offer_id = new_id("offer", secrets.token_bytes(16))
-        expires_at = o.expiry(now)
+        expires_at = expiry(now)
         answer = await self.context.link.request(
             service_id,
             "pairing.offer",
@@ -87,15 +96,15 @@ class Pairing:
             timeout_seconds=PAIRING_TIMEOUT_SECONDS,
         )
         identity = answer.identity
-        offer = o.Offer(
+        offer = Offer(
             id=offer_id,
-            direction=o.OUTGOING,
+            direction=OfferDirection.OUTGOING,
             project=project,
             service=service_id,
-            peer_label=o.clean_label(answer.body.get("label")),
+            peer_label=clean_label(answer.body.get("label")),
             peer_cluster_key=b64(identity.cluster_key),
             scopes=requested,
-            state=o.SENT,
+            state=OfferState.SENT,
             revision=1,
             receipt=None,
             ticket=ticket if isinstance(ticket, str) else None,
@@ -110,7 +119,7 @@ class Pairing:
 
     async def finish_offer(
         self, principal: Principal, project: str, offer_id: str, *, receipt: object
-    ) -> p.PairingView:
+    ) -> PairingView:
         """Check the receipt answers exactly this offer, then complete the pairing.
 
         Idempotent: finishing a finished offer with its receipt answers the pairing it made.
@@ -121,11 +130,11 @@ class Pairing:
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-            if offer.direction != o.OUTGOING:
+            if offer.direction != OfferDirection.OUTGOING:
                 raise Conflict("only the requester finishes an offer", details={"offer": offer_id})
-            if offer.state == o.FINISHED and _digest(offer.receipt) == receipt:
+            if offer.state == OfferState.FINISHED and _digest(offer.receipt) == receipt:
                 return await self._finished(uow, offer, now)
-            o.next_state(offer, "finish", now)
+            next_state(offer, "finish", now)
             await refuse_second_pairing(uow, offer.service, project)
         stored: object = offer.receipt
         if stored is None:
@@ -164,11 +173,11 @@ class Pairing:
         )
         remote_grant = _remote_grant(body)
         async with self.context.uow_factory() as uow:
-            peer = replace(pending, state=p.PAIRED, updated_at=now)
+            peer = replace(pending, state=PeerState.PAIRED, updated_at=now)
             await uow.peers.update(peer)
             await uow.remote_grants.replace_for_peer(peer.id, [remote_grant], now)
             current = await visible_offer(uow, project, offer_id)
-            finished = replace(current, state=o.FINISHED, revision=current.revision + 1)
+            finished = replace(current, state=OfferState.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
             await self.context.audit(
                 uow,
@@ -184,8 +193,8 @@ class Pairing:
         return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
 
     async def _intend(
-        self, offer: o.Offer, receipt: JSONObject, body: JSONObject, now: datetime
-    ) -> p.Peer:
+        self, offer: Offer, receipt: JSONObject, body: JSONObject, now: datetime
+    ) -> Peer:
         """Commit the pairing about to be finished, still pending: the peer (the same one on a
         retry), its generation and the receipt, before ``pairing.finish`` is sent."""
         assert offer.project is not None
@@ -193,17 +202,17 @@ class Pairing:
         async with self.context.uow_factory() as uow:
             current = await visible_offer(uow, offer.project, offer.id)
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
-            if existing is not None and existing.state == p.PENDING:
+            if existing is not None and existing.state == PeerState.PENDING:
                 return existing
-            peer = p.Peer(
+            peer = Peer(
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=offer.project,
                 label=offer.peer_label,
                 hypernet_id=offer.service,
                 cluster_key=offer.peer_cluster_key,
-                state=p.PENDING,
+                state=PeerState.PENDING,
                 generation=_generation(body),
-                role=p.REQUESTER,
+                role=PeerRole.REQUESTER,
                 offer_id=offer.id,
                 selected_grant=str(body["grant"]),
                 ticket=offer.ticket,
@@ -217,7 +226,7 @@ class Pairing:
             await uow.commit()
         return peer
 
-    async def _finished(self, uow: UnitOfWork, offer: o.Offer, now: datetime) -> p.PairingView:
+    async def _finished(self, uow: UnitOfWork, offer: Offer, now: datetime) -> PairingView:
         """A finish repeated after it succeeded: the pairing it made."""
         assert offer.peer_id is not None
         peer = await uow.peers.get(offer.peer_id)
@@ -230,7 +239,7 @@ class Pairing:
         """The service side pushes the receipt of its approval: checked, then kept."""
         receipt = body.get("receipt")
         async with self.context.uow_factory() as uow:
-            offer = await their_offer(uow, identity, body, o.OUTGOING)
+            offer = await their_offer(uow, identity, body, OfferDirection.OUTGOING)
             digest = receipt.get("digest") if isinstance(receipt, dict) else None
             check_receipt(
                 receipt,
@@ -243,7 +252,7 @@ class Pairing:
                 requested_scopes=offer.scopes,
                 verify=self.verify,
             )
-            state = o.next_state(offer, "receipt", self.context.clock())
+            state = next_state(offer, "receipt", self.context.clock())
             assert isinstance(receipt, dict)
             await uow.offers.update(
                 replace(offer, state=state, revision=offer.revision + 1, receipt=receipt)
@@ -256,13 +265,13 @@ class Pairing:
 
     async def discard_offer(
         self, principal: Principal, project: str, offer_id: str
-    ) -> o.DiscardedOfferView:
+    ) -> DiscardedOfferView:
         principal.require_scope("federation:manage")
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-            o.next_state(offer, "discard", now)
-            discarded = replace(offer, state=o.DISCARDED, revision=offer.revision + 1)
+            next_state(offer, "discard", now)
+            discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
             await self.context.audit(
@@ -280,19 +289,19 @@ class Pairing:
         return {**self.offer_json(discarded, now), "told": told}
 
 
-async def drop_pending_peer(uow: UnitOfWork, offer: o.Offer, now: datetime) -> None:
+async def drop_pending_peer(uow: UnitOfWork, offer: Offer, now: datetime) -> None:
     """A discarded offer with an unfinished peer: the peer goes and its grant is revoked."""
     if offer.peer_id is None:
         return
     peer = await uow.peers.get(offer.peer_id)
-    if peer is not None and peer.state == p.PENDING:
-        await uow.peers.update(replace(peer, state=p.REMOVED, updated_at=now))
+    if peer is not None and peer.state == PeerState.PENDING:
+        await uow.peers.update(replace(peer, state=PeerState.REMOVED, updated_at=now))
         await revoke_active(uow, peer.id, now)
 
 
 async def their_offer(
     uow: UnitOfWork, identity: PeerIdentity, body: JSONObject, direction: str
-) -> o.Offer:
+) -> Offer:
     """The offer ``body`` names, if it is one with the proven peer in ``direction``."""
     offer_id = parse_id("offer", body.get("offer"), field="offer")
     offer = await uow.offers.get(offer_id)
@@ -321,10 +330,10 @@ def _remote_grant(body: JSONObject) -> JSONObject:
     """The grant a receipt gives, as the requester keeps it until the next refresh."""
     terms = body["grant_terms"]
     assert isinstance(terms, dict)  # as check_receipt read it
-    metered = {name: terms.get(name) for name in g.METERED_FIELDS}
+    metered = {name: terms.get(name) for name in METERED_FIELDS}
     return {
         "id": body["grant"],
-        "state": g.ACTIVE,
+        "state": GrantState.ACTIVE,
         **terms,
         **metered,
         "expires_at": body["expires_at"],

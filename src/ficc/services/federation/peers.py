@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 from ficc.base.errors import Conflict, PermissionDenied
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.grants import GrantState
+from ficc.domain.peers import ForgottenPeerView, Peer, PeerState, RemovedPeerView
 from ficc.domain.principals import Principal
 from ficc.services.federation.common import (
     FederationContext,
@@ -32,16 +32,16 @@ class Peers:
 
     async def remove_peer(
         self, principal: Principal, project: str, peer_id: str
-    ) -> p.RemovedPeerView:
+    ) -> RemovedPeerView:
         """Revoke every grant given to the peer and remove the pairing, reachable or not."""
         principal.require_scope("federation:manage")
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-            if peer.state == p.REMOVED:
+            if peer.state == PeerState.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
             ended = await revoke_active(uow, peer_id, now)
-            removed = replace(peer, state=p.REMOVED, updated_at=now)
+            removed = replace(peer, state=PeerState.REMOVED, updated_at=now)
             await uow.peers.update(removed)
             await self.context.audit(
                 uow,
@@ -56,7 +56,7 @@ class Peers:
         for grant in ended:
             await self.grants.grant_ended(grant)
         told = False
-        if peer.state == p.PAIRED:
+        if peer.state == PeerState.PAIRED:
             # Told over a session at the pairing's generation, so the peer can prove it is
             # this pairing that ends; only then is the generation forgotten. The peer is
             # already removed in the database, so nothing is served meanwhile.
@@ -76,7 +76,7 @@ class Peers:
 
     async def forget_peer(
         self, principal: Principal, project: str, peer_id: str, *, erase_audit: bool = False
-    ) -> p.ForgottenPeerView:
+    ) -> ForgottenPeerView:
         """Delete a removed peer whose grants are all retired, with its offers and grants.
 
         The audit log keeps the pairing's history; with ``erase_audit`` the rows naming the
@@ -86,13 +86,13 @@ class Peers:
         principal.require_scope("federation:manage")
         async with self.context.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
-            if peer.state != p.REMOVED:
+            if peer.state != PeerState.REMOVED:
                 raise Conflict(
                     f"peer {peer_id} is {peer.state}; remove it first",
                     details={"state": peer.state},
                 )
             grants = await uow.grants.of_peer(peer_id)
-            unretired = [grant.id for grant in grants if grant.state != g.RETIRED]
+            unretired = [grant.id for grant in grants if grant.state != GrantState.RETIRED]
             if unretired:
                 raise Conflict(
                     f"retire the grants of this peer first: {', '.join(unretired)}",
@@ -125,7 +125,7 @@ class Peers:
             )
             await uow.commit()
         self._disconnect(peer)
-        answer: p.ForgottenPeerView = {"peer": peer_id, "forgotten": True}
+        answer: ForgottenPeerView = {"peer": peer_id, "forgotten": True}
         if erase_audit:
             answer["tombstoned"] = tombstoned
         return answer
@@ -134,11 +134,11 @@ class Peers:
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
-            removed = replace(peer, state=p.REMOVED, updated_at=now)
+            removed = replace(peer, state=PeerState.REMOVED, updated_at=now)
             await uow.peers.update(removed)
             remote = await uow.remote_grants.of_peer(peer.id)
             await uow.remote_grants.replace_for_peer(
-                peer.id, [{**item, "state": g.REVOKED} for item in remote], now
+                peer.id, [{**item, "state": GrantState.REVOKED} for item in remote], now
             )
             ended = await revoke_active(uow, peer.id, now)
             await self.context.audit(
@@ -150,7 +150,7 @@ class Peers:
             await self.grants.grant_ended(grant)
         return {}
 
-    def _disconnect(self, peer: p.Peer) -> None:
+    def _disconnect(self, peer: Peer) -> None:
         """Close the sessions of a pairing that ended, and what runs on them (the cluster's
         other pairings, with other projects, keep theirs)."""
         self.context.link.disconnect(

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ficc.domain import metering as m
-from ficc.domain import peers as p
 from ficc.domain import usage_receipts as r
+from ficc.domain.peers import Peer
 from ficc.domain.receipts import unb64
 from ficc.services.federation.common import Verify, log
 from ficc.services.ports import UnitOfWork
@@ -31,7 +31,7 @@ class KeptHeads:
         self._heads[stored.grant] = r.head_kept(stored.receipt, stored.seq, stored.digest[:64])
 
     async def keep_next(
-        self, uow: UnitOfWork, peer: p.Peer, record: m.UsageRecord, receipt: object
+        self, uow: UnitOfWork, peer: Peer, record: m.UsageRecord, receipt: object
     ) -> r.StoredReceipt | None:
         """Check and keep ``receipt`` when it is the one right after the remembered head and
         that head is still the chain's; None otherwise (nothing written)."""

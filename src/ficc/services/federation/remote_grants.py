@@ -13,8 +13,8 @@ from datetime import datetime
 from ficc.base.errors import Conflict, FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.times import parse_time
-from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.grants import GrantState
+from ficc.domain.peers import Peer, PeerState
 from ficc.services.federation.common import (
     GRANTS_LIST_ANSWER_BYTES,
     NOTICE_TIMEOUT_SECONDS,
@@ -36,7 +36,7 @@ class RemoteGrantCopies:
         self._stale.add(peer_id)
 
     async def fetch(
-        self, peer: p.Peer, *, timeout_seconds: float = PAIRING_TIMEOUT_SECONDS
+        self, peer: Peer, *, timeout_seconds: float = PAIRING_TIMEOUT_SECONDS
     ) -> list[JSONObject]:
         """Ask the peer for the grants it gives us now, and keep that copy."""
         answer = await self._ctx.link.request(
@@ -64,9 +64,9 @@ class RemoteGrantCopies:
         self._stale.discard(peer.id)
         return listed
 
-    async def current(self, peer: p.Peer, kept: list[JSONObject]) -> list[JSONObject]:
+    async def current(self, peer: Peer, kept: list[JSONObject]) -> list[JSONObject]:
         """The copy to show: asked for again when stale (best effort), expiry applied."""
-        if peer.id in self._stale and peer.state == p.PAIRED:
+        if peer.id in self._stale and peer.state == PeerState.PAIRED:
             try:
                 kept = await self.fetch(peer, timeout_seconds=NOTICE_TIMEOUT_SECONDS)
             except FiccError as exc:
@@ -78,10 +78,10 @@ class RemoteGrantCopies:
 def _as_of(item: JSONObject, now: datetime) -> JSONObject:
     """A copy of a grant as it stands at ``now``: an active one past its expiry is expired."""
     expires_at = item.get("expires_at")
-    if item.get("state") != g.ACTIVE or not isinstance(expires_at, str):
+    if item.get("state") != GrantState.ACTIVE or not isinstance(expires_at, str):
         return item
     try:
         expired = parse_time(expires_at) <= now
     except ValueError:
         return item
-    return {**item, "state": g.EXPIRED} if expired else item
+    return {**item, "state": GrantState.EXPIRED} if expired else item

@@ -18,8 +18,8 @@ from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain import metering as m
-from ficc.domain import peers as p
 from ficc.domain import usage_receipts as r
+from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import unb64
 from ficc.services.federation.common import (
@@ -99,7 +99,7 @@ class UsageReceipts:
     # The requester's side.
 
     async def keep(
-        self, uow: UnitOfWork, peer: p.Peer, record: m.UsageRecord, receipt: object
+        self, uow: UnitOfWork, peer: Peer, record: m.UsageRecord, receipt: object
     ) -> r.StoredReceipt | None:
         """Check the receipt an answer carried against the record this side writes of it,
         in the record's transaction, and keep it with what the check found. No receipt (an
@@ -151,7 +151,7 @@ class UsageReceipts:
             self._heads.remember(stored)
         return stored
 
-    async def catch_up(self, peer: p.Peer, grant_id: str, *, busy: bool = False) -> None:
+    async def catch_up(self, peer: Peer, grant_id: str, *, busy: bool = False) -> None:
         """Before a request through a grant that lacks receipts: fetch them (best effort,
         briefly: the request goes on whatever happens). ``busy``: other requests through the
         grant are still on their way, and may bring what is missing."""
@@ -167,7 +167,7 @@ class UsageReceipts:
                 log.info("grant %s: receipts not fetched: %s", grant_id, exc.message)
 
     async def _fetch(
-        self, peer: p.Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
+        self, peer: Peer, grant_id: str, *, timeout_seconds: float, after: int = 0
     ) -> tuple[list[tuple[int, JSONObject]], r.Head, int]:
         """The grantor's chain of ``grant_id`` past ``after`` (0: whole), keeping the
         receipts this side lacks, then checking this side's chain again from there: the
@@ -206,7 +206,7 @@ class UsageReceipts:
     async def _recheck(
         self,
         uow: UnitOfWork,
-        peer: p.Peer,
+        peer: Peer,
         grant_id: str,
         *,
         head_seq: int | None = None,
@@ -274,7 +274,7 @@ class UsageReceipts:
         ]
         return {"grants": reports}
 
-    async def _reconcile_grant(self, peer: p.Peer, grant_id: str) -> JSONObject:
+    async def _reconcile_grant(self, peer: Peer, grant_id: str) -> JSONObject:
         async with self._ctx.uow_factory() as uow:
             before = {item.seq: dict(item.receipt) for item in await _all_receipts(uow, grant_id)}
         theirs, head, fetched = await self._fetch(

@@ -18,7 +18,7 @@ from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.times import format_time
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.grants import ACTIVE
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import AttemptState, Capacity, RuntimeName, ServiceSpec, ServiceState
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import (
@@ -142,7 +142,7 @@ async def grant_lapsed(uow: UnitOfWork, service: ServiceRecord, now: datetime) -
     if service.created_by_grant is None:
         return False
     grant = await uow.grants.get(service.created_by_grant)
-    return grant is None or grant.state_at(now) != ACTIVE
+    return grant is None or grant.state_at(now) != GrantState.ACTIVE
 
 
 def parse_revision(value: object) -> int:

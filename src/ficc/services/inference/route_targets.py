@@ -14,8 +14,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable, PermissionDenied
-from ficc.domain import grants as g
 from ficc.domain import token_limits as tl
+from ficc.domain.grants import DEFAULT_CONCURRENT, copied_term
 from ficc.domain.inference import RuntimeName
 from ficc.domain.principals import Principal
 from ficc.domain.routes import Breaker, Outcome, Route, Target, free_slots, local_skip, skip_outcome
@@ -77,7 +77,7 @@ class RouteTargets:
                 return -float("inf")
             return free_slots(_local_capacity(target, occupancy), occupancy.in_flight)
         key = (project, target.label)
-        cap = self._remote_caps.get(key, target.max_in_flight or g.DEFAULT_CONCURRENT)
+        cap = self._remote_caps.get(key, target.max_in_flight or DEFAULT_CONCURRENT)
         return free_slots(cap, self._remote_in_flight.get(key, 0))
 
     def local_admits(
@@ -135,7 +135,7 @@ class RouteTargets:
                 service=target.service,
                 via=(route.name, route.id),
             )
-            cap = g.copied_term(prepared.terms, "concurrent", g.DEFAULT_CONCURRENT)
+            cap = copied_term(prepared.terms, "concurrent", DEFAULT_CONCURRENT)
             if target.max_in_flight is not None:
                 cap = min(cap, target.max_in_flight)
             self._remote_caps[key] = cap

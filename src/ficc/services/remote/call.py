@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from ficc.base.errors import NotFound, PermissionDenied
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
-from ficc.domain import peers as p
+from ficc.domain.grants import Grant
+from ficc.domain.peers import Peer
 from ficc.domain.receipts import b64
 from ficc.services.grant_slots import Slot
 from ficc.services.inference import Actor
@@ -23,8 +23,8 @@ class Call:
     """One admitted request: who, under which grant, what, and the slot it holds."""
 
     identity: PeerIdentity
-    peer: p.Peer
-    grant: g.Grant
+    peer: Peer
+    grant: Grant
     operation: str
     body: JSONObject
     mutation_id: str | None

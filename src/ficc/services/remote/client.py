@@ -23,10 +23,16 @@ from ficc.base.errors import (
 )
 from ficc.base.json_types import JSONObject
 from ficc.base.units import MiB
-from ficc.domain import grants as g
 from ficc.domain import metering as m
-from ficc.domain import peers as p
+from ficc.domain.grants import (
+    DEFAULT_RESPONSE_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    copied_term,
+    wire_bytes,
+)
 from ficc.domain.operations import check_mutation_id, parse_body
+from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.services.federation.common import check_paired, project_peer
@@ -53,7 +59,7 @@ class Prepared:
     """A request checked and built, not yet sent: the peer, the grant it goes under, this
     cluster's copy of that grant's terms, the operation and the wire body."""
 
-    peer: p.Peer
+    peer: Peer
     grant_id: str
     terms: JSONObject
     operation: str
@@ -164,7 +170,7 @@ class RemoteClient:
 
     async def _ask(
         self,
-        peer: p.Peer,
+        peer: Peer,
         name: str,
         wire: JSONObject,
         terms: JSONObject,
@@ -255,7 +261,7 @@ class RemoteClient:
             headers = self.tokens.rate_limits(principal, headers)
         return headers
 
-    async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[p.Peer, list[JSONObject]]:
+    async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[Peer, list[JSONObject]]:
         """The project's peer and this cluster's copies of the grants it gave."""
         async with self.uow_factory() as uow:
             peer = await project_peer(uow, project, peer_id)
@@ -263,7 +269,7 @@ class RemoteClient:
 
     async def _route(
         self, principal: Principal, project: str, peer_id: str, service: str | None = None
-    ) -> tuple[p.Peer, str, JSONObject]:
+    ) -> tuple[Peer, str, JSONObject]:
         """The peer, its selected grant and this cluster's copy of that grant's terms (empty
         if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")
@@ -287,10 +293,10 @@ def answer_bytes(operation: str, terms: JSONObject) -> int:
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
     if operation == "inference.invoke":
-        response_bytes = g.copied_term(
-            terms, "response_bytes", g.DEFAULT_RESPONSE_BYTES, g.MAX_RESPONSE_BYTES
+        response_bytes = copied_term(
+            terms, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
         )
-        return g.wire_bytes(response_bytes)
+        return wire_bytes(response_bytes)
     if operation == "models.manifest":
         return MANIFEST_ANSWER_BYTES
     return GRANT_ANSWER_BYTES
@@ -322,7 +328,7 @@ def _wire(
             "±(2**53 - 1)",
             field="body",
         ) from exc
-    allowed = g.copied_term(terms, "request_bytes", g.MAX_REQUEST_BYTES, g.MAX_REQUEST_BYTES)
+    allowed = copied_term(terms, "request_bytes", MAX_REQUEST_BYTES, MAX_REQUEST_BYTES)
     if size > allowed:
         raise TooLarge(
             f"the request body is {size} bytes; the grant allows {allowed}",

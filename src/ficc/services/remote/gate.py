@@ -30,7 +30,7 @@ from ficc.base.errors import (
 )
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
+from ficc.domain.grants import Grant, GrantState
 from ficc.domain.operations import check_mutation_id, check_scope
 from ficc.domain.peers import Peer
 from ficc.domain.routes import ADMISSION_STAGE
@@ -62,9 +62,7 @@ class Gate:
     peers: KnownPeers
     slots: GrantSlots
     meter: Meter
-    _fixed: dict[str, tuple[g.Grant, str, int]] = field(
-        default_factory=dict, init=False, repr=False
-    )
+    _fixed: dict[str, tuple[Grant, str, int]] = field(default_factory=dict, init=False, repr=False)
 
     @contextlib.asynccontextmanager
     async def admitted(
@@ -131,11 +129,11 @@ class Gate:
     async def _admission(
         self,
         identity: PeerIdentity,
-        fixed: g.Grant,
+        fixed: Grant,
         grant_id: str,
         request: tuple[str, JSONObject, int],
         now: datetime,
-    ) -> AsyncIterator[tuple[Peer, g.Grant, Slot, TokenHold | None]]:
+    ) -> AsyncIterator[tuple[Peer, Grant, Slot, TokenHold | None]]:
         """The limits, each refusal raised as :class:`_Refused` (recorded for an invoke);
         ``request``: the operation, its body and the body's size."""
         body_bytes = request[2]
@@ -175,7 +173,7 @@ class Gate:
         requests: int,
         request: tuple[str, JSONObject, int],
         now: datetime,
-    ) -> tuple[Peer, g.Grant, TokenHold | None]:
+    ) -> tuple[Peer, Grant, TokenHold | None]:
         """One transaction proves the peer, charges the request and reads the grant's state,
         and for an invoke holds what it can need of the grant's tokens.
 
@@ -191,9 +189,9 @@ class Gate:
             if current is None or current.peer_id != peer.id:
                 raise no_grant(grant_id)
             state = current.state_at(now)
-            if state in (g.REVOKED, g.RETIRED):
+            if state in (GrantState.REVOKED, GrantState.RETIRED):
                 raise GrantRevoked("the grant was revoked", details={"grant": grant_id})
-            if state == g.EXPIRED:
+            if state == GrantState.EXPIRED:
                 raise GrantExpired("the grant expired", details={"grant": grant_id})
             if not charged:
                 raise LimitExceeded(
@@ -206,7 +204,7 @@ class Gate:
             await uow.commit()
         return peer, current, hold
 
-    async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> g.Grant:
+    async def _fixed_terms(self, grant_id: str, identity: PeerIdentity) -> Grant:
         """The grant's terms, if the grant is the calling peer's; else not found.
 
         A grant's terms, peer and expiry never change: they are read once and kept, with the

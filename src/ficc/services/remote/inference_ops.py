@@ -12,8 +12,8 @@ from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
-from ficc.domain import grants as g
 from ficc.domain import metering as m
+from ficc.domain.grants import MAX_CREATED_SERVICES
 from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_model
 from ficc.domain.operations import invoke_path
 from ficc.domain.service_records import PreviewView
@@ -86,10 +86,10 @@ class InferenceOperations:
             # Every record the grant ever created counts (removing one makes no room), and
             # every creation still uncertain, this request's own among them.
             held = await mutations.count_held(uow, grant.id, "inference.create")
-            if held - 1 >= g.MAX_CREATED_SERVICES:
+            if held - 1 >= MAX_CREATED_SERVICES:
                 raise LimitExceeded(
-                    f"a grant can create at most {g.MAX_CREATED_SERVICES} services",
-                    details={"limit": "created_services", "allowed": g.MAX_CREATED_SERVICES},
+                    f"a grant can create at most {MAX_CREATED_SERVICES} services",
+                    details={"limit": "created_services", "allowed": MAX_CREATED_SERVICES},
                 )
 
         async def effect(key: MutationKey) -> tuple[JSONObject, bool]:

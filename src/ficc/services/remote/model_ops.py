@@ -9,7 +9,7 @@ from ficc.base.errors import NotFound
 from ficc.base.ids import parse_id, parse_mutation_id
 from ficc.base.json_types import JSONObject
 from ficc.base.times import with_times_formatted
-from ficc.domain import grants as g
+from ficc.domain.grants import MAX_CREATED_MODELS
 from ficc.domain.manifests import parse_manifest
 from ficc.domain.mutations import ReceiptState
 from ficc.services import mutations
@@ -61,7 +61,7 @@ class ModelOperations:
                 created_by_grant=grant.id,
                 actor=call.actor.name,
                 peer=call.peer_key,
-                max_created=g.MAX_CREATED_MODELS,
+                max_created=MAX_CREATED_MODELS,
             )
 
         return effect

@@ -16,7 +16,7 @@ from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
-from ficc.domain import peers as p
+from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import spent_limit
 from ficc.services.federation.usage_receipts import UsageReceipts
@@ -43,7 +43,7 @@ class RequesterUsage:
     """Requests under way through each grant (their receipts are still to come)."""
     on_settled: Callable[[str, str, int, int], None] | None = field(default=None, init=False)
 
-    async def catch_up(self, peer: p.Peer, grant_id: str) -> None:
+    async def catch_up(self, peer: Peer, grant_id: str) -> None:
         """Receipts the grant's chain lacks here are fetched before its next request."""
         if self.receipts is not None:
             await self.receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
@@ -54,7 +54,7 @@ class RequesterUsage:
         grant_id: str,
         wire: JSONObject,
         body_bytes: int,
-        peer: p.Peer,
+        peer: Peer,
         principal: Principal | None = None,
     ) -> AsyncIterator[_Usage]:
         """One usage record of an ``inference.invoke`` whose operation body is
@@ -173,7 +173,7 @@ async def metered_stream(
 class _Usage:
     """What the requester learns of one ``inference.invoke`` as it goes."""
 
-    peer: p.Peer
+    peer: Peer
     grant: str
     request: str
     service: str | None

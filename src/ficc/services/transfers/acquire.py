@@ -13,10 +13,17 @@ from dataclasses import replace
 
 from ficc.base.errors import Conflict, NotFound, PeerUnreachable
 from ficc.base.ids import new_id, parse_id
-from ficc.domain import peers as p
-from ficc.domain import transfers as tr
 from ficc.domain.manifests import canonical_sha256, parse_manifest
+from ficc.domain.peers import PeerState
 from ficc.domain.principals import Principal
+from ficc.domain.transfers import (
+    RANGE_BYTES,
+    STALL_SECONDS,
+    Transfer,
+    TransferFile,
+    TransferState,
+    TransferView,
+)
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
 from ficc.services.remote.client import RemoteClient
@@ -34,8 +41,8 @@ class Transfers:
         blobs: BlobStore,
         free_disk: FreeDisk,
         *,
-        range_bytes: int = tr.RANGE_BYTES,
-        stall_seconds: float = tr.STALL_SECONDS,
+        range_bytes: int = RANGE_BYTES,
+        stall_seconds: float = STALL_SECONDS,
     ) -> None:
         self._uow_factory = uow_factory
         self._clock = clock
@@ -53,13 +60,13 @@ class Transfers:
     async def recover(self) -> None:
         """Transfers left running by an earlier FICC process are paused, bytes kept."""
         async with self._uow_factory() as uow:
-            for transfer in await uow.transfers.in_state(tr.RUNNING) + await uow.transfers.in_state(
-                tr.VERIFYING
-            ):
+            for transfer in await uow.transfers.in_state(
+                TransferState.RUNNING
+            ) + await uow.transfers.in_state(TransferState.VERIFYING):
                 await uow.transfers.update(
                     replace(
                         transfer,
-                        state=tr.PAUSED,
+                        state=TransferState.PAUSED,
                         error="FICC restarted during the transfer; acquire again to resume",
                         updated_at=self._clock(),
                     )
@@ -69,11 +76,13 @@ class Transfers:
     async def close(self) -> None:
         for transfer_id in list(self._tasks):
             await self._stop_task(transfer_id)
-            await self._set_state(transfer_id, tr.PAUSED, "FICC stopped; acquire again to resume")
+            await self._set_state(
+                transfer_id, TransferState.PAUSED, "FICC stopped; acquire again to resume"
+            )
 
     async def acquire(
         self, principal: Principal, project: str, peer_id: str, *, model: object
-    ) -> tr.TransferView:
+    ) -> TransferView:
         """Start, resume, or show the completed acquisition of a peer's model."""
         principal.require_scope("federation:invoke", "models:manage")
         remote_model = parse_id("model", model, field="model")
@@ -82,14 +91,14 @@ class Transfers:
             if peer is None or peer.project != project:
                 raise NotFound(f"no peer {peer_id} in project {project}", details={"peer": peer_id})
             existing = await uow.transfers.of_model(project, peer_id, remote_model)
-        if existing is not None and existing.state != tr.FAILED:
+        if existing is not None and existing.state != TransferState.FAILED:
             async with self._starting:
                 current = await self._load(project, existing.id)
-                if current.state == tr.PAUSED and current.id not in self._tasks:
-                    await self._set_state(current.id, tr.RUNNING, None)
+                if current.state == TransferState.PAUSED and current.id not in self._tasks:
+                    await self._set_state(current.id, TransferState.RUNNING, None)
                     self._start(current.id, principal)
             return await self.get(project, existing.id)
-        if peer.state != p.PAIRED or peer.selected_grant is None:
+        if peer.state != PeerState.PAIRED or peer.selected_grant is None:
             raise Conflict(f"peer {peer_id} is not paired with a selected grant")
         answer = await self._remote.request(
             principal, project, peer_id, operation="models.manifest", body={"model": remote_model}
@@ -106,7 +115,7 @@ class Transfers:
             )
         await self._fetcher.check_room_for_model(peer_id, peer.selected_grant, manifest.total_bytes)
         now = self._clock()
-        transfer = tr.Transfer(
+        transfer = Transfer(
             id=new_id("transfer", secrets.token_bytes(16)),
             project=project,
             peer_id=peer_id,
@@ -114,8 +123,8 @@ class Transfers:
             grant_id=peer.selected_grant,
             manifest=manifest.to_json(),
             sha256=digest,
-            state=tr.RUNNING,
-            files=tuple(tr.TransferFile(f.path, f.size, f.sha256) for f in manifest.files),
+            state=TransferState.RUNNING,
+            files=tuple(TransferFile(f.path, f.size, f.sha256) for f in manifest.files),
             local_model=None,
             error=None,
             created_at=now,
@@ -136,40 +145,40 @@ class Transfers:
         self._start(transfer.id, principal)
         return await self.get(project, transfer.id)
 
-    async def pause(self, principal: Principal, project: str, transfer_id: str) -> tr.TransferView:
+    async def pause(self, principal: Principal, project: str, transfer_id: str) -> TransferView:
         """Stop at once; bytes on disk stay for the next acquire."""
         principal.require_scope("federation:invoke")
         transfer = await self._load(project, transfer_id)
-        if transfer.state in (tr.COMPLETE, tr.FAILED):
+        if transfer.state in (TransferState.COMPLETE, TransferState.FAILED):
             raise Conflict(
                 f"transfer {transfer_id} is {transfer.state}", details={"state": transfer.state}
             )
         async with self._starting:
             stopped = await self._stop_task(transfer_id)
             current = await self._load(project, transfer_id)
-            if current.state in (tr.COMPLETE, tr.FAILED):
+            if current.state in (TransferState.COMPLETE, TransferState.FAILED):
                 # It finished while it was being stopped: nothing is left to pause.
                 return self._json(current)
             # Pausing a transfer that is paused already keeps the reason it paused for.
-            error = current.error if not stopped and current.state == tr.PAUSED else None
-            await self._set_state(transfer_id, tr.PAUSED, error)
+            error = current.error if not stopped and current.state == TransferState.PAUSED else None
+            await self._set_state(transfer_id, TransferState.PAUSED, error)
         return await self.get(project, transfer_id)
 
-    async def get(self, project: str, transfer_id: str) -> tr.TransferView:
+    async def get(self, project: str, transfer_id: str) -> TransferView:
         return self._json(await self._load(project, transfer_id))
 
-    async def list(self, project: str) -> list[tr.TransferView]:
+    async def list(self, project: str) -> list[TransferView]:
         async with self._uow_factory() as uow:
             return [self._json(t) for t in await uow.transfers.in_project(project)]
 
-    async def _load(self, project: str, transfer_id: str) -> tr.Transfer:
+    async def _load(self, project: str, transfer_id: str) -> Transfer:
         async with self._uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
         if transfer is None or transfer.project != project:
             raise NotFound(f"no transfer {transfer_id}", details={"transfer": transfer_id})
         return transfer
 
-    def _json(self, transfer: tr.Transfer) -> tr.TransferView:
+    def _json(self, transfer: Transfer) -> TransferView:
         return {
             "id": transfer.id,
             "peer": transfer.peer_id,
@@ -207,5 +216,5 @@ class Transfers:
         await asyncio.gather(task, return_exceptions=True)
         return True
 
-    async def _set_state(self, transfer_id: str, state: str, error: str | None) -> None:
+    async def _set_state(self, transfer_id: str, state: TransferState, error: str | None) -> None:
         await self._fetcher.set_state(transfer_id, state, error)

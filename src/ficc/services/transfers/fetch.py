@@ -21,10 +21,10 @@ from typing import Final
 from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable
 from ficc.base.ids import new_id
 from ficc.base.units import MiB
-from ficc.domain import transfers as tr
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import Principal
+from ficc.domain.transfers import Transfer, TransferFile, TransferState, ranges
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, Hasher, UnitOfWorkFactory
 from ficc.services.remote.client import RemoteClient
@@ -59,7 +59,7 @@ class Fetcher:
         """Bytes per second of the transfer's current run (0 before its first range)."""
         return self._rates.get(transfer_id, 0.0)
 
-    async def set_state(self, transfer_id: str, state: str, error: str | None) -> None:
+    async def set_state(self, transfer_id: str, state: TransferState, error: str | None) -> None:
         """Record where the transfer stands and why (a transfer gone meanwhile is left be)."""
         async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
@@ -79,17 +79,21 @@ class Fetcher:
         except _Failed:
             return
         except _Paused as paused:
-            await self.set_state(transfer_id, tr.PAUSED, paused.message)
+            await self.set_state(transfer_id, TransferState.PAUSED, paused.message)
         except FiccError as exc:
-            await self.set_state(transfer_id, tr.PAUSED, f"{exc.code}: {exc.message}")
+            await self.set_state(transfer_id, TransferState.PAUSED, f"{exc.code}: {exc.message}")
         except OSError as exc:
             await self.set_state(
-                transfer_id, tr.PAUSED, f"local disk error: {exc.strerror or 'I/O error'}"
+                transfer_id,
+                TransferState.PAUSED,
+                f"local disk error: {exc.strerror or 'I/O error'}",
             )
         except Exception:
             log.exception("transfer %s stopped on an unexpected error", transfer_id)
             await self.set_state(
-                transfer_id, tr.PAUSED, "internal error; see the server log, then acquire again"
+                transfer_id,
+                TransferState.PAUSED,
+                "internal error; see the server log, then acquire again",
             )
 
     async def _fetch_all(self, transfer_id: str, principal: Principal) -> None:
@@ -124,7 +128,7 @@ class Fetcher:
             # creates the file of an empty or not yet started one.
             await asyncio.to_thread(self.blobs.truncate_partial, name, done)
             hasher = await self._hasher(transfer_id, index, name, done)
-            for offset, length in tr.ranges(entry.size, done, self.range_bytes):
+            for offset, length in ranges(entry.size, done, self.range_bytes):
                 await self._check_room(transfer, length)
                 hasher = await self._fetch_range(
                     principal, transfer, entry, name, hasher, offset, length
@@ -140,7 +144,7 @@ class Fetcher:
                 await self._record(transfer_id, index, done=0, verified=False)
                 await self.set_state(
                     transfer_id,
-                    tr.FAILED,
+                    TransferState.FAILED,
                     f"{entry.path} failed verification: its SHA-256 is not the manifest's; "
                     "nothing was registered",
                 )
@@ -197,7 +201,7 @@ class Fetcher:
                     return left
         return None
 
-    async def _check_room(self, transfer: tr.Transfer, length: int) -> None:
+    async def _check_room(self, transfer: Transfer, length: int) -> None:
         free = await asyncio.to_thread(self.free_disk)
         if free < length + DISK_RESERVE_BYTES:
             raise _Paused(f"disk full: {length} bytes needed for the next range, {free} free")
@@ -211,8 +215,8 @@ class Fetcher:
     async def _fetch_range(
         self,
         principal: Principal,
-        transfer: tr.Transfer,
-        entry: tr.TransferFile,
+        transfer: Transfer,
+        entry: TransferFile,
         name: str,
         hasher: Hasher,
         offset: int,
@@ -276,9 +280,7 @@ class Fetcher:
         await asyncio.to_thread(self.blobs.sync_partial, name)
         return running
 
-    async def _record(
-        self, transfer_id: str, index: int, *, done: int, verified: bool
-    ) -> tr.Transfer:
+    async def _record(self, transfer_id: str, index: int, *, done: int, verified: bool) -> Transfer:
         async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             assert transfer is not None
@@ -293,11 +295,13 @@ class Fetcher:
         async with self.uow_factory() as uow:
             transfer = await uow.transfers.get(transfer_id)
             assert transfer is not None
-            await uow.transfers.update(replace(transfer, state=tr.VERIFYING))
+            await uow.transfers.update(replace(transfer, state=TransferState.VERIFYING))
             await uow.commit()
         manifest = parse_manifest(transfer.manifest)
         if canonical_sha256(manifest) != transfer.sha256:
-            await self.set_state(transfer_id, tr.FAILED, "the manifest changed; nothing registered")
+            await self.set_state(
+                transfer_id, TransferState.FAILED, "the manifest changed; nothing registered"
+            )
             return
         model = CatalogueModel(
             id=new_id("model", secrets.token_bytes(16)),
@@ -321,7 +325,7 @@ class Fetcher:
             await uow.transfers.update(
                 replace(
                     transfer,
-                    state=tr.COMPLETE,
+                    state=TransferState.COMPLETE,
                     local_model=model.id,
                     error=None,
                     updated_at=self.clock(),

@@ -9,7 +9,23 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ficc.base.errors import NotFound
-from ficc.domain import grants as g
+from ficc.domain.grants import (
+    DEFAULT_CONCURRENT,
+    DEFAULT_LIFETIME_SECONDS,
+    DEFAULT_REQUEST_BYTES,
+    DEFAULT_REQUESTS,
+    DEFAULT_RESPONSE_BYTES,
+    DEFAULT_TRANSFER_BYTES,
+    MAX_CONCURRENT,
+    MAX_LIFETIME_SECONDS,
+    MAX_REQUEST_BYTES,
+    MAX_REQUESTS,
+    MAX_REQUESTS_PER_MINUTE,
+    MAX_RESPONSE_BYTES,
+    MAX_TOKENS,
+    MAX_TOKENS_PER_MINUTE,
+    MAX_TRANSFER_BYTES,
+)
 from ficc.services import catalogue, nodes
 from ficc.web.console import (
     ConsoleContext,
@@ -75,21 +91,21 @@ def _grant_defaults(scopes: list[str]) -> dict[str, Any]:
     """The grant approval creates when nothing is changed: the reference's defaults."""
     return {
         "scopes": scopes,
-        "lifetime_hours": g.DEFAULT_LIFETIME_SECONDS // 3600,
-        "max_lifetime_hours": g.MAX_LIFETIME_SECONDS // 3600,
-        "concurrent": g.DEFAULT_CONCURRENT,
-        "max_concurrent": g.MAX_CONCURRENT,
-        "requests": g.DEFAULT_REQUESTS,
-        "max_requests": g.MAX_REQUESTS,
-        "transfer_bytes": g.DEFAULT_TRANSFER_BYTES,
-        "max_transfer_bytes": g.MAX_TRANSFER_BYTES,
-        "request_bytes": g.DEFAULT_REQUEST_BYTES,
-        "max_request_bytes": g.MAX_REQUEST_BYTES,
-        "response_bytes": g.DEFAULT_RESPONSE_BYTES,
-        "max_response_bytes": g.MAX_RESPONSE_BYTES,
-        "max_tokens": g.MAX_TOKENS,
-        "max_tokens_per_minute": g.MAX_TOKENS_PER_MINUTE,
-        "max_requests_per_minute": g.MAX_REQUESTS_PER_MINUTE,
+        "lifetime_hours": DEFAULT_LIFETIME_SECONDS // 3600,
+        "max_lifetime_hours": MAX_LIFETIME_SECONDS // 3600,
+        "concurrent": DEFAULT_CONCURRENT,
+        "max_concurrent": MAX_CONCURRENT,
+        "requests": DEFAULT_REQUESTS,
+        "max_requests": MAX_REQUESTS,
+        "transfer_bytes": DEFAULT_TRANSFER_BYTES,
+        "max_transfer_bytes": MAX_TRANSFER_BYTES,
+        "request_bytes": DEFAULT_REQUEST_BYTES,
+        "max_request_bytes": MAX_REQUEST_BYTES,
+        "response_bytes": DEFAULT_RESPONSE_BYTES,
+        "max_response_bytes": MAX_RESPONSE_BYTES,
+        "max_tokens": MAX_TOKENS,
+        "max_tokens_per_minute": MAX_TOKENS_PER_MINUTE,
+        "max_requests_per_minute": MAX_REQUESTS_PER_MINUTE,
     }
 
 

@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 
 from ficc.bootstrap import Cluster
+from ficc.domain.transfers import TransferState
 from ficc.services import projects
 from ficc.web.console import TEMPLATES, ConsoleContext
 
@@ -29,7 +30,7 @@ SECURITY_HEADERS: Final = {
     "X-Content-Type-Options": "nosniff",
 }
 CHANGED_EVENT: Final = "ficc-changed"
-LIVE_TRANSFER_STATES: Final = ("running", "verifying")
+LIVE_TRANSFER_STATES: Final = (TransferState.RUNNING, TransferState.VERIFYING)
 LIVE_SERVICE_STATES: Final = ("starting", "draining", "stopping")
 P: Final = "/ui/p/{project}"
 
