@@ -220,7 +220,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
     from ficc.domain import grants as g
     from ficc.domain import metering as m
     from ficc.domain import peers as p
-    from ficc.domain.peers import PeerState
+    from ficc.domain.peers import PeerRole, PeerState
     from ficc.services.federation.usage_receipts import UsageReceipts
     from ficc.services.metering import Meter
 
@@ -239,7 +239,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
             key.public_text,
             PeerState.PAIRED,
             1,
-            "grantor",
+            PeerRole.SERVICE,
             None,
             None,
             None,
@@ -255,7 +255,7 @@ async def _receipt_rows(requests: int) -> list[dict[str, Any]]:
                         project="default",
                         peer_id=peer.id,
                         terms=g.parse_grant({"scopes": ["inference:invoke"]}),
-                        state="active",
+                        state=g.GrantState.ACTIVE,
                         created_at=now,
                         expires_at=now,
                         revoked_at=None,

@@ -35,7 +35,7 @@ from ficc.domain.audit_chain import (
     sign_tombstone,
 )
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.grants import Grant
+from ficc.domain.grants import Grant, GrantState
 from ficc.domain.inference import ServiceState
 from ficc.domain.lease import Lease
 from ficc.domain.metering import (
@@ -667,7 +667,7 @@ class FakeGrants(_Repository):
     async def in_project(self, project: str) -> list[Grant]:
         return self._sorted([g for g in self._s.grants.values() if g.project == project])
 
-    async def set_state(self, grant_id: str, state: str, at: datetime | None) -> None:
+    async def set_state(self, grant_id: str, state: GrantState, at: datetime | None) -> None:
         grant = self._s.grants.get(grant_id)
         if grant is not None:
             revoked_at = grant.revoked_at if at is None else at

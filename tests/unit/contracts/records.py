@@ -14,9 +14,9 @@ from tests.support.fakes.unit_of_work import IntegrityError
 from ficc.base.ids import new_id
 from ficc.domain.accounts import User
 from ficc.domain.catalogue import CatalogueModel
-from ficc.domain.grants import Grant, parse_grant
+from ficc.domain.grants import Grant, GrantState, parse_grant
 from ficc.domain.offers import Offer, OfferDirection, OfferState
-from ficc.domain.peers import Peer
+from ficc.domain.peers import Peer, PeerRole, PeerState
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
 
 DUPLICATE = (IntegrityError, sqlalchemy.exc.IntegrityError)
@@ -85,9 +85,9 @@ def peer(project_name: str = "default", *, hypernet_id: str | None = None, age: 
         label="p",
         hypernet_id=hypernet_id or secrets.token_hex(32),
         cluster_key=secrets.token_hex(32),
-        state="paired",
+        state=PeerState.PAIRED,
         generation=1,
-        role="requester",
+        role=PeerRole.REQUESTER,
         offer_id=None,
         selected_grant=None,
         ticket=None,
@@ -100,8 +100,8 @@ def offer(
     *,
     age: float = 0,
     lifetime: float = 60,
-    state: str = OfferState.RECEIVED,
-    direction: str = OfferDirection.INCOMING,
+    state: OfferState = OfferState.RECEIVED,
+    direction: OfferDirection = OfferDirection.INCOMING,
     service: str = "a" * 64,
     source: str | None = None,
     project_name: str | None = None,
@@ -130,7 +130,7 @@ def grant(peer_id: str, project_name: str = "default", *, age: float = 0, **term
         project=project_name,
         peer_id=peer_id,
         terms=parse_grant({"scopes": ["inference:invoke"], **terms}),
-        state="active",
+        state=GrantState.ACTIVE,
         created_at=at(age),
         expires_at=at(age + 3600),
         revoked_at=None,

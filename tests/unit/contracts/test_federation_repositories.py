@@ -21,10 +21,12 @@ from tests.unit.contracts.records import (
     project,
 )
 
+from ficc.domain.grants import GrantState
 from ficc.domain.inference import ServiceState, parse_service_spec
 from ficc.domain.offers import OfferDirection, OfferState
+from ficc.domain.peers import PeerState
 from ficc.domain.service_records import ServiceRecord
-from ficc.domain.transfers import Transfer, TransferFile
+from ficc.domain.transfers import Transfer, TransferFile, TransferState
 from ficc.services.ports import UnitOfWorkFactory
 
 
@@ -39,9 +41,9 @@ async def test_peers_are_found_by_hypernet_id_and_listed_by_project_oldest_first
         await project(uow, "other")
         for record in (later, first, elsewhere):
             await uow.peers.add(record)
-        await uow.peers.update(replace(first, state="removed", generation=2))
+        await uow.peers.update(replace(first, state=PeerState.REMOVED, generation=2))
         await uow.commit()
-    revoked = replace(first, state="removed", generation=2)
+    revoked = replace(first, state=PeerState.REMOVED, generation=2)
     async with uow_factory() as uow:
         assert await uow.peers.in_project("default") == [revoked, later]
         found = await uow.peers.by_hypernet_id(shared)
@@ -164,18 +166,18 @@ async def test_a_grant_shows_what_it_created_and_charges_count_to_its_cap(
         assert await uow.grants.charge_request(first.id, requests=2)
         assert not await uow.grants.charge_request(first.id, requests=2)
         await uow.grants.charge(first.id, requests=3, transfer_bytes=100)
-        await uow.grants.set_state(second.id, "revoked", at(5))
-        await uow.grants.set_state(first.id, "expired", None)
+        await uow.grants.set_state(second.id, GrantState.REVOKED, at(5))
+        await uow.grants.set_state(first.id, GrantState.EXPIRED, None)
         await uow.commit()
     charged = replace(
         first,
-        state="expired",
+        state=GrantState.EXPIRED,
         requests_used=5,
         transfer_bytes_used=100,
         created_services=frozenset({service.id}),
         created_models=frozenset({created.id}),
     )
-    revoked = replace(second, state="revoked", revoked_at=at(5))
+    revoked = replace(second, state=GrantState.REVOKED, revoked_at=at(5))
     async with uow_factory() as uow:
         assert await uow.grants.get(first.id) == charged
         assert await uow.grants.of_peer(holder.id) == [revoked, charged]
@@ -219,7 +221,7 @@ async def test_transfers_are_found_by_model_newest_first_and_by_state(
 ) -> None:
     holder = peer()
 
-    def transfer(age: float, state: str = "running") -> Transfer:
+    def transfer(age: float, state: TransferState = TransferState.RUNNING) -> Transfer:
         return Transfer(
             id=fresh("transfer"),
             project="default",
@@ -236,14 +238,14 @@ async def test_transfers_are_found_by_model_newest_first_and_by_state(
             updated_at=at(age),
         )
 
-    older, newer = transfer(1, "paused"), transfer(2)
+    older, newer = transfer(1, TransferState.PAUSED), transfer(2)
     async with uow_factory() as uow:
         await project(uow)
         await uow.peers.add(holder)
         await uow.transfers.add(newer)
         await uow.transfers.add(older)
         await uow.commit()
-    done = replace(newer, state="complete", local_model="mdl_local", updated_at=at(3))
+    done = replace(newer, state=TransferState.COMPLETE, local_model="mdl_local", updated_at=at(3))
     async with uow_factory() as uow:
         assert await uow.transfers.of_model("default", holder.id, "mdl_remote") == newer
         assert await uow.transfers.of_model("default", holder.id, "mdl_other") is None
@@ -252,5 +254,5 @@ async def test_transfers_are_found_by_model_newest_first_and_by_state(
     async with uow_factory() as uow:
         assert await uow.transfers.get(newer.id) == done
         assert await uow.transfers.in_project("default") == [older, done]
-        assert await uow.transfers.in_state("paused") == [older]
-        assert await uow.transfers.in_state("running") == []
+        assert await uow.transfers.in_state(TransferState.PAUSED) == [older]
+        assert await uow.transfers.in_state(TransferState.RUNNING) == []
