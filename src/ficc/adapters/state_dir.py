@@ -14,30 +14,43 @@ STATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 
 
-class _Entry:
-    """A path in the state directory, by its name there: read as ``state.<attribute>``."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __get__(self, state: StateDir, owner: type[StateDir] | None = None) -> Path:
-        return state.root / self._name
-
-
 @dataclass(frozen=True)
 class StateDir:
     root: Path
 
-    database = _Entry("ficc.db")
-    cluster_key = _Entry("cluster.key")
-    owner_token = _Entry("owner.token")
-    server_json = _Entry("server.json")
-    socket = _Entry("ficc.sock")
-    store = _Entry("store")
-    """The blob store: blobs by content address, temp and partial files beside them."""
-    runtime = _Entry("run")
-    """Engine logs and other per-process files."""
-    transfers = _Entry("transfers")
+    @property
+    def database(self) -> Path:
+        return self.root / "ficc.db"
+
+    @property
+    def cluster_key(self) -> Path:
+        return self.root / "cluster.key"
+
+    @property
+    def owner_token(self) -> Path:
+        return self.root / "owner.token"
+
+    @property
+    def server_json(self) -> Path:
+        return self.root / "server.json"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "ficc.sock"
+
+    @property
+    def store(self) -> Path:
+        """The blob store: blobs by content address, temp and partial files beside them."""
+        return self.root / "store"
+
+    @property
+    def runtime(self) -> Path:
+        """Engine logs and other per-process files."""
+        return self.root / "run"
+
+    @property
+    def transfers(self) -> Path:
+        return self.root / "transfers"
 
     def create(self) -> None:
         """Make the directory, or take back one that exists: it and its folders become 0700
