@@ -7,14 +7,17 @@ socket's protocol (``PeerCheckedProtocol``); the kernel's ``SO_PEERCRED`` says w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import uvloop
 from starlette.types import Receive, Scope, Send
 
 from ficc.adapters import control_socket
@@ -26,6 +29,7 @@ import ctypes, socket, sys
 if sys.argv[2] == "user-namespace":  # as a sandboxed engine is: FICC's user outside
     assert ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.settimeout(20)  # a server that never answers fails the test, never hangs it
 sock.connect(sys.argv[1])
 sock.sendall(b"GET /api/v1/session HTTP/1.1\\r\\nhost: ficc\\r\\nconnection: close\\r\\n\\r\\n")
 answer = b""
@@ -46,6 +50,12 @@ async def owner_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 @pytest.fixture
 async def control(tmp_path: Path) -> AsyncIterator[Path]:
+    async with control_socket_served(tmp_path) as path:
+        yield path
+
+
+@contextlib.asynccontextmanager
+async def control_socket_served(tmp_path: Path) -> AsyncIterator[Path]:
     path = tmp_path / "ficc.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(path))
@@ -93,6 +103,23 @@ async def test_the_control_socket_refuses_an_engine(
     assert error["code"] == "forbidden"
     assert "engine" in error["message"]
     assert error["details"] == {"socket": "control"}
+
+
+@pytest.mark.parametrize(("how", "status"), [("plain", 200), ("user-namespace", 403)])
+def test_the_control_socket_answers_on_uvloop(tmp_path: Path, how: str, status: int) -> None:
+    """`ficc serve` runs on uvloop, whose transports are not ``asyncio.Transport``s: the
+    refusal and the coalesced writes work on them too."""
+
+    async def asked() -> tuple[int, dict[str, object]]:
+        async with control_socket_served(tmp_path) as path:
+            return await ask(path, how, tmp_path)
+
+    # In a thread of its own: a loop left with a connection nobody serves never closes.
+    answers: list[tuple[int, dict[str, object]]] = []
+    thread = threading.Thread(target=lambda: answers.append(uvloop.run(asked())), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert [status for status, _ in answers] == [status]
 
 
 def test_the_control_socket_refuses_another_user() -> None:

@@ -11,6 +11,7 @@ import signal
 import socket
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 import uvicorn
@@ -127,7 +128,9 @@ class PeerCheckedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
             return
         self._refused = True
         log.warning("control socket peer refused", extra={"reason": reason})
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio.Transport instances (an assert here failed
+        # there, and the refused peer waited for an answer that never came).
+        transport = cast(asyncio.Transport, transport)
         transport.write(_refused_response(reason))
         # Half-close, then read and drop what the peer sent: closing with its request unread
         # would reset the connection and lose the answer. It is closed soon whatever the peer does.
