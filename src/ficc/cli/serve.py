@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from ficc.adapters import control_socket
 from ficc.base.errors import InvalidInput, NotActive, PermissionDenied
 from ficc.bootstrap import Cluster, Settings, lifecycle, open_cluster
+from ficc.cli.http_protocol import CoalescedHTTPProtocol
 from ficc.domain.inference import UpstreamAllowList
 from ficc.web.app import LocalOwnerApp, create_app
 from ficc.web.errors import envelope
@@ -114,7 +114,7 @@ REFUSED_LINGER_SECONDS = 2.0
 """How long a refused peer may take to read its 403 before its connection is closed."""
 
 
-class PeerCheckedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+class PeerCheckedProtocol(CoalescedHTTPProtocol):
     """Uvicorn's HTTP protocol for the control socket: a connection whose peer is refused
     (:mod:`ficc.adapters.control_socket`) gets a 403 and is closed before a byte is read."""
 
@@ -159,7 +159,7 @@ def _uvicorn_config(app: ASGIApp, http: type[asyncio.Protocol] | None = None) ->
         log_config=None,
         access_log=False,
         proxy_headers=False,
-        http=http or "auto",
+        http=http or CoalescedHTTPProtocol,
     )
 
 

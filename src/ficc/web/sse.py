@@ -78,8 +78,6 @@ class EventStreamResponse(Response):
             await self._close()
 
     async def _stream(self, send: Send, receive: Receive) -> None:
-        headers = [*(OCTET_HEADERS if self._octets else SSE_HEADERS), *self.extra_headers]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
         relay = asyncio.create_task(self._relay(send))
         listen = asyncio.create_task(wait_for_disconnect(receive))
         try:
@@ -97,9 +95,13 @@ class EventStreamResponse(Response):
             # A fault, not a refusal (those end in an error event): the server logs it and
             # cuts the response, rather than the stream ending as if it were whole.
             raise failure
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _relay(self, send: Send) -> None:
+        """The head, the pieces and the end, each sent in the step that has it: a piece
+        already received goes with the head before it or the end after it in one write
+        (:mod:`ficc.cli.http_protocol`)."""
+        headers = [*(OCTET_HEADERS if self._octets else SSE_HEADERS), *self.extra_headers]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             async for chunk in self._chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -107,6 +109,7 @@ class EventStreamResponse(Response):
             if self._octets:
                 raise
             await send({"type": "http.response.body", "body": error_event(exc), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def add_header(response: Response, name: str, value: str) -> None:
