@@ -21,7 +21,7 @@ from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey
 from ficc.base.units import KiB, MiB
 from ficc.protocol.handshake import KnownPeer
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 RAW_ALPN = b"ficc.bench.raw/1"
 ECHO_BYTES = 200

@@ -32,7 +32,7 @@ from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import Conflict, FiccError, NotFound, PermissionDenied
 from ficc.base.ids import new_id
-from ficc.services.peer_channel import KnownPeer, PeerIdentity, RequestResult
+from ficc.services.ports.peers import KnownPeer, PeerIdentity, RequestResult
 
 
 @pytest.fixture(scope="module")

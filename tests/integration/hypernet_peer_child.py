@@ -14,7 +14,7 @@ from typing import Any
 
 from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey
-from ficc.services.peer_channel import KnownPeer, PeerIdentity
+from ficc.services.ports.peers import KnownPeer, PeerIdentity
 
 
 async def echo(

@@ -33,7 +33,7 @@ from ficc.protocol.limits import MAX_PEER_STREAMS
 from ficc.protocol.messages import Error, Request, Response
 from ficc.protocol.requests import RequestSigner
 from ficc.protocol.stream_states import CANCELLED_CODE
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 LOOPBACK = "127.0.0.1:0"
 DEADLINE_SECONDS = 20

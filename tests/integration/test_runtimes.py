@@ -30,7 +30,7 @@ from ficc.adapters.runtimes import LlamaCppRuntime, OpenAIRuntime, VllmRuntime
 from ficc.adapters.runtimes.processes import free_loopback_port, read_start_ticks
 from ficc.base.errors import Conflict, ContextLengthExceeded, InvalidInput
 from ficc.domain.inference import UpstreamAllowList
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     Availability,
     FenceResult,
     HealthState,

@@ -69,7 +69,7 @@ from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import MAX_UNPAIRED_STREAMS, SILENT_CONNECTION_SECONDS
 from ficc.protocol.messages import Error, Response
 from ficc.protocol.sessions import MAX_HANDSHAKES_PER_SOURCE
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 READ_DEADLINE_SECONDS = 1.0
 """The server's read deadline in these tests (10 s by default)."""

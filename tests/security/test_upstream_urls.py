@@ -28,7 +28,7 @@ from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.engines.sse import MAX_LINE_BYTES
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import EngineUnavailable, FiccError
-from ficc.services.runtimes import LaunchRequest, NodeInfo
+from ficc.services.ports.runtimes import LaunchRequest, NodeInfo
 
 API = "/api/v1/federation"
 SERVICES = "/api/v1/inference/services"

@@ -21,7 +21,7 @@ from typing import Any
 from ficc.adapters.hypernet import HyperNetEndpoint
 from ficc.adapters.keys import ClusterKey
 from ficc.base.errors import FiccError
-from ficc.services.peer_channel import KnownPeer, PeerIdentity
+from ficc.services.ports.peers import KnownPeer, PeerIdentity
 
 GENERATION = 4
 

@@ -30,8 +30,8 @@ from ficc.domain.nodes import Node
 from ficc.domain.peers import PeerRole, PeerState
 from ficc.domain.receipts import b64
 from ficc.services.inference import InferenceServices
-from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
-from ficc.services.runtimes import (
+from ficc.services.ports.peers import EncodedAnswer, PeerIdentity
+from ficc.services.ports.runtimes import (
     Availability,
     FenceResult,
     Health,

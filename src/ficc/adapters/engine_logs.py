@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from ficc.base.ids import parse_id
-from ficc.services.inference.logs import LogChunk
+from ficc.services.ports.runtimes import LogChunk
 
 _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

@@ -8,6 +8,7 @@ from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, Federation, RayPlacem
 from ficc.bootstrap.lifecycle import (
     NODE_REFRESH_SECONDS,
     InitResult,
+    database_schema,
     initialise,
     new_node_id,
     open_cluster,
@@ -37,6 +38,7 @@ __all__ = [
     "TransferTuning",
     "build",
     "connect_seconds_from_environment",
+    "database_schema",
     "initialise",
     "new_node_id",
     "open_cluster",

@@ -33,7 +33,7 @@ from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import RuntimeName, UpstreamAllowList
 from ficc.services import accounts, nodes
-from ficc.services.companion import Companion, CompanionChannel, Transport, TransportFactory
+from ficc.services.companion import Companion, CompanionChannel
 from ficc.services.federation.approval import Approval
 from ficc.services.federation.common import ClusterSigner, FederationContext
 from ficc.services.federation.grants import Grants
@@ -51,12 +51,13 @@ from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
 from ficc.services.metering import Meter
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
+from ficc.services.ports.peers import Transport, TransportFactory
+from ficc.services.ports.runtimes import Runtime
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
 from ficc.services.remote.inference_ops import InferenceOperations
 from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
-from ficc.services.runtimes import Runtime
 from ficc.services.token_limits import TokenLimits
 from ficc.services.transfers import RangeServer, Transfers
 

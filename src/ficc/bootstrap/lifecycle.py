@@ -8,12 +8,16 @@ import logging
 import os
 import secrets
 import socket
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from ficc.adapters.keys import ClusterKey
 from ficc.adapters.node_probe import probe_node
 from ficc.adapters.sql.database import Database
+from ficc.adapters.sql.schema import SchemaState, schema_state
 from ficc.adapters.sql.schema import upgrade as upgrade_schema
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.base.errors import NotActive
@@ -118,6 +122,16 @@ async def open_cluster(settings: Settings, *, clock: Clock = system_clock) -> Cl
     )
     cluster.lease = lease
     return cluster
+
+
+async def database_schema(database: Database) -> SchemaState | None:
+    """The schema ``database`` is at, for readiness; None, the reason logged, when the database
+    does not answer: the web layer reads storage's health here, never from ``adapters.sql``."""
+    try:
+        return await schema_state(database)
+    except (OSError, sqlite3.Error, SQLAlchemyError) as exc:
+        log.warning("readiness: the database does not answer: %s", exc)
+        return None
 
 
 def lease_holder() -> str:

@@ -9,19 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Final, Protocol, TypedDict, Unpack
+from typing import Final, TypedDict, Unpack
 
 from ficc.base.errors import FiccError, InvalidInput, PeerUnreachable
 from ficc.base.text import parse_short_text
 from ficc.domain.principals import Principal
 from ficc.services import audit
-from ficc.services.peer_channel import Answer, Asking, PeerChannel, Sending
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports.peers import Answer, Asking, Sending, Transport, TransportFactory
 
 log = logging.getLogger("ficc.companion")
 
@@ -56,24 +56,6 @@ class IdentityView(TypedDict):
 COMPANION_SETTING: Final = "companion"
 LABEL_SETTING: Final = "label"
 MAX_LABEL_CHARS: Final = 100
-
-
-class Transport(PeerChannel, Protocol):
-    """A started HyperNet endpoint, as the services see it."""
-
-    @property
-    def hypernet_id(self) -> str: ...
-    @property
-    def addresses(self) -> list[str]: ...
-    @property
-    def ticket(self) -> str: ...
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
-
-
-TransportFactory = Callable[[Path, str], Transport]
-"""``factory(agent_directory, bind_address)``."""
 
 
 def parse_agent_directory(value: object) -> Path:

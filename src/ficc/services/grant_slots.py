@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Final, TypeVar
 
 from ficc.base.errors import FiccError, GrantExpired, LimitExceeded
-from ficc.services.peer_channel import end_request
+from ficc.services.ports.peers import end_request
 
 T = TypeVar("T")
 

@@ -31,8 +31,8 @@ from ficc.domain.grants import Grant
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.operations import invoke_path
 from ficc.services.budgets import Budgets, grant_budget
-from ficc.services.peer_channel import HeldChunk, ending_reason
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports.peers import HeldChunk, ending_reason
 
 REFUSALS: Final = (LimitExceeded, GrantRevoked, GrantExpired, TooLarge)
 """What refuses a request under a grant before any work (the grant's end is recorded as

@@ -12,25 +12,20 @@ with ``"role": "active"``.
 
 from __future__ import annotations
 
-import logging
-import sqlite3
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ficc.adapters.sql.schema import schema_state
 from ficc.base.errors import NotActive
-from ficc.bootstrap import Cluster
+from ficc.bootstrap import Cluster, database_schema
 from ficc.services.lease import ACTIVE, STANDBY
 from ficc.web.errors import error_body
 from ficc.web.observability import request_id_of
 
 router = APIRouter(tags=["operations"])
-log = logging.getLogger("ficc.health")
 
 
 class Liveness(BaseModel):
@@ -89,10 +84,8 @@ async def readiness(cluster: Cluster) -> tuple[bool, dict[str, Any]]:
     if cluster.database is None:
         checks["database"] = "in process"
         return True, checks
-    try:
-        schema = await schema_state(cluster.database)
-    except (OSError, sqlite3.Error, SQLAlchemyError) as exc:
-        log.warning("readiness: the database does not answer: %s", exc)
+    schema = await database_schema(cluster.database)
+    if schema is None:
         checks["database"] = "unavailable"
         checks["schema"] = "unknown"
         return False, checks

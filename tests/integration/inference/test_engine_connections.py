@@ -19,7 +19,7 @@ from ficc.adapters.engines.transport import KEEPALIVE_CONNECTIONS, EngineTimeout
 from ficc.adapters.runtimes import LlamaCppRuntime
 from ficc.base.errors import ContextLengthExceeded, EngineUnavailable, FiccError
 from ficc.domain.openai_responses import RESPONSES_PATH
-from ficc.services.runtimes import LaunchRequest, NodeInfo
+from ficc.services.ports.runtimes import LaunchRequest, NodeInfo
 
 CHAT = "/v1/chat/completions"
 

@@ -21,7 +21,7 @@ from ficc.domain.inference import RuntimeName
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts
-from ficc.services.runtimes import Runtime
+from ficc.services.ports.runtimes import Runtime
 
 
 async def _no_attempt(_attempt_id: str, _grace_seconds: float) -> int:

@@ -27,7 +27,7 @@ from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference import Actor, InferenceServices
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     Availability,
     FenceResult,
     Health,

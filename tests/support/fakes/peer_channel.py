@@ -29,8 +29,13 @@ from ficc.bootstrap import Cluster, Federation, lifecycle
 from ficc.domain import peers as p
 from ficc.domain.principals import Principal, owner_principal
 from ficc.domain.scopes import REMOTE_SCOPES
-from ficc.services.companion import Transport, TransportFactory
-from ficc.services.peer_channel import Answer, EncodedAnswer, PeerIdentity
+from ficc.services.ports.peers import (
+    Answer,
+    EncodedAnswer,
+    PeerIdentity,
+    Transport,
+    TransportFactory,
+)
 
 
 class FakeTransport:

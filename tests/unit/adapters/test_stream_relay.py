@@ -17,7 +17,7 @@ from ficc.adapters.hypernet.requesting import Exchange
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.protocol.events import AnswerEnded, DataReceived, Event
 from ficc.services.inference import invoke
-from ficc.services.peer_channel import HeldChunk
+from ficc.services.ports.peers import HeldChunk
 
 
 class _Protocol:

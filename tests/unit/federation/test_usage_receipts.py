@@ -26,7 +26,7 @@ from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
 from ficc.domain.receipts import b64
-from ficc.services.peer_channel import PeerIdentity
+from ficc.services.ports.peers import PeerIdentity
 from ficc.web.app import create_app
 
 

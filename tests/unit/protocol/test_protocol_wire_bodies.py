@@ -12,7 +12,7 @@ import pytest
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 from ficc.services.remote.table import OPERATIONS, Handlers, PeerOperations
 
 IDENTITY = PeerIdentity("a" * 64, b"k" * 32, 0)

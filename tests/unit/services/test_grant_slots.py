@@ -15,7 +15,7 @@ from tests.support.fakes.loop_clock import run_virtual
 
 from ficc.base.errors import GrantExpired, GrantRevoked, LimitExceeded
 from ficc.services.grant_slots import FULL_WAIT_SECONDS, GrantSlots, Slot
-from ficc.services.peer_channel import ending_reason
+from ficc.services.ports.peers import ending_reason
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)

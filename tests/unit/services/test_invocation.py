@@ -37,7 +37,7 @@ from ficc.protocol import canonical, messages
 from ficc.protocol.answers import encode_answer
 from ficc.services.grant_slots import Slot
 from ficc.services.metering import Meter
-from ficc.services.peer_channel import EncodedAnswer, PeerIdentity
+from ficc.services.ports.peers import EncodedAnswer, PeerIdentity
 from ficc.services.remote.call import Call
 from ficc.services.remote.inference_ops import InferenceOperations
 

@@ -27,7 +27,7 @@ from ficc.domain import metering as m
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
 from ficc.services.metering import Meter, parse_usage_event, split_usage_event, usage_event
-from ficc.services.peer_channel import EncodedAnswer, end_request
+from ficc.services.ports.peers import EncodedAnswer, end_request
 from ficc.services.remote.call import Call
 from ficc.services.remote.inference_ops import InferenceOperations
 

@@ -26,7 +26,7 @@ from ficc.domain.peers import PeerRole, PeerState
 from ficc.services import mutations
 from ficc.services.grant_slots import Slot
 from ficc.services.mutations import MutationKey
-from ficc.services.peer_channel import PeerIdentity
+from ficc.services.ports.peers import PeerIdentity
 from ficc.services.remote.call import Call, Effect
 from ficc.services.remote.table import (
     GRANT_OPERATIONS,

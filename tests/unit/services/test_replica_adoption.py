@@ -14,7 +14,7 @@ from tests.unit.services.test_inference_supervision import (
 )
 
 from ficc.domain.inference import AttemptState, ServiceState
-from ficc.services.runtimes import ProcessIdentity, ReplicaAdopter, ReplicaHandle
+from ficc.services.ports.runtimes import ProcessIdentity, ReplicaAdopter, ReplicaHandle
 
 
 class AdoptingRuntime(FakeRuntime):

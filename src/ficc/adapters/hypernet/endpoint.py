@@ -3,7 +3,7 @@
 Nothing above the adapters touches iroh. This module binds the endpoint (an explicit minimal
 preset and explicit bind addresses), accepts connections for our ALPN, dials peers (through
 :class:`~ficc.adapters.hypernet.dialing.Dialer`), runs the handshake and implements the
-:class:`~ficc.services.peer_channel.PeerChannel` port; which session is whose and what a
+:class:`~ficc.services.ports.peers.PeerChannel` port; which session is whose and what a
 stranger may hold are asked of :class:`~ficc.protocol.sessions.SessionTable`. One asyncio loop
 per process owns iroh: the bindings' event loop is process-global.
 """
@@ -53,7 +53,7 @@ from ficc.protocol.sessions import (
     SessionTable,
 )
 from ficc.protocol.signing import Signer, Verify
-from ficc.services.peer_channel import (
+from ficc.services.ports.peers import (
     Answer,
     BodyBound,
     PeerIdentity,

@@ -18,7 +18,7 @@ from ficc.protocol.messages import NONCE_BYTES, Error, Message
 from ficc.protocol.sessions import NonceMemory
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import PROTOCOL_ERROR_CODE
-from ficc.services.peer_channel import PeerLookup
+from ficc.services.ports.peers import PeerLookup
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from ficc.protocol.answers import complete_request
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import LargeBodyReceived, RequestReceived, RequestRefused
 from ficc.protocol.outcomes import ending, refusal
-from ficc.services.peer_channel import (
+from ficc.services.ports.peers import (
     EncodedAnswer,
     HeldChunk,
     PeerIdentity,

@@ -45,7 +45,7 @@ from ficc.protocol.outcomes import unanswered
 from ficc.protocol.sessions import Entry
 from ficc.protocol.signing import Signer, Verify
 from ficc.protocol.stream_states import CANCELLED_CODE, PROTOCOL_ERROR_CODE
-from ficc.services.peer_channel import BodyBound, PeerIdentity, RequestHandler
+from ficc.services.ports.peers import BodyBound, PeerIdentity, RequestHandler
 
 log = logging.getLogger(__name__)
 

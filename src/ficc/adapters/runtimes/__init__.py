@@ -10,7 +10,7 @@ from ficc.adapters.runtimes.openai import OpenAIRuntime
 from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.vllm import VllmRuntime
 from ficc.domain.inference import RuntimeName, UpstreamAllowList
-from ficc.services.runtimes import Runtime
+from ficc.services.ports.runtimes import Runtime
 
 __all__ = ["LlamaCppRuntime", "OpenAIRuntime", "VllmRuntime", "build_runtimes"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from ficc.adapters.runtimes.processes import fence, process_identity
-from ficc.services.runtimes import FenceResult
+from ficc.services.ports.runtimes import FenceResult
 
 ATTEMPT_VARIABLE: Final = b"FICC_ATTEMPT="
 PROC: Final = Path("/proc")

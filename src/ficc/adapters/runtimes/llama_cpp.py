@@ -17,7 +17,7 @@ from ficc.adapters.runtimes.supervised import (
     python_module_command,
 )
 from ficc.domain.inference import DEFAULT_LLAMA_CPP_THREADS, RuntimeName
-from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
+from ficc.services.ports.runtimes import Availability, LaunchRequest, NodeInfo
 
 SERVER_MODULE: Final = "llama_cpp.server"
 HANDED_SOCKET_SERVER_MODULE: Final = "ficc.adapters.runtimes.llama_cpp_server"

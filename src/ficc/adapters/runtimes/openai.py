@@ -13,7 +13,7 @@ from ficc.adapters.engines.client import EngineClient, EngineTimeout
 from ficc.adapters.engines.pool import EngineClients
 from ficc.base.errors import FiccError, InvalidInput
 from ficc.domain.inference import RuntimeName, ServiceSpec, UpstreamAllowList, parse_base_url
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     DEFAULT_LOG_TAIL_LINES,
     Availability,
     FenceResult,

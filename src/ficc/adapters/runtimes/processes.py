@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     DEFAULT_LOG_TAIL_LINES,
     FenceResult,
     ProcessIdentity,

@@ -45,7 +45,7 @@ from ficc.domain.inference import (
     ENGINE_OVERHEAD_BYTES,
     RuntimeName,
 )
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     Availability,
     FenceResult,
     Health,

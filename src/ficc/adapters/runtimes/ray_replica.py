@@ -30,7 +30,7 @@ from ficc.adapters.runtimes.processes import EngineProcess, engine_environment
 from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.supervised import KEPT_LOGS_PER_SERVICE
 from ficc.base.errors import FiccError
-from ficc.services.runtimes import ReplicaExit
+from ficc.services.ports.runtimes import ReplicaExit
 
 HASH_CHUNK_BYTES: Final = 4 * 1024 * 1024
 GUARD_SCRIPT: Final = Path(__file__).with_name("parent_guard.py")

@@ -29,7 +29,7 @@ from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
 from ficc.base.ids import parse_id
 from ficc.domain.inference import RuntimeName
-from ficc.services.runtimes import (
+from ficc.services.ports.runtimes import (
     DEFAULT_LOG_TAIL_LINES,
     Availability,
     FenceResult,

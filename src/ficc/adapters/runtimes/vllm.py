@@ -15,7 +15,7 @@ from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.runtimes.supervised import SupervisedRuntime, local_node_reasons
 from ficc.domain.inference import RuntimeName
-from ficc.services.runtimes import Availability, LaunchRequest, NodeInfo
+from ficc.services.ports.runtimes import Availability, LaunchRequest, NodeInfo
 
 _FLAGS = {
     "tensor_parallel_size": "--tensor-parallel-size",

@@ -9,7 +9,6 @@ import dataclasses
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from ficc.base.errors import InvalidInput, Unauthenticated
 from ficc.domain.accounts import (
@@ -22,14 +21,7 @@ from ficc.domain.accounts import (
 from ficc.domain.principals import Principal, owner_principal
 from ficc.services import audit
 from ficc.services.accounts.credentials import digest, new_record_id, record_change
-from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
-
-
-class PasswordHasher(Protocol):
-    """A slow hash; both calls run off the event loop (the adapter bounds how many at once)."""
-
-    async def hash(self, password: str) -> str: ...
-    async def verify(self, password_hash: str, password: str) -> bool: ...
+from ficc.services.ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
 
 
 @dataclass(frozen=True)

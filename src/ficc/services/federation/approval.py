@@ -51,8 +51,8 @@ from ficc.services.federation.common import (
 )
 from ficc.services.federation.grants import Grants, new_grant
 from ficc.services.federation.pairing import drop_pending_peer, their_offer
-from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 MAX_GENERATION: Final = 2**53
 MAX_TIME_CHARS: Final = 64

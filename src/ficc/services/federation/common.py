@@ -20,8 +20,8 @@ from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
 from ficc.services.federation.known_peers import KnownPeers
-from ficc.services.peer_channel import PeerChannel, PeerIdentity
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports.peers import PeerIdentity, PeerLink
 
 log = logging.getLogger("ficc.federation")
 
@@ -42,17 +42,6 @@ class ClusterSigner:
 
 
 Verify = Callable[[bytes, bytes, bytes], bool]
-
-
-class PeerLink(PeerChannel, Protocol):
-    """The peer channel as the federation uses it: its own ID, and closing a pairing's
-    sessions."""
-
-    @property
-    def hypernet_id(self) -> str: ...
-    @property
-    def label(self) -> str: ...
-    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.metering import Meter
 from ficc.services.mutations import grant_scope
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 GrantEnded = Callable[[Grant], Awaitable[None]]
 """Told after a grant ended (revoked, expired, its peer removed): stop what it started."""

@@ -7,8 +7,8 @@ from ficc.domain.grants import Grant, wire_bytes
 from ficc.domain.peers import Peer, PeerState
 from ficc.domain.receipts import unb64
 from ficc.protocol.handshake import KnownPeer
-from ficc.services.peer_channel import PeerIdentity
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports.peers import PeerIdentity
 
 
 class KnownPeers:
@@ -70,7 +70,7 @@ class KnownPeers:
 
     def body_bound(self, identity: PeerIdentity) -> int:
         """The largest body a session of ``identity`` may send after a request now (the
-        transport's :data:`~ficc.services.peer_channel.BodyBound`): what the largest
+        transport's :data:`~ficc.services.ports.peers.BodyBound`): what the largest
         ``request_bytes`` of the pairing's live grants may take on the wire, or nothing."""
         peer_id = self._peer_ids.get((identity.hypernet_id, identity.generation))
         sizes = None if peer_id is None else self._request_bytes.get(peer_id)

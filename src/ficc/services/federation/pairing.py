@@ -47,8 +47,8 @@ from ficc.services.federation.common import (
     tell,
     visible_offer,
 )
-from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 MAX_TICKET_CHARS = 4096
 

@@ -20,7 +20,7 @@ from ficc.services.federation.common import (
 )
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.known_peers import paired_peer
-from ficc.services.peer_channel import PeerIdentity, RequestResult
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 
 @dataclass(frozen=True, eq=False)

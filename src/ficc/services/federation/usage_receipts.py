@@ -33,8 +33,8 @@ from ficc.services.federation.common import (
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.federation.receipt_gaps import ReceiptGaps, late_problem
 from ficc.services.federation.receipt_heads import KeptHeads
-from ficc.services.peer_channel import PeerIdentity, RequestResult
 from ficc.services.ports import UnitOfWork
+from ficc.services.ports.peers import PeerIdentity, RequestResult
 
 OPERATION: Final = "usage.receipts"
 CATCH_UP_TIMEOUT_SECONDS: Final = 3.0

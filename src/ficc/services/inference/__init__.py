@@ -40,7 +40,7 @@ from ficc.services.inference.router import InvocationRouter
 from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.inference.upkeep import ServiceUpkeep
 from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
-from ficc.services.runtimes import Runtime
+from ficc.services.ports.runtimes import Runtime
 
 __all__ = [
     "ACTIVE_STATES",

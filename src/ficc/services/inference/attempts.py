@@ -22,7 +22,7 @@ from ficc.domain.inference import (
 )
 from ficc.domain.service_records import AttemptRecord
 from ficc.services.ports import Clock, UnitOfWorkFactory
-from ficc.services.runtimes import ProcessIdentity, ReplicaHandle, Runtime
+from ficc.services.ports.runtimes import ProcessIdentity, ReplicaHandle, Runtime
 
 
 @dataclass(frozen=True, eq=False)

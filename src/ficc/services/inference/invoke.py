@@ -29,8 +29,8 @@ from ficc.protocol.canonical import canonical_json_and_compact_size
 from ficc.services.inference.records import Endpoint
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.metering import Tab
-from ficc.services.peer_channel import HeldChunk
 from ficc.services.ports import EngineEvent, EngineStream
+from ficc.services.ports.peers import HeldChunk
 
 
 class Invocations:

@@ -9,7 +9,7 @@ of a service (``services/remote/views.py``) leaves out even the log lines of a c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Protocol, TypedDict
+from typing import Final, TypedDict
 
 from ficc.base.errors import InvalidInput, NotFound
 from ficc.base.ids import parse_id
@@ -17,32 +17,12 @@ from ficc.base.units import KiB
 from ficc.domain.service_records import AttemptRecord
 from ficc.services.inference.records import load_service
 from ficc.services.ports import UnitOfWorkFactory
+from ficc.services.ports.runtimes import EngineLogs
 
 DEFAULT_LOG_LINES: Final = 100
 MAX_LOG_LINES: Final = 1000
 MAX_LOG_READ_BYTES: Final = 256 * KiB
 """Read at most this much of a log per call: a follower asks again from ``next``."""
-
-
-@dataclass(frozen=True)
-class LogChunk:
-    """Lines of one attempt's log; ``next`` is the byte offset to read on from, and ``more``
-    says whether bytes after it were already there (the read stopped at its bound)."""
-
-    found: bool
-    lines: tuple[str, ...]
-    next: int
-    more: bool
-
-
-class EngineLogs(Protocol):
-    """Where the engines' logs are kept (the state directory's ``run/``)."""
-
-    async def read(
-        self, service_id: str, attempt_id: str, *, after: int | None, lines: int, max_bytes: int
-    ) -> LogChunk:
-        """The last ``lines`` lines, or with ``after`` the lines from that byte offset on."""
-        ...
 
 
 class LogPage(TypedDict):

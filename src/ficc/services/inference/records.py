@@ -30,7 +30,7 @@ from ficc.domain.service_records import (
 )
 from ficc.services import audit
 from ficc.services.ports import Clock, UnitOfWork
-from ficc.services.runtimes import NodeInfo
+from ficc.services.ports.runtimes import NodeInfo
 
 START_TIMEOUT_SECONDS: Final = 120.0
 STOP_GRACE_SECONDS: Final = 5.0

@@ -19,7 +19,7 @@ from ficc.domain.inference import RuntimeName, admits_requests
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference.records import Endpoint, load_service
 from ficc.services.ports import EngineConnector, EngineStream, UnitOfWorkFactory
-from ficc.services.runtimes import ReplicaHandle
+from ficc.services.ports.runtimes import ReplicaHandle
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ficc.services.inference.records import AttemptFence, node_info
 from ficc.services.inference.restarts import Backoff, RestartCounter, Restarts
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
-from ficc.services.runtimes import LaunchRequest, ReplicaAdopter, ReplicaHandle, Runtime
+from ficc.services.ports.runtimes import LaunchRequest, ReplicaAdopter, ReplicaHandle, Runtime
 
 
 @dataclass(eq=False)

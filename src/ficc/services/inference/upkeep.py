@@ -24,7 +24,7 @@ from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.services.inference.commands import RESTORE_ACTOR, ServiceCommands
 from ficc.services.inference.records import Actor, grant_lapsed, record_audit
-from ficc.services.runtimes import ProcessIdentity, ReplicaAdopter, ReplicaHandle
+from ficc.services.ports.runtimes import ProcessIdentity, ReplicaAdopter, ReplicaHandle
 
 Adoptable = tuple[ServiceRecord, Node, Path | None, list[AttemptRecord]]
 

@@ -1,9 +1,12 @@
-"""Ports: what the use cases need from storage and the machine, as typing.Protocols.
+"""Ports: what the use cases need from storage, the peers, the engines and the machine, as
+typing.Protocols.
 
-Adapters implement them; services never import an adapter. Services import every port from
-here; the modules say where each kind lives: ``repositories``, ``metering`` and
-``unit_of_work`` (storage), ``engines``, ``blobs`` and ``clock``; ``remote``, the one a service
-implements: the requester's side of a peer request as routes use it.
+Adapters implement them; services never import an adapter. The modules say where each kind
+lives: ``repositories``, ``metering`` and ``unit_of_work`` (storage), ``engines``, ``blobs``,
+``clock`` and ``passwords`` (the machine); ``remote``, the one a service implements: the
+requester's side of a peer request as routes use it. Services import these from here;
+``peers`` (the channel to other clusters) and ``runtimes`` (engines' processes and logs) carry
+many values besides their ports, and are imported from their modules.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ficc.services.ports.metering import (
     UsageReceiptsRepository,
     UsageRepository,
 )
+from ficc.services.ports.passwords import PasswordHasher
 from ficc.services.ports.receipt_chains import ReceiptChainsRepository
 from ficc.services.ports.remote import PeerAsk, RemoteInvoker, RoutedAsk
 from ficc.services.ports.repositories import (
@@ -75,6 +79,7 @@ __all__ = [
     "NodesRepository",
     "OffersRepository",
     "PartialWriter",
+    "PasswordHasher",
     "PeerAsk",
     "PeersRepository",
     "ProjectsRepository",

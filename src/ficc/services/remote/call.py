@@ -14,7 +14,7 @@ from ficc.services.grant_slots import Slot
 from ficc.services.inference import Actor
 from ficc.services.metering import TokenHold
 from ficc.services.mutations import MutationKey
-from ficc.services.peer_channel import EncodedAnswer, PeerIdentity, RequestResult
+from ficc.services.ports.peers import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.remote.views import peer_answer
 
 

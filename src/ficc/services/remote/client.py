@@ -38,8 +38,8 @@ from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
-from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, PeerAsk, RoutedAsk, UnitOfWorkFactory
+from ficc.services.ports.peers import PeerChannel
 from ficc.services.remote.table import grant_operation
 from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished

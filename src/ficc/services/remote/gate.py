@@ -37,8 +37,8 @@ from ficc.domain.routes import ADMISSION_STAGE
 from ficc.services.federation.known_peers import KnownPeers, paired_peer
 from ficc.services.grant_slots import GrantSlots, Slot
 from ficc.services.metering import REFUSALS, Meter, TokenHold, settle_surely
-from ficc.services.peer_channel import PeerIdentity
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports.peers import PeerIdentity
 from ficc.services.remote.call import Call, no_grant
 
 INVOKE: Final = "inference.invoke"

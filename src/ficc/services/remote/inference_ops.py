@@ -21,8 +21,8 @@ from ficc.services import mutations
 from ficc.services.inference import InferenceServices
 from ficc.services.metering import Meter, Tab, usage_event
 from ficc.services.mutations import MutationKey
-from ficc.services.peer_channel import EncodedAnswer
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
+from ficc.services.ports.peers import EncodedAnswer
 from ficc.services.remote.call import Call, Effect
 from ficc.services.remote.views import peer_view, upstream_in_spec
 

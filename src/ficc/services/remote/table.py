@@ -21,8 +21,8 @@ from ficc.base.json_types import JSONObject
 from ficc.domain.operations import ANY_SCOPE, Streaming, only_fields, parse_body
 from ficc.protocol.canonical import first_member_bytes
 from ficc.services import mutations
-from ficc.services.peer_channel import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.ports.peers import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
 from ficc.services.remote.gate import Gate
 from ficc.services.remote.views import peer_answer

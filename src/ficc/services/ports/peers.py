@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypedDict, Unpack
 
 from ficc.base.errors import FiccError
@@ -30,10 +31,13 @@ __all__ = [
     "KnownPeer",
     "PeerChannel",
     "PeerIdentity",
+    "PeerLink",
     "PeerLookup",
     "RequestHandler",
     "RequestResult",
     "Sending",
+    "Transport",
+    "TransportFactory",
     "end_request",
     "ending_reason",
 ]
@@ -155,3 +159,32 @@ class PeerChannel(Protocol):
         """Send ``operation`` and iterate the chunks it streams back; leaving the context
         before the end cancels the request on the peer."""
         ...
+
+
+class PeerLink(PeerChannel, Protocol):
+    """The peer channel as the federation uses it: its own ID, and closing a pairing's
+    sessions."""
+
+    @property
+    def hypernet_id(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
+
+
+class Transport(PeerChannel, Protocol):
+    """A started HyperNet endpoint, as the services see it."""
+
+    @property
+    def hypernet_id(self) -> str: ...
+    @property
+    def addresses(self) -> list[str]: ...
+    @property
+    def ticket(self) -> str: ...
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def disconnect(self, hypernet_id: str, generation: int, reason: FiccError) -> None: ...
+
+
+TransportFactory = Callable[[Path, str], Transport]
+"""``factory(agent_directory, bind_address)``."""

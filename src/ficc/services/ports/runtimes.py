@@ -2,7 +2,8 @@
 
 Services never start a process or open a socket themselves: they ask a :class:`Runtime`. A
 :class:`ReplicaHandle` is plain data so that it can be recorded before FICC stops and used after
-it restarts (fencing a left-over process by pid and start time).
+it restarts (fencing a left-over process by pid and start time). What the engines wrote is read
+back through :class:`EngineLogs`.
 """
 
 from __future__ import annotations
@@ -194,4 +195,25 @@ class ReplicaAdopter(Protocol):
 
     async def let_go(self, handle: ReplicaHandle) -> None:
         """Forget a replica without ending it: another FICC process owns (or fences) it now."""
+        ...
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Lines of one attempt's log; ``next`` is the byte offset to read on from, and ``more``
+    says whether bytes after it were already there (the read stopped at its bound)."""
+
+    found: bool
+    lines: tuple[str, ...]
+    next: int
+    more: bool
+
+
+class EngineLogs(Protocol):
+    """Where the engines' logs are kept (the state directory's ``run/``)."""
+
+    async def read(
+        self, service_id: str, attempt_id: str, *, after: int | None, lines: int, max_bytes: int
+    ) -> LogChunk:
+        """The last ``lines`` lines, or with ``after`` the lines from that byte offset on."""
         ...
