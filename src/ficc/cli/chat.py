@@ -20,7 +20,7 @@ from ficc.base.errors import ErrorShape, FiccError, error_from_code, render
 from ficc.cli.client import ControlClient
 from ficc.cli.exits import handles_errors
 from ficc.cli.group import cli, state_options
-from ficc.cli.output import chosen_format
+from ficc.cli.output import chosen_format, show_error
 
 LOCAL_PATH: Final = "/api/v1/inference/v1/chat/completions"
 PEER_PATH: Final = "/api/v1/federation/peers/{peer}/v1/chat/completions"
@@ -185,4 +185,4 @@ def _session(
 
 def show_refusal(error: FiccError) -> None:
     """In an interactive session a refused question is shown, and the session goes on."""
-    click.echo(json.dumps(render(error, ErrorShape.FICC)), err=True)
+    show_error(render(error, ErrorShape.FICC))

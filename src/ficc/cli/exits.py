@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, Final, NoReturn, TypeVar
 
-from ficc.base.errors import FiccError, OutcomeUnknown
+from ficc.base.errors import ErrorShape, FiccError, OutcomeUnknown, render
 from ficc.cli.client import NoServer, ServerTimeout
-from ficc.cli.output import fail_with
+from ficc.cli.output import fail_with, show_error
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -37,7 +38,9 @@ def exit_status(error: FiccError) -> int:
 
 
 def fail(error: FiccError) -> NoReturn:
-    fail_with(error.code, error.message, error.details, exit_status(error))
+    """``error``'s envelope on stderr, then exit with the status of its class."""
+    show_error(render(error, ErrorShape.FICC))
+    sys.exit(exit_status(error))
 
 
 def handles_errors(function: F) -> F:

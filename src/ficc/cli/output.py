@@ -75,11 +75,17 @@ def emit(
         console.print(table)
 
 
+def show_error(envelope: Mapping[str, Any]) -> None:
+    """An error's JSON envelope (:func:`ficc.base.errors.render`'s FICC shape) on stderr."""
+    click.echo(json.dumps(envelope), err=True)
+
+
 def fail_with(
     code: str, message: str, details: Mapping[str, Any] | None, exit_code: int
 ) -> NoReturn:
-    """The JSON error envelope on stderr, then exit with the CLI's status for it."""
-    click.echo(json.dumps(ficc_envelope(code, message, details)), err=True)
+    """The JSON error envelope of one of the CLI's own codes (``usage_error``, ``no_server``)
+    on stderr, then exit with the CLI's status for it."""
+    show_error(ficc_envelope(code, message, details))
     sys.exit(exit_code)
 
 

@@ -83,7 +83,7 @@ class Offer:
     id: str
     direction: OfferDirection
     project: str | None
-    service: str
+    other_hypernet_id: str
     """The HyperNet ID of the other side: the service's cluster (outgoing), the requester's
     (incoming)."""
     peer_label: str | None

@@ -600,8 +600,8 @@ class FakeOffers(_Repository):
             if o.direction == OfferDirection.INCOMING
             and o.state == OfferState.RECEIVED
             and o.expires_at > now
-            and (service is None or o.service == service)
-            and (source is None or (o.source or o.service) == source)
+            and (service is None or o.other_hypernet_id == service)
+            and (source is None or (o.source or o.other_hypernet_id) == source)
         ]
         return sorted(waiting, key=lambda o: (o.created_at, o.id))
 
@@ -617,10 +617,10 @@ class FakeOffers(_Repository):
 
     async def busiest_source(self, *, now: datetime) -> str | None:
         waiting = self._waiting(now, None, None)
-        counts = Counter(o.source or o.service for o in waiting)
+        counts = Counter(o.source or o.other_hypernet_id for o in waiting)
         first: dict[str, datetime] = {}
         for offer in waiting:
-            first.setdefault(offer.source or offer.service, offer.created_at)
+            first.setdefault(offer.source or offer.other_hypernet_id, offer.created_at)
         return min(counts, key=lambda s: (-counts[s], first[s]), default=None)
 
     async def purge(self, *, expired_before: datetime) -> int:

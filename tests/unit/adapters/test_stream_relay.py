@@ -277,7 +277,11 @@ async def _served(chunks: list[bytes], finished: list[str]) -> tuple[list[bytes]
         return handler()
 
     writes: list[bytes] = []
-    frames = serving._frames(server, served, handled(), transfer=False)
+
+    def refused(failure: Exception) -> bytes:
+        raise AssertionError("the handler did not fail") from failure
+
+    frames = serving._frames(server, served, handled(), refused, transfer=False)
     async for frame in frames:
         writes.append(frame)
         finished.append("write")

@@ -115,6 +115,30 @@ def test_a_command_whose_outcome_is_unknown_exits_5_with_the_envelope_naming_it(
     assert error["details"] == {"outcome": "unknown", "mutation_id": "a" * 32}
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        e.LimitExceeded("too many requests", details={"limit": "requests"}),
+        e.InvalidInput("name is required", field="name"),
+        e.OutcomeUnknown("no answer", mutation_id="b" * 32),
+    ],
+)
+def test_a_commands_error_and_an_interactive_refusal_print_the_renderers_envelope(
+    error: e.FiccError, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI prints what :func:`~ficc.base.errors.render` gives, byte for byte: one body."""
+    from ficc.cli.chat import show_refusal
+    from ficc.cli.exits import fail
+
+    rendered = json.dumps(e.render(error, e.ErrorShape.FICC)) + "\n"
+    with pytest.raises(SystemExit) as exited:
+        fail(error)
+    assert exited.value.code == exit_status(error)
+    assert capsys.readouterr().err == rendered
+    show_refusal(error)
+    assert capsys.readouterr().err == rendered
+
+
 NEVER_ON_THE_WIRE = {"unauthenticated", "csrf_failed"}
 """HTTP-only refusals: a peer is authenticated by its session, never by a credential."""
 

@@ -110,7 +110,7 @@ def offer(
         id=fresh("offer"),
         direction=direction,
         project=project_name,
-        service=service,
+        other_hypernet_id=service,
         peer_label=None,
         peer_cluster_key=None,
         scopes=frozenset({"inference:invoke"}),

@@ -17,9 +17,9 @@ from ficc.domain.inference import (
     RESTART_MAX_DELAY_SECONDS,
     AttemptEvent,
     AttemptState,
+    ControlAction,
     CrashLoop,
     DesiredState,
-    Operation,
     RestartDecision,
     RestartPolicy,
     RuntimeName,
@@ -32,9 +32,9 @@ from ficc.domain.inference import (
     desired_after,
     next_attempt_state,
     parse_base_url,
-    parse_operation,
+    parse_control_action,
     parse_service_spec,
-    plan_operation,
+    plan_action,
     recovery_event,
     uses_local_model,
 )
@@ -215,60 +215,60 @@ def test_a_base_url_that_is_not_a_plain_http_url_is_refused(url: object) -> None
 # --- the service state machine --------------------------------------------------------------
 
 St = ServiceState
-Op = Operation
+Act = ControlAction
 
-EXPECTED_OPERATIONS: dict[tuple[ServiceState, Operation], ServiceState | type[Conflict] | None] = {
-    (St.STOPPED, Op.START): St.STARTING,
-    (St.STARTING, Op.START): Conflict,
-    (St.RUNNING, Op.START): Conflict,
-    (St.DRAINING, Op.START): Conflict,
-    (St.FAILED, Op.START): St.STARTING,
-    (St.STOPPED, Op.DRAIN): Conflict,
-    (St.STARTING, Op.DRAIN): Conflict,
-    (St.RUNNING, Op.DRAIN): St.DRAINING,
-    (St.DRAINING, Op.DRAIN): Conflict,
-    (St.FAILED, Op.DRAIN): Conflict,
-    (St.STOPPED, Op.STOP): St.STOPPED,
-    (St.STARTING, Op.STOP): St.STOPPED,
-    (St.RUNNING, Op.STOP): St.STOPPED,
-    (St.DRAINING, Op.STOP): St.STOPPED,
-    (St.FAILED, Op.STOP): St.STOPPED,
-    (St.STOPPED, Op.REMOVE): None,
-    (St.STARTING, Op.REMOVE): Conflict,
-    (St.RUNNING, Op.REMOVE): Conflict,
-    (St.DRAINING, Op.REMOVE): Conflict,
-    (St.FAILED, Op.REMOVE): Conflict,
-    (St.STOPPED, Op.REPLACE): St.STOPPED,
-    (St.STARTING, Op.REPLACE): Conflict,
-    (St.RUNNING, Op.REPLACE): Conflict,
-    (St.DRAINING, Op.REPLACE): Conflict,
-    (St.FAILED, Op.REPLACE): Conflict,
+EXPECTED_ACTIONS: dict[tuple[ServiceState, ControlAction], ServiceState | type[Conflict] | None] = {
+    (St.STOPPED, Act.START): St.STARTING,
+    (St.STARTING, Act.START): Conflict,
+    (St.RUNNING, Act.START): Conflict,
+    (St.DRAINING, Act.START): Conflict,
+    (St.FAILED, Act.START): St.STARTING,
+    (St.STOPPED, Act.DRAIN): Conflict,
+    (St.STARTING, Act.DRAIN): Conflict,
+    (St.RUNNING, Act.DRAIN): St.DRAINING,
+    (St.DRAINING, Act.DRAIN): Conflict,
+    (St.FAILED, Act.DRAIN): Conflict,
+    (St.STOPPED, Act.STOP): St.STOPPED,
+    (St.STARTING, Act.STOP): St.STOPPED,
+    (St.RUNNING, Act.STOP): St.STOPPED,
+    (St.DRAINING, Act.STOP): St.STOPPED,
+    (St.FAILED, Act.STOP): St.STOPPED,
+    (St.STOPPED, Act.REMOVE): None,
+    (St.STARTING, Act.REMOVE): Conflict,
+    (St.RUNNING, Act.REMOVE): Conflict,
+    (St.DRAINING, Act.REMOVE): Conflict,
+    (St.FAILED, Act.REMOVE): Conflict,
+    (St.STOPPED, Act.REPLACE): St.STOPPED,
+    (St.STARTING, Act.REPLACE): Conflict,
+    (St.RUNNING, Act.REPLACE): Conflict,
+    (St.DRAINING, Act.REPLACE): Conflict,
+    (St.FAILED, Act.REPLACE): Conflict,
 }
 
 
-def test_the_expected_operation_table_covers_every_state_and_operation() -> None:
-    assert set(EXPECTED_OPERATIONS) == {(s, o) for s in ServiceState for o in Operation}
+def test_the_expected_action_table_covers_every_state_and_action() -> None:
+    assert set(EXPECTED_ACTIONS) == {(s, o) for s in ServiceState for o in ControlAction}
 
 
-@pytest.mark.parametrize(("state", "operation"), list(EXPECTED_OPERATIONS))
-def test_each_operation_moves_a_service_as_the_table_says(
-    state: ServiceState, operation: Operation
+@pytest.mark.parametrize(("state", "action"), list(EXPECTED_ACTIONS))
+def test_each_action_moves_a_service_as_the_table_says(
+    state: ServiceState, action: ControlAction
 ) -> None:
-    expected = EXPECTED_OPERATIONS[(state, operation)]
+    expected = EXPECTED_ACTIONS[(state, action)]
     if expected is Conflict:
         with pytest.raises(Conflict) as caught:
-            plan_operation(state, operation)
+            plan_action(state, action)
         assert caught.value.details["state"] == state.value
-        assert caught.value.details["operation"] == operation.value
+        assert caught.value.details["operation"] == action.value
         assert f"it is {state.value}" in caught.value.message
     else:
-        transition = plan_operation(state, operation)
+        transition = plan_action(state, action)
         assert (transition.from_state, transition.to_state) == (state, expected)
 
 
 def test_remove_is_refused_naming_stopped_as_the_only_allowed_state() -> None:
     with pytest.raises(Conflict) as caught:
-        plan_operation(ServiceState.RUNNING, Operation.REMOVE)
+        plan_action(ServiceState.RUNNING, ControlAction.REMOVE)
     assert caught.value.message == (
         "remove is allowed only when the service is stopped; it is running"
     )
@@ -276,14 +276,14 @@ def test_remove_is_refused_naming_stopped_as_the_only_allowed_state() -> None:
 
 
 @pytest.mark.parametrize("name", ["start", "drain", "stop", "remove"])
-def test_the_control_operations_are_parsed_by_name(name: str) -> None:
-    assert parse_operation(name).value == name
+def test_the_control_actions_are_parsed_by_name(name: str) -> None:
+    assert parse_control_action(name).value == name
 
 
 @pytest.mark.parametrize("name", ["replace", "restart", "", None, 1])
-def test_anything_but_a_control_operation_is_refused(name: object) -> None:
+def test_anything_but_a_control_action_is_refused(name: object) -> None:
     with pytest.raises(InvalidInput) as caught:
-        parse_operation(name)
+        parse_control_action(name)
     assert caught.value.details["allowed"] == ["start", "drain", "stop", "remove"]
 
 
@@ -339,9 +339,11 @@ def test_only_a_running_service_admits_new_requests(state: ServiceState) -> None
     assert admits_requests(state) is (state is ServiceState.RUNNING)
 
 
-@given(st.lists(st.one_of(st.sampled_from(list(Operation)), st.sampled_from(list(ServiceEvent)))))
-def test_any_sequence_of_operations_and_events_keeps_a_service_in_a_known_state(
-    steps: list[Operation | ServiceEvent],
+@given(
+    st.lists(st.one_of(st.sampled_from(list(ControlAction)), st.sampled_from(list(ServiceEvent))))
+)
+def test_any_sequence_of_actions_and_events_keeps_a_service_in_a_known_state(
+    steps: list[ControlAction | ServiceEvent],
 ) -> None:
     state = ServiceState.STOPPED
     for step in steps:
@@ -349,7 +351,7 @@ def test_any_sequence_of_operations_and_events_keeps_a_service_in_a_known_state(
             state = apply_event(state, step)
             continue
         try:
-            transition = plan_operation(state, step)
+            transition = plan_action(state, step)
         except Conflict:
             continue
         if transition.to_state is None:
@@ -470,10 +472,10 @@ def test_a_restart_policy_outside_the_three_is_refused_naming_the_field(value: o
 
 
 def test_start_records_desired_running_and_stop_or_drain_desired_stopped() -> None:
-    assert desired_after(Operation.START, DesiredState.STOPPED) is DesiredState.RUNNING
-    assert desired_after(Operation.STOP, DesiredState.RUNNING) is DesiredState.STOPPED
-    assert desired_after(Operation.DRAIN, DesiredState.RUNNING) is DesiredState.STOPPED
-    assert desired_after(Operation.REPLACE, DesiredState.RUNNING) is DesiredState.RUNNING
+    assert desired_after(ControlAction.START, DesiredState.STOPPED) is DesiredState.RUNNING
+    assert desired_after(ControlAction.STOP, DesiredState.RUNNING) is DesiredState.STOPPED
+    assert desired_after(ControlAction.DRAIN, DesiredState.RUNNING) is DesiredState.STOPPED
+    assert desired_after(ControlAction.REPLACE, DesiredState.RUNNING) is DesiredState.RUNNING
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ def offer(direction: str, state: str) -> o.Offer:
         id="off_x",
         direction=direction,
         project="default",
-        service="a" * 64,
+        other_hypernet_id="a" * 64,
         peer_label=None,
         peer_cluster_key=None,
         scopes=frozenset({"discover"}),

@@ -44,7 +44,7 @@ def offer(clock: FakeClock, direction: str, state: str) -> Offer:
         id="off_" + "a" * 26,
         direction=direction,
         project="default",
-        service="b" * 64,
+        other_hypernet_id="b" * 64,
         peer_label=None,
         peer_cluster_key=None,
         scopes=frozenset({"discover"}),

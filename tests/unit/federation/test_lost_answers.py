@@ -21,7 +21,7 @@ from tests.support.fakes.peer_channel import OWNER, Pair, approved_offer, paired
 from tests.support.isolation import add_node, record_model
 
 from ficc.base.errors import OutcomeUnknown
-from ficc.domain.inference import Operation, RuntimeName
+from ficc.domain.inference import ControlAction, RuntimeName
 from ficc.domain.peers import PeerState
 from ficc.services.mutations import grant_scope
 from ficc.services.remote.table import OPERATIONS
@@ -213,7 +213,7 @@ async def test_every_mutation_replays_byte_for_byte_the_answer_its_first_call_re
     exercised = {request["operation"] for request, _ in sent}
     assert exercised == {name for name, row in OPERATIONS.items() if row.mutation}
     controlled = {r["body"]["operation"] for r, _ in sent if r["operation"] == "inference.control"}
-    assert controlled == {op.value for op in Operation} - {"replace"}
+    assert controlled == {op.value for op in ControlAction} - {"replace"}
     # Everything changed since, or is gone: each replay is still its first answer.
     for request, first in sent:
         assert (await answered(request)).content == replayed_bytes(first), request

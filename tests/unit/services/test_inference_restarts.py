@@ -15,8 +15,8 @@ from tests.support.fakes.loop_clock import LoopWallClock, run_virtual
 
 from ficc.base.units import MiB
 from ficc.domain.inference import (
+    ACTION_TABLE,
     EVENT_TABLE,
-    OPERATION_TABLE,
     AttemptState,
     DesiredState,
     RestartPolicy,
@@ -25,7 +25,7 @@ from ficc.domain.inference import (
 
 ALLOWED_CHANGES = {
     (before, after)
-    for table in (*OPERATION_TABLE.values(), *EVENT_TABLE.values())
+    for table in (*ACTION_TABLE.values(), *EVENT_TABLE.values())
     for before, after in table.items()
     if after is not None and after is not before
 }

@@ -16,8 +16,8 @@ from tests.support.fakes.inference import OWNER, PROJECT, Bench, FakeRuntime, be
 from ficc.base.errors import Conflict, UnacknowledgedOutcome
 from ficc.base.units import MiB
 from ficc.domain.inference import (
+    ACTION_TABLE,
     EVENT_TABLE,
-    OPERATION_TABLE,
     AttemptState,
     DesiredState,
     ServiceState,
@@ -27,7 +27,7 @@ from ficc.services.mutations import MutationKey
 
 ALLOWED_CHANGES = {
     (before, after)
-    for table in (*OPERATION_TABLE.values(), *EVENT_TABLE.values())
+    for table in (*ACTION_TABLE.values(), *EVENT_TABLE.values())
     for before, after in table.items()
     if after is not None and after is not before
 }

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from ficc.adapters import metrics
 from ficc.adapters.hypernet.accounting import counted
@@ -20,7 +21,7 @@ from ficc.base.errors import FiccError, LocalProtocolError
 from ficc.protocol.answers import complete_request
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import LargeBodyReceived, RequestReceived, RequestRefused
-from ficc.protocol.outcomes import ending, refusal
+from ficc.protocol.outcomes import INTERNAL, ending, refusal
 from ficc.services.ports.peers import (
     EncodedAnswer,
     HeldChunk,
@@ -58,7 +59,8 @@ async def answer(
         try:
             handled = handler(identity, request.operation, request.body, request.body_bytes)
             transfer = metrics.is_transfer(metrics.operation_label(request.operation))
-            frames = _frames(protocol, stream_id, handled, transfer=transfer)
+            refused = functools.partial(_refusal, protocol, stream_id, request.operation, outcome)
+            frames = _frames(protocol, stream_id, handled, refused, transfer=transfer)
             async with contextlib.aclosing(frames):
                 async for frame in frames:
                     await stream.write(frame)
@@ -73,39 +75,53 @@ async def answer(
                 current.uncancel()
             outcome.append(reason.code)
             await _tell_ended(protocol, stream, stream_id, reason)
-        except _HandlerFailed as failed:
-            # The handler's own failure (an engine down, a refusal, a bug): the requester is
-            # told; only this stream's own I/O failing leaves the outcome unknown.
-            error = refusal(failed.error)
-            if not isinstance(failed.error, FiccError):
-                log.error("handler for %s failed", request.operation, exc_info=failed.error)
-            outcome.append(error.code)
-            await stream.write(protocol.send_error(stream_id, error))
+
+
+def _refusal(
+    protocol: PeerConnection, stream_id: int, operation: str, outcome: list[str], failure: Exception
+) -> bytes:
+    """The ``ERROR`` frame telling the requester that its handler failed (an engine down, a
+    refusal, a bug), as :func:`~ficc.protocol.outcomes.refusal` names it; a bug is logged here
+    with its text, which the requester never sees."""
+    error = refusal(failure)
+    if error is INTERNAL:
+        log.error("handler for %s failed", operation, exc_info=failure)
+    outcome.append(error.code)
+    return protocol.send_error(stream_id, error)
 
 
 async def _frames(
-    protocol: PeerConnection, stream_id: int, handled: Awaitable[RequestResult], *, transfer: bool
+    protocol: PeerConnection,
+    stream_id: int,
+    handled: Awaitable[RequestResult],
+    refused: Callable[[Exception], bytes],
+    *,
+    transfer: bool,
 ) -> AsyncGenerator[bytes, None]:
-    """The frames of the handler's answer, each made when it is to be written; whatever the
-    handler raises comes as :class:`_HandlerFailed`."""
+    """The frames of the handler's answer, each made when it is to be written; what the
+    handler raises ends them with ``refused``'s frame. Only the handler is caught here: the
+    connection's own refusals (an answer it may not send) and the stream's writes raise."""
     try:
         result = await handled
-    except Exception as exc:
-        raise _HandlerFailed(exc) from exc
+    except Exception as exc:  # noqa: BLE001 - the handler's root: told, a bug logged
+        yield refused(exc)
+        return
     if isinstance(result, dict | EncodedAnswer):
         # An encoded answer is sent as the bytes it was measured by (no second encode).
         answer = result.content if isinstance(result, EncodedAnswer) else result
         yield protocol.send_answer(stream_id, answer)
         return
     held = b""  # the frames of held chunks, written with what follows them
+    failure: Exception | None = None
     try:
         while True:
             try:
                 chunk = await anext(result)
             except StopAsyncIteration:
                 break
-            except Exception as exc:
-                raise _HandlerFailed(exc) from exc
+            except Exception as exc:  # noqa: BLE001 - as above (held chunks are dropped)
+                failure = exc
+                break
             frame = protocol.send_chunk(stream_id, chunk)
             if transfer:
                 metrics.TRANSFER_BYTES.labels(direction="out").inc(len(chunk))
@@ -118,7 +134,7 @@ async def _frames(
         close = getattr(result, "aclose", None)
         if close is not None:  # its ``finally`` runs now, whichever way this ends
             await close()
-    yield held + protocol.send_end(stream_id)
+    yield refused(failure) if failure is not None else held + protocol.send_end(stream_id)
 
 
 async def _tell_ended(
@@ -134,12 +150,3 @@ async def _tell_ended(
                 await stream.write(frame)
                 return
     await stream.reset_sending(told.code)
-
-
-class _HandlerFailed(Exception):
-    """What the handler raised, to tell the requester as an error frame (unlike the same
-    error raised by this stream's own reads and writes)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error

@@ -19,11 +19,19 @@ class SqlOffers(_EditableRecords[Offer]):
     def _read(self, row: Any) -> Offer:
         direction, state = OfferDirection(row.direction), OfferState(row.state)
         return _record(
-            Offer, t.offers, row, direction=direction, state=state, scopes=frozenset(row.scopes)
+            Offer,
+            t.offers,
+            row,
+            direction=direction,
+            state=state,
+            scopes=frozenset(row.scopes),
+            other_hypernet_id=row.service,
         )
 
     def _values(self, record: Offer) -> dict[str, Any]:
-        return _row_values(record, t.offers, scopes=sorted(record.scopes))
+        return _row_values(
+            record, t.offers, scopes=sorted(record.scopes), service=record.other_hypernet_id
+        )
 
     async def add(self, record: Offer) -> None:
         """Store the offer and tombstone its ID, so it is never taken again (also after
@@ -31,7 +39,9 @@ class SqlOffers(_EditableRecords[Offer]):
         await super().add(record)
         await self._c.execute(
             insert(t.offer_tombstones).values(
-                id=record.id, hypernet_id=record.service, created_at=format_time(record.created_at)
+                id=record.id,
+                hypernet_id=record.other_hypernet_id,
+                created_at=format_time(record.created_at),
             )
         )
 

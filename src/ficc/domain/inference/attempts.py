@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Final
 
 from ficc.base.errors import Conflict, UnacknowledgedOutcome
-from ficc.domain.inference.states import Operation, ServiceState, Transition, plan_operation
+from ficc.domain.inference.states import ControlAction, ServiceState, Transition, plan_action
 
 
 class AttemptState(StrEnum):
@@ -109,7 +109,7 @@ def check_start(
     state: ServiceState, attempts: list[AttemptState], *, acknowledge_unknown: bool
 ) -> Transition:
     """A start is refused while an earlier attempt's outcome is unknown and not acknowledged."""
-    transition = plan_operation(state, Operation.START)
+    transition = plan_action(state, ControlAction.START)
     unknown = sum(1 for attempt in attempts if attempt is _A.UNKNOWN)
     if unknown and not acknowledge_unknown:
         raise UnacknowledgedOutcome(

@@ -1,5 +1,5 @@
-"""The service state machine, as two tables: what users ask (operations) and what engines
-report (events), and the desired state an operation records.
+"""The service state machine, as two tables: what users ask (control actions) and what engines
+report (events), and the desired state an action records.
 
 Every target state comes from these tables: no use case names the state it moves a service to.
 """
@@ -24,8 +24,11 @@ class ServiceState(StrEnum):
     FAILED = "failed"
 
 
-class Operation(StrEnum):
-    """What a user (or a peer) asks of a service: the ``control`` operations and ``replace``."""
+class ControlAction(StrEnum):
+    """What a user (or a peer) asks of a service: the actions of ``control`` and ``replace``.
+
+    Not an operation: that word names a remote operation (``"inference.control"``); an action
+    travels in its body's ``operation`` field."""
 
     START = "start"
     DRAIN = "drain"
@@ -39,62 +42,62 @@ _S = ServiceState
 REMOVED: Final = None
 """The target of ``remove``: the record is deleted (its ID is never reused)."""
 
-OPERATION_TABLE: Final[Mapping[Operation, Mapping[ServiceState, ServiceState | None]]] = {
+ACTION_TABLE: Final[Mapping[ControlAction, Mapping[ServiceState, ServiceState | None]]] = {
     # A failed service starts again without an explicit stop: its replicas are gone already.
-    Operation.START: {_S.STOPPED: _S.STARTING, _S.FAILED: _S.STARTING},
+    ControlAction.START: {_S.STOPPED: _S.STARTING, _S.FAILED: _S.STARTING},
     # Draining lets requests in flight finish and admits no new ones.
-    Operation.DRAIN: {_S.RUNNING: _S.DRAINING},
+    ControlAction.DRAIN: {_S.RUNNING: _S.DRAINING},
     # Stop is immediate from every state and changes nothing when already stopped.
-    Operation.STOP: {
+    ControlAction.STOP: {
         _S.STOPPED: _S.STOPPED,
         _S.STARTING: _S.STOPPED,
         _S.RUNNING: _S.STOPPED,
         _S.DRAINING: _S.STOPPED,
         _S.FAILED: _S.STOPPED,
     },
-    Operation.REMOVE: {_S.STOPPED: REMOVED},
-    Operation.REPLACE: {_S.STOPPED: _S.STOPPED},
+    ControlAction.REMOVE: {_S.STOPPED: REMOVED},
+    ControlAction.REPLACE: {_S.STOPPED: _S.STOPPED},
 }
 
 
 @dataclass(frozen=True)
 class Transition:
-    """An allowed operation; ``to_state`` is ``None`` when the service record is deleted."""
+    """An allowed action; ``to_state`` is ``None`` when the service record is deleted."""
 
-    operation: Operation
+    action: ControlAction
     from_state: ServiceState
     to_state: ServiceState | None
 
 
-def parse_operation(value: object, *, field: str = "operation") -> Operation:
-    """Only the operations of the table; ``replace`` travels as its own request, not here."""
-    allowed = [op.value for op in Operation if op is not Operation.REPLACE]
+def parse_control_action(value: object, *, field: str = "operation") -> ControlAction:
+    """Only the actions of the table; ``replace`` travels as its own request, not here."""
+    allowed = [op.value for op in ControlAction if op is not ControlAction.REPLACE]
     if value not in allowed:
         raise InvalidInput(
             f"{field} must be one of {', '.join(allowed)}",
             field=field,
             details={"allowed": allowed},
         )
-    return Operation(value)
+    return ControlAction(value)
 
 
-def allowed_states(operation: Operation) -> list[ServiceState]:
-    """The states in which ``operation`` is allowed, in the order of :class:`ServiceState`."""
-    table = OPERATION_TABLE[operation]
+def allowed_states(action: ControlAction) -> list[ServiceState]:
+    """The states in which ``action`` is allowed, in the order of :class:`ServiceState`."""
+    table = ACTION_TABLE[action]
     return [state for state in ServiceState if state in table]
 
 
-def plan_operation(state: ServiceState, operation: Operation) -> Transition:
-    """The transition ``operation`` makes from ``state``, or Conflict naming the allowed states."""
-    table = OPERATION_TABLE[operation]
+def plan_action(state: ServiceState, action: ControlAction) -> Transition:
+    """The transition ``action`` makes from ``state``, or Conflict naming the allowed states."""
+    table = ACTION_TABLE[action]
     if state not in table:
-        allowed = [s.value for s in allowed_states(operation)]
+        allowed = [s.value for s in allowed_states(action)]
         raise Conflict(
-            f"{operation.value} is allowed only when the service is {' or '.join(allowed)}; "
+            f"{action.value} is allowed only when the service is {' or '.join(allowed)}; "
             f"it is {state.value}",
-            details={"state": state.value, "operation": operation.value, "allowed": allowed},
+            details={"state": state.value, "operation": action.value, "allowed": allowed},
         )
-    return Transition(operation, state, table[state])
+    return Transition(action, state, table[state])
 
 
 class ServiceEvent(StrEnum):
@@ -148,14 +151,14 @@ class DesiredState(StrEnum):
     STOPPED = "stopped"
 
 
-DESIRED_AFTER: Final[Mapping[Operation, DesiredState]] = {
-    Operation.START: DesiredState.RUNNING,
-    Operation.DRAIN: DesiredState.STOPPED,
-    Operation.STOP: DesiredState.STOPPED,
+DESIRED_AFTER: Final[Mapping[ControlAction, DesiredState]] = {
+    ControlAction.START: DesiredState.RUNNING,
+    ControlAction.DRAIN: DesiredState.STOPPED,
+    ControlAction.STOP: DesiredState.STOPPED,
 }
-"""The desired state a control operation records; ``replace`` and ``remove`` keep it."""
+"""The desired state a control action records; ``replace`` and ``remove`` keep it."""
 
 
-def desired_after(operation: Operation, desired: DesiredState) -> DesiredState:
-    """The desired state once ``operation`` is accepted."""
-    return DESIRED_AFTER.get(operation, desired)
+def desired_after(action: ControlAction, desired: DesiredState) -> DesiredState:
+    """The desired state once ``action`` is accepted."""
+    return DESIRED_AFTER.get(action, desired)

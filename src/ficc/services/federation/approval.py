@@ -95,7 +95,7 @@ class Approval:
                     details={"revision": offer.revision},
                 )
             next_state(offer, "approve", now)
-            await refuse_second_pairing(uow, offer.service, project)
+            await refuse_second_pairing(uow, offer.other_hypernet_id, project)
             terms = parse_grant(grant, requested_scopes=offer.scopes)
             principal.require_scope(*sorted(terms.scopes))
             await check_resources(uow, project, terms)
@@ -105,7 +105,7 @@ class Approval:
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=project,
                 label=offer.peer_label,
-                hypernet_id=offer.service,
+                hypernet_id=offer.other_hypernet_id,
                 cluster_key=offer.peer_cluster_key,
                 state=PeerState.PENDING,
                 generation=generation,
@@ -120,7 +120,7 @@ class Approval:
             body = {
                 "kind": RECEIPT_KIND,
                 "offer": offer_id,
-                "requester": offer.service,
+                "requester": offer.other_hypernet_id,
                 "requester_cluster_key": offer.peer_cluster_key,
                 "service": me,
                 "service_cluster_key": b64(self.signer.public_key),
@@ -157,7 +157,7 @@ class Approval:
         self.grants.arm_expiry(given)
         pushed = await tell(
             self.context.link,
-            offer.service,
+            offer.other_hypernet_id,
             "pairing.receipt",
             {"offer": offer_id, "receipt": receipt},
             None,
@@ -187,7 +187,7 @@ class Approval:
         async with self.context.uow_factory() as uow:
             existing = await uow.offers.get(offer_id)
             if existing is not None:
-                if existing.service != identity.hypernet_id:
+                if existing.other_hypernet_id != identity.hypernet_id:
                     raise Conflict("an offer with this ID exists")
                 if existing.scopes != requested or existing.peer_label != clean_label(label):
                     raise Conflict(
@@ -217,7 +217,7 @@ class Approval:
                 id=offer_id,
                 direction=OfferDirection.INCOMING,
                 project=None,
-                service=identity.hypernet_id,
+                other_hypernet_id=identity.hypernet_id,
                 peer_label=clean_label(label),
                 peer_cluster_key=b64(identity.cluster_key),
                 scopes=requested,
@@ -293,7 +293,7 @@ class Approval:
             offer = await uow.offers.get(offer_id)
             if (
                 offer is None
-                or offer.service != identity.hypernet_id
+                or offer.other_hypernet_id != identity.hypernet_id
                 or offer.peer_cluster_key != b64(identity.cluster_key)
             ):
                 raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})

@@ -196,7 +196,7 @@ def proven_offerer(offer: Offer) -> PeerIdentity | None:
     """The identity the other side of an offer proved in the session that carried it."""
     if offer.peer_cluster_key is None:
         return None
-    return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
+    return PeerIdentity(offer.other_hypernet_id, unb64(offer.peer_cluster_key), 0)
 
 
 def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:
@@ -221,8 +221,8 @@ def offer_json(offer: Offer, now: datetime, me: str | None) -> OfferView:
     return {
         "id": offer.id,
         "direction": offer.direction,
-        "service": offer.service if outgoing else me,
-        "requester": me if outgoing else offer.service,
+        "service": offer.other_hypernet_id if outgoing else me,
+        "requester": me if outgoing else offer.other_hypernet_id,
         "label": offer.peer_label,
         "cluster_key": offer.peer_cluster_key,
         "scopes": sorted(offer.scopes),

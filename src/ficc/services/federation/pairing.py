@@ -100,7 +100,7 @@ class Pairing:
             id=offer_id,
             direction=OfferDirection.OUTGOING,
             project=project,
-            service=service_id,
+            other_hypernet_id=service_id,
             peer_label=clean_label(answer.body.get("label")),
             peer_cluster_key=b64(identity.cluster_key),
             scopes=requested,
@@ -135,11 +135,11 @@ class Pairing:
             if offer.state == OfferState.FINISHED and _digest(offer.receipt) == receipt:
                 return await self._finished(uow, offer, now)
             next_state(offer, "finish", now)
-            await refuse_second_pairing(uow, offer.service, project)
+            await refuse_second_pairing(uow, offer.other_hypernet_id, project)
         stored: object = offer.receipt
         if stored is None:
             fetched = await self.context.link.request(
-                offer.service,
+                offer.other_hypernet_id,
                 "pairing.fetch",
                 {"offer": offer_id},
                 ticket=offer.ticket,
@@ -158,14 +158,14 @@ class Pairing:
             offer_id=offer_id,
             requester_hypernet_id=self.context.link.hypernet_id,
             requester_cluster_key=b64(self.signer.public_key),
-            service_hypernet_id=offer.service,
+            service_hypernet_id=offer.other_hypernet_id,
             service_cluster_key=unb64(offer.peer_cluster_key),
             requested_scopes=offer.scopes,
             verify=self.verify,
         )
         pending = await self._intend(offer, stored, body, now)
         await self.context.link.request(
-            offer.service,
+            offer.other_hypernet_id,
             "pairing.finish",
             {"offer": offer_id, "receipt": receipt},
             ticket=offer.ticket,
@@ -208,7 +208,7 @@ class Pairing:
                 id=new_id("peer", secrets.token_bytes(16)),
                 project=offer.project,
                 label=offer.peer_label,
-                hypernet_id=offer.service,
+                hypernet_id=offer.other_hypernet_id,
                 cluster_key=offer.peer_cluster_key,
                 state=PeerState.PENDING,
                 generation=_generation(body),
@@ -284,7 +284,11 @@ class Pairing:
             )
             await uow.commit()
         told = await tell(
-            self.context.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
+            self.context.link,
+            offer.other_hypernet_id,
+            "pairing.discard",
+            {"offer": offer_id},
+            offer.ticket,
         )
         return {**self.offer_json(discarded, now), "told": told}
 
@@ -308,7 +312,7 @@ async def their_offer(
     if (
         offer is None
         or offer.direction != direction
-        or offer.service != identity.hypernet_id
+        or offer.other_hypernet_id != identity.hypernet_id
         or offer.peer_cluster_key != b64(identity.cluster_key)
     ):
         raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})

@@ -2,7 +2,7 @@
 
 ``revision`` grows with every user change (create, replace, control); engine events (ready,
 crashed, drained) change ``state`` but not ``revision``, so a caller's revision stays valid
-while a service comes up. Every target state comes from ``plan_operation`` (or
+while a service comes up. Every target state comes from ``plan_action`` (or
 ``check_start``): no use case names the state it moves a service to.
 """
 
@@ -19,16 +19,16 @@ from ficc.base.json_types import JSONObject
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
-    Operation,
+    ControlAction,
     ServiceSpec,
     ServiceState,
     check_context,
     check_start,
     desired_after,
     next_attempt_state,
-    parse_operation,
+    parse_control_action,
     parse_service_spec,
-    plan_operation,
+    plan_action,
 )
 from ficc.domain.mutations import derived_entropy
 from ficc.domain.service_records import RemovedServiceView, ServiceRecord, ServiceView
@@ -142,7 +142,7 @@ class ServiceCommands:
                 return done, True
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
-            transition = plan_operation(service.state, Operation.REPLACE)
+            transition = plan_action(service.state, ControlAction.REPLACE)
             assert transition.to_state is not None  # replace keeps the record
             node = await self.admission.check_spec(uow, project, spec)
             updated = replace(
@@ -171,13 +171,13 @@ class ServiceCommands:
         key: MutationKey | None = None,
     ) -> Outcome:
         """start, drain, stop or remove, checked against the current revision."""
-        op = parse_operation(operation)
+        op = parse_control_action(operation)
         if not isinstance(acknowledge_unknown, bool):
             raise InvalidInput(
                 "acknowledge_unknown must be a JSON boolean (true or false)",
                 field="acknowledge_unknown",
             )
-        if acknowledge_unknown and op is not Operation.START:
+        if acknowledge_unknown and op is not ControlAction.START:
             raise InvalidInput(
                 "acknowledge_unknown is accepted only for start", field="acknowledge_unknown"
             )
@@ -188,20 +188,20 @@ class ServiceCommands:
                 f"no service {service_id} in project {project}", details={"service": service_id}
             )
         async with lock:
-            if op is Operation.START:
+            if op is ControlAction.START:
                 return await self._start(
                     actor, project, service_id, expected, acknowledge_unknown, key
                 )
             result, replayed = await self._transition(actor, project, service_id, expected, key, op)
             if replayed:
                 return result, replayed
-            if op is Operation.STOP:
+            if op is ControlAction.STOP:
                 await self.supervisor.stop_replicas(service_id)
                 # The answer is the service once its replicas ended; the receipt keeps that
                 # one (a retry waits on this lock, so it is answered only after it).
                 stopped = await self.get_service(project, service_id)
                 return await self._answered(key, stopped), False
-            if op is Operation.DRAIN:
+            if op is ControlAction.DRAIN:
                 self.supervisor.drain(service_id)
             return result, False
 
@@ -242,7 +242,7 @@ class ServiceCommands:
         async with self.admission.lock, self.uow_factory() as uow:
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
-            transition = plan_operation(service.state, Operation.START)
+            transition = plan_action(service.state, ControlAction.START)
             assert transition.to_state is not None  # start keeps the record
             await self.admission.admit(uow, service, node)
             now = self.clock()
@@ -254,7 +254,7 @@ class ServiceCommands:
             started = replace(
                 service,
                 state=transition.to_state,
-                desired=desired_after(Operation.START, service.desired),
+                desired=desired_after(ControlAction.START, service.desired),
                 revision=service.revision + (0 if restoring else 1),
                 error=None,
                 updated_at=now,
@@ -277,7 +277,7 @@ class ServiceCommands:
         service_id: str,
         expected: int,
         key: MutationKey | None,
-        operation: Operation,
+        action: ControlAction,
     ) -> Outcome:
         """Stop, drain or remove as the table says; the receipt commits in the same transaction."""
         async with self.uow_factory() as uow:
@@ -285,7 +285,7 @@ class ServiceCommands:
                 return done, True
             service = await load_service(uow, project, service_id)
             check_revision(service, expected)
-            transition = plan_operation(service.state, operation)
+            transition = plan_action(service.state, action)
             if transition.to_state is None:
                 await uow.attempts.delete_for_service(service_id)
                 await uow.services.delete(service_id)
@@ -295,13 +295,13 @@ class ServiceCommands:
                 changed = replace(
                     service,
                     state=transition.to_state,
-                    desired=desired_after(operation, service.desired),
+                    desired=desired_after(action, service.desired),
                     revision=service.revision + 1,
                     updated_at=self.clock(),
                 )
                 await uow.services.update(changed)
-                action = f"service.{operation.value}"
-                await record_audit(uow, self.clock, actor, project, action, service_id)
+                audited = f"service.{action.value}"
+                await record_audit(uow, self.clock, actor, project, audited, service_id)
                 result = await view_of(uow, changed)
             answer = await self._finish(uow, key, result)
             # No new request from the commit on; those in flight finish (drain) or end (stop).

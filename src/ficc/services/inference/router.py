@@ -23,7 +23,7 @@ from ficc.services.ports.runtimes import ReplicaHandle
 
 
 @dataclass(frozen=True)
-class _Admission:
+class _ReadyService:
     """A service this process saw become ready, the replicas it became ready with, and its
     spec's runtime and options (a spec changes only while the service is stopped)."""
 
@@ -48,7 +48,7 @@ class InvocationRouter:
     def __init__(self, uow_factory: UnitOfWorkFactory, engines: EngineConnector) -> None:
         self._uow_factory = uow_factory
         self.engines = engines
-        self._admitting: dict[str, _Admission] = {}
+        self._admitting: dict[str, _ReadyService] = {}
         self._next_replica: dict[str, int] = {}
         self._in_flight: dict[str, int] = {}
         self._idle: dict[str, asyncio.Event] = {}
@@ -62,7 +62,7 @@ class InvocationRouter:
         options: Mapping[str, object],
     ) -> None:
         """Admit requests to ``handles``: the supervisor saw every one of them become ready."""
-        self._admitting[service_id] = _Admission(project, runtime, handles, options)
+        self._admitting[service_id] = _ReadyService(project, runtime, handles, options)
 
     def close(self, service_id: str) -> None:
         """No new request for ``service_id`` from now on; requests in flight go on."""
@@ -90,12 +90,10 @@ class InvocationRouter:
     def occupancy(self, project: str, service_id: str) -> Occupancy | None:
         """A service of ``project`` that admits requests now: its runtime, ready replicas and
         requests in flight; None when it admits none. From memory, no transaction."""
-        admission = self._admitting.get(service_id)
-        if admission is None or admission.project != project or not admission.handles:
+        ready = self._admitting.get(service_id)
+        if ready is None or ready.project != project or not ready.handles:
             return None
-        return Occupancy(
-            admission.runtime, len(admission.handles), self._in_flight.get(service_id, 0)
-        )
+        return Occupancy(ready.runtime, len(ready.handles), self._in_flight.get(service_id, 0))
 
     def tracked_services(self) -> frozenset[str]:
         """The service IDs any of the router's maps holds; bounded by the services that exist."""
@@ -104,23 +102,23 @@ class InvocationRouter:
     async def endpoint(self, project: str, service_id: str) -> Endpoint:
         """Where a running service of ``project`` answers, with its runtime and options; refused
         unless it is running. Read from memory while the service is admitted."""
-        admission = self._admitting.get(service_id)
-        if admission is None or admission.project != project or not admission.handles:
+        ready = self._admitting.get(service_id)
+        if ready is None or ready.project != project or not ready.handles:
             async with self._uow_factory() as uow:
                 service = await load_service(uow, project, service_id)
-            admission = self._admitting.get(service_id)
-            if not admits_requests(service.state) or admission is None:
+            ready = self._admitting.get(service_id)
+            if not admits_requests(service.state) or ready is None:
                 raise Conflict(
                     f"service {service_id} is {service.state.value}; only a running service "
                     "takes requests",
                     details={"state": service.state.value},
                 )
-        handles = admission.handles
+        handles = ready.handles
         replica = self._next_replica.get(service_id, 0) % len(handles)
         self._next_replica[service_id] = replica + 1
         handle = handles[replica]
         return Endpoint(
-            service_id, handle.base_url, handle.model_name, admission.runtime, admission.options
+            service_id, handle.base_url, handle.model_name, ready.runtime, ready.options
         )
 
     @contextlib.asynccontextmanager

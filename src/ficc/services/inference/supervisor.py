@@ -4,7 +4,7 @@ Every replica attempt is recorded before its engine is launched (write-ahead,
 :mod:`.attempts`). An engine that ends by itself is started again as its service's restart
 policy says (:mod:`.restarts`), once every replica of the service has ended. Every state change
 goes through the domain's tables: ``apply_event`` for services, ``next_attempt_state`` for
-attempts, ``plan_operation`` for the shutdown's stop.
+attempts, ``plan_action`` for the shutdown's stop.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from ficc.base.errors import FiccError, RuntimeNotInstalled
 from ficc.domain.inference import (
     AttemptEvent,
     AttemptState,
-    Operation,
+    ControlAction,
     RuntimeName,
     ServiceEvent,
     ServiceState,
     admits_requests,
     apply_event,
-    plan_operation,
+    plan_action,
 )
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
@@ -158,7 +158,7 @@ class ReplicaSupervisor:
             async with self.uow_factory() as uow:
                 service = await uow.services.get(service_id)
                 if service is not None:
-                    state = plan_operation(service.state, Operation.STOP).to_state
+                    state = plan_action(service.state, ControlAction.STOP).to_state
                     assert state is not None  # stop keeps the record
                     if state is not service.state:
                         await uow.services.update(

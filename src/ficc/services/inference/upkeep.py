@@ -13,11 +13,11 @@ from ficc.base.errors import FiccError
 from ficc.domain.grants import Grant
 from ficc.domain.inference import (
     AttemptState,
+    ControlAction,
     DesiredState,
-    Operation,
     ServiceState,
     desired_after,
-    plan_operation,
+    plan_action,
     recovery_event,
 )
 from ficc.domain.nodes import Node
@@ -52,8 +52,8 @@ class ServiceUpkeep:
                     service = await uow.services.get(service_id)
                     if service is None:
                         continue
-                    state = plan_operation(service.state, Operation.STOP).to_state
-                    desired = desired_after(Operation.STOP, service.desired)
+                    state = plan_action(service.state, ControlAction.STOP).to_state
+                    desired = desired_after(ControlAction.STOP, service.desired)
                     if state is None or (state is service.state and desired is service.desired):
                         continue
                     changed = replace(

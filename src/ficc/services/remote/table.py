@@ -66,8 +66,9 @@ class Handlers:
 
 
 @dataclass(frozen=True)
-class Operation:
-    """One row: what a peer may ask, under which terms, and who answers."""
+class OperationRow:
+    """One row: what a peer may ask, under which terms, and who answers (the operation is
+    the name :data:`OPERATIONS` keys it by)."""
 
     scopes: frozenset[str] | None
     """At least one of these must be in the grant; None: no grant (pairing, notices)."""
@@ -107,69 +108,75 @@ def _f(*names: str) -> frozenset[str]:
 
 MANAGE: Final = _f("inference:manage")
 
-OPERATIONS: Final[Mapping[str, Operation]] = {
+OPERATIONS: Final[Mapping[str, OperationRow]] = {
     # Pairing and notices: outside any grant, the proven peer checked by each handler.
-    "pairing.offer": Operation(
+    "pairing.offer": OperationRow(
         None,
         _f("offer", "scopes", "label", "expires_at"),
         _f("offer", "scopes"),
         peer=lambda h: h.approval.on_offer,
     ),
-    "pairing.receipt": Operation(None, _f("offer", "receipt"), peer=lambda h: h.pairing.on_receipt),
-    "pairing.fetch": Operation(None, _f("offer"), peer=lambda h: h.approval.on_fetch),
-    "pairing.finish": Operation(None, _f("offer", "receipt"), peer=lambda h: h.approval.on_finish),
-    "pairing.discard": Operation(None, _f("offer"), peer=lambda h: h.approval.on_discard),
-    "peer.removed": Operation(None, peer=lambda h: h.peers.on_peer_removed),
-    "grant.revoked": Operation(None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked),
-    "grants.list": Operation(None, peer=lambda h: h.grants.on_grants_list),
-    "usage.receipts": Operation(
+    "pairing.receipt": OperationRow(
+        None, _f("offer", "receipt"), peer=lambda h: h.pairing.on_receipt
+    ),
+    "pairing.fetch": OperationRow(None, _f("offer"), peer=lambda h: h.approval.on_fetch),
+    "pairing.finish": OperationRow(
+        None, _f("offer", "receipt"), peer=lambda h: h.approval.on_finish
+    ),
+    "pairing.discard": OperationRow(None, _f("offer"), peer=lambda h: h.approval.on_discard),
+    "peer.removed": OperationRow(None, peer=lambda h: h.peers.on_peer_removed),
+    "grant.revoked": OperationRow(None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked),
+    "grants.list": OperationRow(None, peer=lambda h: h.grants.on_grants_list),
+    "usage.receipts": OperationRow(
         None,
         _f("grant", "after", "limit"),
         _f("grant"),
         peer=lambda h: h.receipts.on_usage_receipts,
     ),
     # Under a grant.
-    "discover": Operation(_f("discover"), answer=lambda h: h.inference.discover),
-    "inference.prepare": Operation(MANAGE, answer=lambda h: h.inference.prepare),
-    "inference.preview": Operation(MANAGE, _f("spec"), answer=lambda h: h.inference.preview),
-    "inference.get": Operation(
+    "discover": OperationRow(_f("discover"), answer=lambda h: h.inference.discover),
+    "inference.prepare": OperationRow(MANAGE, answer=lambda h: h.inference.prepare),
+    "inference.preview": OperationRow(MANAGE, _f("spec"), answer=lambda h: h.inference.preview),
+    "inference.get": OperationRow(
         _f("inference:invoke", "inference:manage"),
         _f("service"),
         answer=lambda h: h.inference.get,
     ),
-    "inference.create": Operation(MANAGE, _f("spec"), mutate=lambda h: h.inference.create),
-    "inference.replace": Operation(
+    "inference.create": OperationRow(MANAGE, _f("spec"), mutate=lambda h: h.inference.create),
+    "inference.replace": OperationRow(
         MANAGE, _f("service", "revision", "spec"), mutate=lambda h: h.inference.replace
     ),
-    "inference.control": Operation(
+    "inference.control": OperationRow(
         MANAGE,
         _f("service", "revision", "operation", "acknowledge_unknown"),
         _f("service", "revision", "operation"),
         mutate=lambda h: h.inference.control,
     ),
-    "inference.invoke": Operation(
+    "inference.invoke": OperationRow(
         _f("inference:invoke"),
         _f("service", "path", "body"),
         streaming=Streaming.WHEN_ASKED,
         answer=lambda h: h.inference.invoke,
         stream=lambda h: h.inference.invoke_stream,
     ),
-    "models.manifest": Operation(
+    "models.manifest": OperationRow(
         _f("models:read", "models:transfer"), _f("model"), answer=lambda h: h.models.manifest
     ),
-    "models.range": Operation(
+    "models.range": OperationRow(
         _f("models:transfer"),
         _f("model", "file", "offset", "length", "digest"),
         streaming=Streaming.ALWAYS,
         octets=True,
         stream=lambda h: h.transfers.serve_range,
     ),
-    "models.create": Operation(
+    "models.create": OperationRow(
         _f("models:manage"), _f("manifest"), mutate=lambda h: h.models.create
     ),
-    "models.remove": Operation(_f("models:manage"), _f("model"), mutate=lambda h: h.models.remove),
-    "resources": Operation(_f("resources:read"), answer=lambda h: h.models.resources),
-    "operation.status": Operation(ANY_SCOPE, _f("id"), answer=lambda h: h.models.status),
+    "models.remove": OperationRow(
+        _f("models:manage"), _f("model"), mutate=lambda h: h.models.remove
+    ),
+    "resources": OperationRow(_f("resources:read"), answer=lambda h: h.models.resources),
+    "operation.status": OperationRow(ANY_SCOPE, _f("id"), answer=lambda h: h.models.status),
 }
 
 ENVELOPE_FIELDS: Final = _f("grant", "body", "mutation_id")
@@ -193,7 +200,7 @@ GRANT_OPERATIONS: Final = sorted(name for name, row in OPERATIONS.items() if row
 """What a requester may send under a grant."""
 
 
-def grant_operation(value: object) -> tuple[str, Operation]:
+def grant_operation(value: object) -> tuple[str, OperationRow]:
     """The row of an operation a requester may send under a grant."""
     row = OPERATIONS.get(value) if isinstance(value, str) else None
     if row is None or not row.under_grant:
@@ -273,7 +280,7 @@ class PeerOperations:
         self,
         identity: PeerIdentity,
         operation: str,
-        row: Operation,
+        row: OperationRow,
         stream: Callable[[Handlers], Stream],
         wire: JSONObject,
         body: JSONObject,
