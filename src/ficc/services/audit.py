@@ -33,18 +33,11 @@ async def record(
     peer_cluster_key: str | None = None,
 ) -> None:
     """Append an entry inside the caller's transaction, so it commits with the change."""
-    await uow.audit.append(
-        AuditEntry(
-            action=action,
-            actor=actor,
-            project=project,
-            target=target,
-            at=clock(),
-            details=details or {},
-            peer_hypernet_id=peer_hypernet_id,
-            peer_cluster_key=peer_cluster_key,
-        )
+    # The arguments are AuditEntry's fields in its order, with the time read here.
+    entry = AuditEntry(
+        action, actor, project, target, clock(), details or {}, peer_hypernet_id, peer_cluster_key
     )
+    await uow.audit.append(entry)
 
 
 async def record_by(
@@ -58,14 +51,9 @@ async def record_by(
     details: JSONObject | None = None,
 ) -> None:
     """Append an entry for a local principal's change, named as :func:`actor_of` names it."""
+    actor = actor_of(principal)
     await record(
-        uow,
-        clock,
-        action=action,
-        actor=actor_of(principal),
-        project=project,
-        target=target,
-        details=details,
+        uow, clock, action=action, actor=actor, project=project, target=target, details=details
     )
 
 
