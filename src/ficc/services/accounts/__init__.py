@@ -65,8 +65,8 @@ class Accounts:
         *,
         limits: TokenLimitsView | None = None,
     ) -> Accounts:
-        """The four over ``uow_factory``, with a fresh credential cache and login throttle:
-        both are per process, and a revocation clears the cache only in this one."""
+        """The four over ``uow_factory``, with this process's own credential cache and login
+        throttle (``limits``: what the token listing shows of restricted tokens)."""
         return cls(
             owner=Owner(uow_factory),
             tokens=Tokens(uow_factory, clock, CredentialCache(), limits),
