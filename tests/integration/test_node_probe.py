@@ -24,7 +24,7 @@ from ficc.adapters.node_probe import (
 from ficc.base.units import GiB, MiB
 from ficc.domain.inference import ServiceState
 from ficc.domain.nodes import Gpu
-from ficc.services.nodes import Capacity, register_local_node
+from ficc.services.nodes import Capacity, Nodes
 
 # Captured from `nvidia-smi --query-gpu=index,name,memory.total,memory.used
 # --format=csv,noheader,nounits` on a two-GPU machine (a sample, not this machine's output).
@@ -184,7 +184,7 @@ async def test_registering_the_local_node_and_starting_a_service_never_hold_the_
         return Capacity("here", found.cpu_count, 16 * GiB, 16 * GiB, gpus)
 
     async with loop_watchdog() as lag:
-        await register_local_node(FakeUnitOfWorkFactory(store), b.clock, probe, "node_x")
+        await Nodes(FakeUnitOfWorkFactory(store), b.clock).register_local_node(probe, "node_x")
         await b.add_node()
         model = await b.add_model(MiB)
         service = await b.create(model, replicas=2)

@@ -1,10 +1,11 @@
 """The composition root: settings in, a wired cluster out. Only entrypoints import it.
 
-``settings`` reads the configuration, ``cluster`` wires the parts (:func:`build`), and
-``lifecycle`` opens the storage, starts and closes a cluster.
+``settings`` reads the configuration, ``cluster`` wires the parts (:func:`build`), ``ray``
+places them on a Ray cluster when asked, and ``lifecycle`` opens the storage, starts and
+closes a cluster.
 """
 
-from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, Federation, RayPlacement, build
+from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, Federation, build
 from ficc.bootstrap.lifecycle import (
     NODE_REFRESH_SECONDS,
     InitResult,
@@ -14,6 +15,7 @@ from ficc.bootstrap.lifecycle import (
     open_cluster,
     probe_capacity,
 )
+from ficc.bootstrap.ray import RayPlacement
 from ficc.bootstrap.settings import (
     CONNECT_SECONDS_VARIABLE,
     RANGE_BYTES_VARIABLE,

@@ -8,13 +8,11 @@ real one is made from the settings.
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ficc.adapters import metrics
 from ficc.adapters.blobstore import BlobStore, resolve_user_path
@@ -28,11 +26,13 @@ from ficc.adapters.runtimes.attempt_fence import fence_attempt
 from ficc.adapters.runtimes.sandbox import EngineSandbox
 from ficc.adapters.sql.database import Database
 from ficc.adapters.state_dir import StateDir
+from ficc.bootstrap.ray import RayPlacement
 from ficc.bootstrap.settings import Settings, system_clock
-from ficc.domain.accounts import LoginThrottle
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import RuntimeName, UpstreamAllowList
-from ficc.services import accounts, nodes
+from ficc.services.accounts import Accounts
+from ficc.services.audit import Audit
+from ficc.services.catalogue import Catalogue
 from ficc.services.companion import Companion, CompanionChannel
 from ficc.services.federation.approval import Approval
 from ficc.services.federation.common import ClusterSigner, FederationContext
@@ -50,9 +50,11 @@ from ficc.services.inference.logs import ServiceLogs
 from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
 from ficc.services.metering import Meter
-from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory, UserPathResolver
+from ficc.services.nodes import Nodes
+from ficc.services.ports import Clock, EngineConnector, UnitOfWorkFactory
 from ficc.services.ports.peers import Transport, TransportFactory
 from ficc.services.ports.runtimes import Runtime
+from ficc.services.projects import Projects
 from ficc.services.remote.client import RemoteClient
 from ficc.services.remote.gate import Gate
 from ficc.services.remote.inference_ops import InferenceOperations
@@ -60,10 +62,6 @@ from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.token_limits import TokenLimits
 from ficc.services.transfers import RangeServer, Transfers
-
-if TYPE_CHECKING:
-    from ficc.adapters.ray_nodes import RayNodes
-    from ficc.adapters.runtimes.ray import RayRuntime
 
 LABEL_SETTING = "label"
 
@@ -95,6 +93,11 @@ class Cluster:
     cluster_key: ClusterKey
     clock: Clock
     blobs: BlobStore
+    accounts: Accounts
+    projects: Projects
+    catalogue: Catalogue
+    nodes: Nodes
+    audit: Audit
     inference: InferenceServices
     service_logs: ServiceLogs
     """Engines' logs for the operator (never a peer): ``run/SERVICE/ATTEMPT.log``."""
@@ -106,15 +109,10 @@ class Cluster:
     """Restricted local tokens: admission, settlement, usage and what remains."""
     transfers: Transfers
     ray: RayPlacement | None
-    resolve_user_path: UserPathResolver
     model_file: Callable[[CatalogueModel], Path]
     """The file an engine loads for a model of the catalogue."""
     label: str = ""
     public_url: str | None = None
-    hasher: Argon2Hasher = field(default_factory=Argon2Hasher)
-    credentials: accounts.CredentialCache = field(default_factory=accounts.CredentialCache)
-    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
-    known_projects: set[str] = field(default_factory=set)
     node_refresher: asyncio.Task[None] | None = None
     """Keeps the nodes current while the cluster runs (``lifecycle.start`` starts it)."""
     purger: asyncio.Task[None] | None = None
@@ -231,6 +229,7 @@ def build(
     known = KnownPeers(uow_factory)
     context = FederationContext(uow_factory, clock, link, known)
     slots = GrantSlots()
+    catalogue = Catalogue(uow_factory, clock, blobs, owner_path)
     meter = Meter(uow_factory, clock, sign=cluster_key.sign)
     meter.on_settled = metrics.count_federation_tokens
     copies = RemoteGrantCopies(context)
@@ -272,7 +271,7 @@ def build(
             peers=peers,
             grants=grants,
             inference=InferenceOperations(uow_factory, inference, meter),
-            models=ModelOperations(uow_factory, clock, blobs, slots),
+            models=ModelOperations(uow_factory, clock, catalogue, slots),
             transfers=RangeServer(uow_factory, blobs),
             receipts=receipts,
         ),
@@ -296,6 +295,11 @@ def build(
         cluster_key=cluster_key,
         clock=clock,
         blobs=blobs,
+        accounts=Accounts.wire(uow_factory, clock, Argon2Hasher(), limits=tokens),
+        projects=Projects(uow_factory, clock),
+        catalogue=catalogue,
+        nodes=Nodes(uow_factory, clock),
+        audit=Audit(uow_factory, cluster_key.public_key, verify_signature),
         inference=inference,
         service_logs=ServiceLogs(uow_factory, EngineLogFiles(state.runtime)),
         companion=companion,
@@ -305,7 +309,6 @@ def build(
         tokens=tokens,
         transfers=transfers,
         ray=ray,
-        resolve_user_path=owner_path,
         model_file=model_file,
         label=label,
     )
@@ -336,56 +339,3 @@ def _hypernet(settings: Settings, cluster_key: ClusterKey) -> CompanionTransport
         return make
 
     return factory
-
-
-@dataclass
-class RayPlacement:
-    """FICC on a Ray cluster: its node source and the runtimes that place replicas on nodes.
-
-    Ray is imported only here, and only with ``--ray``: the default serve never loads it.
-    """
-
-    nodes: RayNodes
-    runtimes: list[RayRuntime]
-    refresh_seconds: float
-
-    @classmethod
-    def wrap(
-        cls,
-        address: str,
-        cluster_key_text: str,
-        runtimes: dict[RuntimeName, Runtime],
-        engines: EngineClients,
-        store: Path,
-    ) -> RayPlacement:
-        """Replace the engine runtimes in ``runtimes`` with their Ray-placed forms."""
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        from ficc.adapters.ray_nodes import RAY_NODE_REFRESH_SECONDS, RayNodes, namespace_of
-        from ficc.adapters.runtimes.ray import RayRuntime
-        from ficc.adapters.runtimes.supervised import SupervisedRuntime
-
-        ray_nodes = RayNodes(address, namespace_of(cluster_key_text))
-        placed: list[RayRuntime] = []
-        for name, runtime in list(runtimes.items()):
-            if isinstance(runtime, SupervisedRuntime):
-                log_dir = runtime.log_path("x").parent
-                wrapped = RayRuntime(
-                    runtime, ray_nodes, log_dir=log_dir, store=store, engines=engines
-                )
-                runtimes[name] = wrapped
-                placed.append(wrapped)
-        return cls(ray_nodes, placed, RAY_NODE_REFRESH_SECONDS)
-
-    async def record_nodes(self, uow_factory: UnitOfWorkFactory, clock: Clock) -> None:
-        """Ask Ray for its nodes and record them; the ones that left become unavailable."""
-        observed = await asyncio.to_thread(self.nodes.observe)
-        await nodes.record_observed_nodes(
-            uow_factory, clock, self.nodes.as_nodes(observed, clock())
-        )
-
-    async def fence_attempt(self, attempt_id: str, grace_seconds: float) -> int:
-        """End an unrecorded attempt's actor, and any engine of it on this machine."""
-        ended = 0
-        for runtime in self.runtimes:
-            ended += await runtime.fence_attempt(attempt_id, grace_seconds)
-        return ended + await fence_attempt(attempt_id, grace_seconds)

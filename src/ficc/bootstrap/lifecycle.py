@@ -28,7 +28,7 @@ from ficc.bootstrap.settings import Settings, system_clock
 from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
-from ficc.services import accounts, audit, nodes
+from ficc.services import accounts
 from ficc.services.lease import LeaseKeeper
 from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
@@ -154,14 +154,12 @@ async def start(cluster: Cluster) -> None:
     """
     if cluster.lease is not None:
         cluster.lease_renewer = asyncio.create_task(cluster.lease.keep())
-    await audit.seal(cluster.uow_factory)
+    await cluster.audit.seal()
     if cluster.ray is not None:
         cluster.ray.nodes.connect()
-        await cluster.ray.record_nodes(cluster.uow_factory, cluster.clock)
+        await cluster.ray.record_nodes(cluster.nodes)
     else:
-        await nodes.register_local_node(
-            cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
-        )
+        await cluster.nodes.register_local_node(probe_capacity, new_node_id())
     cluster.node_refresher = asyncio.create_task(_refresh_nodes(cluster))
     await cluster.inference.recover()
     await cluster.transfers.recover()
@@ -176,7 +174,7 @@ async def start(cluster: Cluster) -> None:
 
 async def _purge(cluster: Cluster) -> None:
     await cluster.federation.approval.purge_offers()
-    await accounts.purge_expired(cluster.uow_factory, cluster.clock)
+    await cluster.accounts.sessions.purge_expired()
 
 
 async def _purge_daily(cluster: Cluster) -> None:
@@ -191,12 +189,10 @@ async def _refresh_nodes(cluster: Cluster) -> None:
     while True:
         if cluster.ray is not None:
             await asyncio.sleep(cluster.ray.refresh_seconds)
-            await cluster.ray.record_nodes(cluster.uow_factory, cluster.clock)
+            await cluster.ray.record_nodes(cluster.nodes)
             continue
         await asyncio.sleep(NODE_REFRESH_SECONDS)
-        await nodes.register_local_node(
-            cluster.uow_factory, cluster.clock, probe_capacity, new_node_id()
-        )
+        await cluster.nodes.register_local_node(probe_capacity, new_node_id())
 
 
 async def close(cluster: Cluster) -> None:

@@ -55,7 +55,7 @@ async def _verify(state_dir: Path, url: str | None) -> ChainReport:
     from ficc.adapters.sql.schema import schema_state
     from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
     from ficc.adapters.state_dir import StateDir
-    from ficc.services import audit
+    from ficc.services.audit import Audit
 
     state = StateDir(state_dir)
     if not state.cluster_key.is_file() or (url is None and not state.database.is_file()):
@@ -70,8 +70,7 @@ async def _verify(state_dir: Path, url: str | None) -> ChainReport:
                 "run `ficc db upgrade` first",
                 field="database",
             )
-        return await audit.verify_chain(
-            SqlUnitOfWorkFactory(database), public_key=key.public_key, verify=verify_signature
-        )
+        log = Audit(SqlUnitOfWorkFactory(database), key.public_key, verify_signature)
+        return await log.verify_chain()
     finally:
         await database.dispose()

@@ -1,10 +1,12 @@
-"""The model catalogue: import local files as a model, list, show and delete models."""
+"""The model catalogue: the owner imports, lists, shows and deletes models; a peer creates and
+removes records under a grant."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound
@@ -52,90 +54,170 @@ def _resolve(resolve_path: UserPathResolver, path: str, field: str) -> Path:
         raise InvalidInput(exc.message.replace(path, field), field=field) from exc
 
 
-async def add_model(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    blobs: BlobStore,
-    resolve_path: UserPathResolver,
-    principal: Principal,
-    project: str,
-    *,
-    name: object,
-    paths: object,
-) -> CatalogueModel:
-    """Import files (streamed, hashed, fsynced) and record the model; the local owner only."""
-    principal.require_local_owner()
-    model_name = parse_short_text(name, "name", MAX_MODEL_NAME_CHARS)
-    if not isinstance(paths, list) or not paths or len(paths) > MAX_MODEL_FILES:
-        raise InvalidInput(
-            f"paths must be a list of 1 to {MAX_MODEL_FILES} file paths", field="paths"
-        )
-    files: list[Path] = []
-    for index, path in enumerate(paths):
-        if not isinstance(path, str):
-            raise InvalidInput(f"paths[{index}] must be a string", field=f"paths[{index}]")
-        files.append(_resolve(resolve_path, path, f"paths[{index}]"))
-    names = [parse_safe_relative_path(file.name, field="paths") for file in files]
-    if len(set(names)) != len(names):
-        raise InvalidInput("paths must name files with distinct file names", field="paths")
-    entries = []
-    for index, file in enumerate(files):
-        digest, size = await asyncio.to_thread(blobs.import_file, file, field=f"paths[{index}]")
-        entries.append((str(names[index]), size, str(digest)))
-    manifest = build_manifest(model_name, _format_of(files), entries, {})
-    model = CatalogueModel(
-        id=new_id("model", secrets.token_bytes(16)),
-        project=project,
-        name=model_name,
-        format=manifest.format,
-        manifest=manifest.to_json(),
-        sha256=canonical_sha256(manifest),
-        created_at=clock(),
-    )
-    async with uow_factory() as uow:
-        await uow.models.add(model)
-        await uow.models.own_blobs(project, model.blob_digests())
-        await audit.record_by(
-            uow,
-            clock,
-            principal,
-            "model.created",
+@dataclass(frozen=True, eq=False)
+class Catalogue:
+    """The project's models: the owner's imports and deletes, and the records a peer creates
+    and removes under a grant (idempotent by ``mutation_id``)."""
+
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    blobs: BlobStore
+    resolve_path: UserPathResolver
+    """Which files the local owner may import (``add_model``)."""
+
+    async def add_model(
+        self, principal: Principal, project: str, *, name: object, paths: object
+    ) -> CatalogueModel:
+        """Import files (streamed, hashed, fsynced) and record the model; the local owner
+        only."""
+        principal.require_local_owner()
+        model_name = parse_short_text(name, "name", MAX_MODEL_NAME_CHARS)
+        if not isinstance(paths, list) or not paths or len(paths) > MAX_MODEL_FILES:
+            raise InvalidInput(
+                f"paths must be a list of 1 to {MAX_MODEL_FILES} file paths", field="paths"
+            )
+        files: list[Path] = []
+        for index, path in enumerate(paths):
+            if not isinstance(path, str):
+                raise InvalidInput(f"paths[{index}] must be a string", field=f"paths[{index}]")
+            files.append(_resolve(self.resolve_path, path, f"paths[{index}]"))
+        names = [parse_safe_relative_path(file.name, field="paths") for file in files]
+        if len(set(names)) != len(names):
+            raise InvalidInput("paths must name files with distinct file names", field="paths")
+        entries = []
+        for index, file in enumerate(files):
+            digest, size = await asyncio.to_thread(
+                self.blobs.import_file, file, field=f"paths[{index}]"
+            )
+            entries.append((str(names[index]), size, str(digest)))
+        manifest = build_manifest(model_name, _format_of(files), entries, {})
+        model = CatalogueModel(
+            id=new_id("model", secrets.token_bytes(16)),
             project=project,
-            target=model.id,
-            details={"name": model.name, "sha256": model.sha256},
+            name=model_name,
+            format=manifest.format,
+            manifest=manifest.to_json(),
+            sha256=canonical_sha256(manifest),
+            created_at=self.clock(),
         )
-        await uow.commit()
-    return model
+        async with self.uow_factory() as uow:
+            await uow.models.add(model)
+            await uow.models.own_blobs(project, model.blob_digests())
+            await audit.record_by(
+                uow,
+                self.clock,
+                principal,
+                "model.created",
+                project=project,
+                target=model.id,
+                details={"name": model.name, "sha256": model.sha256},
+            )
+            await uow.commit()
+        return model
 
+    async def list_models(self, project: str) -> list[CatalogueModel]:
+        async with self.uow_factory() as uow:
+            return await uow.models.list(project)
 
-async def list_models(uow_factory: UnitOfWorkFactory, project: str) -> list[CatalogueModel]:
-    async with uow_factory() as uow:
-        return await uow.models.list(project)
+    async def get_model(self, project: str, model_id: str) -> CatalogueModel:
+        async with self.uow_factory() as uow:
+            model = await uow.models.get(model_id)
+        return _in_project(model, project, model_id, local=True)
 
+    async def delete_model(self, principal: Principal, project: str, model_id: str) -> None:
+        """Refused while a service uses the model; blobs no other model uses are removed."""
+        async with self.uow_factory() as uow:
+            orphans = await _delete_unused_model(
+                uow, self.clock, project, model_id, actor=audit.actor_of(principal), peer=None
+            )
+            await uow.commit()
+        await _remove_blobs(self.blobs, orphans)
 
-async def get_model(uow_factory: UnitOfWorkFactory, project: str, model_id: str) -> CatalogueModel:
-    async with uow_factory() as uow:
-        model = await uow.models.get(model_id)
-    if model is None or model.project != project:
-        raise NotFound(f"no model {model_id} in project {project}", details={"model": model_id})
-    return model
+    async def create_model_record(
+        self,
+        project: str,
+        manifest: Manifest,
+        *,
+        key: MutationKey,
+        created_by_grant: str,
+        actor: str,
+        peer: tuple[str, str],
+        max_created: int,
+    ) -> tuple[JSONObject, bool]:
+        """A catalogue record from a peer's manifest: no files, never an existing record
+        adopted.
 
+        Its digests enter no project's set of blobs: the record resolves only to the blobs of
+        the models its grant names (``resolves``), whatever digests the peer names.
 
-async def delete_model(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    blobs: BlobStore,
-    principal: Principal,
-    project: str,
-    model_id: str,
-) -> None:
-    """Refused while a service uses the model; blobs no other model uses are removed."""
-    async with uow_factory() as uow:
-        orphans = await _delete_unused_model(
-            uow, clock, project, model_id, actor=audit.actor_of(principal), peer=None
-        )
-        await uow.commit()
-    await _remove_blobs(blobs, orphans)
+        Its ID derives from the mutation, so a retry after a crash finds it instead of adding
+        one.
+        """
+        async with self.uow_factory() as uow:
+            mutation = await mutations.begin(uow, key)
+            if mutation.result is not None:
+                return mutation.result, True
+            model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
+            existing = await uow.models.get(model_id)
+            if existing is None:
+                # Every record the grant ever created counts, and every creation still
+                # uncertain (this one's own among them).
+                held = await mutations.count_held(uow, created_by_grant, "models.create")
+                if held - 1 >= max_created:
+                    raise LimitExceeded(
+                        f"a grant can create at most {max_created} models",
+                        details={"limit": "created_models", "allowed": max_created},
+                    )
+                existing = CatalogueModel(
+                    id=model_id,
+                    project=project,
+                    name=manifest.name,
+                    format=manifest.format,
+                    manifest=manifest.to_json(),
+                    sha256=canonical_sha256(manifest),
+                    created_at=self.clock(),
+                    created_by_grant=created_by_grant,
+                )
+                await uow.models.add(existing)
+                await audit.record(
+                    uow,
+                    self.clock,
+                    action="model.created",
+                    actor=actor,
+                    project=project,
+                    target=model_id,
+                    details={"sha256": existing.sha256, "grant": created_by_grant},
+                    peer_hypernet_id=peer[0],
+                    peer_cluster_key=peer[1],
+                )
+            answer = await mutation.complete(
+                with_times_formatted(model_json(existing)), self.clock()
+            )
+            await uow.commit()
+        return answer, False
+
+    async def remove_model_record(
+        self,
+        project: str,
+        model_id: str,
+        *,
+        key: MutationKey,
+        actor: str,
+        peer: tuple[str, str],
+    ) -> tuple[JSONObject, bool]:
+        """Remove a granted catalogue record that no service uses; blobs no other model uses
+        go, as with a local delete."""
+        async with self.uow_factory() as uow:
+            mutation = await mutations.begin(uow, key)
+            if mutation.result is not None:
+                return mutation.result, True
+            orphans = await _delete_unused_model(
+                uow, self.clock, project, model_id, actor=actor, peer=peer
+            )
+            answer = await mutation.complete({"id": model_id, "removed": True}, self.clock())
+            await uow.commit()
+        await _remove_blobs(self.blobs, orphans)
+        return answer, False
 
 
 async def _delete_unused_model(
@@ -153,10 +235,7 @@ async def _delete_unused_model(
     refusals name neither the project nor a remedy; the owner's name both.
     Gives the blobs no model uses now, to remove after the commit.
     """
-    model = await uow.models.get(model_id)
-    if model is None or model.project != project:
-        where = f" in project {project}" if peer is None else ""
-        raise NotFound(f"no model {model_id}{where}", details={"model": model_id})
+    model = _in_project(await uow.models.get(model_id), project, model_id, local=peer is None)
     users = await uow.model_usage.users_of_model(model_id)
     if users:
         remedy = "; remove the service first" if peer is None else ""
@@ -176,6 +255,17 @@ async def _delete_unused_model(
         peer_cluster_key=None if peer is None else peer[1],
     )
     return orphans
+
+
+def _in_project(
+    model: CatalogueModel | None, project: str, model_id: str, *, local: bool
+) -> CatalogueModel:
+    """``model`` if it is one of ``project``'s, else 404; only a local caller's refusal names
+    the project."""
+    if model is None or model.project != project:
+        where = f" in project {project}" if local else ""
+        raise NotFound(f"no model {model_id}{where}", details={"model": model_id})
+    return model
 
 
 async def _release(uow: UnitOfWork, model: CatalogueModel) -> list[str]:
@@ -233,88 +323,3 @@ def model_json(model: CatalogueModel) -> ModelView:
         "provenance": model.provenance,
         "created_at": model.created_at,
     }
-
-
-async def create_model_record(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    project: str,
-    manifest: Manifest,
-    *,
-    key: MutationKey,
-    created_by_grant: str,
-    actor: str,
-    peer: tuple[str, str],
-    max_created: int,
-) -> tuple[JSONObject, bool]:
-    """A catalogue record from a peer's manifest: no files, never an existing record adopted.
-
-    Its digests enter no project's set of blobs: the record resolves only to the blobs of the
-    models its grant names (``resolves``), whatever digests the peer names.
-
-    Its ID derives from the mutation, so a retry after a crash finds it instead of adding one.
-    """
-    async with uow_factory() as uow:
-        mutation = await mutations.begin(uow, key)
-        if mutation.result is not None:
-            return mutation.result, True
-        model_id = new_id("model", derived_entropy(key.scope, key.mutation_id, "model"))
-        existing = await uow.models.get(model_id)
-        if existing is None:
-            # Every record the grant ever created counts, and every creation still uncertain
-            # (this one's own among them).
-            held = await mutations.count_held(uow, created_by_grant, "models.create")
-            if held - 1 >= max_created:
-                raise LimitExceeded(
-                    f"a grant can create at most {max_created} models",
-                    details={"limit": "created_models", "allowed": max_created},
-                )
-            existing = CatalogueModel(
-                id=model_id,
-                project=project,
-                name=manifest.name,
-                format=manifest.format,
-                manifest=manifest.to_json(),
-                sha256=canonical_sha256(manifest),
-                created_at=clock(),
-                created_by_grant=created_by_grant,
-            )
-            await uow.models.add(existing)
-            await audit.record(
-                uow,
-                clock,
-                action="model.created",
-                actor=actor,
-                project=project,
-                target=model_id,
-                details={"sha256": existing.sha256, "grant": created_by_grant},
-                peer_hypernet_id=peer[0],
-                peer_cluster_key=peer[1],
-            )
-        answer = await mutation.complete(with_times_formatted(model_json(existing)), clock())
-        await uow.commit()
-    return answer, False
-
-
-async def remove_model_record(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    blobs: BlobStore,
-    project: str,
-    model_id: str,
-    *,
-    key: MutationKey,
-    actor: str,
-    peer: tuple[str, str],
-) -> tuple[JSONObject, bool]:
-    """Remove a granted catalogue record that no service uses; blobs no other model uses go,
-    as with a local delete."""
-    async with uow_factory() as uow:
-        mutation = await mutations.begin(uow, key)
-        if mutation.result is not None:
-            return mutation.result, True
-        orphans = await _delete_unused_model(uow, clock, project, model_id, actor=actor, peer=peer)
-        answer = await mutation.complete({"id": model_id, "removed": True}, clock())
-        await uow.commit()
-    await _remove_blobs(blobs, orphans)
-    return answer, False

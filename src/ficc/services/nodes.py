@@ -26,55 +26,57 @@ CapacityProbe = Callable[[], Awaitable[Capacity]]
 """Asynchronous: a probe runs beside peer sessions and must never hold the event loop."""
 
 
-async def register_local_node(
-    uow_factory: UnitOfWorkFactory, clock: Clock, probe: CapacityProbe, node_id: str
-) -> Node:
-    """Record (or refresh) this machine as the cluster's local node under a stable ID."""
-    capacity = await probe()
-    async with uow_factory() as uow:
-        stored = await uow.settings.get(LOCAL_NODE_SETTING)
-        if isinstance(stored, str):
-            node_id = stored
-        else:
-            await uow.settings.put(LOCAL_NODE_SETTING, node_id)
-        node = Node(
-            id=node_id,
-            name=capacity.hostname,
-            cpu_count=capacity.cpu_count,
-            memory_bytes=capacity.memory_bytes,
-            memory_available_bytes=capacity.memory_available_bytes,
-            gpus=capacity.gpus,
-            is_local=True,
-            updated_at=clock(),
-        )
-        await uow.nodes.upsert(node)
-        await uow.commit()
-    return node
+@dataclass(frozen=True, eq=False)
+class Nodes:
+    """The cluster's nodes: this machine, or the nodes of the Ray cluster FICC runs on."""
 
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
 
-async def record_observed_nodes(
-    uow_factory: UnitOfWorkFactory, clock: Clock, observed: Sequence[Node]
-) -> None:
-    """Record the nodes another scheduler (Ray) reports; a recorded node it no longer reports is
-    kept (services may name it) but marked unavailable, so nothing is scheduled on it."""
-    seen = {node.id for node in observed}
-    async with uow_factory() as uow:
-        for node in observed:
+    async def register_local_node(self, probe: CapacityProbe, node_id: str) -> Node:
+        """Record (or refresh) this machine as the cluster's local node under a stable ID."""
+        capacity = await probe()
+        async with self.uow_factory() as uow:
+            stored = await uow.settings.get(LOCAL_NODE_SETTING)
+            if isinstance(stored, str):
+                node_id = stored
+            else:
+                await uow.settings.put(LOCAL_NODE_SETTING, node_id)
+            node = Node(
+                id=node_id,
+                name=capacity.hostname,
+                cpu_count=capacity.cpu_count,
+                memory_bytes=capacity.memory_bytes,
+                memory_available_bytes=capacity.memory_available_bytes,
+                gpus=capacity.gpus,
+                is_local=True,
+                updated_at=self.clock(),
+            )
             await uow.nodes.upsert(node)
-        for stored in await uow.nodes.list():
-            if stored.id not in seen and stored.available:
-                await uow.nodes.upsert(
-                    replace(
-                        stored,
-                        is_local=False,
-                        available=False,
-                        unavailable_reason="not a node of the Ray cluster FICC runs on",
-                        updated_at=clock(),
+            await uow.commit()
+        return node
+
+    async def record_observed_nodes(self, observed: Sequence[Node]) -> None:
+        """Record the nodes another scheduler (Ray) reports; a recorded node it no longer
+        reports is kept (services may name it) but marked unavailable, so nothing is
+        scheduled on it."""
+        seen = {node.id for node in observed}
+        async with self.uow_factory() as uow:
+            for node in observed:
+                await uow.nodes.upsert(node)
+            for stored in await uow.nodes.list():
+                if stored.id not in seen and stored.available:
+                    await uow.nodes.upsert(
+                        replace(
+                            stored,
+                            is_local=False,
+                            available=False,
+                            unavailable_reason="not a node of the Ray cluster FICC runs on",
+                            updated_at=self.clock(),
+                        )
                     )
-                )
-        await uow.commit()
+            await uow.commit()
 
-
-async def list_nodes(uow_factory: UnitOfWorkFactory) -> list[Node]:
-    async with uow_factory() as uow:
-        return await uow.nodes.list()
+    async def list_nodes(self) -> list[Node]:
+        async with self.uow_factory() as uow:
+            return await uow.nodes.list()

@@ -15,11 +15,9 @@ from typing import Any, Final
 
 from fastapi import Depends, Request, Response
 
-from ficc.base.errors import CsrfFailed, NotFound, Unauthenticated
-from ficc.base.ids import parse_project_name
+from ficc.base.errors import CsrfFailed, Unauthenticated
 from ficc.bootstrap import Cluster
 from ficc.domain.principals import Principal
-from ficc.services import accounts
 
 SESSION_COOKIE: Final = "ficc_session"
 """The session cookie over plain HTTP (loopback): short sessions, see :func:`served_over_https`."""
@@ -76,7 +74,7 @@ def session_cookie(request: Request) -> str | None:
 async def authenticate(request: Request) -> Principal:
     cluster = cluster_of(request)
     if request.scope.get(LOCAL_OWNER_SCOPE_KEY) is True:
-        return await accounts.local_owner(cluster.uow_factory)
+        return await cluster.accounts.owner.local_owner()
     if "access_token" in request.query_params or "token" in request.query_params:
         raise Unauthenticated("a credential in the query string is never accepted")
     authorization = request.headers.get("authorization")
@@ -84,14 +82,10 @@ async def authenticate(request: Request) -> Principal:
         scheme, _, secret = authorization.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise Unauthenticated("the Authorization header must be 'Bearer TOKEN'")
-        return await accounts.authenticate_token(
-            cluster.uow_factory, cluster.clock, secret.strip(), cluster.credentials
-        )
+        return await cluster.accounts.tokens.authenticate_token(secret.strip())
     cookie = session_cookie(request)
     if cookie:
-        principal, csrf_token = await accounts.authenticate_session(
-            cluster.uow_factory, cluster.clock, cookie
-        )
+        principal, csrf_token = await cluster.accounts.sessions.authenticate_session(cookie)
         if request.method not in SAFE_METHODS:
             sent = request.headers.get(CSRF_HEADER, "")
             if not hmac.compare_digest(sent.encode(), csrf_token.encode()):
@@ -103,17 +97,10 @@ async def authenticate(request: Request) -> Principal:
 
 
 async def select_project(request: Request, principal: Principal) -> str:
+    """The project ``X-FICC-Project`` names (``default`` without one), if admitted."""
     header = request.headers.get(PROJECT_HEADER)
-    project = parse_project_name(header if header is not None else "default", field="project")
-    principal.require_project(project)
-    cluster = cluster_of(request)
-    if project in cluster.known_projects:
-        return project  # projects are never deleted
-    async with cluster.uow_factory() as uow:
-        if not await uow.projects.exists(project):
-            raise NotFound(f"no project {project}", details={"project": project})
-    cluster.known_projects.add(project)
-    return project
+    name = header if header is not None else "default"
+    return await cluster_of(request).projects.admitted(principal, name)
 
 
 def scoped(*scopes: str, local_owner: bool = False) -> Any:

@@ -19,13 +19,11 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 from fastapi.templating import Jinja2Templates
 
-from ficc.base.errors import InvalidInput, NotFound, TooLarge
-from ficc.base.ids import parse_project_name
+from ficc.base.errors import InvalidInput, TooLarge
 from ficc.base.times import format_time, parse_time
 from ficc.domain.grants import GrantState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import unb64
-from ficc.services import accounts
 from ficc.web.auth import (
     AUTHENTICATED_ONLY,
     Context,
@@ -61,23 +59,9 @@ class ConsoleContext(Context):
 async def _csrf_of(request: Request, principal: Principal) -> str:
     if principal.session_id is None:
         return ""  # a bearer credential needs no CSRF token
-    cluster = cluster_of(request)
-    _, csrf_token = await accounts.authenticate_session(
-        cluster.uow_factory, cluster.clock, session_cookie(request) or ""
-    )
+    sessions = cluster_of(request).accounts.sessions
+    _, csrf_token = await sessions.authenticate_session(session_cookie(request) or "")
     return csrf_token
-
-
-async def _project_of(request: Request, principal: Principal, name: str) -> str:
-    project = parse_project_name(name, field="project")
-    principal.require_project(project)
-    cluster = cluster_of(request)
-    if project not in cluster.known_projects:
-        async with cluster.uow_factory() as uow:
-            if not await uow.projects.exists(project):
-                raise NotFound(f"no project {project}", details={"project": project})
-        cluster.known_projects.add(project)
-    return project
 
 
 def console(*scopes: str) -> Any:
@@ -91,7 +75,7 @@ def console(*scopes: str) -> Any:
         principal = await authenticate(request)
         principal.require_scope(*scopes)
         name = request.path_params.get("project", "default")
-        project = await _project_of(request, principal, str(name))
+        project = await cluster_of(request).projects.admitted(principal, str(name))
         return ConsoleContext(
             cluster=cluster_of(request),
             principal=principal,

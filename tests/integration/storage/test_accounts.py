@@ -13,11 +13,12 @@ import pytest
 from tests.support.fakes.clock import FakeClock
 from tests.support.postgres import PostgresServer
 
+from ficc.adapters.passwords import Argon2Hasher
 from ficc.adapters.sql.database import Database
 from ficc.adapters.sql.schema import upgrade
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.base.errors import Unauthenticated
-from ficc.domain.accounts import LoginLink, WebSession
+from ficc.domain.accounts import LoginLink, LoginThrottle, WebSession
 from ficc.domain.principals import Principal
 from ficc.services import accounts
 
@@ -29,7 +30,7 @@ async def _owner(uow_factory: SqlUnitOfWorkFactory, clock: FakeClock) -> Princip
     async with uow_factory() as uow:
         await accounts.ensure_owner(uow, clock)
         await uow.commit()
-    return await accounts.local_owner(uow_factory)
+    return await accounts.Owner(uow_factory).local_owner()
 
 
 async def _mint(
@@ -38,10 +39,11 @@ async def _mint(
     creator: Principal,
     lifetime: int | None = None,
 ) -> tuple[accounts.IssuedToken, Principal]:
-    issued = await accounts.create_token(
-        uow_factory, clock, creator, scopes=SCOPES, projects=["default"], lifetime=lifetime
+    tokens = accounts.Tokens(uow_factory, clock)
+    issued = await tokens.create_token(
+        creator, scopes=SCOPES, projects=["default"], lifetime=lifetime
     )
-    return issued, await accounts.authenticate_token(uow_factory, clock, issued.token)
+    return issued, await tokens.authenticate_token(issued.token)
 
 
 async def _revoked(uow_factory: SqlUnitOfWorkFactory, *token_ids: str) -> list[bool]:
@@ -68,7 +70,7 @@ async def test_a_minted_token_expires_no_later_than_the_token_that_minted_it(
     clock.advance(50)
     for issued in (parent, never, longer, grandchild):
         with pytest.raises(Unauthenticated):
-            await accounts.authenticate_token(uow_factory, clock, issued.token)
+            await accounts.Tokens(uow_factory, clock).authenticate_token(issued.token)
     # The owner's own tokens (minted by the socket or a session) keep the lifetime asked.
     unbounded, _ = await _mint(uow_factory, clock, owner, lifetime=None)
     assert unbounded.expires_at is None
@@ -85,16 +87,16 @@ async def test_revoking_a_token_revokes_every_token_it_minted_and_theirs_in_one_
     sibling, _ = await _mint(uow_factory, clock, parent_principal)
     grandchild, _ = await _mint(uow_factory, clock, child_principal)
     unrelated, _ = await _mint(uow_factory, clock, owner)
-    cache = accounts.CredentialCache()
+    cached = accounts.Tokens(uow_factory, clock, accounts.CredentialCache())
     for issued in (parent, child, sibling, grandchild, unrelated):
-        await accounts.authenticate_token(uow_factory, clock, issued.token, cache)
+        await cached.authenticate_token(issued.token)
 
-    await accounts.revoke_token(uow_factory, clock, owner, parent.id, cache)
+    await cached.revoke_token(owner, parent.id)
     assert await _revoked(uow_factory, parent.id, child.id, sibling.id, grandchild.id) == [True] * 4
     for issued in (parent, child, sibling, grandchild):
         with pytest.raises(Unauthenticated):
-            await accounts.authenticate_token(uow_factory, clock, issued.token, cache)
-    await accounts.authenticate_token(uow_factory, clock, unrelated.token, cache)
+            await cached.authenticate_token(issued.token)
+    await cached.authenticate_token(unrelated.token)
     async with uow_factory() as uow:
         entries = await uow.audit.list(project=None, after_seq=0, limit=100)
     revoked = [entry for entry in entries if entry.action == "token.revoked"]
@@ -111,7 +113,7 @@ async def test_a_token_revoked_after_it_authenticated_mints_nothing(database: Da
     clock = FakeClock(NOW)
     owner = await _owner(uow_factory, clock)
     parent, parent_principal = await _mint(uow_factory, clock, owner)
-    await accounts.revoke_token(uow_factory, clock, owner, parent.id)
+    await accounts.Tokens(uow_factory, clock).revoke_token(owner, parent.id)
     async with uow_factory() as uow:
         before = len(await uow.tokens.list())
     with pytest.raises(Unauthenticated):
@@ -178,7 +180,7 @@ async def test_a_revocation_running_while_a_child_mints_revokes_the_new_token_on
         mint_task = asyncio.create_task(mint_under_child())
         await _started(minting, mint_task)
         revoke_task = asyncio.create_task(
-            accounts.revoke_token(uow_factory, clock, owner, parent.id)
+            accounts.Tokens(uow_factory, clock).revoke_token(owner, parent.id)
         )
         try:
             await asyncio.sleep(0.5)  # time enough for the revocation to run ahead
@@ -250,7 +252,8 @@ async def test_expired_sessions_and_used_or_expired_login_links_are_purged(
             )
         await uow.commit()
 
-    assert await accounts.purge_expired(uow_factory, clock) == 4
+    sessions = accounts.Sessions(uow_factory, clock, Argon2Hasher(), LoginThrottle())
+    assert await sessions.purge_expired() == 4
     async with uow_factory() as uow:
         assert await uow.sessions.by_secret_hash("slive") is not None
         assert await uow.login_links.by_secret_hash("lopen") is not None
@@ -258,4 +261,4 @@ async def test_expired_sessions_and_used_or_expired_login_links_are_purged(
             assert await uow.sessions.by_secret_hash(gone) is None
         for gone in ("lexpired", "lused"):
             assert await uow.login_links.by_secret_hash(gone) is None
-    assert await accounts.purge_expired(uow_factory, clock) == 0
+    assert await sessions.purge_expired() == 0

@@ -16,7 +16,7 @@ from ficc.adapters.sql.schema import SCRIPT_LOCATION
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.base.times import parse_time
 from ficc.domain.audit import AuditEntry
-from ficc.services import audit
+from ficc.services.audit import Audit
 
 KEY = ClusterKey.generate()
 OLD_ROWS = [
@@ -62,15 +62,14 @@ async def test_the_migration_chains_existing_rows_and_the_first_seal_signs_them(
             (3, OLD_ROWS[2][1]),
         ]
         assert [row.entry.target for row in rows if row.entry is not None] == ["a", "b", "c"]
-        assert await audit.seal(factory) == 3
+        log = Audit(factory, KEY.public_key, verify_signature)
+        assert await log.seal() == 3
         async with factory() as uow:
             await uow.audit.append(
                 AuditEntry("later", "owner", None, None, parse_time("2026-12-01T00:00:00Z"))
             )
             await uow.commit()
-        report = await audit.verify_chain(
-            factory, public_key=KEY.public_key, verify=verify_signature
-        )
+        report = await log.verify_chain()
         assert report["intact"] is True
         assert (report["rows"], report["signed_through"]) == (4, 3)
 
@@ -91,9 +90,7 @@ async def test_the_migration_chains_existing_rows_and_the_first_seal_signs_them(
         async with factory() as uow:
             assert list(await uow.audit.tombstone([2], parse_time("2026-12-01T01:00:00Z"))) == [2]
             await uow.commit()
-        report = await audit.verify_chain(
-            factory, public_key=KEY.public_key, verify=verify_signature
-        )
+        report = await log.verify_chain()
         assert (report["intact"], report["tombstones"]) == (True, 1)
     finally:
         await database.dispose()

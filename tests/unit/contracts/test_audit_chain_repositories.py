@@ -13,7 +13,7 @@ from ficc.adapters.keys import ClusterKey, verify_signature
 from ficc.adapters.sql.unit_of_work import SqlUnitOfWorkFactory
 from ficc.domain.audit import AuditEntry
 from ficc.domain.audit_chain import GENESIS, HEAD_INTERVAL, TOMBSTONE_ACTION, ChainReport
-from ficc.services import audit
+from ficc.services.audit import Audit
 from ficc.services.ports import UnitOfWorkFactory
 
 KEY = ClusterKey.generate()
@@ -37,7 +37,7 @@ def entry(n: int, *, project: str | None = "one", target: str | None = None) -> 
 
 
 async def verified(uow_factory: UnitOfWorkFactory) -> ChainReport:
-    return await audit.verify_chain(uow_factory, public_key=KEY.public_key, verify=verify_signature)
+    return await Audit(uow_factory, KEY.public_key, verify_signature).verify_chain()
 
 
 async def test_appended_rows_form_a_chain_with_heads_signed_every_interval(
@@ -131,8 +131,9 @@ async def test_seal_signs_the_last_row_only_while_no_head_is_signed(
             await uow.audit.append(entry(n))
         await uow.commit()
     factory = signed(uow_factory)
-    assert await audit.seal(factory) == 3
-    assert await audit.seal(factory) is None
+    log = Audit(factory, KEY.public_key, verify_signature)
+    assert await log.seal() == 3
+    assert await log.seal() is None
     async with factory() as uow:
         assert [head.seq for head in await uow.audit.heads()] == [3]
     assert (await verified(factory))["signed_through"] == 3

@@ -8,7 +8,6 @@ from __future__ import annotations
 import httpx
 from tests.support.fakes.peer_channel import OWNER, Pair, paired, peers_of
 
-from ficc.adapters.keys import verify_signature
 from ficc.bootstrap import Cluster
 from ficc.domain.audit_chain import TOMBSTONE_ACTION
 from ficc.services import audit
@@ -16,11 +15,7 @@ from ficc.web.app import create_app
 
 
 async def _verified(cluster: Cluster) -> dict[str, object]:
-    return await audit.verify_chain(
-        cluster.uow_factory,
-        public_key=cluster.cluster_key.public_key,
-        verify=verify_signature,
-    )
+    return await cluster.audit.verify_chain()
 
 
 async def _forget_setup(pair: Pair) -> tuple[Cluster, str, set[str]]:

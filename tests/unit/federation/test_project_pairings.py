@@ -16,15 +16,14 @@ from tests.support.isolation import record_model
 
 from ficc.base.errors import Conflict, NotFound, PermissionDenied, ProtocolError
 from ficc.domain.peers import PeerState
-from ficc.services.projects import create_project
 
 RED, BLUE = "red", "blue"
 """A second project on the requester (red) and on the grantor (blue)."""
 
 
 async def _projects(pair: Pair) -> None:
-    await create_project(pair.requester.uow_factory, pair.clock, OWNER, RED)
-    await create_project(pair.grantor.uow_factory, pair.clock, OWNER, BLUE)
+    await pair.requester.projects.create_project(OWNER, RED)
+    await pair.grantor.projects.create_project(OWNER, BLUE)
 
 
 async def _two_pairings(pair: Pair) -> dict[str, Any]:
@@ -109,7 +108,7 @@ async def test_a_project_pairs_once_with_a_cluster_on_either_side(pair: Pair) ->
     [theirs_blue] = await peers_of(pair.grantor, BLUE)
     # The grantor's blue project is paired with this cluster already: a further offer (here
     # from a third project of the requester) is refused there, and nothing is recorded.
-    await create_project(pair.requester.uow_factory, pair.clock, OWNER, "green")
+    await pair.requester.projects.create_project(OWNER, "green")
     with pytest.raises(Conflict) as refused:
         await approved_offer(
             pair, {"scopes": ["discover"]}, requester_project="green", project=BLUE
@@ -118,7 +117,7 @@ async def test_a_project_pairs_once_with_a_cluster_on_either_side(pair: Pair) ->
     assert await peers_of(pair.grantor, BLUE) == [theirs_blue]
     # The requester's red project is paired with the grantor already: approved into another
     # project of the grantor, its finish is refused.
-    await create_project(pair.grantor.uow_factory, pair.clock, OWNER, "violet")
+    await pair.grantor.projects.create_project(OWNER, "violet")
     offer_id, digest = await approved_offer(
         pair, {"scopes": ["discover"]}, requester_project=RED, project="violet"
     )

@@ -22,7 +22,6 @@ from ficc.base.ids import new_id
 from ficc.bootstrap import Cluster
 from ficc.domain import metering as m
 from ficc.domain.principals import Principal
-from ficc.services import accounts
 from ficc.web.app import create_app
 
 INVOKERS = ["federation:invoke", "federation:read", "inference:invoke", "tokens:manage"]
@@ -31,9 +30,7 @@ PROMPT_BYTES = len("one two three")
 
 
 async def owner_of(cluster: Cluster) -> Principal:
-    return await accounts.authenticate_token(
-        cluster.uow_factory, cluster.clock, cluster.state.read_owner_token()
-    )
+    return await cluster.accounts.tokens.authenticate_token(cluster.state.read_owner_token())
 
 
 async def restricted(
@@ -41,16 +38,14 @@ async def restricted(
 ) -> tuple[Principal, str, str]:
     """A token of ``cluster`` minted by ``creator`` (the owner) with ``rules``: its principal
     as a request authenticates it, its ID and its secret."""
-    issued = await accounts.create_token(
-        cluster.uow_factory,
-        cluster.clock,
+    issued = await cluster.accounts.tokens.create_token(
         creator or await owner_of(cluster),
         scopes=rules.pop("scopes", INVOKERS),
         projects=["default"],
         lifetime=None,
         restrictions=rules,
     )
-    principal = await accounts.authenticate_token(cluster.uow_factory, cluster.clock, issued.token)
+    principal = await cluster.accounts.tokens.authenticate_token(issued.token)
     return principal, issued.id, issued.token
 
 
@@ -112,12 +107,7 @@ async def test_a_child_token_cannot_outspend_its_parent(pair: Pair) -> None:
     # 40 holds 9 answers of 3 before less than 14 is left; the first child took them all.
     assert (answered_first, answered_second) == (9, 0)
     owner = await owner_of(pair.requester)
-    listed = {
-        t["id"]: t
-        for t in await accounts.list_tokens(
-            pair.requester.uow_factory, pair.requester.clock, owner, pair.requester.tokens
-        )
-    }
+    listed = {t["id"]: t for t in await pair.requester.accounts.tokens.list_tokens(owner)}
     assert listed[parent_id]["remaining"]["tokens"] == 40 - 27
     assert listed[parent_id]["used"]["prompt_tokens"] == 27
     # The second child's own budget is its parent's: what the parent has left bounds it.

@@ -24,10 +24,9 @@ async def test_a_token_expires_at_the_end_of_its_lifetime(tmp_path: Path) -> Non
     clock = FakeClock(NOW)
     cluster = await fake_cluster(tmp_path, clock=clock)
     try:
-        owner = await accounts.local_owner(cluster.uow_factory)
-        issued = await accounts.create_token(
-            cluster.uow_factory,
-            clock,
+        tokens = accounts.Tokens(cluster.uow_factory, clock)  # no cache: the database each time
+        owner = await cluster.accounts.owner.local_owner()
+        issued = await tokens.create_token(
             owner,
             scopes=["models:read"],
             projects=["default"],
@@ -35,12 +34,12 @@ async def test_a_token_expires_at_the_end_of_its_lifetime(tmp_path: Path) -> Non
         )
         assert issued.expires_at == clock.now + timedelta(seconds=60)
         clock.advance(59)
-        principal = await accounts.authenticate_token(cluster.uow_factory, clock, issued.token)
+        principal = await tokens.authenticate_token(issued.token)
         assert principal.scopes == frozenset({"models:read"})
         assert principal.is_owner is False
         clock.advance(1)
         with pytest.raises(Unauthenticated):
-            await accounts.authenticate_token(cluster.uow_factory, clock, issued.token)
+            await tokens.authenticate_token(issued.token)
     finally:
         await lifecycle.close(cluster)
 
@@ -50,11 +49,10 @@ async def test_a_cached_token_is_refused_once_expired_or_revoked(tmp_path: Path)
     cache = accounts.CredentialCache()
     cluster = await fake_cluster(tmp_path, clock=clock)
     try:
-        owner = await accounts.local_owner(cluster.uow_factory)
+        tokens = accounts.Tokens(cluster.uow_factory, clock, cache)
+        owner = await cluster.accounts.owner.local_owner()
         issued = [
-            await accounts.create_token(
-                cluster.uow_factory,
-                clock,
+            await tokens.create_token(
                 owner,
                 scopes=["models:read"],
                 projects=["default"],
@@ -64,17 +62,15 @@ async def test_a_cached_token_is_refused_once_expired_or_revoked(tmp_path: Path)
         ]
         short, kept = issued
         for token in issued:
-            await accounts.authenticate_token(cluster.uow_factory, clock, token.token, cache)
+            await tokens.authenticate_token(token.token)
         clock.advance(60)
         with pytest.raises(Unauthenticated):
-            await accounts.authenticate_token(cluster.uow_factory, clock, short.token, cache)
-        token_id = (
-            await accounts.authenticate_token(cluster.uow_factory, clock, kept.token, cache)
-        ).token_id
+            await tokens.authenticate_token(short.token)
+        token_id = (await tokens.authenticate_token(kept.token)).token_id
         assert token_id is not None
-        await accounts.revoke_token(cluster.uow_factory, clock, owner, token_id, cache)
+        await tokens.revoke_token(owner, token_id)
         with pytest.raises(Unauthenticated):
-            await accounts.authenticate_token(cluster.uow_factory, clock, kept.token, cache)
+            await tokens.authenticate_token(kept.token)
     finally:
         await lifecycle.close(cluster)
 
@@ -83,11 +79,11 @@ async def test_a_login_link_expires_after_five_minutes(tmp_path: Path) -> None:
     clock = FakeClock(NOW)
     cluster = await fake_cluster(tmp_path, clock=clock)
     try:
-        owner = await accounts.local_owner(cluster.uow_factory)
-        secret = await accounts.create_login_link(cluster.uow_factory, clock, owner)
+        owner = await cluster.accounts.owner.local_owner()
+        secret = await cluster.accounts.login_links.create_login_link(owner)
         clock.advance(LOGIN_LINK_LIFETIME_SECONDS)
         with pytest.raises(Unauthenticated):
-            await accounts.consume_login_link(cluster.uow_factory, clock, secret)
+            await cluster.accounts.login_links.consume_login_link(secret)
     finally:
         await lifecycle.close(cluster)
 
@@ -96,18 +92,17 @@ async def test_only_the_local_owner_may_mint_a_login_link(tmp_path: Path) -> Non
     clock = FakeClock(NOW)
     cluster = await fake_cluster(tmp_path, clock=clock)
     try:
-        owner = await accounts.local_owner(cluster.uow_factory)
-        issued = await accounts.create_token(
-            cluster.uow_factory,
-            clock,
+        tokens = cluster.accounts.tokens
+        owner = await cluster.accounts.owner.local_owner()
+        issued = await tokens.create_token(
             owner,
             scopes=["tokens:manage"],
             projects=None,
             lifetime=None,
         )
-        narrowed = await accounts.authenticate_token(cluster.uow_factory, clock, issued.token)
+        narrowed = await tokens.authenticate_token(issued.token)
         with pytest.raises(PermissionDenied):
-            await accounts.create_login_link(cluster.uow_factory, clock, narrowed)
+            await cluster.accounts.login_links.create_login_link(narrowed)
         assert owner == owner_principal(owner.user_id, owner.username, via="socket")
     finally:
         await lifecycle.close(cluster)

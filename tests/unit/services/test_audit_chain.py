@@ -23,7 +23,7 @@ from ficc.domain.audit_chain import (
     row_digest,
 )
 from ficc.domain.receipts import b64
-from ficc.services import audit
+from ficc.services.audit import Audit
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
 KEY = ClusterKey.generate()
@@ -45,7 +45,7 @@ async def filled(rows: int) -> FakeUnitOfWorkFactory:
 
 
 async def verified(factory: FakeUnitOfWorkFactory, key: ClusterKey = KEY) -> dict[str, Any]:
-    return await audit.verify_chain(factory, public_key=key.public_key, verify=verify_signature)
+    return await Audit(factory, key.public_key, verify_signature).verify_chain()
 
 
 def broken(report: dict[str, Any]) -> tuple[int, str]:
@@ -160,8 +160,9 @@ async def test_seal_signs_a_chain_no_head_signs_once() -> None:
     unsigned = await filled(HEAD_INTERVAL + 3)
     unsigned.store.audit_heads.clear()  # rows a migration chained: no key signed them
     factory = unsigned.signed_by(KEY)
-    assert await audit.seal(factory) == HEAD_INTERVAL + 3
-    assert await audit.seal(factory) is None
+    log = Audit(factory, KEY.public_key, verify_signature)
+    assert await log.seal() == HEAD_INTERVAL + 3
+    assert await log.seal() is None
     report = await verified(factory)
     assert report["intact"] is True
     assert report["signed_through"] == HEAD_INTERVAL + 3

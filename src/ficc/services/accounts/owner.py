@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ficc.base.errors import Unauthenticated
 from ficc.domain.accounts import OWNER_USERNAME, User
 from ficc.domain.principals import ALL_PROJECTS, Principal, owner_principal
@@ -42,10 +44,16 @@ async def adopt_owner_token(uow: UnitOfWork, secret: str) -> bool:
     return await uow.tokens.mark_owner(digest(secret))
 
 
-async def local_owner(uow_factory: UnitOfWorkFactory) -> Principal:
-    """The principal of the control socket: the owner, with every scope."""
-    async with uow_factory() as uow:
-        owner = await uow.users.owner()
-    if owner is None:
-        raise Unauthenticated("this cluster has no owner; run `ficc init`")
-    return owner_principal(owner.id, owner.username, via="socket")
+@dataclass(frozen=True, eq=False)
+class Owner:
+    """The local owner as the control socket presents it."""
+
+    uow_factory: UnitOfWorkFactory
+
+    async def local_owner(self) -> Principal:
+        """The principal of the control socket: the owner, with every scope."""
+        async with self.uow_factory() as uow:
+            owner = await uow.users.owner()
+        if owner is None:
+            raise Unauthenticated("this cluster has no owner; run `ficc init`")
+        return owner_principal(owner.id, owner.username, via="socket")

@@ -87,74 +87,6 @@ async def mint_token(
     return IssuedToken(token.id, secret, scopes, projects, expires_at, restrictions)
 
 
-async def create_token(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    principal: Principal,
-    *,
-    scopes: object,
-    projects: object,
-    lifetime: object,
-    restrictions: Mapping[str, object] | None = None,
-) -> IssuedToken:
-    """A token never holds more than its creator: scopes and projects are subsets, and it
-    expires no later than the token that mints it (revoking that one revokes it too). A
-    restricted creator's token is at most as broad as it (``token_limits.narrowed``)."""
-    wanted_scopes = parse_scopes(scopes)
-    beyond = sorted(wanted_scopes - principal.scopes)
-    if beyond:
-        raise PermissionDenied(
-            f"a token cannot hold the scope {beyond[0]}, which its creator lacks",
-            details={"missing_scope": beyond[0]},
-        )
-    if projects is None:
-        projects = [DEFAULT_PROJECT]
-    if not isinstance(projects, list) or not projects:
-        raise InvalidInput("projects must be a non-empty list of project names", field="projects")
-    names = frozenset(
-        parse_project_name(name, field=f"projects[{index}]") for index, name in enumerate(projects)
-    )
-    lifetime_seconds = parse_lifetime_seconds(lifetime)
-    asked = parse_restrictions(restrictions or {})
-    async with uow_factory() as uow:
-        for name in sorted(names):
-            if not await uow.projects.exists(name):
-                raise InvalidInput(f"projects names an unknown project {name}", field="projects")
-            principal.require_project(name)
-        for index, peer_id in enumerate(sorted(asked.peers or ())):
-            peer = await uow.peers.get(peer_id)
-            if peer is None or peer.project not in names:
-                raise InvalidInput(
-                    f"peers names {peer_id}, which is no peer of the token's projects",
-                    field="peers",
-                    details={"peer": peer_id, "index": index},
-                )
-        creator = None
-        if principal.token_id is not None:
-            creator = await uow.token_limits.get(principal.token_id)
-        granted = narrowed(
-            asked, None if creator is None else creator.restrictions, principal.token_id
-        )
-        user = await uow.users.get(principal.user_id)
-        if user is None:
-            raise Unauthenticated("the credential's user no longer exists")
-        not_after = await _creator_expiry(uow, clock, principal)
-        issued = await mint_token(
-            uow,
-            clock,
-            user=user,
-            scopes=wanted_scopes,
-            projects=names,
-            lifetime_seconds=lifetime_seconds,
-            actor=audit.actor_of(principal),
-            created_by=principal.token_id,
-            not_after=not_after,
-            restrictions=granted,
-        )
-        await uow.commit()
-    return issued
-
-
 async def _creator_expiry(uow: UnitOfWork, clock: Clock, principal: Principal) -> datetime | None:
     """The expiry of the token minting one (None: it never expires, or no token mints).
 
@@ -169,69 +101,6 @@ async def _creator_expiry(uow: UnitOfWork, clock: Clock, principal: Principal) -
     if creator is None or not creator.usable_at(clock()):
         raise Unauthenticated("the bearer token is unknown, expired or revoked")
     return creator.expires_at
-
-
-async def revoke_token(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    principal: Principal,
-    token_id: str,
-    cache: CredentialCache | None = None,
-) -> None:
-    """Revoke a token whose projects are all among the caller's (the local owner: any), and
-    in the same transaction every token it minted, and theirs, down the ``created_by`` chain.
-
-    Any other token is answered as unknown, so a caller learns nothing of tokens beyond its
-    projects; the owner token is beyond every credential but the owner's.
-    """
-    async with uow_factory() as uow:
-        token = await uow.tokens.get(token_id)
-        if token is None or not _may_revoke(principal, token):
-            raise NotFound(f"no token {token_id} among the tokens this credential may revoke")
-        now = clock()
-        await uow.tokens.revoke(token_id, now)
-        descendants = await uow.tokens.revoke_minted_by(token_id, now)
-        await record_change(
-            uow,
-            clock,
-            principal,
-            "token.revoked",
-            token_id,
-            {"minted_tokens_revoked": list(descendants)},
-        )
-        await uow.commit()
-    if cache is not None:
-        cache.clear()
-
-
-async def list_tokens(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    principal: Principal,
-    limits: TokenLimitsView | None = None,
-) -> list[JSONObject]:
-    """The tokens this credential may revoke (the local owner: all), never their secrets;
-    each with its restrictions, ``used`` and ``remaining`` (``limits``: what metering knows)."""
-    now = clock()
-    async with uow_factory() as uow:
-        tokens = await uow.tokens.list()
-    visible = [token for token in tokens if _may_revoke(principal, token)]
-    shown = {} if limits is None else await limits.shown([t.id for t in visible])
-    return [{**_token_json(token, now), **shown.get(token.id, UNRESTRICTED)} for token in visible]
-
-
-async def visible_token(
-    uow_factory: UnitOfWorkFactory, principal: Principal, token_id: str
-) -> ApiToken:
-    """A token this credential may see (the tokens it may revoke, and itself), else 404."""
-    async with uow_factory() as uow:
-        token = await uow.tokens.get(token_id)
-    if token is None or not (token.id == principal.token_id or _may_revoke(principal, token)):
-        raise NotFound(
-            f"no token {token_id} among the tokens this credential may see",
-            details={"token": token_id},
-        )
-    return token
 
 
 class TokenLimitsView(Protocol):
@@ -304,36 +173,167 @@ class CredentialCache:
         self._entries.clear()
 
 
-async def authenticate_token(
-    uow_factory: UnitOfWorkFactory,
-    clock: Clock,
-    secret: str,
-    cache: CredentialCache | None = None,
-) -> Principal:
-    if not secret.startswith(TOKEN_PREFIX):
-        raise Unauthenticated("the bearer token is not a FICC token")
-    secret_hash = digest(secret)
-    if cache is not None and (cached := cache.get(secret_hash, clock())) is not None:
-        return cached
-    async with uow_factory() as uow:
-        token = await uow.tokens.by_secret_hash(secret_hash)
-        if token is None or not token.usable_at(clock()):
+@dataclass(frozen=True, eq=False)
+class Tokens:
+    """API tokens: minted, listed, revoked and authenticated.
+
+    ``cache``: the principals of tokens used lately, cleared by every revocation; None reads
+    the database every time. ``limits``: what metering knows of restricted tokens, for the
+    listing; None shows every token unrestricted.
+    """
+
+    uow_factory: UnitOfWorkFactory
+    clock: Clock
+    cache: CredentialCache | None = None
+    limits: TokenLimitsView | None = None
+
+    async def create_token(
+        self,
+        principal: Principal,
+        *,
+        scopes: object,
+        projects: object,
+        lifetime: object,
+        restrictions: Mapping[str, object] | None = None,
+    ) -> IssuedToken:
+        """A token never holds more than its creator: scopes and projects are subsets, and it
+        expires no later than the token that mints it (revoking that one revokes it too). A
+        restricted creator's token is at most as broad as it (``token_limits.narrowed``)."""
+        wanted_scopes = parse_scopes(scopes)
+        beyond = sorted(wanted_scopes - principal.scopes)
+        if beyond:
+            raise PermissionDenied(
+                f"a token cannot hold the scope {beyond[0]}, which its creator lacks",
+                details={"missing_scope": beyond[0]},
+            )
+        if projects is None:
+            projects = [DEFAULT_PROJECT]
+        if not isinstance(projects, list) or not projects:
+            raise InvalidInput(
+                "projects must be a non-empty list of project names", field="projects"
+            )
+        names = frozenset(
+            parse_project_name(name, field=f"projects[{index}]")
+            for index, name in enumerate(projects)
+        )
+        lifetime_seconds = parse_lifetime_seconds(lifetime)
+        asked = parse_restrictions(restrictions or {})
+        async with self.uow_factory() as uow:
+            for name in sorted(names):
+                if not await uow.projects.exists(name):
+                    raise InvalidInput(
+                        f"projects names an unknown project {name}", field="projects"
+                    )
+                principal.require_project(name)
+            for index, peer_id in enumerate(sorted(asked.peers or ())):
+                peer = await uow.peers.get(peer_id)
+                if peer is None or peer.project not in names:
+                    raise InvalidInput(
+                        f"peers names {peer_id}, which is no peer of the token's projects",
+                        field="peers",
+                        details={"peer": peer_id, "index": index},
+                    )
+            creator = None
+            if principal.token_id is not None:
+                creator = await uow.token_limits.get(principal.token_id)
+            granted = narrowed(
+                asked, None if creator is None else creator.restrictions, principal.token_id
+            )
+            user = await uow.users.get(principal.user_id)
+            if user is None:
+                raise Unauthenticated("the credential's user no longer exists")
+            not_after = await _creator_expiry(uow, self.clock, principal)
+            issued = await mint_token(
+                uow,
+                self.clock,
+                user=user,
+                scopes=wanted_scopes,
+                projects=names,
+                lifetime_seconds=lifetime_seconds,
+                actor=audit.actor_of(principal),
+                created_by=principal.token_id,
+                not_after=not_after,
+                restrictions=granted,
+            )
+            await uow.commit()
+        return issued
+
+    async def revoke_token(self, principal: Principal, token_id: str) -> None:
+        """Revoke a token whose projects are all among the caller's (the local owner: any),
+        and in the same transaction every token it minted, and theirs, down the
+        ``created_by`` chain.
+
+        Any other token is answered as unknown, so a caller learns nothing of tokens beyond
+        its projects; the owner token is beyond every credential but the owner's.
+        """
+        async with self.uow_factory() as uow:
+            token = await uow.tokens.get(token_id)
+            if token is None or not _may_revoke(principal, token):
+                raise NotFound(f"no token {token_id} among the tokens this credential may revoke")
+            now = self.clock()
+            await uow.tokens.revoke(token_id, now)
+            descendants = await uow.tokens.revoke_minted_by(token_id, now)
+            await record_change(
+                uow,
+                self.clock,
+                principal,
+                "token.revoked",
+                token_id,
+                {"minted_tokens_revoked": list(descendants)},
+            )
+            await uow.commit()
+        if self.cache is not None:
+            self.cache.clear()
+
+    async def list_tokens(self, principal: Principal) -> list[JSONObject]:
+        """The tokens this credential may revoke (the local owner: all), never their secrets;
+        each with its restrictions, ``used`` and ``remaining``."""
+        now = self.clock()
+        async with self.uow_factory() as uow:
+            tokens = await uow.tokens.list()
+        visible = [token for token in tokens if _may_revoke(principal, token)]
+        shown = {} if self.limits is None else await self.limits.shown([t.id for t in visible])
+        return [
+            {**_token_json(token, now), **shown.get(token.id, UNRESTRICTED)} for token in visible
+        ]
+
+    async def visible_token(self, principal: Principal, token_id: str) -> ApiToken:
+        """A token this credential may see (the tokens it may revoke, and itself), else 404."""
+        async with self.uow_factory() as uow:
+            token = await uow.tokens.get(token_id)
+        if token is None or not (token.id == principal.token_id or _may_revoke(principal, token)):
+            raise NotFound(
+                f"no token {token_id} among the tokens this credential may see",
+                details={"token": token_id},
+            )
+        return token
+
+    async def authenticate_token(self, secret: str) -> Principal:
+        if not secret.startswith(TOKEN_PREFIX):
+            raise Unauthenticated("the bearer token is not a FICC token")
+        secret_hash = digest(secret)
+        cache = self.cache
+        if cache is not None and (cached := cache.get(secret_hash, self.clock())) is not None:
+            return cached
+        async with self.uow_factory() as uow:
+            token = await uow.tokens.by_secret_hash(secret_hash)
+            if token is None or not token.usable_at(self.clock()):
+                raise Unauthenticated("the bearer token is unknown, expired or revoked")
+            user = await uow.users.get(token.user_id)
+            limit = await uow.token_limits.get(token.id)
+        if user is None:
             raise Unauthenticated("the bearer token is unknown, expired or revoked")
-        user = await uow.users.get(token.user_id)
-        limit = await uow.token_limits.get(token.id)
-    if user is None:
-        raise Unauthenticated("the bearer token is unknown, expired or revoked")
-    principal = Principal(
-        user_id=user.id,
-        username=user.username,
-        scopes=token.scopes & user.scopes,
-        projects=token.projects,
-        # Only the token `ficc init` wrote is the local owner, never a token minted later.
-        is_owner=user.is_owner and token.owner,
-        via="token",
-        token_id=token.id,
-        restrictions=None if limit is None else limit.restrictions,
-    )
-    if cache is not None:
-        cache.put(secret_hash, principal, token.expires_at)
-    return principal
+        principal = Principal(
+            user_id=user.id,
+            username=user.username,
+            scopes=token.scopes & user.scopes,
+            projects=token.projects,
+            # Only the token `ficc init` wrote is the local owner, never a token minted later.
+            is_owner=user.is_owner and token.owner,
+            via="token",
+            token_id=token.id,
+            restrictions=None if limit is None else limit.restrictions,
+        )
+        if cache is not None:
+            cache.put(secret_hash, principal, token.expires_at)
+        return principal

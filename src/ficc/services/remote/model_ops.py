@@ -13,10 +13,10 @@ from ficc.domain.grants import MAX_CREATED_MODELS
 from ficc.domain.manifests import parse_manifest
 from ficc.domain.mutations import ReceiptState
 from ficc.services import mutations
-from ficc.services.catalogue import create_model_record, remove_model_record
+from ficc.services.catalogue import Catalogue
 from ficc.services.grant_slots import GrantSlots
 from ficc.services.mutations import MutationKey, grant_scope
-from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
+from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.call import Call, Effect
 from ficc.services.remote.views import peer_answer
 
@@ -35,7 +35,7 @@ class ModelOperations:
 
     uow_factory: UnitOfWorkFactory
     clock: Clock
-    blobs: BlobStore
+    catalogue: Catalogue
     slots: GrantSlots
 
     async def manifest(self, call: Call) -> JSONObject:
@@ -52,9 +52,7 @@ class ModelOperations:
         grant = call.grant
 
         async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
-            return await create_model_record(
-                self.uow_factory,
-                self.clock,
+            return await self.catalogue.create_model_record(
                 grant.project,
                 manifest,
                 key=key,
@@ -71,10 +69,7 @@ class ModelOperations:
         call.require("models", model_id, "body.model")
 
         async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
-            return await remove_model_record(
-                self.uow_factory,
-                self.clock,
-                self.blobs,
+            return await self.catalogue.remove_model_record(
                 call.grant.project,
                 model_id,
                 key=key,

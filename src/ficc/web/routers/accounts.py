@@ -68,9 +68,7 @@ def _client_address(request: Request) -> str:
 
 @router.post("/api/v1/tokens", status_code=201, responses=answer(TokenCreated, 201))
 async def create_token(body: TokenCreate, ctx: Context = scoped("tokens:manage")) -> Any:
-    issued = await accounts.create_token(
-        ctx.cluster.uow_factory,
-        ctx.cluster.clock,
+    issued = await ctx.cluster.accounts.tokens.create_token(
         ctx.principal,
         scopes=body.scopes,
         projects=body.projects,
@@ -95,9 +93,7 @@ def issued_json(issued: accounts.IssuedToken) -> dict[str, Any]:
 
 @router.get("/api/v1/tokens", responses=answer(TokenList))
 async def list_tokens(ctx: Context = scoped("tokens:manage")) -> Any:
-    tokens = await accounts.list_tokens(
-        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, ctx.cluster.tokens
-    )
+    tokens = await ctx.cluster.accounts.tokens.list_tokens(ctx.principal)
     return {"tokens": tokens}
 
 
@@ -112,15 +108,13 @@ async def token_usage(
     those of the tokens the credential may revoke."""
     if token_id != ctx.principal.token_id:
         ctx.principal.require_scope("tokens:manage")
-    token = await accounts.visible_token(ctx.cluster.uow_factory, ctx.principal, token_id)
+    token = await ctx.cluster.accounts.tokens.visible_token(ctx.principal, token_id)
     return await ctx.cluster.tokens.usage(token.id, after=parse_cursor(after), limit=limit)
 
 
 @router.delete("/api/v1/tokens/{token_id}", status_code=204, responses=NO_CONTENT)
 async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) -> Response:
-    await accounts.revoke_token(
-        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal, token_id, ctx.cluster.credentials
-    )
+    await ctx.cluster.accounts.tokens.revoke_token(ctx.principal, token_id)
     return Response(status_code=204)
 
 
@@ -128,11 +122,7 @@ async def revoke_token(token_id: str, ctx: Context = scoped("tokens:manage")) ->
 async def create_session(
     body: SessionCreate, request: Request, response: Response, cluster: Cluster = public()
 ) -> Any:
-    issued = await accounts.login(
-        cluster.uow_factory,
-        cluster.clock,
-        cluster.hasher,
-        cluster.login_throttle,
+    issued = await cluster.accounts.sessions.login(
         address=_client_address(request),
         username=body.username,
         password=body.password,
@@ -146,9 +136,8 @@ async def create_session(
 async def read_session(request: Request, ctx: Context = scoped()) -> Any:
     csrf_token = None
     if ctx.principal.session_id is not None:
-        _, csrf_token = await accounts.authenticate_session(
-            ctx.cluster.uow_factory, ctx.cluster.clock, session_cookie(request) or ""
-        )
+        sessions = ctx.cluster.accounts.sessions
+        _, csrf_token = await sessions.authenticate_session(session_cookie(request) or "")
     return {
         "user": ctx.principal.username,
         "csrf_token": csrf_token,
@@ -159,7 +148,7 @@ async def read_session(request: Request, ctx: Context = scoped()) -> Any:
 
 @router.delete("/api/v1/session", status_code=204, responses=NO_CONTENT)
 async def delete_session(request: Request, ctx: Context = scoped()) -> Response:
-    await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    await ctx.cluster.accounts.sessions.logout(ctx.principal)
     response = Response(status_code=204)
     forget_session_cookie(request, response)
     return response
@@ -169,9 +158,7 @@ async def delete_session(request: Request, ctx: Context = scoped()) -> Response:
 async def set_password(
     body: PasswordSet, ctx: Context = scoped("tokens:manage", local_owner=True)
 ) -> Response:
-    await accounts.set_password(
-        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.cluster.hasher, ctx.principal, body.password
-    )
+    await ctx.cluster.accounts.sessions.set_password(ctx.principal, body.password)
     return Response(status_code=204)
 
 
@@ -179,9 +166,7 @@ async def set_password(
 async def create_login_link(
     request: Request, ctx: Context = scoped("tokens:manage", local_owner=True)
 ) -> Any:
-    secret = await accounts.create_login_link(
-        ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal
-    )
+    secret = await ctx.cluster.accounts.login_links.create_login_link(ctx.principal)
     base = ctx.cluster.public_url or str(request.base_url).rstrip("/")
     return {"url": f"{base}/login/{secret}", "expires_in": LOGIN_LINK_LIFETIME_SECONDS}
 
@@ -193,9 +178,8 @@ async def create_login_link(
     responses={303: {"description": "Signed in: the session cookie is set; to the console."}},
 )
 async def open_login_link(secret: str, request: Request, cluster: Cluster = public()) -> Response:
-    issued = await accounts.consume_login_link(
-        cluster.uow_factory, cluster.clock, secret, _session_lifetime(request)
-    )
+    links = cluster.accounts.login_links
+    issued = await links.consume_login_link(secret, _session_lifetime(request))
     response = RedirectResponse("/ui", status_code=303)
     _set_session_cookie(request, response, issued)
     return response

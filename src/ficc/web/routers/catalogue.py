@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from ficc.services import catalogue
+from ficc.services.catalogue import model_json
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas import ModelCreate
 from ficc.web.schemas_responses import NO_CONTENT, Model, ModelList, answer
@@ -16,41 +16,27 @@ router = APIRouter()
 
 @router.get("/api/v1/models", responses=answer(ModelList))
 async def list_models(ctx: Context = scoped("models:read")) -> Any:
-    models = await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
-    return {"models": [catalogue.model_json(model) for model in models]}
+    models = await ctx.cluster.catalogue.list_models(ctx.project)
+    return {"models": [model_json(model) for model in models]}
 
 
 @router.get("/api/v1/models/{model_id}", responses=answer(Model))
 async def get_model(model_id: str, ctx: Context = scoped("models:read")) -> Any:
-    model = await catalogue.get_model(ctx.cluster.uow_factory, ctx.project, model_id)
-    return catalogue.model_json(model)
+    model = await ctx.cluster.catalogue.get_model(ctx.project, model_id)
+    return model_json(model)
 
 
 @router.post("/api/v1/models", status_code=201, responses=answer(Model, 201))
 async def add_model(
     body: ModelCreate, ctx: Context = scoped("models:manage", local_owner=True)
 ) -> Any:
-    model = await catalogue.add_model(
-        ctx.cluster.uow_factory,
-        ctx.cluster.clock,
-        ctx.cluster.blobs,
-        ctx.cluster.resolve_user_path,
-        ctx.principal,
-        ctx.project,
-        name=body.name,
-        paths=body.paths,
+    model = await ctx.cluster.catalogue.add_model(
+        ctx.principal, ctx.project, name=body.name, paths=body.paths
     )
-    return catalogue.model_json(model)
+    return model_json(model)
 
 
 @router.delete("/api/v1/models/{model_id}", status_code=204, responses=NO_CONTENT)
 async def delete_model(model_id: str, ctx: Context = scoped("models:manage")) -> Response:
-    await catalogue.delete_model(
-        ctx.cluster.uow_factory,
-        ctx.cluster.clock,
-        ctx.cluster.blobs,
-        ctx.principal,
-        ctx.project,
-        model_id,
-    )
+    await ctx.cluster.catalogue.delete_model(ctx.principal, ctx.project, model_id)
     return Response(status_code=204)

@@ -190,8 +190,7 @@ async def list_audit(
     after: int = Query(0, ge=0, le=audit.MAX_AUDIT_SEQ),
     limit: int = Query(100, ge=1, le=audit.MAX_AUDIT_PAGE),
 ) -> Any:
-    entries = await audit.list_audit(
-        ctx.cluster.uow_factory,
+    entries = await ctx.cluster.audit.list_audit(
         project=ctx.project,
         after_seq=after,
         limit=limit,

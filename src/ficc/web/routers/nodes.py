@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ficc.services import nodes
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas_responses import NodeList, answer
 
@@ -15,5 +14,5 @@ router = APIRouter()
 
 @router.get("/api/v1/nodes", responses=answer(NodeList))
 async def list_nodes(ctx: Context = scoped("resources:read")) -> Any:
-    found = await nodes.list_nodes(ctx.cluster.uow_factory)
+    found = await ctx.cluster.nodes.list_nodes()
     return {"nodes": [node.as_json() for node in found]}

@@ -7,7 +7,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ficc.base.errors import FiccError, NotFound
 from ficc.bootstrap import Cluster
-from ficc.services import accounts, catalogue, nodes
 from ficc.web.auth import forget_session_cookie, public
 from ficc.web.console import ConsoleContext, console
 from ficc.web.routers.ui.rendering import (
@@ -63,7 +62,7 @@ async def static(name: str, cluster: Cluster = public()) -> Response:
 
 @router.post("/ui/logout")
 async def logout(request: Request, ctx: ConsoleContext = console()) -> Response:
-    await accounts.logout(ctx.cluster.uow_factory, ctx.cluster.clock, ctx.principal)
+    await ctx.cluster.accounts.sessions.logout(ctx.principal)
     response = Response(status_code=204, headers={"HX-Redirect": "/ui"})
     forget_session_cookie(request, response)
     return response
@@ -107,14 +106,12 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
             else None
         ),
         models=(
-            await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
+            await ctx.cluster.catalogue.list_models(ctx.project)
             if "models:read" in scopes
             else None
         ),
         # Nodes are the cluster's resources: shown only with resources:read, as GET /nodes.
-        nodes=(
-            await nodes.list_nodes(ctx.cluster.uow_factory) if "resources:read" in scopes else None
-        ),
+        nodes=await ctx.cluster.nodes.list_nodes() if "resources:read" in scopes else None,
     )
 
 

@@ -26,7 +26,6 @@ from ficc.domain.grants import (
     MAX_TOKENS_PER_MINUTE,
     MAX_TRANSFER_BYTES,
 )
-from ficc.services import catalogue, nodes
 from ficc.web.console import (
     ConsoleContext,
     console,
@@ -78,9 +77,9 @@ async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
     """
     return {
         "services": await ctx.cluster.inference.commands.list_services(ctx.project),
-        "models": await catalogue.list_models(ctx.cluster.uow_factory, ctx.project),
+        "models": await ctx.cluster.catalogue.list_models(ctx.project),
         "nodes": (
-            await nodes.list_nodes(ctx.cluster.uow_factory)
+            await ctx.cluster.nodes.list_nodes()
             if "resources:read" in ctx.principal.scopes
             else None
         ),

@@ -11,7 +11,6 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.bootstrap import Cluster
 from ficc.domain.transfers import TransferState
-from ficc.services import projects
 from ficc.web.console import TEMPLATES, ConsoleContext
 
 STATIC_DIRECTORY: Final = Path(__file__).parent.parent.parent / "static"
@@ -79,6 +78,4 @@ def action_done(message: str) -> Response:
 
 
 async def projects_of(ctx: ConsoleContext) -> list[str]:
-    return [
-        name for name, _ in await projects.list_projects(ctx.cluster.uow_factory, ctx.principal)
-    ]
+    return [name for name, _ in await ctx.cluster.projects.list_projects(ctx.principal)]

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ficc.base.errors import InvalidInput
-from ficc.services import catalogue
 from ficc.web.console import ConsoleContext, console, form_int, read_form
 from ficc.web.routers import inference as inference_api
 from ficc.web.routers.ui.rendering import (
@@ -122,5 +121,5 @@ async def control_service(
 
 @router.get(f"{P}/models", response_class=HTMLResponse)
 async def models(request: Request, ctx: ConsoleContext = console("models:read")) -> Response:
-    found = await catalogue.list_models(ctx.cluster.uow_factory, ctx.project)
+    found = await ctx.cluster.catalogue.list_models(ctx.project)
     return await render_page(request, ctx, "models", "Models", models=found)
