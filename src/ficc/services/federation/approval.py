@@ -44,7 +44,6 @@ from ficc.services.federation.common import (
     check_resources,
     my_hypernet_id,
     offer_json,
-    proven_offerer,
     refuse_second_pairing,
     tell,
     visible_offer,
@@ -150,7 +149,7 @@ class Approval:
                 project,
                 "offer.approved",
                 offer_id,
-                proven_offerer(offer),
+                offer,
                 {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
             )
             await uow.commit()
@@ -205,13 +204,7 @@ class Approval:
             if evicted is not None:
                 await uow.offers.delete(evicted.id)
                 await self.context.audit(
-                    uow,
-                    None,
-                    None,
-                    "offer.evicted",
-                    evicted.id,
-                    proven_offerer(evicted),
-                    {"for": offer_id},
+                    uow, None, None, "offer.evicted", evicted.id, evicted, {"for": offer_id}
                 )
             offer = Offer(
                 id=offer_id,
@@ -274,13 +267,7 @@ class Approval:
                 replace(offer, state=OfferState.FINISHED, revision=offer.revision + 1)
             )
             await self.context.audit(
-                uow,
-                None,
-                offer.project,
-                "pairing.finished",
-                peer.id,
-                identity,
-                {"offer": offer.id},
+                uow, None, offer.project, "pairing.finished", peer.id, identity, {"offer": offer.id}
             )
             await uow.commit()
         self.context.known.remember(paired)

@@ -72,10 +72,12 @@ class FederationContext:
         project: str | None,
         action: str,
         target: str,
-        identity: PeerIdentity | None,
+        about: Peer | Offer | PeerIdentity | None,
         details: JSONObject | None = None,
     ) -> None:
-        """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
+        """An audit entry of the federation: the actor, or ``peer``, with the identity ``about``
+        proves: a peer's pairing, the session an offer came in, or the session at hand."""
+        identity = _proven(about)
         await audit.record(
             uow,
             self.clock,
@@ -198,16 +200,16 @@ async def check_resources(uow: UnitOfWork, project: str, terms: GrantTerms) -> N
             )
 
 
-def proven_peer(peer: Peer) -> PeerIdentity:
-    """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
-    return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
-
-
-def proven_offerer(offer: Offer) -> PeerIdentity | None:
-    """The identity the other side of an offer proved in the session that carried it."""
-    if offer.peer_cluster_key is None:
-        return None
-    return PeerIdentity(offer.service, unb64(offer.peer_cluster_key), 0)
+def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:
+    """The identity a peer proved when it paired (HyperNet ID, cluster key, generation), or
+    the other side of an offer in the session that carried it."""
+    if isinstance(about, Peer):
+        return PeerIdentity(about.hypernet_id, unb64(about.cluster_key), about.generation)
+    if isinstance(about, Offer):
+        if about.peer_cluster_key is None:
+            return None
+        return PeerIdentity(about.service, unb64(about.peer_cluster_key), 0)
+    return about
 
 
 def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:

@@ -40,8 +40,6 @@ from ficc.services.federation.common import (
     offer_json,
     parse_hypernet_id,
     peer_json,
-    proven_offerer,
-    proven_peer,
     refuse_second_pairing,
     revoke_active,
     tell,
@@ -180,13 +178,7 @@ class Pairing:
             finished = replace(current, state=OfferState.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
             await self.context.audit(
-                uow,
-                principal,
-                project,
-                "pairing.finished",
-                peer.id,
-                proven_peer(peer),
-                {"offer": offer_id},
+                uow, principal, project, "pairing.finished", peer.id, peer, {"offer": offer_id}
             )
             await uow.commit()
         self.context.known.remember(peer)
@@ -274,14 +266,7 @@ class Pairing:
             discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
-            await self.context.audit(
-                uow,
-                principal,
-                project,
-                "offer.discarded",
-                offer_id,
-                proven_offerer(offer),
-            )
+            await self.context.audit(uow, principal, project, "offer.discarded", offer_id, offer)
             await uow.commit()
         told = await tell(
             self.context.link, offer.service, "pairing.discard", {"offer": offer_id}, offer.ticket
