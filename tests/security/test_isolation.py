@@ -48,7 +48,7 @@ from ficc.domain.inference import (
 from ficc.domain.manifests import MAX_JSON_INTEGER, canonical_sha256, parse_manifest
 from ficc.domain.principals import owner_principal
 from ficc.services.inference import Actor
-from ficc.services.transfers import Transfers
+from ficc.services.transfers import Fetcher, Transfers
 
 OWNER = Actor("owner")
 
@@ -491,11 +491,13 @@ async def _acquire_from(
         await uow.commit()
     hostile = HostileGrantor(files)
     transfers = Transfers(
-        cluster.uow_factory,
-        cluster.clock,
-        hostile,  # type: ignore[arg-type]
-        cluster.blobs,
-        lambda: free_disk,
+        Fetcher(
+            cluster.uow_factory,
+            cluster.clock,
+            hostile,  # type: ignore[arg-type]
+            cluster.blobs,
+            lambda: free_disk,
+        )
     )
     owner = owner_principal(new_id("user", secrets.token_bytes(16)), "owner", via="socket")
     tracemalloc.start()

@@ -58,7 +58,7 @@ from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
 from ficc.services.runtimes import Runtime
 from ficc.services.token_limits import TokenLimits
-from ficc.services.transfers import RangeServer, Transfers
+from ficc.services.transfers import Fetcher, RangeServer, Transfers
 
 if TYPE_CHECKING:
     from ficc.adapters.ray_nodes import RayNodes
@@ -253,13 +253,15 @@ def build(
         tokens=tokens,
     )
     transfers = Transfers(
-        uow_factory,
-        clock,
-        remote,
-        blobs,
-        free_disk or (lambda: shutil.disk_usage(state.store).free),
-        range_bytes=settings.transfers.range_bytes,
-        stall_seconds=settings.transfers.stall_seconds,
+        Fetcher(
+            uow_factory,
+            clock,
+            remote,
+            blobs,
+            free_disk or (lambda: shutil.disk_usage(state.store).free),
+            range_bytes=settings.transfers.range_bytes,
+            stall_seconds=settings.transfers.stall_seconds,
+        )
     )
     operations = PeerOperations(
         uow_factory,
