@@ -45,7 +45,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage import GrantUsage
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.grant_slots import GrantSlots
-from ficc.services.inference import InferenceServices
+from ficc.services.inference import InferenceServices, Supervision
 from ficc.services.inference.logs import ServiceLogs
 from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
@@ -208,9 +208,8 @@ def build(
         model_file,
         attempt_fence,
         connector,
-        serve_instance=secrets.token_hex(8),
+        Supervision(secrets.token_hex(8), on_restart=metrics.count_restart),
         upstream_allow=upstream_allow,
-        on_restart=metrics.count_restart,
         stream_join_seconds=settings.stream_join_ms / 1000,
     )
     federation: Federation | None = None

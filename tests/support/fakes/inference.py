@@ -26,7 +26,7 @@ from ficc.domain.inference import RestartPolicy, RuntimeName
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
-from ficc.services.inference import Actor, InferenceServices
+from ficc.services.inference import Actor, InferenceServices, Supervision
 from ficc.services.runtimes import (
     Availability,
     FenceResult,
@@ -346,8 +346,6 @@ def bench(
         model_path,
         fence,
         engine,
-        serve_instance="bench",
-        stop_grace_seconds=grace,
-        on_restart=restarts.append,
+        Supervision("bench", stop_grace_seconds=grace, on_restart=restarts.append),
     )
     return Bench(services, store, runtime, engine, clock, tmp_path, fenced, restarts)
