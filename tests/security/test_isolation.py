@@ -31,6 +31,7 @@ from tests.support.isolation import (
     set_state,
     stored_grant,
 )
+from tests.support.upstream import EngineAt
 
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.sql.database import LoopConnection
@@ -733,8 +734,7 @@ async def test_a_plain_answer_stops_at_response_bytes_while_the_engine_is_still_
     try:
         error = await refusal(
             engines.complete(
-                f"http://127.0.0.1:{port}",
-                "m",
+                EngineAt(f"http://127.0.0.1:{port}", "m"),
                 "/v1/chat/completions",
                 {"messages": [{"role": "user", "content": "hi"}]},
                 max_bytes=limit,

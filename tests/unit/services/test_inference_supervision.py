@@ -59,7 +59,7 @@ async def test_a_started_service_runs_and_requests_go_round_robin_over_its_repli
     router = b.services.router
     for _ in range(4):
         endpoint = await router.endpoint(PROJECT, service_id)
-        await router.complete(endpoint, "/v1/completions", {"prompt": "x"})
+        await router.complete(endpoint, "/v1/completions", {"prompt": "x"}, None)
     urls = [r.handle.base_url for r in b.runtime.replicas]
     assert sorted(b.engine.calls) == sorted(urls * 2)
     assert attempt_states(b, service_id) == [AttemptState.HEALTHY] * 2

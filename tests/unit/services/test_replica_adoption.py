@@ -66,7 +66,7 @@ async def test_a_restart_adopts_live_replicas_instead_of_launching_second_engine
     assert attempt_states(after, service_id) == [AttemptState.HEALTHY] * 2
     router = after.services.router
     endpoint = await router.endpoint(PROJECT, service_id)
-    await router.complete(endpoint, "/v1/completions", {"prompt": "x"})
+    await router.complete(endpoint, "/v1/completions", {"prompt": "x"}, None)
     assert after.engine.calls
     adopted = [e for e in after.store.audit if e.action == "service.adopted"]
     assert [e.target for e in adopted] == [service_id]

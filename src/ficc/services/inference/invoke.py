@@ -154,9 +154,7 @@ class Invocations:
         endpoint = plan.endpoint
         counted = None
         if endpoint.runtime == RuntimeName.LLAMA_CPP:
-            counted = await self._router.engines.count_tokens(
-                endpoint.base_url, endpoint.model_name, text
-            )
+            counted = await self._router.engines.count_tokens(endpoint, text)
         if counted is None:
             counted = m.estimated_tokens(text)
         prompt = counted + m.template_allowance(path, items)

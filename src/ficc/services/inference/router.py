@@ -149,9 +149,7 @@ class InvocationRouter:
         """Open a streamed invocation of the replica :meth:`endpoint` chose, counted in flight
         (so :meth:`idle` waits for it); leaving the block closes it, which stops the engine."""
         async with self.in_flight(endpoint.service_id):
-            stream = await self.engines.open_stream(
-                endpoint.base_url, endpoint.model_name, path, body
-            )
+            stream = await self.engines.open_stream(endpoint, path, body)
             try:
                 yield stream
             finally:
@@ -162,17 +160,16 @@ class InvocationRouter:
         endpoint: Endpoint,
         path: str,
         body: Mapping[str, object],
-        max_bytes: int | None = None,
+        max_bytes: int | None,
     ) -> JSONObject:
         """A plain answer, generated in streaming mode so that cancelling this call stops it;
         counted in flight as :meth:`stream` is.
 
-        ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it.
+        ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it
+        (None: unbounded).
         """
         async with self.in_flight(endpoint.service_id):
-            return await self.engines.complete(
-                endpoint.base_url, endpoint.model_name, path, body, max_bytes=max_bytes
-            )
+            return await self.engines.complete(endpoint, path, body, max_bytes=max_bytes)
 
     async def running_services(self, project: str) -> list[ServiceRecord]:
         """The services of ``project`` that take requests now."""

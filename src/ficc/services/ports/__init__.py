@@ -16,6 +16,7 @@ from ficc.services.ports.blobs import (
 )
 from ficc.services.ports.clock import Clock
 from ficc.services.ports.engines import (
+    EngineAddress,
     EngineConnector,
     EngineEvent,
     EngineStream,
@@ -63,6 +64,7 @@ __all__ = [
     "BudgetRows",
     "Clock",
     "CommitGuard",
+    "EngineAddress",
     "EngineConnector",
     "EngineEvent",
     "EngineStream",
