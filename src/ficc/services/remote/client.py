@@ -40,6 +40,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, PeerAsk, RoutedAsk, UnitOfWorkFactory
+from ficc.services.remote.prepared import Prepared
 from ficc.services.remote.table import grant_operation
 from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished
@@ -52,22 +53,6 @@ GRANT_ANSWER_BYTES: Final = 4 * MiB
 ``models.manifest``: the others answer records and lists of a few KiB."""
 MANIFEST_ANSWER_BYTES: Final = 1 * MiB
 """A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A request checked and built, not yet sent: the peer, the grant it goes under, this
-    cluster's copy of that grant's terms, the operation and the wire body."""
-
-    peer: Peer
-    grant_id: str
-    terms: JSONObject
-    operation: str
-    wire: JSONObject
-    body_bytes: int
-    """The wire body's operation body as RFC 8785 bytes (what ``request_bytes`` counts)."""
-    principal: Principal | None = None
-    """Who asks: a restricted token's budgets hold the request before it is sent."""
 
 
 @dataclass(eq=False)
@@ -148,9 +133,7 @@ class RemoteClient:
         assert sent_id is None or isinstance(sent_id, str)  # as _wire checked it
         if name == INVOKE:
             await self._usage.catch_up(peer, grant_id)
-            async with self._usage.recording(
-                grant_id, wire, prepared.body_bytes, peer, prepared.principal
-            ) as usage:
+            async with self._usage.recording(prepared) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -223,7 +206,7 @@ class RemoteClient:
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         )
-        grant_id, wire = prepared.grant_id, prepared.wire
+        grant_id = prepared.grant_id
         if prepared.operation != INVOKE:
             async with opening as chunks:
                 named = _naming_grant(chunks, grant_id)
@@ -233,9 +216,7 @@ class RemoteClient:
         # Recorded from before the request is sent: a refusal, too, leaves its record.
         await self._usage.catch_up(peer, grant_id)
         async with (
-            self._usage.recording(
-                grant_id, wire, prepared.body_bytes, peer, prepared.principal
-            ) as usage,
+            self._usage.recording(prepared) as usage,
             opening as chunks,
         ):
             named = metered_stream(_naming_grant(chunks, grant_id), usage)

@@ -17,11 +17,11 @@ from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
 from ficc.domain.peers import Peer
-from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import spent_limit
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.remote.prepared import Prepared
 from ficc.services.token_limits import TokenLimits, TokenTab
 
 INVOKE: Final = "inference.invoke"
@@ -49,27 +49,21 @@ class RequesterUsage:
             await self.receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
 
     @contextlib.asynccontextmanager
-    async def recording(
-        self,
-        grant_id: str,
-        wire: JSONObject,
-        body_bytes: int,
-        peer: Peer,
-        principal: Principal | None = None,
-    ) -> AsyncIterator[_Usage]:
-        """One usage record of an ``inference.invoke`` whose operation body is
-        ``body_bytes`` long (RFC 8785), written however the request ends; a restricted token's
+    async def recording(self, prepared: Prepared) -> AsyncIterator[_Usage]:
+        """One usage record of a prepared ``inference.invoke`` (its operation body
+        ``body_bytes`` long, RFC 8785), written however the request ends; a restricted token's
         budgets hold it before it is sent (its completion bound lowered to what they leave)
         and are settled with the record."""
-        inner = wire.get("body")
+        grant_id, principal = prepared.grant_id, prepared.principal
+        inner = prepared.wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
-            peer=peer,
+            peer=prepared.peer,
             grant=grant_id,
             request=current_request_id.get() or "",
             service=service if isinstance(service, str) else None,
             started_at=self.clock(),
-            request_bytes=body_bytes,
+            request_bytes=prepared.body_bytes,
         )
         if principal is not None and self.tokens is not None:
             # A token's refusal leaves no record under the grant: nothing left this cluster.
