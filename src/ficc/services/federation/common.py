@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Protocol
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import Grant, GrantState, GrantTerms
 from ficc.domain.offers import Offer, OfferDirection, OfferView
-from ficc.domain.peers import Peer, PeerState, PeerView
+from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
@@ -198,6 +200,35 @@ async def check_resources(uow: UnitOfWork, project: str, terms: GrantTerms) -> N
                 f"grant.nodes[{index}] is not a node of this cluster",
                 field=f"grant.nodes[{index}]",
             )
+
+
+def pending_peer(
+    offer: Offer,
+    project: str,
+    role: PeerRole,
+    generation: int,
+    now: datetime,
+    *,
+    selected_grant: str | None = None,
+) -> Peer:
+    """The peer an offer's pairing makes, pending until the pairing finishes; the requester
+    keeps the offer's ticket to reach the service's cluster again."""
+    assert offer.peer_cluster_key is not None
+    return Peer(
+        id=new_id("peer", secrets.token_bytes(16)),
+        project=project,
+        label=offer.peer_label,
+        hypernet_id=offer.service,
+        cluster_key=offer.peer_cluster_key,
+        state=PeerState.PENDING,
+        generation=generation,
+        role=role,
+        offer_id=offer.id,
+        selected_grant=selected_grant,
+        ticket=offer.ticket if role == PeerRole.REQUESTER else None,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:

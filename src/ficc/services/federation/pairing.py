@@ -40,6 +40,7 @@ from ficc.services.federation.common import (
     offer_json,
     parse_hypernet_id,
     peer_json,
+    pending_peer,
     refuse_second_pairing,
     revoke_active,
     tell,
@@ -196,20 +197,13 @@ class Pairing:
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
             if existing is not None and existing.state == PeerState.PENDING:
                 return existing
-            peer = Peer(
-                id=new_id("peer", secrets.token_bytes(16)),
-                project=offer.project,
-                label=offer.peer_label,
-                hypernet_id=offer.service,
-                cluster_key=offer.peer_cluster_key,
-                state=PeerState.PENDING,
-                generation=_generation(body),
-                role=PeerRole.REQUESTER,
-                offer_id=offer.id,
+            peer = pending_peer(
+                offer,
+                offer.project,
+                PeerRole.REQUESTER,
+                _generation(body),
+                now,
                 selected_grant=str(body["grant"]),
-                ticket=offer.ticket,
-                created_at=now,
-                updated_at=now,
             )
             await uow.peers.add(peer)
             await uow.offers.update(
