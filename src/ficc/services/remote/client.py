@@ -31,7 +31,7 @@ from ficc.domain.grants import (
     copied_term,
     wire_bytes,
 )
-from ficc.domain.operations import check_mutation_id, parse_body
+from ficc.domain.operations import INVOKE, check_mutation_id, parse_body
 from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
@@ -42,7 +42,7 @@ from ficc.services.peer_channel import PeerChannel
 from ficc.services.ports import Clock, PeerAsk, RoutedAsk, UnitOfWorkFactory
 from ficc.services.remote.prepared import Prepared
 from ficc.services.remote.table import grant_operation
-from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
+from ficc.services.remote.usage_meter import RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished
 from ficc.services.token_limits import TokenLimits, check_peer, check_service
 
@@ -128,7 +128,7 @@ class RemoteClient:
         """Send a prepared request; nothing is retried."""
         peer, name, wire = prepared.peer, prepared.operation, prepared.wire
         grant_id, terms = prepared.grant_id, prepared.terms
-        timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
+        timeout = INVOKE_TIMEOUT_SECONDS if name == INVOKE else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         assert sent_id is None or isinstance(sent_id, str)  # as _wire checked it
         if name == INVOKE:
@@ -273,7 +273,7 @@ def answer_bytes(operation: str, terms: JSONObject) -> int:
     for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
-    if operation == "inference.invoke":
+    if operation == INVOKE:
         response_bytes = copied_term(
             terms, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
         )

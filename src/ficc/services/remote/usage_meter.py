@@ -9,13 +9,14 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
+from ficc.domain.operations import INVOKE
 from ficc.domain.peers import Peer
 from ficc.domain.rate_limit_headers import spent_limit
 from ficc.services.federation.usage_receipts import UsageReceipts
@@ -23,8 +24,6 @@ from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.remote.prepared import Prepared
 from ficc.services.token_limits import TokenLimits, TokenTab
-
-INVOKE: Final = "inference.invoke"
 
 
 @dataclass(eq=False)
