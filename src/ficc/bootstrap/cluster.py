@@ -56,6 +56,7 @@ from ficc.services.remote.gate import Gate
 from ficc.services.remote.inference_ops import InferenceOperations
 from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
+from ficc.services.remote.usage_meter import RequesterUsage
 from ficc.services.runtimes import Runtime
 from ficc.services.token_limits import TokenLimits
 from ficc.services.transfers import Fetcher, RangeServer, Transfers
@@ -240,7 +241,9 @@ def build(
     peers = Peers(context, grants)
     tokens = TokenLimits(uow_factory, meter, clock)
     receipts = UsageReceipts(context, verify_signature)
-    remote = RemoteClient(uow_factory, link, copies, clock=clock, tokens=tokens, receipts=receipts)
+    remote = RemoteClient(
+        uow_factory, link, copies, RequesterUsage(uow_factory, clock, tokens, receipts)
+    )
     remote.on_settled = metrics.count_federation_tokens
     routes = Routes(
         uow_factory,
