@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
+from ficc.domain.exchanges import Exchange
 from ficc.domain.operations import INVOKE
 from ficc.domain.peers import Peer
 from ficc.domain.rate_limit_headers import spent_limit
@@ -60,6 +61,7 @@ class RequesterUsage:
             peer=prepared.peer,
             grant=grant_id,
             request=current_request_id.get() or "",
+            operation=INVOKE,
             service=service if isinstance(service, str) else None,
             started_at=self.clock(),
             request_bytes=prepared.body_bytes,
@@ -96,19 +98,8 @@ class RequesterUsage:
         prompt, completion = (
             told if told is not None else (usage.own_prompt or 0, usage.own_completion or 0)
         )
-        record = m.UsageRecord(
-            request=usage.request,
-            grant=usage.grant,
-            side=m.REQUESTER,
-            operation=INVOKE,
-            service=usage.service,
-            started_at=usage.started_at,
-            ended_at=self.clock(),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            request_bytes=usage.request_bytes,
-            response_bytes=usage.response_bytes,
-            outcome=outcome,
+        record = replace(
+            usage.record(usage.grant, m.REQUESTER, (prompt, completion), outcome, self.clock()),
             counted_prompt_tokens=usage.own_prompt,
             counted_completion_tokens=usage.own_completion,
             told=told is not None,
@@ -162,17 +153,12 @@ async def metered_stream(
     usage.ended = True
 
 
-@dataclass
-class _Usage:
+@dataclass(kw_only=True)
+class _Usage(Exchange):
     """What the requester learns of one ``inference.invoke`` as it goes."""
 
     peer: Peer
     grant: str
-    request: str
-    service: str | None
-    started_at: datetime
-    request_bytes: int
-    response_bytes: int = 0
     told: Any = None
     own_prompt: int | None = None
     own_completion: int | None = None
