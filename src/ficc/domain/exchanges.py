@@ -3,7 +3,7 @@ ends as: the grantor's tab and the requester's usage are each one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from ficc.domain.metering import UsageRecord
@@ -25,19 +25,16 @@ class Exchange:
         self, grant: str, side: str, counts: tuple[int, int], outcome: str, ended_at: datetime
     ) -> UsageRecord:
         """The usage record ``side`` keeps of it: ``counts`` are its prompt and completion
-        tokens as that side settled them."""
+        tokens as that side settled them. Each of an exchange's fields is the record's field
+        of the same name (a subclass's own fields are not)."""
         prompt_tokens, completion_tokens = counts
+        mine = {f.name: getattr(self, f.name) for f in fields(Exchange)}
         return UsageRecord(
-            request=self.request,
+            **mine,
             grant=grant,
             side=side,
-            operation=self.operation,
-            service=self.service,
-            started_at=self.started_at,
             ended_at=ended_at,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            request_bytes=self.request_bytes,
-            response_bytes=self.response_bytes,
             outcome=outcome,
         )
