@@ -31,6 +31,7 @@ from tests.support.isolation import (
     set_state,
     stored_grant,
 )
+from tests.support.upstream import EngineAt
 
 from ficc.adapters.engines.pool import EngineClients
 from ficc.adapters.sql.database import LoopConnection
@@ -48,7 +49,7 @@ from ficc.domain.inference import (
 from ficc.domain.manifests import MAX_JSON_INTEGER, canonical_sha256, parse_manifest
 from ficc.domain.principals import owner_principal
 from ficc.services.inference import Actor
-from ficc.services.transfers import Transfers
+from ficc.services.transfers import Fetcher, Transfers
 
 OWNER = Actor("owner")
 
@@ -491,11 +492,13 @@ async def _acquire_from(
         await uow.commit()
     hostile = HostileGrantor(files)
     transfers = Transfers(
-        cluster.uow_factory,
-        cluster.clock,
-        hostile,  # type: ignore[arg-type]
-        cluster.blobs,
-        lambda: free_disk,
+        Fetcher(
+            cluster.uow_factory,
+            cluster.clock,
+            hostile,  # type: ignore[arg-type]
+            cluster.blobs,
+            lambda: free_disk,
+        )
     )
     owner = owner_principal(new_id("user", secrets.token_bytes(16)), "owner", via="socket")
     tracemalloc.start()
@@ -731,8 +734,7 @@ async def test_a_plain_answer_stops_at_response_bytes_while_the_engine_is_still_
     try:
         error = await refusal(
             engines.complete(
-                f"http://127.0.0.1:{port}",
-                "m",
+                EngineAt(f"http://127.0.0.1:{port}", "m"),
                 "/v1/chat/completions",
                 {"messages": [{"role": "user", "content": "hi"}]},
                 max_bytes=limit,

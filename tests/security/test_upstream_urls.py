@@ -21,7 +21,7 @@ from tests.support.cluster import RunningCluster, start_cluster
 from tests.support.federation import add_service, configure, error_of, ok, pair
 from tests.support.remote import ALL_REMOTE_SCOPES, local_node
 from tests.support.tiny_gguf import write_tiny_gguf
-from tests.support.upstream import hostile_upstream, peak_rss_growth, table_rows
+from tests.support.upstream import EngineAt, hostile_upstream, peak_rss_growth, table_rows
 
 from ficc.adapters.engines.client import CHAT_COMPLETIONS, MAX_MODELS_BODY_BYTES, EngineClient
 from ficc.adapters.engines.pool import EngineClients
@@ -329,8 +329,7 @@ async def test_an_engine_answers_only_to_its_attempts_key(tmp_path: Path, figure
             keyed = await direct.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
             assert keyed.status_code == 200
         answer = await engines.complete(
-            handle.base_url,
-            "svc-key",
+            handle,
             CHAT_COMPLETIONS,
             {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
         )
@@ -349,8 +348,9 @@ async def test_engine_clients_are_evicted_when_idle_or_over_the_bound() -> None:
     engines = EngineClients(max_idle_clients=2, idle_seconds=10, clock=lambda: now[0])
     async with hostile_upstream() as hostile:
         for model in ("a", "b", "c", "d"):
+            engine = EngineAt(hostile.url, model)
             with pytest.raises(EngineUnavailable):
-                await engines.complete(hostile.url, model, CHAT_COMPLETIONS, {"messages": []})
+                await engines.complete(engine, CHAT_COMPLETIONS, {"messages": []})
         assert len(engines) == 2
         now[0] = 11.0
         await engines.forget("http://127.0.0.1:1")

@@ -29,7 +29,7 @@ from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.peers import PeerRole, PeerState
 from ficc.domain.receipts import b64
-from ficc.services.inference import InferenceServices
+from ficc.services.inference import InferenceServices, Supervision
 from ficc.services.ports.peers import EncodedAnswer, PeerIdentity
 from ficc.services.ports.runtimes import (
     Availability,
@@ -285,5 +285,5 @@ def admission_services(cluster: Cluster, runtime: RefusingRuntime) -> InferenceS
         cluster.model_file,
         fence,
         cluster.inference.engines,
-        serve_instance="test",
+        Supervision("test"),
     )

@@ -15,6 +15,14 @@ SEND_LIMIT_BYTES = 512 * 1024 * 1024
 """A hostile server stops here in any case, so a client that never stops reading still ends."""
 
 
+@dataclass(frozen=True)
+class EngineAt:
+    """An engine's address for the engine clients, where a test has no replica handle."""
+
+    base_url: str
+    model_name: str
+
+
 @dataclass
 class Hostile:
     """What the hostile server sent before its client closed the connection."""

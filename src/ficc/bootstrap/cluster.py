@@ -45,7 +45,7 @@ from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.federation.usage import GrantUsage
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.grant_slots import GrantSlots
-from ficc.services.inference import InferenceServices
+from ficc.services.inference import InferenceServices, Supervision
 from ficc.services.inference.logs import ServiceLogs
 from ficc.services.inference.routes import Routes
 from ficc.services.lease import ACTIVE, STANDBY, LeaseKeeper, Role
@@ -60,8 +60,9 @@ from ficc.services.remote.gate import Gate
 from ficc.services.remote.inference_ops import InferenceOperations
 from ficc.services.remote.model_ops import ModelOperations
 from ficc.services.remote.table import Handlers, PeerOperations
+from ficc.services.remote.usage_meter import RequesterUsage
 from ficc.services.token_limits import TokenLimits
-from ficc.services.transfers import RangeServer, Transfers
+from ficc.services.transfers import Fetcher, RangeServer, Transfers
 
 LABEL_SETTING = "label"
 
@@ -207,9 +208,8 @@ def build(
         model_file,
         attempt_fence,
         connector,
-        serve_instance=secrets.token_hex(8),
+        Supervision(secrets.token_hex(8), on_restart=metrics.count_restart),
         upstream_allow=upstream_allow,
-        on_restart=metrics.count_restart,
         stream_join_seconds=settings.stream_join_ms / 1000,
     )
     federation: Federation | None = None
@@ -241,7 +241,9 @@ def build(
     peers = Peers(context, grants)
     tokens = TokenLimits(uow_factory, meter, clock)
     receipts = UsageReceipts(context, verify_signature)
-    remote = RemoteClient(uow_factory, link, copies, clock=clock, tokens=tokens, receipts=receipts)
+    remote = RemoteClient(
+        uow_factory, link, copies, RequesterUsage(uow_factory, clock, tokens, receipts)
+    )
     remote.on_settled = metrics.count_federation_tokens
     routes = Routes(
         uow_factory,
@@ -253,13 +255,15 @@ def build(
         tokens=tokens,
     )
     transfers = Transfers(
-        uow_factory,
-        clock,
-        remote,
-        blobs,
-        free_disk or (lambda: shutil.disk_usage(state.store).free),
-        range_bytes=settings.transfers.range_bytes,
-        stall_seconds=settings.transfers.stall_seconds,
+        Fetcher(
+            uow_factory,
+            clock,
+            remote,
+            blobs,
+            free_disk or (lambda: shutil.disk_usage(state.store).free),
+            range_bytes=settings.transfers.range_bytes,
+            stall_seconds=settings.transfers.stall_seconds,
+        )
     )
     operations = PeerOperations(
         uow_factory,

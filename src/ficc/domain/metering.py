@@ -307,6 +307,26 @@ class UsageRecord:
         return record
 
 
+@dataclass(frozen=True)
+class UsageQuery:
+    """One side's records of a grant, started in ``[since, until)`` where given: what a page
+    of records and its totals are read over."""
+
+    grant_id: str
+    side: str
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def holds(self, record: UsageRecord) -> bool:
+        """Whether ``record`` is one of those asked for."""
+        return (
+            record.grant == self.grant_id
+            and record.side == self.side
+            and (self.since is None or record.started_at >= self.since)
+            and (self.until is None or record.started_at < self.until)
+        )
+
+
 TOTAL_FIELDS: Final = (
     "requests",
     "prompt_tokens",

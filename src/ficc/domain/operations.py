@@ -14,6 +14,10 @@ from ficc.base.errors import InvalidInput, PermissionDenied
 from ficc.base.ids import parse_mutation_id
 from ficc.domain.scopes import REMOTE_SCOPES
 
+INVOKE: Final = "inference.invoke"
+"""The operation that runs one OpenAI request on the grantor's service: metered, counted
+against the grant's tokens, given its own timeout."""
+
 ANY_SCOPE: Final = frozenset(REMOTE_SCOPES)
 """An operation any grant may carry (``operation.status``)."""
 

@@ -11,7 +11,6 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any, Final
 
 from ficc.base.canonical import canonical_json
@@ -27,6 +26,7 @@ from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
 from ficc.domain import usage_receipts as r
+from ficc.domain.exchanges import Exchange
 from ficc.domain.grants import Grant
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.operations import invoke_path
@@ -86,16 +86,11 @@ def hold_for(grant: Grant, body: JSONObject, body_bytes: int) -> int:
     return body_bytes + m.template_allowance(path, items) + completion
 
 
-@dataclass
-class Tab:
+@dataclass(kw_only=True)
+class Tab(Exchange):
     """One metered request as it goes: what it reserved, what it used, what it sent."""
 
     grant: Grant
-    request: str
-    operation: str
-    service: str | None
-    started_at: datetime
-    request_bytes: int
     reservation: m.Reservation | None = None
     reserved_in_db: int = 0
     held: int = 0
@@ -105,7 +100,6 @@ class Tab:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     engine_started: bool = False
-    response_bytes: int = 0
     told: JSONObject | None = None
     admit_hook: Callable[[int, int | None], Awaitable[int | None]] | None = None
 
@@ -144,7 +138,14 @@ class Meter(Budgets):
         request_bytes: int,
         hold: TokenHold | None = None,
     ) -> Tab:
-        tab = Tab(grant, request, operation, service, self._clock(), request_bytes)
+        tab = Tab(
+            grant=grant,
+            request=request,
+            operation=operation,
+            service=service,
+            started_at=self._clock(),
+            request_bytes=request_bytes,
+        )
         if hold is not None and not hold.taken:
             hold.taken = True
             tab.held = tab.reserved_in_db = hold.tokens
@@ -223,20 +224,7 @@ class Meter(Budgets):
             prompt, completion = 0, 0
         if tab.window_entry is not None:
             self._of(tab.grant.id).tokens.adjust(tab.window_entry, prompt + completion)
-        record = m.UsageRecord(
-            request=tab.request,
-            grant=tab.grant.id,
-            side=m.GRANTOR,
-            operation=tab.operation,
-            service=tab.service,
-            started_at=tab.started_at,
-            ended_at=self._clock(),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            request_bytes=tab.request_bytes,
-            response_bytes=tab.response_bytes,
-            outcome=outcome,
-        )
+        record = tab.record(tab.grant.id, m.GRANTOR, (prompt, completion), outcome, self._clock())
         async with self._uow_factory() as uow:
             # First: its UPDATE takes the grant's row lock, which orders the receipts below.
             standing = await uow.usage.settle_and_stand(

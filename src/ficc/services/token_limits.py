@@ -24,6 +24,7 @@ from ficc.domain import metering as m
 from ficc.domain import token_limits as tl
 from ficc.domain.openai_requests import EMBEDDINGS_PATH
 from ficc.domain.openai_responses import RESPONSES_PATH
+from ficc.domain.operations import INVOKE
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import duration_text, header_rule
 from ficc.services.budgets import Budget, Holding
@@ -33,7 +34,6 @@ from ficc.services.ports import BudgetRows, Clock, UnitOfWork, UnitOfWorkFactory
 
 MAX_CHAIN: Final = 32
 """Creators followed up from a token (a chain is as deep as tokens minted by tokens)."""
-INVOKE: Final = "inference.invoke"
 
 
 def _token_rows(uow: UnitOfWork) -> BudgetRows:

@@ -26,7 +26,8 @@ from ficc.domain.inference import RestartPolicy, RuntimeName
 from ficc.domain.manifests import build_manifest, canonical_sha256
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
-from ficc.services.inference import Actor, InferenceServices
+from ficc.services.inference import Actor, InferenceServices, Supervision
+from ficc.services.ports import EngineAddress
 from ficc.services.ports.runtimes import (
     Availability,
     FenceResult,
@@ -203,9 +204,9 @@ class FakeEngine:
         self.release.set()
 
     async def open_stream(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+        self, engine: EngineAddress, path: str, body: Mapping[str, Any]
     ) -> FakeStream:
-        self.calls.append(base_url)
+        self.calls.append(engine.base_url)
         self.requests.append((path, dict(body)))
         stream = FakeStream(list(self.chunks))
         self.streams.append(stream)
@@ -213,19 +214,19 @@ class FakeEngine:
 
     async def complete(
         self,
-        base_url: str,
-        model: str,
+        engine: EngineAddress,
         path: str,
         body: Mapping[str, Any],
         *,
         max_bytes: int | None = None,
     ) -> dict[str, Any]:
-        self.calls.append(base_url)
+        self.calls.append(engine.base_url)
         self.requests.append((path, dict(body)))
         await self.release.wait()
+        model = engine.model_name
         return {"id": secrets.token_hex(4), "model": model, "text": "".join(self.chunks)}
 
-    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+    async def count_tokens(self, engine: EngineAddress, text: str) -> int | None:
         """One token per word: what the metering tests count prompts with."""
         self.counted.append(text)
         return len(text.split())
@@ -346,8 +347,6 @@ def bench(
         model_path,
         fence,
         engine,
-        serve_instance="bench",
-        stop_grace_seconds=grace,
-        on_restart=restarts.append,
+        Supervision("bench", stop_grace_seconds=grace, on_restart=restarts.append),
     )
     return Bench(services, store, runtime, engine, clock, tmp_path, fenced, restarts)

@@ -41,6 +41,7 @@ from ficc.domain.lease import Lease
 from ficc.domain.metering import (
     HOUR_CHARS,
     GrantStanding,
+    UsageQuery,
     UsageRecord,
     bucketed,
     empty_totals,
@@ -852,40 +853,14 @@ class FakeUsage(_Repository):
                 found[r.request] = r
         return found
 
-    def _matching(
-        self, grant_id: str, side: str, since: datetime | None, until: datetime | None
-    ) -> list[UsageRecord]:
-        return [
-            r
-            for r in self._s.usage
-            if r.grant == grant_id
-            and r.side == side
-            and (since is None or r.started_at >= since)
-            and (until is None or r.started_at < until)
-        ]
-
     async def page(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        after: int | None = None,
-        limit: int,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        self, query: UsageQuery, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]:
-        found = self._matching(grant_id, side, since, until)
+        found = [r for r in self._s.usage if query.holds(r)]
         return [r for r in found if after is None or r.seq > after][:limit]
 
-    async def totals(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> dict[str, Any]:
-        return _totals(self._matching(grant_id, side, since, until))
+    async def totals(self, query: UsageQuery) -> dict[str, Any]:
+        return _totals([r for r in self._s.usage if query.holds(r)])
 
 
 def _totals(records: list[UsageRecord]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ async def test_usage_records_are_found_by_the_token_that_made_them(
         first = await uow.token_limits.usage_page(mine, limit=2)
         rest = await uow.token_limits.usage_page(mine, after=first[-1].seq, limit=10)
         totals = await uow.token_limits.usage_totals(mine)
-        by_grant = await uow.usage.page(grant_id, m.REQUESTER, limit=10)
+        by_grant = await uow.usage.page(m.UsageQuery(grant_id, m.REQUESTER), limit=10)
     assert [r.token for r in first + rest] == [mine] * 3
     assert (len(first), len(rest)) == (2, 1)
     assert (totals["requests"], totals["prompt_tokens"]) == (3, 9)

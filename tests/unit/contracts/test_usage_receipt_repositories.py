@@ -169,7 +169,7 @@ async def test_a_signed_record_keeps_the_record_and_its_receipt_together_after_i
         assert await uow.usage_receipts.head(grant_id, m.GRANTOR) == r.head_after(third.receipt)
         found = await uow.usage_receipts.of_requests(grant_id, m.GRANTOR, ["req-0", "req-2"])
         assert found == {"req-0": first, "req-2": third}
-        records = await uow.usage.page(grant_id, m.GRANTOR, after=None, limit=10)
+        records = await uow.usage.page(m.UsageQuery(grant_id, m.GRANTOR), limit=10)
         assert [item.request for item in records] == ["req-1", "req-2"]
         # One kept at its seq, in either table, is not kept again.
         assert not await uow.usage_receipts.add(replace(third, request="again"))

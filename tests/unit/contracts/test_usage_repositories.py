@@ -134,19 +134,21 @@ async def test_usage_records_page_in_order_filter_by_time_and_sum_per_hour_and_d
             await uow.usage.add(row)
         await uow.commit()
     async with uow_factory() as uow:
-        first = await uow.usage.page(grant_id, m.GRANTOR, limit=2)
+        first = await uow.usage.page(m.UsageQuery(grant_id, m.GRANTOR), limit=2)
         assert [(r.request, r.outcome) for r in first] == [
             (rows[0].request, "completed"),
             (rows[1].request, "cancelled"),
         ]
         assert first[0] == replace(rows[0], seq=first[0].seq)
-        rest = await uow.usage.page(grant_id, m.GRANTOR, after=first[-1].seq, limit=10)
+        rest = await uow.usage.page(
+            m.UsageQuery(grant_id, m.GRANTOR), after=first[-1].seq, limit=10
+        )
         assert [r.request for r in rest] == [rows[3].request]
-        mine = await uow.usage.page(grant_id, m.REQUESTER, limit=10)
+        mine = await uow.usage.page(m.UsageQuery(grant_id, m.REQUESTER), limit=10)
         assert [(r.request, r.counted_prompt_tokens) for r in mine] == [(rows[2].request, 2)]
-        timed = await uow.usage.page(grant_id, m.GRANTOR, limit=10, since=at(5), until=at(hour))
+        timed = await uow.usage.page(m.UsageQuery(grant_id, m.GRANTOR, at(5), at(hour)), limit=10)
         assert [r.request for r in timed] == [rows[1].request]
-        totals = await uow.usage.totals(grant_id, m.GRANTOR)
+        totals = await uow.usage.totals(m.UsageQuery(grant_id, m.GRANTOR))
         assert {k: totals[k] for k in m.TOTAL_FIELDS} == {
             "requests": 3,
             "prompt_tokens": 9,
@@ -164,6 +166,6 @@ async def test_usage_records_page_in_order_filter_by_time_and_sum_per_hour_and_d
         assert [(d["day"], d["completion_tokens"]) for d in days] == [
             (NOW.strftime("%Y-%m-%d"), 11)
         ]
-        empty = await uow.usage.totals(fresh("grant"), m.GRANTOR)
+        empty = await uow.usage.totals(m.UsageQuery(fresh("grant"), m.GRANTOR))
         assert empty["requests"] == 0
         assert empty["hours"] == []

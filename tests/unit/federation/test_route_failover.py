@@ -16,6 +16,7 @@ from ficc.domain.inference import ServiceState
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.domain.routes import Outcome, Route
 from ficc.services.inference import Actor
+from ficc.services.inference.route_targets import Ask
 from ficc.services.inference.routes import RouteTrace
 
 BODY = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -63,7 +64,7 @@ async def routed(pair: Pair, **grant: Any) -> tuple[Route, str, str, str]:
 async def ask(pair: Pair, route: Route) -> RouteTrace:
     trace = RouteTrace(route.name)
     await pair.requester.routes.complete(
-        OWNER, "default", route, CHAT_COMPLETIONS_PATH, BODY, trace
+        Ask(OWNER, "default", route, CHAT_COMPLETIONS_PATH, BODY), trace
     )
     return trace
 

@@ -14,6 +14,7 @@ from tests.support.fakes.unit_of_work import FakeUnitOfWork, FakeUnitOfWorkFacto
 from tests.unit.federation.test_metered_grants import engine_of, invocation, metered, usage_of
 
 from ficc.base.errors import InvalidInput, LimitExceeded
+from ficc.services.ports import EngineAddress
 
 
 def grant_row(pair: Pair, grant_id: str) -> Any:
@@ -63,7 +64,7 @@ async def test_a_prompt_the_hold_does_not_cover_is_reserved_in_full_and_settled(
     await ask(pair, peer_id, invocation(service_id, max_tokens=5))  # names the grant once
     engine = engine_of(pair)
 
-    async def many(base_url: str, model: str, text: str) -> int:
+    async def many(engine: EngineAddress, text: str) -> int:
         return 600  # far more than the body's bytes: past what admission held
 
     monkeypatch.setattr(engine, "count_tokens", many)

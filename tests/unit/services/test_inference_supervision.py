@@ -56,8 +56,10 @@ async def test_a_started_service_runs_and_requests_go_round_robin_over_its_repli
 ) -> None:
     b = bench(tmp_path)
     service_id = await running(b, replicas=2)
+    router = b.services.router
     for _ in range(4):
-        await b.services.router.complete(PROJECT, service_id, "/v1/completions", {"prompt": "x"})
+        endpoint = await router.endpoint(PROJECT, service_id)
+        await router.complete(endpoint, "/v1/completions", {"prompt": "x"}, None)
     urls = [r.handle.base_url for r in b.runtime.replicas]
     assert sorted(b.engine.calls) == sorted(urls * 2)
     assert attempt_states(b, service_id) == [AttemptState.HEALTHY] * 2
@@ -174,7 +176,9 @@ async def test_a_clean_shutdown_stops_every_engine_and_records_stopped(tmp_path:
 async def test_a_removed_service_leaves_nothing_in_memory(tmp_path: Path) -> None:
     b = bench(tmp_path)
     service_id = await running(b, replicas=2)
-    async with b.services.router.stream(PROJECT, service_id, "/v1/completions", {}) as events:
+    router = b.services.router
+    endpoint = await router.endpoint(PROJECT, service_id)
+    async with router.stream(endpoint, "/v1/completions", {}) as events:
         assert [event.data async for event in events] == ["hello", "[DONE]"]
     await b.control(service_id, "stop")
     assert b.services.tracked_services() == {service_id}  # the lock of a service that exists

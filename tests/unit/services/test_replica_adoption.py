@@ -64,7 +64,9 @@ async def test_a_restart_adopts_live_replicas_instead_of_launching_second_engine
     assert after.fenced_attempts == []
     assert {r.handle.attempt_id for r in after.runtime.replicas} == before  # no new launch
     assert attempt_states(after, service_id) == [AttemptState.HEALTHY] * 2
-    await after.services.router.complete(PROJECT, service_id, "/v1/completions", {"prompt": "x"})
+    router = after.services.router
+    endpoint = await router.endpoint(PROJECT, service_id)
+    await router.complete(endpoint, "/v1/completions", {"prompt": "x"}, None)
     assert after.engine.calls
     adopted = [e for e in after.store.audit if e.action == "service.adopted"]
     assert [e.target for e in adopted] == [service_id]

@@ -34,6 +34,7 @@ from ficc.domain.inference import ServiceState
 from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 from ficc.domain.principals import ALL_PROJECTS, Principal, owner_principal
 from ficc.domain.routes import BREAKER_BASE_SECONDS, Outcome, Route, Target
+from ficc.services.inference.route_targets import Ask
 from ficc.services.inference.routes import Routes, RouteTrace
 
 PROJECT = "default"
@@ -134,7 +135,7 @@ class Setup:
     ) -> tuple[dict[str, Any], RouteTrace]:
         trace = RouteTrace(route.name)
         answer = await self.routes.complete(
-            principal, PROJECT, route, CHAT_COMPLETIONS_PATH, BODY, trace
+            Ask(principal, PROJECT, route, CHAT_COMPLETIONS_PATH, BODY), trace
         )
         return answer, trace
 
@@ -357,7 +358,9 @@ async def _stream(s: Setup, route: Route) -> tuple[list[bytes], RouteTrace]:
     trace = RouteTrace(route.name)
     body = {**BODY, "stream": True}
     got: list[bytes] = []
-    async with s.routes.stream(OWNER, PROJECT, route, CHAT_COMPLETIONS_PATH, body, trace) as it:
+    async with s.routes.stream(
+        Ask(OWNER, PROJECT, route, CHAT_COMPLETIONS_PATH, body), trace
+    ) as it:
         async for chunk in it:
             got.append(chunk)
     return got, trace
@@ -466,7 +469,7 @@ async def test_a_responses_request_goes_through_a_route_to_either_kind_of_target
     route = await s.route(local(s), remote(PEER_A))
     body = {"model": "chat", "input": "Hi", "stream": True}
     trace = RouteTrace(route.name)
-    async with s.routes.stream(OWNER, PROJECT, route, RESPONSES_PATH, body, trace) as chunks:
+    async with s.routes.stream(Ask(OWNER, PROJECT, route, RESPONSES_PATH, body), trace) as chunks:
         sent = b"".join([piece async for piece in chunks])
     assert b"event: response.completed" in sent
     assert s.bench.engine.requests[-1][0] == CHAT_COMPLETIONS_PATH
@@ -484,13 +487,13 @@ async def test_a_responses_request_goes_through_a_route_to_either_kind_of_target
     s.remote.prepare = recorded  # type: ignore[method-assign]
     trace = RouteTrace(route.name)
     plain = {"model": "chat", "input": "Hi"}
-    await s.routes.complete(OWNER, PROJECT, route, RESPONSES_PATH, plain, trace)
+    await s.routes.complete(Ask(OWNER, PROJECT, route, RESPONSES_PATH, plain), trace)
     assert prepared == [
         {"service": REMOTE_SVC, "path": RESPONSES_PATH, "body": {**plain, "model": REMOTE_SVC}}
     ]
     with pytest.raises(InvalidInput):  # checked once, before any target
         await s.routes.complete(
-            OWNER, PROJECT, route, RESPONSES_PATH, {"input": "Hi", "temperature": 9}, trace
+            Ask(OWNER, PROJECT, route, RESPONSES_PATH, {"input": "Hi", "temperature": 9}), trace
         )
 
 

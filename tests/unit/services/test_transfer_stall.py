@@ -23,7 +23,7 @@ from ficc.bootstrap import lifecycle
 from ficc.domain import transfers as tr
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import owner_principal
-from ficc.services.transfers import Transfers
+from ficc.services.transfers import Fetcher, Transfers
 
 STALL_SECONDS = tr.STALL_SECONDS
 MANIFEST: dict[str, Any] = {
@@ -71,12 +71,14 @@ async def _stalled(tmp_path: Path) -> None:
             await uow.commit()
         silent = SilentGrantor()
         transfers = Transfers(
-            cluster.uow_factory,
-            cluster.clock,
-            silent,  # type: ignore[arg-type]
-            cluster.blobs,
-            lambda: 2**40,
-            stall_seconds=STALL_SECONDS,
+            Fetcher(
+                cluster.uow_factory,
+                cluster.clock,
+                silent,  # type: ignore[arg-type]
+                cluster.blobs,
+                lambda: 2**40,
+                stall_seconds=STALL_SECONDS,
+            )
         )
         owner = owner_principal("usr_owner", "owner", via="socket")
         model = new_id("model", secrets.token_bytes(16))

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from ficc.adapters.engines.client import EngineClient
 from ficc.adapters.engines.sse import EngineStream
+from ficc.services.ports import EngineAddress
 
 MAX_IDLE_CLIENTS: Final = 32
 """Clients kept for reuse with no request in flight; the oldest beyond this are closed."""
@@ -70,14 +71,17 @@ class EngineClients:
                 entry.retired = True
         await self._prune()
 
-    def _acquire(self, base_url: str, model: str) -> _Entry:
-        key = (base_url, model)
+    def _acquire(self, engine: EngineAddress) -> _Entry:
+        base_url = engine.base_url
+        key = (base_url, engine.model_name)
         entry = self._entries.get(key)
         if entry is not None and entry.retired:
             self._draining.append(entry)  # in use (else pruned): closed when its last use ends
             entry = None
         if entry is None:
-            client = EngineClient(base_url, model=model, api_key=self._api_keys.get(base_url))
+            client = EngineClient(
+                base_url, model=engine.model_name, api_key=self._api_keys.get(base_url)
+            )
             entry = self._entries[key] = _Entry(client)
         entry.users += 1
         return entry
@@ -104,9 +108,9 @@ class EngineClients:
             await client.aclose()
 
     async def open_stream(
-        self, base_url: str, model: str, path: str, body: Mapping[str, Any]
+        self, engine: EngineAddress, path: str, body: Mapping[str, Any]
     ) -> EngineStream:
-        entry = self._acquire(base_url, model)
+        entry = self._acquire(engine)
 
         async def release() -> None:
             await self._release(entry)
@@ -119,21 +123,20 @@ class EngineClients:
 
     async def complete(
         self,
-        base_url: str,
-        model: str,
+        engine: EngineAddress,
         path: str,
         body: Mapping[str, Any],
         *,
         max_bytes: int | None = None,
     ) -> dict[str, Any]:
-        entry = self._acquire(base_url, model)
+        entry = self._acquire(engine)
         try:
             return await entry.client.complete(path, body, max_bytes=max_bytes)
         finally:
             await self._release(entry)
 
-    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
-        entry = self._acquire(base_url, model)
+    async def count_tokens(self, engine: EngineAddress, text: str) -> int | None:
+        entry = self._acquire(engine)
         try:
             return await entry.client.count_tokens(text)
         finally:

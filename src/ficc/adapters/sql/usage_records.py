@@ -9,7 +9,6 @@ one writer.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import ColumnElement, Table, bindparam, func, select
@@ -20,7 +19,14 @@ from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.budgets import BudgetMethods, BudgetRow
 from ficc.adapters.sql.database import HotStatement, SqlConnection, execute_hot
 from ficc.adapters.sql.repository import _record
-from ficc.domain.metering import HOUR_CHARS, GrantStanding, UsageRecord, bucketed, empty_totals
+from ficc.domain.metering import (
+    HOUR_CHARS,
+    GrantStanding,
+    UsageQuery,
+    UsageRecord,
+    bucketed,
+    empty_totals,
+)
 
 _GRANTS = t.grants.c
 _RECORDS = m.usage_records.c
@@ -92,37 +98,21 @@ class SqlUsage(BudgetMethods):
         return {row.request_id: record_of(row) for row in await self._c.execute(query)}
 
     async def page(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        after: int | None = None,
-        limit: int,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        self, query: UsageQuery, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]:
-        return await page_of(self._c, _of_grant(grant_id, side, since, until), after, limit)
+        return await page_of(self._c, _where(query), after, limit)
 
-    async def totals(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> dict[str, Any]:
-        return await totals_of(self._c, _of_grant(grant_id, side, since, until))
+    async def totals(self, query: UsageQuery) -> dict[str, Any]:
+        return await totals_of(self._c, _where(query))
 
 
-def _of_grant(
-    grant_id: str, side: str, since: datetime | None, until: datetime | None
-) -> list[ColumnElement[bool]]:
-    """One side's records of a grant, started in ``[since, until)`` where given."""
-    where = [_RECORDS.grant_id == grant_id, _RECORDS.side == side]
-    if since is not None:
-        where.append(_RECORDS.started_at >= since)
-    if until is not None:
-        where.append(_RECORDS.started_at < until)
+def _where(query: UsageQuery) -> list[ColumnElement[bool]]:
+    """:meth:`UsageQuery.holds` in SQL."""
+    where = [_RECORDS.grant_id == query.grant_id, _RECORDS.side == query.side]
+    if query.since is not None:
+        where.append(_RECORDS.started_at >= query.since)
+    if query.until is not None:
+        where.append(_RECORDS.started_at < query.until)
     return where
 
 

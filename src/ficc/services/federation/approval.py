@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final, TypeGuard
 
 from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
-from ficc.base.ids import new_id, parse_id
+from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain.grants import parse_grant
 from ficc.domain.offers import (
@@ -33,7 +33,7 @@ from ficc.domain.offers import (
     offer_source,
     purge_before,
 )
-from ficc.domain.peers import Peer, PeerRole, PeerState
+from ficc.domain.peers import PeerRole, PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import RECEIPT_KIND, b64, make_receipt
 from ficc.domain.scopes import REMOTE_SCOPES, parse_scopes
@@ -44,7 +44,7 @@ from ficc.services.federation.common import (
     check_resources,
     my_hypernet_id,
     offer_json,
-    proven_offerer,
+    pending_peer,
     refuse_second_pairing,
     tell,
     visible_offer,
@@ -101,21 +101,7 @@ class Approval:
             await check_resources(uow, project, terms)
             assert offer.peer_cluster_key is not None
             generation = secrets.randbelow(MAX_GENERATION - 1) + 1
-            peer = Peer(
-                id=new_id("peer", secrets.token_bytes(16)),
-                project=project,
-                label=offer.peer_label,
-                hypernet_id=offer.other_hypernet_id,
-                cluster_key=offer.peer_cluster_key,
-                state=PeerState.PENDING,
-                generation=generation,
-                role=PeerRole.SERVICE,
-                offer_id=offer_id,
-                selected_grant=None,
-                ticket=None,
-                created_at=now,
-                updated_at=now,
-            )
+            peer = pending_peer(offer, project, PeerRole.SERVICE, generation, now)
             given = new_grant(project, peer.id, terms, now)
             body = {
                 "kind": RECEIPT_KIND,
@@ -150,7 +136,7 @@ class Approval:
                 project,
                 "offer.approved",
                 offer_id,
-                proven_offerer(offer),
+                offer,
                 {"grant": given.id, "peer": peer.id, "receipt": receipt["digest"]},
             )
             await uow.commit()
@@ -205,13 +191,7 @@ class Approval:
             if evicted is not None:
                 await uow.offers.delete(evicted.id)
                 await self.context.audit(
-                    uow,
-                    None,
-                    None,
-                    "offer.evicted",
-                    evicted.id,
-                    proven_offerer(evicted),
-                    {"for": offer_id},
+                    uow, None, None, "offer.evicted", evicted.id, evicted, {"for": offer_id}
                 )
             offer = Offer(
                 id=offer_id,
@@ -274,13 +254,7 @@ class Approval:
                 replace(offer, state=OfferState.FINISHED, revision=offer.revision + 1)
             )
             await self.context.audit(
-                uow,
-                None,
-                offer.project,
-                "pairing.finished",
-                peer.id,
-                identity,
-                {"offer": offer.id},
+                uow, None, offer.project, "pairing.finished", peer.id, identity, {"offer": offer.id}
             )
             await uow.commit()
         self.context.known.remember(paired)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Protocol
 
 from ficc.base.errors import Conflict, FiccError, InvalidInput, NotFound
+from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import Grant, GrantState, GrantTerms
 from ficc.domain.offers import Offer, OfferDirection, OfferView
-from ficc.domain.peers import Peer, PeerState, PeerView
+from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
 from ficc.services import audit
@@ -61,10 +63,12 @@ class FederationContext:
         project: str | None,
         action: str,
         target: str,
-        identity: PeerIdentity | None,
+        about: Peer | Offer | PeerIdentity | None,
         details: JSONObject | None = None,
     ) -> None:
-        """An audit entry of the federation: the actor, or ``peer`` with its proven identity."""
+        """An audit entry of the federation: the actor, or ``peer``, with the identity ``about``
+        proves: a peer's pairing, the session an offer came in, or the session at hand."""
+        identity = _proven(about)
         await audit.record(
             uow,
             self.clock,
@@ -187,16 +191,45 @@ async def check_resources(uow: UnitOfWork, project: str, terms: GrantTerms) -> N
             )
 
 
-def proven_peer(peer: Peer) -> PeerIdentity:
-    """The identity a peer proved when it paired: HyperNet ID, cluster key, generation."""
-    return PeerIdentity(peer.hypernet_id, unb64(peer.cluster_key), peer.generation)
+def pending_peer(
+    offer: Offer,
+    project: str,
+    role: PeerRole,
+    generation: int,
+    now: datetime,
+    *,
+    selected_grant: str | None = None,
+) -> Peer:
+    """The peer an offer's pairing makes, pending until the pairing finishes; the requester
+    keeps the offer's ticket to reach the service's cluster again."""
+    assert offer.peer_cluster_key is not None
+    return Peer(
+        id=new_id("peer", secrets.token_bytes(16)),
+        project=project,
+        label=offer.peer_label,
+        hypernet_id=offer.other_hypernet_id,
+        cluster_key=offer.peer_cluster_key,
+        state=PeerState.PENDING,
+        generation=generation,
+        role=role,
+        offer_id=offer.id,
+        selected_grant=selected_grant,
+        ticket=offer.ticket if role == PeerRole.REQUESTER else None,
+        created_at=now,
+        updated_at=now,
+    )
 
 
-def proven_offerer(offer: Offer) -> PeerIdentity | None:
-    """The identity the other side of an offer proved in the session that carried it."""
-    if offer.peer_cluster_key is None:
-        return None
-    return PeerIdentity(offer.other_hypernet_id, unb64(offer.peer_cluster_key), 0)
+def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:
+    """The identity a peer proved when it paired (HyperNet ID, cluster key, generation), or
+    the other side of an offer in the session that carried it."""
+    if isinstance(about, Peer):
+        return PeerIdentity(about.hypernet_id, unb64(about.cluster_key), about.generation)
+    if isinstance(about, Offer):
+        if about.peer_cluster_key is None:
+            return None
+        return PeerIdentity(about.other_hypernet_id, unb64(about.peer_cluster_key), 0)
+    return about
 
 
 def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:

@@ -34,7 +34,6 @@ from ficc.services.federation.common import (
     peer_json,
     project_grant,
     project_peer,
-    proven_peer,
     tell,
 )
 from ficc.services.federation.known_peers import paired_peer
@@ -103,14 +102,7 @@ class Grants:
             await check_resources(uow, project, terms)
             given = new_grant(project, peer_id, terms, now)
             await uow.grants.add(given)
-            await self.context.audit(
-                uow,
-                principal,
-                project,
-                "grant.created",
-                given.id,
-                proven_peer(peer),
-            )
+            await self.context.audit(uow, principal, project, "grant.created", given.id, peer)
             await uow.commit()
         self.arm_expiry(given)
         return self.grant_json(given, now)
@@ -169,8 +161,7 @@ class Grants:
                 await uow.receipts.delete_scope(grant_scope(grant_id))
                 await uow.grants.set_state(grant_id, GrantState.RETIRED, None)
             peer = await uow.peers.get(grant.peer_id)
-            identity = None if peer is None else proven_peer(peer)
-            await self.context.audit(uow, principal, project, f"grant.{target}", grant_id, identity)
+            await self.context.audit(uow, principal, project, f"grant.{target}", grant_id, peer)
             await uow.commit()
         return grant, peer, was, now
 
@@ -191,14 +182,7 @@ class Grants:
             async with self.context.uow_factory() as uow:
                 peer = replace(peer, selected_grant=selected, updated_at=now)
                 await uow.peers.update(peer)
-                await self.context.audit(
-                    uow,
-                    principal,
-                    project,
-                    "grant.selected",
-                    selected,
-                    proven_peer(peer),
-                )
+                await self.context.audit(uow, principal, project, "grant.selected", selected, peer)
                 await uow.commit()
         return peer_json(peer, listed)
 

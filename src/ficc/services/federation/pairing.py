@@ -40,8 +40,7 @@ from ficc.services.federation.common import (
     offer_json,
     parse_hypernet_id,
     peer_json,
-    proven_offerer,
-    proven_peer,
+    pending_peer,
     refuse_second_pairing,
     revoke_active,
     tell,
@@ -180,13 +179,7 @@ class Pairing:
             finished = replace(current, state=OfferState.FINISHED, revision=current.revision + 1)
             await uow.offers.update(finished)
             await self.context.audit(
-                uow,
-                principal,
-                project,
-                "pairing.finished",
-                peer.id,
-                proven_peer(peer),
-                {"offer": offer_id},
+                uow, principal, project, "pairing.finished", peer.id, peer, {"offer": offer_id}
             )
             await uow.commit()
         self.context.known.remember(peer)
@@ -204,20 +197,13 @@ class Pairing:
             existing = None if current.peer_id is None else await uow.peers.get(current.peer_id)
             if existing is not None and existing.state == PeerState.PENDING:
                 return existing
-            peer = Peer(
-                id=new_id("peer", secrets.token_bytes(16)),
-                project=offer.project,
-                label=offer.peer_label,
-                hypernet_id=offer.other_hypernet_id,
-                cluster_key=offer.peer_cluster_key,
-                state=PeerState.PENDING,
-                generation=_generation(body),
-                role=PeerRole.REQUESTER,
-                offer_id=offer.id,
+            peer = pending_peer(
+                offer,
+                offer.project,
+                PeerRole.REQUESTER,
+                _generation(body),
+                now,
                 selected_grant=str(body["grant"]),
-                ticket=offer.ticket,
-                created_at=now,
-                updated_at=now,
             )
             await uow.peers.add(peer)
             await uow.offers.update(
@@ -274,14 +260,7 @@ class Pairing:
             discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
             await uow.offers.update(discarded)
             await drop_pending_peer(uow, offer, now)
-            await self.context.audit(
-                uow,
-                principal,
-                project,
-                "offer.discarded",
-                offer_id,
-                proven_offerer(offer),
-            )
+            await self.context.audit(uow, principal, project, "offer.discarded", offer_id, offer)
             await uow.commit()
         told = await tell(
             self.context.link,

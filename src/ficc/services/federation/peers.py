@@ -14,7 +14,6 @@ from ficc.services.federation.common import (
     FederationContext,
     peer_json,
     project_peer,
-    proven_peer,
     revoke_active,
     tell,
 )
@@ -49,7 +48,7 @@ class Peers:
                 project,
                 "peer.removed",
                 peer_id,
-                proven_peer(peer),
+                peer,
                 {"revoked": [grant.id for grant in ended]},
             )
             await uow.commit()
@@ -115,13 +114,7 @@ class Peers:
                 tombstoned = list(await uow.audit.tombstone(seqs, self.context.clock()))
                 details["tombstoned"] = tombstoned
             await self.context.audit(
-                uow,
-                principal,
-                project,
-                "peer.forgotten",
-                peer_id,
-                proven_peer(peer),
-                details,
+                uow, principal, project, "peer.forgotten", peer_id, peer, details
             )
             await uow.commit()
         self._disconnect(peer)

@@ -78,10 +78,9 @@ class GrantUsage:
         start, end = parse_moment(since, "since"), parse_moment(until, "until")
         async with self._uow_factory() as uow:
             side = await _side(uow, project, grant_id)
-            records = await uow.usage.page(
-                grant_id, side, after=cursor, limit=limit + 1, since=start, until=end
-            )
-            totals = await uow.usage.totals(grant_id, side, since=start, until=end)
+            query = m.UsageQuery(grant_id, side, start, end)
+            records = await uow.usage.page(query, after=cursor, limit=limit + 1)
+            totals = await uow.usage.totals(query)
             more = len(records) > limit
             records = records[:limit]
             kept = {}

@@ -364,7 +364,8 @@ async def _all_receipts(uow: UnitOfWork, grant_id: str, *, after: int = 0) -> li
 
 async def _all_records(uow: UnitOfWork, grant_id: str) -> list[m.UsageRecord]:
     return await _every(
-        lambda seq: uow.usage.page(grant_id, m.REQUESTER, after=seq, limit=READ_PAGE), None
+        lambda seq: uow.usage.page(m.UsageQuery(grant_id, m.REQUESTER), after=seq, limit=READ_PAGE),
+        None,
     )
 
 

@@ -27,15 +27,13 @@ from ficc.services.inference.commands import ServiceCommands
 from ficc.services.inference.invoke import Invocations
 from ficc.services.inference.records import (
     ACTIVE_STATES,
-    START_TIMEOUT_SECONDS,
-    STOP_GRACE_SECONDS,
     Actor,
     AttemptFence,
     Endpoint,
     ModelPath,
     service_json,
 )
-from ficc.services.inference.restarts import RestartCounter
+from ficc.services.inference.restarts import RestartCounter, Supervision
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.inference.supervisor import ReplicaSupervisor
 from ficc.services.inference.upkeep import ServiceUpkeep
@@ -56,6 +54,7 @@ __all__ = [
     "RestartCounter",
     "ServiceCommands",
     "ServiceUpkeep",
+    "Supervision",
     "service_json",
 ]
 
@@ -71,33 +70,27 @@ class InferenceServices:
         model_path: ModelPath,
         fence_attempt: AttemptFence,
         engines: EngineConnector,
-        serve_instance: str,
+        supervision: Supervision,
         *,
-        start_timeout_seconds: float = START_TIMEOUT_SECONDS,
-        stop_grace_seconds: float = STOP_GRACE_SECONDS,
         upstream_allow: UpstreamAllowList | None = None,
-        on_restart: RestartCounter | None = None,
         stream_join_seconds: float = 0.0,
     ) -> None:
         self.engines = engines
         self.router = InvocationRouter(uow_factory, engines)
         self.invocations = Invocations(self.router, join_seconds=stream_join_seconds)
         self.supervisor = ReplicaSupervisor(
-            uow_factory,
-            clock,
-            runtimes,
-            self.router,
-            fence_attempt,
-            serve_instance=serve_instance,
-            start_timeout_seconds=start_timeout_seconds,
-            stop_grace_seconds=stop_grace_seconds,
-            on_restart=on_restart,
+            uow_factory, clock, runtimes, self.router, fence_attempt, supervision
         )
         self.admission = Admission(
             uow_factory, self.supervisor, model_path, upstream_allow or UpstreamAllowList()
         )
         self.commands = ServiceCommands(
-            uow_factory, clock, self.supervisor, self.router, self.admission, serve_instance
+            uow_factory,
+            clock,
+            self.supervisor,
+            self.router,
+            self.admission,
+            supervision.serve_instance,
         )
         self.upkeep = ServiceUpkeep(self.commands)
 

@@ -108,9 +108,7 @@ class Invocations:
         asked_usage = True
         if tab is not None and await self._admit(plan, path, body, tab):
             asked_usage = _ask_usage(plan)
-        async with self._router.stream(
-            project, service_id, plan.engine_path, plan.sent, endpoint=plan.endpoint
-        ) as events:
+        async with self._router.stream(plan.endpoint, plan.engine_path, plan.sent) as events:
             framed: AsyncGenerator[bytes, None]
             if plan.translated:
                 framed = _typed(events, body, tab)
@@ -140,14 +138,7 @@ class Invocations:
         plan = await self._prepare(project, service_id, path, body)
         if tab is not None:
             await self._admit(plan, path, body, tab)
-        answer = await self._router.complete(
-            project,
-            service_id,
-            plan.engine_path,
-            plan.sent,
-            endpoint=plan.endpoint,
-            max_bytes=max_bytes,
-        )
+        answer = await self._router.complete(plan.endpoint, plan.engine_path, plan.sent, max_bytes)
         return plan, answer
 
     async def _admit(self, plan: _Plan, path: str, body: Mapping[str, object], tab: Tab) -> bool:
@@ -163,9 +154,7 @@ class Invocations:
         endpoint = plan.endpoint
         counted = None
         if endpoint.runtime == RuntimeName.LLAMA_CPP:
-            counted = await self._router.engines.count_tokens(
-                endpoint.base_url, endpoint.model_name, text
-            )
+            counted = await self._router.engines.count_tokens(endpoint, text)
         if counted is None:
             counted = m.estimated_tokens(text)
         prompt = counted + m.template_allowance(path, items)

@@ -17,7 +17,7 @@ from ficc.base.units import KiB
 from ficc.domain.service_records import AttemptRecord
 from ficc.services.inference.records import load_service
 from ficc.services.ports import UnitOfWorkFactory
-from ficc.services.ports.runtimes import EngineLogs
+from ficc.services.ports.runtimes import EngineLogs, LogChunk
 
 DEFAULT_LOG_LINES: Final = 100
 MAX_LOG_LINES: Final = 1000
@@ -25,14 +25,24 @@ MAX_LOG_READ_BYTES: Final = 256 * KiB
 """Read at most this much of a log per call: a follower asks again from ``next``."""
 
 
-class LogPage(TypedDict):
-    """A page of a replica's log: which attempt it is of, the newest one, and where the next
-    page starts."""
+_NO_LOG: Final = LogChunk(found=False, lines=(), next=0, more=False)
+"""What a page says when the replica has no attempt yet."""
+
+
+class LogOf(TypedDict):
+    """Which log a page is of: the service, the replica and attempt, and the replica's newest
+    attempt (a follower moves on to it)."""
 
     service: str
     replica: int | None
     attempt: str | None
     latest: str | None
+
+
+class LogPage(LogOf):
+    """A page of a replica's log: :class:`LogOf` and a :class:`LogChunk`'s lines, with where
+    the next page starts."""
+
     found: bool
     lines: list[str]
     next: int
@@ -77,32 +87,24 @@ class ServiceLogs:
             replica = chosen.replica
         same_replica = [a for a in attempts if replica is None or a.replica == replica]
         latest = _newest(same_replica)
-        service_id, attempt_id = service.id, None if chosen is None else chosen.id
-        latest_id = None if latest is None else latest.id
-        if chosen is None:
-            return LogPage(
-                service=service_id,
-                replica=replica,
-                attempt=attempt_id,
-                latest=latest_id,
-                found=False,
-                lines=[],
-                next=0,
-                more=False,
-            )
-        chunk = await self.logs.read(
-            service.id, chosen.id, after=after, lines=lines, max_bytes=MAX_LOG_READ_BYTES
-        )
-        return LogPage(
-            service=service_id,
+        of = LogOf(
+            service=service.id,
             replica=replica,
-            attempt=attempt_id,
-            latest=latest_id,
-            found=chunk.found,
-            lines=list(chunk.lines),
-            next=chunk.next,
-            more=chunk.more,
+            attempt=None if chosen is None else chosen.id,
+            latest=None if latest is None else latest.id,
         )
+        chunk = _NO_LOG
+        if chosen is not None:
+            chunk = await self.logs.read(
+                service.id, chosen.id, after=after, lines=lines, max_bytes=MAX_LOG_READ_BYTES
+            )
+        return {
+            **of,
+            "found": chunk.found,
+            "lines": list(chunk.lines),
+            "next": chunk.next,
+            "more": chunk.more,
+        }
 
 
 def _newest(attempts: list[AttemptRecord]) -> AttemptRecord | None:

@@ -8,7 +8,7 @@ service has ended; the supervisor waits out the backoff and launches what this r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -25,7 +25,12 @@ from ficc.domain.inference import (
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.services import audit
-from ficc.services.inference.records import grant_lapsed, record_attempts
+from ficc.services.inference.records import (
+    START_TIMEOUT_SECONDS,
+    STOP_GRACE_SECONDS,
+    grant_lapsed,
+    record_attempts,
+)
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 SUPERVISOR_ACTOR: Final = "ficc:supervisor"
@@ -34,6 +39,18 @@ RESTARTABLE_STATES: Final = frozenset({ServiceState.STARTING, ServiceState.RUNNI
 
 RestartCounter = Callable[[RestartPolicy], None]
 """Told of every restart of a crashed service (the metrics' counter), by its policy."""
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How this process supervises replicas: the instance it serves as (recorded on each
+    attempt it launches), how long an engine may take to start and to stop, and who counts
+    the restarts."""
+
+    serve_instance: str
+    start_timeout_seconds: float = START_TIMEOUT_SECONDS
+    stop_grace_seconds: float = STOP_GRACE_SECONDS
+    on_restart: RestartCounter | None = None
 
 
 @dataclass(frozen=True)
@@ -51,9 +68,7 @@ class Restarts:
 
     uow_factory: UnitOfWorkFactory
     clock: Clock
-    _: KW_ONLY
-    serve_instance: str
-    on_restart: RestartCounter | None = None
+    supervision: Supervision
     _loops: dict[str, CrashLoop] = field(default_factory=dict, init=False)
     _running_since: dict[str, datetime] = field(default_factory=dict, init=False)
     _backoff: set[str] = field(default_factory=set, init=False)
@@ -157,7 +172,9 @@ class Restarts:
                 or supervised()
             ):
                 return None
-            attempts = await record_attempts(uow, service, self.serve_instance, self.clock())
+            attempts = await record_attempts(
+                uow, service, self.supervision.serve_instance, self.clock()
+            )
             loop = self._loops.get(service_id, CrashLoop())
             await audit.record(
                 uow,
@@ -174,6 +191,6 @@ class Restarts:
                 },
             )
             await uow.commit()
-        if self.on_restart is not None:
-            self.on_restart(service.spec.restart)
+        if self.supervision.on_restart is not None:
+            self.supervision.on_restart(service.spec.restart)
         return service, attempts

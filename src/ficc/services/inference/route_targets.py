@@ -17,6 +17,7 @@ from ficc.base.errors import Conflict, FiccError, LimitExceeded, PeerUnreachable
 from ficc.domain import token_limits as tl
 from ficc.domain.grants import DEFAULT_CONCURRENT, copied_term
 from ficc.domain.inference import RuntimeName
+from ficc.domain.operations import INVOKE
 from ficc.domain.principals import Principal
 from ficc.domain.routes import Breaker, Outcome, Route, Target, free_slots, local_skip, skip_outcome
 from ficc.services.inference.router import InvocationRouter
@@ -126,7 +127,7 @@ class RouteTargets:
                 principal,
                 project,
                 target.peer,
-                operation="inference.invoke",
+                operation=INVOKE,
                 body={
                     "service": target.service,
                     "path": path,

@@ -141,33 +141,13 @@ class InvocationRouter:
         await self._idle[service_id].wait()
 
     @contextlib.asynccontextmanager
-    async def _asking(
-        self, project: str, service_id: str, endpoint: Endpoint | None
-    ) -> AsyncIterator[Endpoint]:
-        """The replica to ask (``endpoint`` when the caller chose it already), counted in flight
-        while the block runs, so :meth:`idle` waits for it."""
-        if endpoint is None:
-            endpoint = await self.endpoint(project, service_id)
-        async with self.in_flight(service_id):
-            yield endpoint
-
-    @contextlib.asynccontextmanager
     async def stream(
-        self,
-        project: str,
-        service_id: str,
-        path: str,
-        body: Mapping[str, object],
-        *,
-        endpoint: Endpoint | None = None,
+        self, endpoint: Endpoint, path: str, body: Mapping[str, object]
     ) -> AsyncIterator[EngineStream]:
-        """Open a streamed invocation; leaving the block closes it, which stops the engine.
-
-        ``endpoint``: the replica from :meth:`endpoint` when the caller asked for it already
-        (asking twice would also advance the round robin twice).
-        """
-        async with self._asking(project, service_id, endpoint) as asked:
-            stream = await self.engines.open_stream(asked.base_url, asked.model_name, path, body)
+        """Open a streamed invocation of the replica :meth:`endpoint` chose, counted in flight
+        (so :meth:`idle` waits for it); leaving the block closes it, which stops the engine."""
+        async with self.in_flight(endpoint.service_id):
+            stream = await self.engines.open_stream(endpoint, path, body)
             try:
                 yield stream
             finally:
@@ -175,22 +155,19 @@ class InvocationRouter:
 
     async def complete(
         self,
-        project: str,
-        service_id: str,
+        endpoint: Endpoint,
         path: str,
         body: Mapping[str, object],
-        *,
-        endpoint: Endpoint | None = None,
-        max_bytes: int | None = None,
+        max_bytes: int | None,
     ) -> JSONObject:
-        """A plain answer, generated in streaming mode so that cancelling this call stops it.
+        """A plain answer, generated in streaming mode so that cancelling this call stops it;
+        counted in flight as :meth:`stream` is.
 
-        ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it.
+        ``max_bytes``: refused (LimitExceeded) as soon as the answer arriving would pass it
+        (None: unbounded).
         """
-        async with self._asking(project, service_id, endpoint) as asked:
-            return await self.engines.complete(
-                asked.base_url, asked.model_name, path, body, max_bytes=max_bytes
-            )
+        async with self.in_flight(endpoint.service_id):
+            return await self.engines.complete(endpoint, path, body, max_bytes=max_bytes)
 
     async def running_services(self, project: str) -> list[ServiceRecord]:
         """The services of ``project`` that take requests now."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -33,7 +33,6 @@ from ficc.base.errors import (
 )
 from ficc.base.ids import PREFIXES, new_id
 from ficc.domain.openai_responses import check_invocation
-from ficc.domain.principals import Principal
 from ficc.domain.routes import (
     Breaker,
     Outcome,
@@ -184,18 +183,9 @@ class Routes:
 
     # --- invocations --------------------------------------------------------------------------
 
-    async def complete(
-        self,
-        principal: Principal,
-        project: str,
-        route: Route,
-        path: str,
-        body: Mapping[str, Any],
-        trace: RouteTrace,
-    ) -> dict[str, Any]:
+    async def complete(self, ask: Ask, trace: RouteTrace) -> dict[str, Any]:
         """The plain answer of the first target, in the policy's order, that accepts it."""
-        check_invocation(path, body)
-        ask = Ask(principal, project, route, path, body)
+        check_invocation(ask.path, ask.body)
 
         async def attempt(target: Target, queue: bool) -> dict[str, Any]:
             return await self._complete_at(ask, target, queue)
@@ -203,19 +193,10 @@ class Routes:
         return await self._first(ask, trace, attempt)
 
     @contextlib.asynccontextmanager
-    async def stream(
-        self,
-        principal: Principal,
-        project: str,
-        route: Route,
-        path: str,
-        body: Mapping[str, Any],
-        trace: RouteTrace,
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(self, ask: Ask, trace: RouteTrace) -> AsyncIterator[AsyncIterator[bytes]]:
         """The stream of the first target that accepts it (a remote one once its first chunk
         came: until then a refusal is still the gate's); leaving the block cancels it."""
-        check_invocation(path, body)
-        ask = Ask(principal, project, route, path, body)
+        check_invocation(ask.path, ask.body)
 
         async def attempt(
             target: Target, queue: bool

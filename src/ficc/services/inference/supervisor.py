@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from dataclasses import KW_ONLY, InitVar, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.services.inference.attempts import AttemptLog, recover_attempts
 from ficc.services.inference.background import BackgroundTasks
 from ficc.services.inference.records import AttemptFence, node_info
-from ficc.services.inference.restarts import Backoff, RestartCounter, Restarts
+from ficc.services.inference.restarts import Backoff, Restarts, Supervision
 from ficc.services.inference.router import InvocationRouter
 from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.ports.runtimes import LaunchRequest, ReplicaAdopter, ReplicaHandle, Runtime
@@ -47,11 +47,7 @@ class ReplicaSupervisor:
     _runtimes: Mapping[RuntimeName, Runtime]
     router: InvocationRouter
     fence_attempt: AttemptFence
-    _: KW_ONLY
-    serve_instance: InitVar[str]
-    start_timeout_seconds: float
-    stop_grace_seconds: float
-    on_restart: InitVar[RestartCounter | None] = None
+    supervision: Supervision
     _handles: dict[str, list[ReplicaHandle]] = field(default_factory=dict, init=False, repr=False)
     _stopping: set[str] = field(default_factory=set, init=False, repr=False)
     _tasks: BackgroundTasks = field(default_factory=BackgroundTasks, init=False, repr=False)
@@ -59,11 +55,9 @@ class ReplicaSupervisor:
     _attempts: AttemptLog = field(init=False, repr=False)
     _restarts: Restarts = field(init=False, repr=False)
 
-    def __post_init__(self, serve_instance: str, on_restart: RestartCounter | None) -> None:
+    def __post_init__(self) -> None:
         self._attempts = AttemptLog(self.uow_factory, self.clock)
-        self._restarts = Restarts(
-            self.uow_factory, self.clock, serve_instance=serve_instance, on_restart=on_restart
-        )
+        self._restarts = Restarts(self.uow_factory, self.clock, self.supervision)
 
     def runtime(self, name: RuntimeName) -> Runtime:
         """The installed runtime ``name``; RuntimeNotInstalled when this cluster has none."""
@@ -117,7 +111,7 @@ class ReplicaSupervisor:
         """Kill whatever an acknowledged unknown attempt may have left running."""
         for attempt in attempts:
             if attempt.state is AttemptState.UNKNOWN:
-                await self.fence_attempt(attempt.id, self.stop_grace_seconds)
+                await self.fence_attempt(attempt.id, self.supervision.stop_grace_seconds)
 
     # --- FICC's own lifecycle ----------------------------------------------------------------
 
@@ -125,7 +119,11 @@ class ReplicaSupervisor:
         """At start: nothing from an earlier FICC process is believed running but the replicas
         of the ``adopted`` services."""
         await recover_attempts(
-            self.uow_factory, self.clock, self.runtime, self.stop_grace_seconds, keep=adopted
+            self.uow_factory,
+            self.clock,
+            self.runtime,
+            self.supervision.stop_grace_seconds,
+            keep=adopted,
         )
 
     def adopt(
@@ -179,7 +177,7 @@ class ReplicaSupervisor:
                 if isinstance(runtime, ReplicaAdopter):
                     await runtime.let_go(handle)
                 else:
-                    await runtime.stop(handle, self.stop_grace_seconds)
+                    await runtime.stop(handle, self.supervision.stop_grace_seconds)
 
     # --- replicas ----------------------------------------------------------------------------
 
@@ -240,7 +238,7 @@ class ReplicaSupervisor:
             handles.append(handle)
             self.spawn(self._watch(service.id, runtime, handle))
         for handle in list(handles):
-            health = await runtime.wait_ready(handle, self.start_timeout_seconds)
+            health = await runtime.wait_ready(handle, self.supervision.start_timeout_seconds)
             if superseded():
                 return
             if not health.healthy:
@@ -343,7 +341,7 @@ class ReplicaSupervisor:
     async def _end_replica(self, handle: ReplicaHandle) -> None:
         runtime = self.runtime(handle.runtime)
         await self._attempts.event(handle.attempt_id, AttemptEvent.STOP)
-        ended = await runtime.stop(handle, self.stop_grace_seconds)
+        ended = await runtime.stop(handle, self.supervision.stop_grace_seconds)
         await self._attempts.event(handle.attempt_id, AttemptEvent.EXITED, None, ended.exit_code)
 
     # --- records -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ficc.services.ports.blobs import (
 )
 from ficc.services.ports.clock import Clock
 from ficc.services.ports.engines import (
+    EngineAddress,
     EngineConnector,
     EngineEvent,
     EngineStream,
@@ -67,6 +68,7 @@ __all__ = [
     "BudgetRows",
     "Clock",
     "CommitGuard",
+    "EngineAddress",
     "EngineConnector",
     "EngineEvent",
     "EngineStream",

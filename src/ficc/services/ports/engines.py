@@ -35,16 +35,25 @@ class EngineStream(Protocol):
         ...
 
 
+class EngineAddress(Protocol):
+    """Where an engine answers and the model name it answers to: an invocation's endpoint
+    and a replica's handle are each one."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def model_name(self) -> str: ...
+
+
 class EngineConnector(Protocol):
     """Calls OpenAI-compatible engines, always in streaming mode."""
 
     async def open_stream(
-        self, base_url: str, model: str, path: str, body: Mapping[str, object]
+        self, engine: EngineAddress, path: str, body: Mapping[str, object]
     ) -> EngineStream: ...
     async def complete(
         self,
-        base_url: str,
-        model: str,
+        engine: EngineAddress,
         path: str,
         body: Mapping[str, object],
         *,
@@ -54,7 +63,7 @@ class EngineConnector(Protocol):
         would pass it (counted as a stream of them would be sent: ``data: …`` lines)."""
         ...
 
-    async def count_tokens(self, base_url: str, model: str, text: str) -> int | None:
+    async def count_tokens(self, engine: EngineAddress, text: str) -> int | None:
         """The tokens of ``text`` by the engine's tokenizer, before any generation; None
         where the engine has no tokenizer FICC can ask."""
         ...

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from ficc.base.json_types import JSONObject
-from ficc.domain.metering import GrantStanding, UsageRecord
+from ficc.domain.metering import GrantStanding, UsageQuery, UsageRecord
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.usage_receipts import Head, StoredReceipt
 
@@ -59,23 +59,9 @@ class UsageRepository(Protocol):
         ...
 
     async def page(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        after: int | None = None,
-        limit: int,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        self, query: UsageQuery, *, after: int | None = None, limit: int
     ) -> list[UsageRecord]: ...
-    async def totals(
-        self,
-        grant_id: str,
-        side: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> JSONObject: ...
+    async def totals(self, query: UsageQuery) -> JSONObject: ...
 
 
 class TokenLimitsRepository(Protocol):

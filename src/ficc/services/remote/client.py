@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import KW_ONLY, InitVar, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any, Final, Unpack
 
 from ficc.base.canonical import canonical_json
@@ -31,19 +30,19 @@ from ficc.domain.grants import (
     copied_term,
     wire_bytes,
 )
-from ficc.domain.operations import check_mutation_id, parse_body
+from ficc.domain.operations import INVOKE, check_mutation_id, parse_body
 from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
 from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
-from ficc.services.federation.usage_receipts import UsageReceipts
-from ficc.services.ports import Clock, PeerAsk, RoutedAsk, UnitOfWorkFactory
+from ficc.services.ports import PeerAsk, RoutedAsk, UnitOfWorkFactory
 from ficc.services.ports.peers import PeerChannel
+from ficc.services.remote.prepared import Prepared
 from ficc.services.remote.table import grant_operation
-from ficc.services.remote.usage_meter import INVOKE, RequesterUsage, metered_stream
+from ficc.services.remote.usage_meter import RequesterUsage, metered_stream
 from ficc.services.remote.views import unpublished
-from ficc.services.token_limits import TokenLimits, check_peer, check_service
+from ficc.services.token_limits import check_peer, check_service
 
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 INVOKE_TIMEOUT_SECONDS: Final = 300.0
@@ -54,22 +53,6 @@ MANIFEST_ANSWER_BYTES: Final = 1 * MiB
 """A ``models.manifest`` answer: a manifest (at most 512 KiB) and the record around it."""
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A request checked and built, not yet sent: the peer, the grant it goes under, this
-    cluster's copy of that grant's terms, the operation and the wire body."""
-
-    peer: Peer
-    grant_id: str
-    terms: JSONObject
-    operation: str
-    wire: JSONObject
-    body_bytes: int
-    """The wire body's operation body as RFC 8785 bytes (what ``request_bytes`` counts)."""
-    principal: Principal | None = None
-    """Who asks: a restricted token's budgets hold the request before it is sent."""
-
-
 @dataclass(eq=False)
 class RemoteClient:
     """Requests to the peers of a project, each through the grant the project selected."""
@@ -77,32 +60,24 @@ class RemoteClient:
     uow_factory: UnitOfWorkFactory
     channel: PeerChannel
     copies: RemoteGrantCopies
-    _: KW_ONLY
-    clock: InitVar[Clock | None] = None
-    tokens: TokenLimits | None = None
-    receipts: InitVar[UsageReceipts | None] = None
-    _usage: RequesterUsage = field(init=False, repr=False)
+    usage: RequesterUsage
+    """The usage records of what this cluster sends, with a restricted token's budgets."""
     _routed: dict[str, tuple[str, JSONObject]] = field(default_factory=dict, init=False, repr=False)
     """By peer: the grant its last request went through and the copy of its terms."""
-
-    def __post_init__(self, clock: Clock | None, receipts: UsageReceipts | None) -> None:
-        self._usage = RequesterUsage(
-            self.uow_factory, clock or (lambda: datetime.now(UTC)), self.tokens, receipts
-        )
 
     @property
     def told(self) -> Mapping[str, Mapping[str, object]]:
         """The last counts and allowances each grantor told, by grant (for rate headers)."""
-        return self._usage.told
+        return self.usage.told
 
     @property
     def on_settled(self) -> Callable[[str, str, int, int], None] | None:
         """Told each settled invocation's direction, operation and token counts."""
-        return self._usage.on_settled
+        return self.usage.on_settled
 
     @on_settled.setter
     def on_settled(self, callback: Callable[[str, str, int, int], None] | None) -> None:
-        self._usage.on_settled = callback
+        self.usage.on_settled = callback
 
     async def published_services(
         self, principal: Principal, project: str, peer_id: str
@@ -143,14 +118,12 @@ class RemoteClient:
         """Send a prepared request; nothing is retried."""
         peer, name, wire = prepared.peer, prepared.operation, prepared.wire
         grant_id, terms = prepared.grant_id, prepared.terms
-        timeout = INVOKE_TIMEOUT_SECONDS if name == "inference.invoke" else REQUEST_TIMEOUT_SECONDS
+        timeout = INVOKE_TIMEOUT_SECONDS if name == INVOKE else REQUEST_TIMEOUT_SECONDS
         sent_id = wire.get("mutation_id")
         assert sent_id is None or isinstance(sent_id, str)  # as _wire checked it
         if name == INVOKE:
-            await self._usage.catch_up(peer, grant_id)
-            async with self._usage.recording(
-                grant_id, wire, prepared.body_bytes, peer, prepared.principal
-            ) as usage:
+            await self.usage.catch_up(peer, grant_id)
+            async with self.usage.recording(prepared) as usage:
                 answer = await self._ask(peer, name, wire, terms, timeout, sent_id)
                 result = answer.get("result")
                 usage.response_bytes = len(canonical_json(result)) if result is not None else 0
@@ -223,7 +196,7 @@ class RemoteClient:
             ticket=peer.ticket,
             timeout_seconds=INVOKE_TIMEOUT_SECONDS,
         )
-        grant_id, wire = prepared.grant_id, prepared.wire
+        grant_id = prepared.grant_id
         if prepared.operation != INVOKE:
             async with opening as chunks:
                 named = _naming_grant(chunks, grant_id)
@@ -231,11 +204,9 @@ class RemoteClient:
                     yield named
             return
         # Recorded from before the request is sent: a refusal, too, leaves its record.
-        await self._usage.catch_up(peer, grant_id)
+        await self.usage.catch_up(peer, grant_id)
         async with (
-            self._usage.recording(
-                grant_id, wire, prepared.body_bytes, peer, prepared.principal
-            ) as usage,
+            self.usage.recording(prepared) as usage,
             opening as chunks,
         ):
             named = metered_stream(_naming_grant(chunks, grant_id), usage)
@@ -245,7 +216,7 @@ class RemoteClient:
     def known_refusal(self, prepared: Prepared) -> str | None:
         """The grant's rule its grantor last said is spent (a budget at 0, a window at 0 not
         reset since): a route skips that target rather than send a request it would refuse."""
-        return self._usage.known_refusal(prepared.grant_id)
+        return self.usage.known_refusal(prepared.grant_id)
 
     def rate_limits(self, peer_id: str, principal: Principal | None = None) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-*`` headers for the grant the last request to ``peer_id``
@@ -257,8 +228,8 @@ class RemoteClient:
         if routed is not None:
             grant_id, terms = routed
             headers = rate_limit_headers(terms, self.told.get(grant_id))
-        if principal is not None and self.tokens is not None:
-            headers = self.tokens.rate_limits(principal, headers)
+        if principal is not None and self.usage.tokens is not None:
+            headers = self.usage.tokens.rate_limits(principal, headers)
         return headers
 
     async def _peer_and_copies(self, project: str, peer_id: str) -> tuple[Peer, list[JSONObject]]:
@@ -292,7 +263,7 @@ def answer_bytes(operation: str, terms: JSONObject) -> int:
     for ``inference.invoke`` what the grant's ``response_bytes`` can take there, for
     ``models.manifest`` one frame (a manifest is at most 512 KiB), for the others
     :data:`GRANT_ANSWER_BYTES`. A larger answer is refused before it is decoded."""
-    if operation == "inference.invoke":
+    if operation == INVOKE:
         response_bytes = copied_term(
             terms, "response_bytes", DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
         )

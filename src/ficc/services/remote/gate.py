@@ -18,7 +18,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
 
 from ficc.base.errors import (
     FiccError,
@@ -31,7 +30,7 @@ from ficc.base.errors import (
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain.grants import Grant, GrantState
-from ficc.domain.operations import check_mutation_id, check_scope
+from ficc.domain.operations import INVOKE, check_mutation_id, check_scope
 from ficc.domain.peers import Peer
 from ficc.domain.routes import ADMISSION_STAGE
 from ficc.services.federation.known_peers import KnownPeers, paired_peer
@@ -41,7 +40,6 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.ports.peers import PeerIdentity
 from ficc.services.remote.call import Call, no_grant
 
-INVOKE: Final = "inference.invoke"
 """The operation metering records a usage row for (refusals included)."""
 
 

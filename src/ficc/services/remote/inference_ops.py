@@ -6,7 +6,9 @@ the body and give back the effect the table runs exactly once, streams yield byt
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from functools import partial
+from typing import Protocol
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import InvalidInput, LimitExceeded, PermissionDenied
@@ -18,7 +20,7 @@ from ficc.domain.inference import ServiceSpec, parse_service_spec, uses_local_mo
 from ficc.domain.operations import invoke_path
 from ficc.domain.service_records import PreviewView
 from ficc.services import mutations
-from ficc.services.inference import InferenceServices
+from ficc.services.inference import Actor, InferenceServices
 from ficc.services.metering import Meter, Tab, usage_event
 from ficc.services.mutations import MutationKey
 from ficc.services.ports import UnitOfWork, UnitOfWorkFactory
@@ -103,7 +105,8 @@ class InferenceOperations:
     async def replace(self, call: Call) -> Effect:
         service_id = _service(call)
         _require_created(call, service_id, "replace")
-        spec = await self._check_spec(call, call.body["spec"])
+        spec_data = call.body["spec"]
+        spec = await self._check_spec(call, spec_data)
         current = await self._inference.commands.get_service(call.grant.project, service_id)
         if current["spec"]["runtime"] != spec.runtime.value:
             raise PermissionDenied(
@@ -112,35 +115,20 @@ class InferenceOperations:
                 details={"field": "body.spec.runtime", "reason": "runtime_change_refused"},
             )
 
-        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
-            return await self._inference.commands.replace_service(
-                call.actor,
-                call.grant.project,
-                service_id,
-                revision=call.body["revision"],
-                spec_data=call.body["spec"],
-                key=key,
-            )
-
-        return effect
+        change = partial(self._inference.commands.replace_service, spec_data=spec_data)
+        return _at_revision(call, service_id, change)
 
     async def control(self, call: Call) -> Effect:
         service_id = _service(call)
         if call.body["operation"] == "remove":
             _require_created(call, service_id, "remove")
 
-        async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
-            return await self._inference.commands.control_service(
-                call.actor,
-                call.grant.project,
-                service_id,
-                revision=call.body["revision"],
-                operation=call.body["operation"],
-                acknowledge_unknown=call.body.get("acknowledge_unknown", False),
-                key=key,
-            )
-
-        return effect
+        change = partial(
+            self._inference.commands.control_service,
+            operation=call.body["operation"],
+            acknowledge_unknown=call.body.get("acknowledge_unknown", False),
+        )
+        return _at_revision(call, service_id, change)
 
     def _tab(self, call: Call) -> Tab:
         return self._meter.request_tab(
@@ -150,14 +138,8 @@ class InferenceOperations:
     async def invoke(self, call: Call) -> EncodedAnswer:
         tab = self._tab(call)
         async with self._meter.metered(tab, lambda: call.slot.reason):
-            service_id, path, inner = _invocation(call)
             content = await self._inference.invocations.encoded(
-                call.grant.project,
-                service_id,
-                path,
-                inner,
-                max_bytes=call.grant.terms.response_bytes,
-                tab=tab,
+                *_invocation(call), max_bytes=call.grant.terms.response_bytes, tab=tab
             )
             tab.response_bytes = len(content)
             told = await self._meter.settle(tab, m.COMPLETED)
@@ -166,14 +148,8 @@ class InferenceOperations:
     async def invoke_stream(self, call: Call) -> AsyncIterator[bytes]:
         tab = self._tab(call)
         async with self._meter.metered(tab, lambda: call.slot.reason):
-            service_id, path, inner = _invocation(call)
             async with self._inference.invocations.stream(
-                call.grant.project,
-                service_id,
-                path,
-                inner,
-                max_bytes=call.grant.terms.response_bytes,
-                tab=tab,
+                *_invocation(call), max_bytes=call.grant.terms.response_bytes, tab=tab
             ) as chunks:
                 async for chunk in chunks:
                     tab.response_bytes += len(chunk)
@@ -210,14 +186,35 @@ class InferenceOperations:
         return spec
 
 
-def _invocation(call: Call) -> tuple[str, str, JSONObject]:
-    """The granted service, the engine path and the OpenAI body of an ``inference.invoke``."""
+def _invocation(call: Call) -> tuple[str, str, str, JSONObject]:
+    """What an ``inference.invoke`` invokes: the grant's project, the granted service, the
+    engine path and the OpenAI body."""
     service_id = _service(call)
     path = invoke_path(call.body["path"])
     inner = call.body["body"]
     if not isinstance(inner, dict):
         raise InvalidInput("body.body must be a JSON object", field="body.body")
-    return service_id, path, inner
+    return call.grant.project, service_id, path, inner
+
+
+class _ServiceChange(Protocol):
+    """A command that changes one service at the revision its caller read."""
+
+    def __call__(
+        self, actor: Actor, project: str, service_id: str, *, revision: object, key: MutationKey
+    ) -> Awaitable[tuple[JSONObject, bool]]: ...
+
+
+def _at_revision(call: Call, service_id: str, change: _ServiceChange) -> Effect:
+    """The effect of a peer's change to one of the grant's services, at the revision its
+    body names, as the peer acting under the grant."""
+
+    async def effect(key: MutationKey) -> tuple[JSONObject, bool]:
+        return await change(
+            call.actor, call.grant.project, service_id, revision=call.body["revision"], key=key
+        )
+
+    return effect
 
 
 def _service(call: Call) -> str:

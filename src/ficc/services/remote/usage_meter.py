@@ -7,24 +7,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from ficc.base.canonical import canonical_json
 from ficc.base.errors import FiccError
 from ficc.base.json_types import JSONObject
 from ficc.base.request_ids import current_request_id
 from ficc.domain import metering as m
+from ficc.domain.exchanges import Exchange
+from ficc.domain.operations import INVOKE
 from ficc.domain.peers import Peer
-from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import spent_limit
 from ficc.services.federation.usage_receipts import UsageReceipts
 from ficc.services.metering import outcome_of, settle_surely, split_usage_event
 from ficc.services.ports import Clock, UnitOfWorkFactory
+from ficc.services.remote.prepared import Prepared
 from ficc.services.token_limits import TokenLimits, TokenTab
-
-INVOKE: Final = "inference.invoke"
 
 
 @dataclass(eq=False)
@@ -49,27 +49,22 @@ class RequesterUsage:
             await self.receipts.catch_up(peer, grant_id, busy=self._open.get(grant_id, 0) > 0)
 
     @contextlib.asynccontextmanager
-    async def recording(
-        self,
-        grant_id: str,
-        wire: JSONObject,
-        body_bytes: int,
-        peer: Peer,
-        principal: Principal | None = None,
-    ) -> AsyncIterator[_Usage]:
-        """One usage record of an ``inference.invoke`` whose operation body is
-        ``body_bytes`` long (RFC 8785), written however the request ends; a restricted token's
+    async def recording(self, prepared: Prepared) -> AsyncIterator[_Usage]:
+        """One usage record of a prepared ``inference.invoke`` (its operation body
+        ``body_bytes`` long, RFC 8785), written however the request ends; a restricted token's
         budgets hold it before it is sent (its completion bound lowered to what they leave)
         and are settled with the record."""
-        inner = wire.get("body")
+        grant_id, principal = prepared.grant_id, prepared.principal
+        inner = prepared.wire.get("body")
         service = inner.get("service") if isinstance(inner, dict) else None
         usage = _Usage(
-            peer=peer,
+            peer=prepared.peer,
             grant=grant_id,
             request=current_request_id.get() or "",
+            operation=INVOKE,
             service=service if isinstance(service, str) else None,
             started_at=self.clock(),
-            request_bytes=body_bytes,
+            request_bytes=prepared.body_bytes,
         )
         if principal is not None and self.tokens is not None:
             # A token's refusal leaves no record under the grant: nothing left this cluster.
@@ -103,19 +98,8 @@ class RequesterUsage:
         prompt, completion = (
             told if told is not None else (usage.own_prompt or 0, usage.own_completion or 0)
         )
-        record = m.UsageRecord(
-            request=usage.request,
-            grant=usage.grant,
-            side=m.REQUESTER,
-            operation=INVOKE,
-            service=usage.service,
-            started_at=usage.started_at,
-            ended_at=self.clock(),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            request_bytes=usage.request_bytes,
-            response_bytes=usage.response_bytes,
-            outcome=outcome,
+        record = replace(
+            usage.record(usage.grant, m.REQUESTER, (prompt, completion), outcome, self.clock()),
             counted_prompt_tokens=usage.own_prompt,
             counted_completion_tokens=usage.own_completion,
             told=told is not None,
@@ -169,17 +153,12 @@ async def metered_stream(
     usage.ended = True
 
 
-@dataclass
-class _Usage:
+@dataclass(kw_only=True)
+class _Usage(Exchange):
     """What the requester learns of one ``inference.invoke`` as it goes."""
 
     peer: Peer
     grant: str
-    request: str
-    service: str | None
-    started_at: datetime
-    request_bytes: int
-    response_bytes: int = 0
     told: Any = None
     own_prompt: int | None = None
     own_completion: int | None = None

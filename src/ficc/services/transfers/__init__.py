@@ -6,6 +6,7 @@ grantor's handler without importing the requester.
 """
 
 from ficc.services.transfers.acquire import Transfers
+from ficc.services.transfers.fetch import Fetcher
 from ficc.services.transfers.serving import RangeServer
 
-__all__ = ["RangeServer", "Transfers"]
+__all__ = ["Fetcher", "RangeServer", "Transfers"]

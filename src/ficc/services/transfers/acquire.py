@@ -17,39 +17,24 @@ from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.peers import PeerState
 from ficc.domain.principals import Principal
 from ficc.domain.transfers import (
-    RANGE_BYTES,
-    STALL_SECONDS,
     Transfer,
     TransferFile,
     TransferState,
     TransferView,
 )
 from ficc.services import audit
-from ficc.services.ports import BlobStore, Clock, UnitOfWorkFactory
-from ficc.services.remote.client import RemoteClient
-from ficc.services.transfers.fetch import Fetcher, FreeDisk
+from ficc.services.transfers.fetch import Fetcher
 
 
 class Transfers:
     """The requester's transfers: one task per running transfer, its record in the database."""
 
-    def __init__(
-        self,
-        uow_factory: UnitOfWorkFactory,
-        clock: Clock,
-        remote: RemoteClient,
-        blobs: BlobStore,
-        free_disk: FreeDisk,
-        *,
-        range_bytes: int = RANGE_BYTES,
-        stall_seconds: float = STALL_SECONDS,
-    ) -> None:
-        self._uow_factory = uow_factory
-        self._clock = clock
-        self._remote = remote
-        self._fetcher = Fetcher(
-            uow_factory, clock, remote, blobs, free_disk, range_bytes, stall_seconds
-        )
+    def __init__(self, fetcher: Fetcher) -> None:
+        """``fetcher`` runs each transfer's task; its database, clock and peers are these."""
+        self._uow_factory = fetcher.uow_factory
+        self._clock = fetcher.clock
+        self._remote = fetcher.remote
+        self._fetcher = fetcher
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Deciding to start a transfer's task and starting it must not interleave with another
         # acquire of the same transfer: two tasks would write one partial file.

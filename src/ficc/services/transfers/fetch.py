@@ -24,7 +24,14 @@ from ficc.base.units import MiB
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import Principal
-from ficc.domain.transfers import Transfer, TransferFile, TransferState, ranges
+from ficc.domain.transfers import (
+    RANGE_BYTES,
+    STALL_SECONDS,
+    Transfer,
+    TransferFile,
+    TransferState,
+    ranges,
+)
 from ficc.services import audit
 from ficc.services.ports import BlobStore, Clock, Hasher, UnitOfWorkFactory
 from ficc.services.remote.client import RemoteClient
@@ -50,8 +57,8 @@ class Fetcher:
     remote: RemoteClient
     blobs: BlobStore
     free_disk: FreeDisk
-    range_bytes: int
-    stall_seconds: float
+    range_bytes: int = RANGE_BYTES
+    stall_seconds: float = STALL_SECONDS
     _hashers: dict[tuple[str, int], tuple[int, Hasher]] = field(default_factory=dict, init=False)
     _rates: dict[str, float] = field(default_factory=dict, init=False)
 

@@ -13,6 +13,7 @@ from ficc.base.ids import PREFIXES
 from ficc.domain.openai_requests import parse_request_body
 from ficc.domain.routes import Route
 from ficc.domain.service_records import ServiceRecord
+from ficc.services.inference.route_targets import Ask
 from ficc.services.inference.routes import RouteTrace
 from ficc.services.token_limits import check_service
 from ficc.web import sse
@@ -142,11 +143,11 @@ async def relay_route(
     and the access log what was skipped."""
     routes = ctx.cluster.routes
     trace = RouteTrace(route.name)
-    call: Opening | Awaitable[dict[str, Any]]
-    if body.get("stream") is True:
-        call = routes.stream(ctx.principal, ctx.project, route, engine_path, body, trace)
-    else:
-        call = routes.complete(ctx.principal, ctx.project, route, engine_path, body, trace)
+    ask = Ask(ctx.principal, ctx.project, route, engine_path, body)
+    streamed = body.get("stream") is True
+    call: Opening | Awaitable[dict[str, Any]] = (
+        routes.stream(ask, trace) if streamed else routes.complete(ask, trace)
+    )
     try:
         response = await sse.relay(request, call)
     except FiccError as exc:
