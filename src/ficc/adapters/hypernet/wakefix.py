@@ -10,14 +10,23 @@ them; from iroh's own threads the thread-safe call stays. The coroutine is still
 the loop (never inside the poll), so a stream whose reads are always ready cannot hold the
 loop. Applied like :mod:`~ficc.adapters.hypernet.writefix`: once, and only on the shape it was
 written for; otherwise left alone with a warning.
+
+A wake-up from iroh's own threads is a ctypes callback on a thread Python did not start: ctypes
+makes a Python thread state for it and frees it after, with its frame stack (a ``mmap`` and a
+``munmap`` and their page faults, every wake-up; every chunk of a stream the loop waits for).
+The first callback on such a thread keeps its thread state for the thread's life instead (one
+more ``PyGILState_Ensure``, never released): iroh's threads are few and live as long as the
+process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import logging
 import textwrap
+import threading
 from typing import Any, Final
 
 from iroh import iroh_ffi
@@ -36,6 +45,11 @@ _MARK: Final = "_ficc_wake_fix"
 
 log = logging.getLogger(__name__)
 
+_this_thread = threading.local()
+"""Held in the thread's Python thread state: set once that state is kept."""
+kept_thread_states = 0
+"""How many threads' states :func:`_keep_thread_state` kept (one per iroh thread that woke us)."""
+
 
 def _continue(future_ptr: int, poll_code: int) -> None:
     """Resume the coroutine awaiting ``future_ptr``'s poll, by the cheapest safe way."""
@@ -45,7 +59,21 @@ def _continue(future_ptr: int, poll_code: int) -> None:
     if asyncio._get_running_loop() is eventloop:
         eventloop.call_soon(iroh_ffi._uniffi_set_future_result, future, poll_code)
     else:
+        _keep_thread_state()
         eventloop.call_soon_threadsafe(iroh_ffi._uniffi_set_future_result, future, poll_code)
+
+
+def _keep_thread_state() -> None:
+    """Keep the calling thread's Python thread state once the callback returns (see the module
+    docstring); a thread whose state is kept already finds its mark and does nothing."""
+    global kept_thread_states
+    if getattr(_this_thread, "kept", False) or not isinstance(
+        threading.current_thread(), threading._DummyThread
+    ):
+        return  # kept already, or a thread Python started (its state is its own)
+    ctypes.pythonapi.PyGILState_Ensure()
+    _this_thread.kept = True
+    kept_thread_states += 1
 
 
 def apply_wake_fix() -> bool:
