@@ -36,13 +36,13 @@ from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
     Verify,
+    end_pairing,
     my_hypernet_id,
     offer_json,
     parse_hypernet_id,
     peer_json,
     pending_peer,
     refuse_second_pairing,
-    revoke_active,
     tell,
     visible_offer,
 )
@@ -278,8 +278,7 @@ async def drop_pending_peer(uow: UnitOfWork, offer: Offer, now: datetime) -> Non
         return
     peer = await uow.peers.get(offer.peer_id)
     if peer is not None and peer.state == PeerState.PENDING:
-        await uow.peers.update(replace(peer, state=PeerState.REMOVED, updated_at=now))
-        await revoke_active(uow, peer.id, now)
+        await end_pairing(uow, peer, now)
 
 
 async def their_offer(
