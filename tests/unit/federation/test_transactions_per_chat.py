@@ -3,8 +3,9 @@
 Each unit of work is a transaction (on SQLite a write lock and an fsync'd commit), so their
 number per request bounds what a chat can cost however fast the rest becomes. Counted after
 the first chat, which also names the grant once: the requester finds the route and records the
-answer (2); the grantor charges the request, reserves the grant's tokens and settles them (3),
-or, under a grant that limits no tokens, charges the request and settles it (2).
+answer (2); the grantor admits the request and settles it (2), under a token budget too: the
+admission that charges the request also holds what it can need of the grant's tokens, so the
+reservation needs no transaction of its own (``docs/metering.md``, "Held at admission").
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def counting_units_of_work(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> Count
     [({"tokens": 1000}, GRANTOR_TRANSACTIONS), ({}, GRANTOR_TRANSACTIONS_UNMETERED)],
     ids=["token-budget", "no-token-rule"],
 )
-async def test_a_streamed_federated_chat_costs_two_transactions_here_and_three_there(
+async def test_a_streamed_federated_chat_costs_two_transactions_on_each_side(
     pair: Pair,
     monkeypatch: pytest.MonkeyPatch,
     terms: dict[str, int],

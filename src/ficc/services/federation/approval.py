@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, TypeGuard
 
-from ficc.base.errors import Conflict, InvalidInput, NotFound, RevisionMismatch
+from ficc.base.errors import Conflict, InvalidInput, RevisionMismatch
 from ficc.base.ids import parse_id
 from ficc.base.json_types import JSONObject
 from ficc.domain.grants import parse_grant
@@ -50,7 +50,7 @@ from ficc.services.federation.common import (
     visible_offer,
 )
 from ficc.services.federation.grants import Grants, new_grant
-from ficc.services.federation.pairing import drop_pending_peer, their_offer
+from ficc.services.federation.pairing import mark_discarded, their_offer
 from ficc.services.ports import UnitOfWork
 from ficc.services.ports.peers import PeerIdentity, RequestResult
 
@@ -263,21 +263,11 @@ class Approval:
     async def on_discard(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
-            offer_id = parse_id("offer", body.get("offer"), field="offer")
-            offer = await uow.offers.get(offer_id)
-            if (
-                offer is None
-                or offer.other_hypernet_id != identity.hypernet_id
-                or offer.peer_cluster_key != b64(identity.cluster_key)
-            ):
-                raise NotFound(f"no offer {offer_id} with this peer", details={"offer": offer_id})
+            offer = await their_offer(uow, identity, body, None)
             if (offer.direction, offer.state_at(now), "discard") in TRANSITIONS:
-                await uow.offers.update(
-                    replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
-                )
-                await drop_pending_peer(uow, offer, now)
+                await mark_discarded(uow, offer, now)
                 await self.context.audit(
-                    uow, None, offer.project, "offer.discarded", offer_id, identity
+                    uow, None, offer.project, "offer.discarded", offer.id, identity
                 )
                 await uow.commit()
         return {}

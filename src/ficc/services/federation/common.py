@@ -142,14 +142,17 @@ async def project_grant(uow: UnitOfWork, project: str, grant_id: str) -> Grant:
     return grant
 
 
-async def revoke_active(uow: UnitOfWork, peer_id: str, now: datetime) -> list[Grant]:
-    """Revoke every active grant given to a peer; the grants as they are now."""
+async def end_pairing(uow: UnitOfWork, peer: Peer, now: datetime) -> tuple[Peer, list[Grant]]:
+    """Mark the peer removed and revoke every active grant given to it, in the caller's
+    transaction, whichever side ends the pairing; the peer and those grants as they are now."""
+    removed = replace(peer, state=PeerState.REMOVED, updated_at=now)
+    await uow.peers.update(removed)
     ended = []
-    for grant in await uow.grants.of_peer(peer_id):
+    for grant in await uow.grants.of_peer(peer.id):
         if grant.state == GrantState.ACTIVE:
             await uow.grants.set_state(grant.id, GrantState.REVOKED, now)
             ended.append(replace(grant, state=GrantState.REVOKED, revoked_at=now))
-    return ended
+    return removed, ended
 
 
 async def refuse_second_pairing(uow: UnitOfWork, hypernet_id: str, project: str) -> None:

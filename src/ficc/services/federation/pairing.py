@@ -36,13 +36,13 @@ from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
     Verify,
+    end_pairing,
     my_hypernet_id,
     offer_json,
     parse_hypernet_id,
     peer_json,
     pending_peer,
     refuse_second_pairing,
-    revoke_active,
     tell,
     visible_offer,
 )
@@ -257,9 +257,7 @@ class Pairing:
         async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
             next_state(offer, "discard", now)
-            discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
-            await uow.offers.update(discarded)
-            await drop_pending_peer(uow, offer, now)
+            discarded = await mark_discarded(uow, offer, now)
             await self.context.audit(uow, principal, project, "offer.discarded", offer_id, offer)
             await uow.commit()
         told = await tell(
@@ -272,25 +270,29 @@ class Pairing:
         return {**self.offer_json(discarded, now), "told": told}
 
 
-async def drop_pending_peer(uow: UnitOfWork, offer: Offer, now: datetime) -> None:
-    """A discarded offer with an unfinished peer: the peer goes and its grant is revoked."""
-    if offer.peer_id is None:
-        return
-    peer = await uow.peers.get(offer.peer_id)
-    if peer is not None and peer.state == PeerState.PENDING:
-        await uow.peers.update(replace(peer, state=PeerState.REMOVED, updated_at=now))
-        await revoke_active(uow, peer.id, now)
+async def mark_discarded(uow: UnitOfWork, offer: Offer, now: datetime) -> Offer:
+    """Discard the offer (a new revision), in the caller's transaction, whichever side
+    discards it; an unfinished peer of it goes and its grant is revoked. The offer as it is now.
+    """
+    discarded = replace(offer, state=OfferState.DISCARDED, revision=offer.revision + 1)
+    await uow.offers.update(discarded)
+    if offer.peer_id is not None:
+        peer = await uow.peers.get(offer.peer_id)
+        if peer is not None and peer.state == PeerState.PENDING:
+            await end_pairing(uow, peer, now)
+    return discarded
 
 
 async def their_offer(
-    uow: UnitOfWork, identity: PeerIdentity, body: JSONObject, direction: str
+    uow: UnitOfWork, identity: PeerIdentity, body: JSONObject, direction: str | None
 ) -> Offer:
-    """The offer ``body`` names, if it is one with the proven peer in ``direction``."""
+    """The offer ``body`` names, if it is one with the proven peer in ``direction`` (in
+    either, when None)."""
     offer_id = parse_id("offer", body.get("offer"), field="offer")
     offer = await uow.offers.get(offer_id)
     if (
         offer is None
-        or offer.direction != direction
+        or (direction is not None and offer.direction != direction)
         or offer.other_hypernet_id != identity.hypernet_id
         or offer.peer_cluster_key != b64(identity.cluster_key)
     ):

@@ -3,7 +3,7 @@ hear that the other side removed us."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ficc.base.errors import Conflict, PermissionDenied
 from ficc.base.json_types import JSONObject
@@ -12,9 +12,9 @@ from ficc.domain.peers import ForgottenPeerView, Peer, PeerState, RemovedPeerVie
 from ficc.domain.principals import Principal
 from ficc.services.federation.common import (
     FederationContext,
+    end_pairing,
     peer_json,
     project_peer,
-    revoke_active,
     tell,
 )
 from ficc.services.federation.grants import Grants
@@ -39,9 +39,7 @@ class Peers:
             peer = await project_peer(uow, project, peer_id)
             if peer.state == PeerState.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})
-            ended = await revoke_active(uow, peer_id, now)
-            removed = replace(peer, state=PeerState.REMOVED, updated_at=now)
-            await uow.peers.update(removed)
+            removed, ended = await end_pairing(uow, peer, now)
             await self.context.audit(
                 uow,
                 principal,
@@ -127,13 +125,11 @@ class Peers:
         now = self.context.clock()
         async with self.context.uow_factory() as uow:
             peer = await paired_peer(uow, identity)
-            removed = replace(peer, state=PeerState.REMOVED, updated_at=now)
-            await uow.peers.update(removed)
+            removed, ended = await end_pairing(uow, peer, now)
             remote = await uow.remote_grants.of_peer(peer.id)
             await uow.remote_grants.replace_for_peer(
                 peer.id, [{**item, "state": GrantState.REVOKED} for item in remote], now
             )
-            ended = await revoke_active(uow, peer.id, now)
             await self.context.audit(
                 uow, None, peer.project, "peer.removed_by_peer", peer.id, identity
             )
