@@ -20,7 +20,6 @@ STREAM_CREDIT_MARGIN: Final = 8
 """QUIC stream credit granted past the cap (and past the peer's control stream): a request
 stream opened past the cap is reset at once with code 1 rather than the peer's ``open_bi``
 waiting for credit."""
-"""Incoming request streams at once before a pairing: its operations go one at a time."""
 MAX_IDLE_STREAMS: Final = 8
 """Answered outgoing streams kept for the next request."""
 MAX_REQUESTS_IN_FLIGHT: Final = MAX_PEER_STREAMS - MAX_IDLE_STREAMS - 1

@@ -53,6 +53,8 @@ class FakeTransport:
         self.lost: dict[str, dict[str, Any]] = {}
         """The answers lost, by operation: what the other side said the first time."""
         self.sent: list[str] = []
+        self.answered: dict[str, dict[str, Any]] = {}
+        """The last JSON answer of each operation this end sent, as it crossed."""
 
     def serving(self, federation: Federation) -> TransportFactory:
         """The companion's transport factory: this end, serving ``federation``."""
@@ -93,6 +95,7 @@ class FakeTransport:
         if not isinstance(answer, dict):
             raise AssertionError(f"{operation} answered a stream")
         crossed: dict[str, Any] = json.loads(json.dumps(answer))
+        self.answered[operation] = crossed
         if operation in self.lose_answer_of:
             self.lose_answer_of.discard(operation)
             self.lost[operation] = crossed

@@ -7,6 +7,8 @@ from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 
+from ficc.domain.operations import Streaming
+from ficc.services.remote.shapes import NAMED
 from ficc.services.remote.table import OPERATIONS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,10 +34,43 @@ def test_every_operation_outside_a_grant_names_its_sender() -> None:
     assert set(make_catalogue().SENDERS) == outside
 
 
-def test_every_operation_has_its_body_and_answer_documented() -> None:
-    """Beside the generated catalogue, each operation has a row of the hand-written tables of
-    bodies and answers: the catalogue names the fields, those rows say what they mean."""
+def test_every_operation_has_its_body_and_answer_in_the_generated_catalogue() -> None:
+    """The meanings are generated too: each operation has a row of the bodies-and-answers
+    tables inside the markers, none outside them."""
+    script = make_catalogue()
     document = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-    _, after = document.split(make_catalogue().END, 1)
-    missing = [name for name in OPERATIONS if f"| `{name}` |" not in after]
-    assert not missing, f"document the body and answer of {missing}"
+    inside = script.catalogue()
+    after = document.split(script.END, 1)[1]
+    for name in OPERATIONS:
+        assert inside.count(f"| `{name}` |") == 2, name
+        assert f"| `{name}` |" not in after, f"{name} is documented beside the catalogue"
+
+
+def test_every_body_field_has_its_meaning_and_no_other_is_described() -> None:
+    """A row's ``about`` names exactly its body's fields, optional ones as optional, and says
+    what each means."""
+    for name, row in OPERATIONS.items():
+        body = row.about.body
+        required = row.fields if row.required is None else row.required
+        assert body.names == row.fields, name
+        assert body.required == required, name
+        assert all(meaning for _, meaning in body.members), name
+
+
+def test_a_streamed_answer_says_what_its_chunks_are_and_a_json_answer_names_its_members() -> None:
+    for name, row in OPERATIONS.items():
+        about = row.about
+        if row.streaming is Streaming.ALWAYS:
+            assert about.answer is None, name
+            assert "CHUNK" in about.answer_note, name
+        elif row.streaming is Streaming.WHEN_ASKED:
+            assert "CHUNK" in about.answer_note, name
+            assert "END" in about.answer_note, name
+        else:
+            assert about.answer is not None, name
+
+
+def test_every_named_shape_is_defined_in_the_document() -> None:
+    document = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    for shape in NAMED:
+        assert f"- **{shape.name}** ({shape.note}), an object of:" in document

@@ -25,6 +25,32 @@ from ficc.services.ports import Clock, UnitOfWorkFactory
 from ficc.services.ports.peers import EncodedAnswer, PeerIdentity, RequestResult
 from ficc.services.remote.call import Answer, Call, Effect, Mutate, PeerHandler, Stream
 from ficc.services.remote.gate import Gate
+from ficc.services.remote.meanings import (
+    DISCOVER,
+    GRANT_REVOKED,
+    GRANTS_LIST,
+    INFERENCE_CONTROL,
+    INFERENCE_CREATE,
+    INFERENCE_GET,
+    INFERENCE_INVOKE,
+    INFERENCE_PREPARE,
+    INFERENCE_PREVIEW,
+    INFERENCE_REPLACE,
+    MODELS_CREATE,
+    MODELS_MANIFEST,
+    MODELS_RANGE,
+    MODELS_REMOVE,
+    OPERATION_STATUS,
+    PAIRING_DISCARD,
+    PAIRING_FETCH,
+    PAIRING_FINISH,
+    PAIRING_OFFER,
+    PAIRING_RECEIPT,
+    PEER_REMOVED,
+    RESOURCES,
+    USAGE_RECEIPTS,
+)
+from ficc.services.remote.shapes import About
 from ficc.services.remote.views import peer_answer
 
 if TYPE_CHECKING:
@@ -82,6 +108,8 @@ class OperationRow:
     mutate: Callable[[Handlers], Mutate] | None = None
     stream: Callable[[Handlers], Stream] | None = None
     peer: Callable[[Handlers], PeerHandler] | None = None
+    about: About = field(kw_only=True)
+    """What its body fields and answer mean (rendered into docs/protocol.md §5)."""
 
     @property
     def mutation(self) -> bool:
@@ -107,6 +135,7 @@ def _f(*names: str) -> frozenset[str]:
 
 
 MANAGE: Final = _f("inference:manage")
+OFFER_AND_RECEIPT: Final = _f("offer", "receipt")
 
 OPERATIONS: Final[Mapping[str, OperationRow]] = {
     # Pairing and notices: outside any grant, the proven peer checked by each handler.
@@ -115,42 +144,61 @@ OPERATIONS: Final[Mapping[str, OperationRow]] = {
         _f("offer", "scopes", "label", "expires_at"),
         _f("offer", "scopes"),
         peer=lambda h: h.approval.on_offer,
+        about=PAIRING_OFFER,
     ),
     "pairing.receipt": OperationRow(
-        None, _f("offer", "receipt"), peer=lambda h: h.pairing.on_receipt
+        None, OFFER_AND_RECEIPT, peer=lambda h: h.pairing.on_receipt, about=PAIRING_RECEIPT
     ),
-    "pairing.fetch": OperationRow(None, _f("offer"), peer=lambda h: h.approval.on_fetch),
+    "pairing.fetch": OperationRow(
+        None, _f("offer"), peer=lambda h: h.approval.on_fetch, about=PAIRING_FETCH
+    ),
     "pairing.finish": OperationRow(
-        None, _f("offer", "receipt"), peer=lambda h: h.approval.on_finish
+        None, OFFER_AND_RECEIPT, peer=lambda h: h.approval.on_finish, about=PAIRING_FINISH
     ),
-    "pairing.discard": OperationRow(None, _f("offer"), peer=lambda h: h.approval.on_discard),
-    "peer.removed": OperationRow(None, peer=lambda h: h.peers.on_peer_removed),
-    "grant.revoked": OperationRow(None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked),
-    "grants.list": OperationRow(None, peer=lambda h: h.grants.on_grants_list),
+    "pairing.discard": OperationRow(
+        None, _f("offer"), peer=lambda h: h.approval.on_discard, about=PAIRING_DISCARD
+    ),
+    "peer.removed": OperationRow(None, peer=lambda h: h.peers.on_peer_removed, about=PEER_REMOVED),
+    "grant.revoked": OperationRow(
+        None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked, about=GRANT_REVOKED
+    ),
+    "grants.list": OperationRow(None, peer=lambda h: h.grants.on_grants_list, about=GRANTS_LIST),
     "usage.receipts": OperationRow(
         None,
         _f("grant", "after", "limit"),
         _f("grant"),
         peer=lambda h: h.receipts.on_usage_receipts,
+        about=USAGE_RECEIPTS,
     ),
     # Under a grant.
-    "discover": OperationRow(_f("discover"), answer=lambda h: h.inference.discover),
-    "inference.prepare": OperationRow(MANAGE, answer=lambda h: h.inference.prepare),
-    "inference.preview": OperationRow(MANAGE, _f("spec"), answer=lambda h: h.inference.preview),
+    "discover": OperationRow(_f("discover"), answer=lambda h: h.inference.discover, about=DISCOVER),
+    "inference.prepare": OperationRow(
+        MANAGE, answer=lambda h: h.inference.prepare, about=INFERENCE_PREPARE
+    ),
+    "inference.preview": OperationRow(
+        MANAGE, _f("spec"), answer=lambda h: h.inference.preview, about=INFERENCE_PREVIEW
+    ),
     "inference.get": OperationRow(
         _f("inference:invoke", "inference:manage"),
         _f("service"),
         answer=lambda h: h.inference.get,
+        about=INFERENCE_GET,
     ),
-    "inference.create": OperationRow(MANAGE, _f("spec"), mutate=lambda h: h.inference.create),
+    "inference.create": OperationRow(
+        MANAGE, _f("spec"), mutate=lambda h: h.inference.create, about=INFERENCE_CREATE
+    ),
     "inference.replace": OperationRow(
-        MANAGE, _f("service", "revision", "spec"), mutate=lambda h: h.inference.replace
+        MANAGE,
+        _f("service", "revision", "spec"),
+        mutate=lambda h: h.inference.replace,
+        about=INFERENCE_REPLACE,
     ),
     "inference.control": OperationRow(
         MANAGE,
         _f("service", "revision", "operation", "acknowledge_unknown"),
         _f("service", "revision", "operation"),
         mutate=lambda h: h.inference.control,
+        about=INFERENCE_CONTROL,
     ),
     "inference.invoke": OperationRow(
         _f("inference:invoke"),
@@ -158,9 +206,13 @@ OPERATIONS: Final[Mapping[str, OperationRow]] = {
         streaming=Streaming.WHEN_ASKED,
         answer=lambda h: h.inference.invoke,
         stream=lambda h: h.inference.invoke_stream,
+        about=INFERENCE_INVOKE,
     ),
     "models.manifest": OperationRow(
-        _f("models:read", "models:transfer"), _f("model"), answer=lambda h: h.models.manifest
+        _f("models:read", "models:transfer"),
+        _f("model"),
+        answer=lambda h: h.models.manifest,
+        about=MODELS_MANIFEST,
     ),
     "models.range": OperationRow(
         _f("models:transfer"),
@@ -168,15 +220,20 @@ OPERATIONS: Final[Mapping[str, OperationRow]] = {
         streaming=Streaming.ALWAYS,
         octets=True,
         stream=lambda h: h.transfers.serve_range,
+        about=MODELS_RANGE,
     ),
     "models.create": OperationRow(
-        _f("models:manage"), _f("manifest"), mutate=lambda h: h.models.create
+        _f("models:manage"), _f("manifest"), mutate=lambda h: h.models.create, about=MODELS_CREATE
     ),
     "models.remove": OperationRow(
-        _f("models:manage"), _f("model"), mutate=lambda h: h.models.remove
+        _f("models:manage"), _f("model"), mutate=lambda h: h.models.remove, about=MODELS_REMOVE
     ),
-    "resources": OperationRow(_f("resources:read"), answer=lambda h: h.models.resources),
-    "operation.status": OperationRow(ANY_SCOPE, _f("id"), answer=lambda h: h.models.status),
+    "resources": OperationRow(
+        _f("resources:read"), answer=lambda h: h.models.resources, about=RESOURCES
+    ),
+    "operation.status": OperationRow(
+        ANY_SCOPE, _f("id"), answer=lambda h: h.models.status, about=OPERATION_STATUS
+    ),
 }
 
 ENVELOPE_FIELDS: Final = _f("grant", "body", "mutation_id")
