@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,6 @@ from tests.support.loop_watchdog import MAX_LOOP_HOLD_SECONDS, loop_watchdog
 
 from ficc.adapters.node_probe import (
     NVIDIA_SMI_TIMEOUT_SECONDS,
-    GpuCapacity,
     parse_meminfo,
     parse_nvidia_smi_csv,
     probe_gpus,
@@ -23,8 +23,8 @@ from ficc.adapters.node_probe import (
 )
 from ficc.base.units import GiB, MiB
 from ficc.domain.inference import ServiceState
-from ficc.domain.nodes import Gpu
-from ficc.services.nodes import Capacity, Nodes
+from ficc.domain.nodes import Capacity, Gpu
+from ficc.services.nodes import Nodes
 
 # Captured from `nvidia-smi --query-gpu=index,name,memory.total,memory.used
 # --format=csv,noheader,nounits` on a two-GPU machine (a sample, not this machine's output).
@@ -65,8 +65,8 @@ async def test_the_probe_reports_gpus_exactly_when_nvidia_smi_is_installed() -> 
 
 def test_a_captured_nvidia_smi_sample_parses_into_gpus_in_bytes() -> None:
     assert parse_nvidia_smi_csv(CAPTURED_NVIDIA_SMI_SAMPLE) == (
-        GpuCapacity(index=0, name="NVIDIA H200", memory_bytes=143771 * MiB, memory_used_bytes=0),
-        GpuCapacity(
+        Gpu(index=0, name="NVIDIA H200", memory_bytes=143771 * MiB, memory_used_bytes=0),
+        Gpu(
             index=1,
             name="NVIDIA GeForce RTX 4090",
             memory_bytes=24564 * MiB,
@@ -86,7 +86,7 @@ def test_a_gpu_name_with_a_comma_is_kept_whole() -> None:
 
 def test_unknown_used_memory_counts_as_all_used_and_unknown_total_skips_the_gpu() -> None:
     gpus = parse_nvidia_smi_csv("0, A, 1000, [N/A]\n1, B, [N/A], [N/A]\n")
-    assert gpus == (GpuCapacity(0, "A", 1000 * MiB, 1000 * MiB),)
+    assert gpus == (Gpu(0, "A", 1000 * MiB, 1000 * MiB),)
 
 
 def test_empty_nvidia_smi_output_means_no_gpus() -> None:
@@ -113,7 +113,7 @@ async def test_probe_gpus_runs_nvidia_smi_with_the_query_arguments(tmp_path: Pat
         'test "$2" = "--format=csv,noheader,nounits" || exit 9\n'
         "echo '0, Fake GPU, 2048, 1024'\n",
     )
-    assert await probe_gpus(binary) == (GpuCapacity(0, "Fake GPU", 2048 * MiB, 1024 * MiB),)
+    assert await probe_gpus(binary) == (Gpu(0, "Fake GPU", 2048 * MiB, 1024 * MiB),)
 
 
 async def test_an_nvidia_smi_that_fails_means_no_gpus(tmp_path: Path) -> None:
@@ -180,16 +180,16 @@ async def test_registering_the_local_node_and_starting_a_service_never_hold_the_
 
     async def probe() -> Capacity:
         found = await probe_node(nvidia_smi=slow)
-        gpus = tuple(Gpu(g.index, g.name, g.memory_bytes, g.memory_used_bytes) for g in found.gpus)
-        return Capacity("here", found.cpu_count, 16 * GiB, 16 * GiB, gpus)
+        return replace(found, memory_bytes=16 * GiB, memory_available_bytes=16 * GiB)
 
     async with loop_watchdog() as lag:
-        await Nodes(FakeUnitOfWorkFactory(store), b.clock).register_local_node(probe, "node_x")
+        nodes = Nodes(FakeUnitOfWorkFactory(store), b.clock)
+        await nodes.register_local_node(probe, "node_x", name="here")
         await b.add_node()
         model = await b.add_model(MiB)
         service = await b.create(model, replicas=2)
         await b.control(service["id"], "start")
         await b.until(lambda: b.service(service["id"]).state is ServiceState.RUNNING)
     [node] = store.nodes.values()
-    assert [gpu.name for gpu in node.gpus] == ["Fake GPU"]
+    assert (node.name, [gpu.name for gpu in node.gpus]) == ("here", ["Fake GPU"])
     assert lag.worst_seconds < MAX_LOOP_HOLD_SECONDS, lag

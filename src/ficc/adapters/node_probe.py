@@ -18,11 +18,11 @@ import importlib
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from ficc.base.units import KiB, MiB
+from ficc.domain.nodes import Capacity, Gpu
 
 logger = logging.getLogger(__name__)
 
@@ -33,22 +33,6 @@ NVIDIA_SMI_ARGUMENTS: Final = (
 )
 NVIDIA_SMI_TIMEOUT_SECONDS: Final = 2.0
 """A healthy nvidia-smi answers in well under a second; a hung driver is given up on quickly."""
-
-
-@dataclass(frozen=True)
-class GpuCapacity:
-    index: int
-    name: str
-    memory_bytes: int
-    memory_used_bytes: int
-
-
-@dataclass(frozen=True)
-class NodeCapacity:
-    cpu_count: int
-    memory_bytes: int
-    memory_available_bytes: int
-    gpus: tuple[GpuCapacity, ...]
 
 
 def cpu_count() -> int:
@@ -82,13 +66,13 @@ def _mebibytes(text: str) -> int | None:
     return int(text) * MiB if text.isdigit() else None
 
 
-def parse_nvidia_smi_csv(text: str) -> tuple[GpuCapacity, ...]:
+def parse_nvidia_smi_csv(text: str) -> tuple[Gpu, ...]:
     """GPUs from ``nvidia-smi --query-gpu=index,name,memory.total,memory.used`` CSV output.
 
     Memory is in MiB. A GPU whose total memory is unknown ("[N/A]") is left out: nothing could
     be scheduled on it safely. Unknown used memory counts as all of it used, for the same reason.
     """
-    gpus: list[GpuCapacity] = []
+    gpus: list[Gpu] = []
     for line in text.splitlines():
         if not line.strip():
             continue
@@ -102,7 +86,7 @@ def parse_nvidia_smi_csv(text: str) -> tuple[GpuCapacity, ...]:
             continue
         used = _mebibytes(parts[-1])
         gpus.append(
-            GpuCapacity(
+            Gpu(
                 index=int(parts[0]),
                 name=name,
                 memory_bytes=total,
@@ -114,7 +98,7 @@ def parse_nvidia_smi_csv(text: str) -> tuple[GpuCapacity, ...]:
 
 async def probe_gpus(
     nvidia_smi: str | None = None, *, timeout_seconds: float = NVIDIA_SMI_TIMEOUT_SECONDS
-) -> tuple[GpuCapacity, ...]:
+) -> tuple[Gpu, ...]:
     """NVIDIA GPUs of this machine; none when nvidia-smi is absent, fails or times out.
 
     Run as an asyncio subprocess: the loop goes on while it runs, and one that outlives
@@ -155,7 +139,7 @@ async def probe_gpus(
         return ()
 
 
-def _nvml_gpus() -> tuple[GpuCapacity, ...] | None:
+def _nvml_gpus() -> tuple[Gpu, ...] | None:
     """GPUs through NVML; None where ``nvidia-ml-py`` is not installed or NVML does not start.
 
     Blocking (NVML calls the driver): run it in a worker thread.
@@ -177,7 +161,7 @@ def _nvml_gpus() -> tuple[GpuCapacity, ...] | None:
             name = nvml.nvmlDeviceGetName(device)
             memory = nvml.nvmlDeviceGetMemoryInfo(device)
             gpus.append(
-                GpuCapacity(
+                Gpu(
                     index=index,
                     name=name.decode() if isinstance(name, bytes) else str(name),
                     memory_bytes=int(memory.total),
@@ -194,7 +178,7 @@ def _nvml_gpus() -> tuple[GpuCapacity, ...] | None:
 
 async def probe_node(
     *, meminfo_path: Path = MEMINFO_PATH, nvidia_smi: str | None = None
-) -> NodeCapacity:
+) -> Capacity:
     """This machine's capacity now: CPUs, memory and GPUs, without blocking the loop.
 
     ``nvidia_smi``: the binary to ask; naming one skips NVML (tests probe a given binary).
@@ -202,7 +186,7 @@ async def probe_node(
     meminfo = await asyncio.to_thread(meminfo_path.read_text, encoding="ascii")
     total, available = parse_meminfo(meminfo)
     gpus = None if nvidia_smi is not None else await asyncio.to_thread(_nvml_gpus)
-    return NodeCapacity(
+    return Capacity(
         cpu_count=cpu_count(),
         memory_bytes=total,
         memory_available_bytes=available,

@@ -19,7 +19,7 @@ import ray._private.state as ray_state
 
 from ficc.base.errors import EngineUnavailable, InvalidInput
 from ficc.base.ids import new_id
-from ficc.domain.nodes import Gpu, Node
+from ficc.domain.nodes import Capacity, Gpu, Node
 
 RAY_NODE_REFRESH_SECONDS: Final = 2.0
 """How often the node list follows Ray: a node that left is unavailable within about this."""
@@ -35,10 +35,8 @@ class RayNode:
     alive: bool
     address: str
     hostname: str
-    cpu_count: int
-    memory_bytes: int
-    memory_available_bytes: int
-    gpu_count: int
+    capacity: Capacity
+    """Ray counts GPUs, it does not measure them: each is a ``GPU`` of unknown memory."""
     labels: tuple[tuple[str, str], ...]
 
 
@@ -61,10 +59,15 @@ def parse_ray_node(entry: dict[str, Any], available: dict[str, Any]) -> RayNode:
         alive=bool(entry.get("Alive")),
         address=str(entry.get("NodeManagerAddress", "")),
         hostname=str(entry.get("NodeManagerHostname", "")),
-        cpu_count=int(resources.get("CPU", 0)),
-        memory_bytes=int(resources.get("memory", 0)),
-        memory_available_bytes=int(available.get("memory", 0)),
-        gpu_count=int(resources.get(GPU_RESOURCE, 0)),
+        capacity=Capacity(
+            cpu_count=int(resources.get("CPU", 0)),
+            memory_bytes=int(resources.get("memory", 0)),
+            memory_available_bytes=int(available.get("memory", 0)),
+            gpus=tuple(
+                Gpu(index=index, name=GPU_RESOURCE, memory_bytes=0, memory_used_bytes=0)
+                for index in range(int(resources.get(GPU_RESOURCE, 0)))
+            ),
+        ),
         labels=tuple(sorted((str(key), str(value)) for key, value in labels.items())),
     )
 
@@ -126,13 +129,10 @@ class RayNodes:
             Node(
                 id=ficc_node_id(node.ray_node_id),
                 name=f"{node.hostname or node.address}-{node.ray_node_id[:8]}",
-                cpu_count=node.cpu_count,
-                memory_bytes=node.memory_bytes,
-                memory_available_bytes=node.memory_available_bytes if node.alive else 0,
-                gpus=tuple(
-                    Gpu(index=index, name=GPU_RESOURCE, memory_bytes=0, memory_used_bytes=0)
-                    for index in range(node.gpu_count)
-                ),
+                cpu_count=node.capacity.cpu_count,
+                memory_bytes=node.capacity.memory_bytes,
+                memory_available_bytes=node.capacity.memory_available_bytes if node.alive else 0,
+                gpus=node.capacity.gpus,
                 is_local=node.ray_node_id == self._driver_node_id,
                 updated_at=now,
                 ray_node_id=node.ray_node_id,

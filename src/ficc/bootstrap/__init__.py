@@ -13,7 +13,6 @@ from ficc.bootstrap.lifecycle import (
     initialise,
     new_node_id,
     open_cluster,
-    probe_capacity,
 )
 from ficc.bootstrap.ray import RayPlacement
 from ficc.bootstrap.settings import (
@@ -44,6 +43,5 @@ __all__ = [
     "initialise",
     "new_node_id",
     "open_cluster",
-    "probe_capacity",
     "system_clock",
 ]

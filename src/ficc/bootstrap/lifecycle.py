@@ -25,12 +25,10 @@ from ficc.base.ids import new_id
 from ficc.base.units import DAY_SECONDS
 from ficc.bootstrap.cluster import LABEL_SETTING, Cluster, build
 from ficc.bootstrap.settings import Settings, system_clock
-from ficc.domain.nodes import Gpu
 from ficc.domain.principals import ALL_PROJECTS
 from ficc.domain.scopes import LOCAL_SCOPES
 from ficc.services import accounts
 from ficc.services.lease import LeaseKeeper
-from ficc.services.nodes import Capacity
 from ficc.services.ports import Clock
 
 log = logging.getLogger("ficc.lifecycle")
@@ -159,7 +157,7 @@ async def start(cluster: Cluster) -> None:
         cluster.ray.nodes.connect()
         await cluster.ray.record_nodes(cluster.nodes)
     else:
-        await cluster.nodes.register_local_node(probe_capacity, new_node_id())
+        await _register_this_machine(cluster)
     cluster.node_refresher = asyncio.create_task(_refresh_nodes(cluster))
     await cluster.inference.recover()
     await cluster.transfers.recover()
@@ -192,7 +190,12 @@ async def _refresh_nodes(cluster: Cluster) -> None:
             await cluster.ray.record_nodes(cluster.nodes)
             continue
         await asyncio.sleep(NODE_REFRESH_SECONDS)
-        await cluster.nodes.register_local_node(probe_capacity, new_node_id())
+        await _register_this_machine(cluster)
+
+
+async def _register_this_machine(cluster: Cluster) -> None:
+    """Record this machine, under its host name, as the local node with what it has now."""
+    await cluster.nodes.register_local_node(probe_node, new_node_id(), name=socket.gethostname())
 
 
 async def close(cluster: Cluster) -> None:
@@ -229,23 +232,3 @@ async def close(cluster: Cluster) -> None:
 
 def new_node_id() -> str:
     return new_id("node", secrets.token_bytes(16))
-
-
-async def probe_capacity() -> Capacity:
-    """This machine's capacity, as the node registry records it."""
-    probe = await probe_node()
-    return Capacity(
-        hostname=socket.gethostname(),
-        cpu_count=probe.cpu_count,
-        memory_bytes=probe.memory_bytes,
-        memory_available_bytes=probe.memory_available_bytes,
-        gpus=tuple(
-            Gpu(
-                index=gpu.index,
-                name=gpu.name,
-                memory_bytes=gpu.memory_bytes,
-                memory_used_bytes=gpu.memory_used_bytes,
-            )
-            for gpu in probe.gpus
-        ),
-    )

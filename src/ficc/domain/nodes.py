@@ -16,6 +16,16 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What a probe of a machine found: the values a node records as its capacity."""
+
+    cpu_count: int
+    memory_bytes: int
+    memory_available_bytes: int
+    gpus: tuple[Gpu, ...]
+
+
+@dataclass(frozen=True)
 class Node:
     id: str
     name: str

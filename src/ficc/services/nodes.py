@@ -5,25 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ficc.domain.nodes import Gpu, Node
+from ficc.domain.nodes import Capacity, Node
 from ficc.services.ports import Clock, UnitOfWorkFactory
 
 LOCAL_NODE_SETTING = "local_node_id"
 
 
-@dataclass(frozen=True)
-class Capacity:
-    """What a probe of this machine found."""
-
-    hostname: str
-    cpu_count: int
-    memory_bytes: int
-    memory_available_bytes: int
-    gpus: tuple[Gpu, ...]
-
-
 CapacityProbe = Callable[[], Awaitable[Capacity]]
-"""Asynchronous: a probe runs beside peer sessions and must never hold the event loop."""
+"""What this machine has now. Asynchronous: a probe runs beside peer sessions and must never
+hold the event loop."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,7 +23,7 @@ class Nodes:
     uow_factory: UnitOfWorkFactory
     clock: Clock
 
-    async def register_local_node(self, probe: CapacityProbe, node_id: str) -> Node:
+    async def register_local_node(self, probe: CapacityProbe, node_id: str, *, name: str) -> Node:
         """Record (or refresh) this machine as the cluster's local node under a stable ID."""
         capacity = await probe()
         async with self.uow_factory() as uow:
@@ -44,7 +34,7 @@ class Nodes:
                 await uow.settings.put(LOCAL_NODE_SETTING, node_id)
             node = Node(
                 id=node_id,
-                name=capacity.hostname,
+                name=name,
                 cpu_count=capacity.cpu_count,
                 memory_bytes=capacity.memory_bytes,
                 memory_available_bytes=capacity.memory_available_bytes,

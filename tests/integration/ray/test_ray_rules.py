@@ -18,6 +18,7 @@ from ficc.adapters.runtimes.ray import bound_to
 from ficc.adapters.runtimes.ray_calls import FETCH_CHUNK_BYTES, place_model
 from ficc.adapters.runtimes.ray_replica import NODE_STORE_VARIABLE, EngineHost, ModelFileRefused
 from ficc.base.errors import InvalidInput
+from ficc.domain.nodes import Capacity, Gpu
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RAY_ID = "e00f9e8930e596a2259ff87893ef6805e53b1915587240781921b070"
@@ -52,6 +53,7 @@ def test_a_ray_node_keeps_its_ficc_id_and_a_dead_one_is_unavailable() -> None:
         "Labels": {"zone": "a"},
     }
     node = parse_ray_node(entry, {"memory": 1024.0})
+    assert node.capacity == Capacity(2, 4096, 1024, (Gpu(0, "GPU", 0, 0),))
     (listed,) = RayNodes("127.0.0.1:6379", namespace_of("abc")).as_nodes([node], NOW)
     assert listed.id == ficc_node_id(RAY_ID)
     assert ficc_node_id(RAY_ID) == ficc_node_id(RAY_ID.upper().lower())

@@ -142,7 +142,7 @@ class RayRuntime(SupervisedRuntime):
         on_node = NodeInfo(
             node_id=node.node_id,
             local=True,
-            gpu_count=node.gpu_count if ray_node is None else ray_node.gpu_count,
+            gpu_count=node.gpu_count if ray_node is None else len(ray_node.capacity.gpus),
         )
         reasons += (await self._inner.availability(on_node)).reasons
         return Availability(tuple(reasons))
