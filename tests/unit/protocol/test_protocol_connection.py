@@ -26,6 +26,7 @@ from ficc.base.errors import LimitExceeded, LocalProtocolError, PeerUnreachable,
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import MAX_RESPONSE_BYTES
 from ficc.protocol.answers import MAX_JSON_ANSWER_BYTES, complete_request, parse_large_answer
+from ficc.protocol.chunk_frames import MAX_CHUNK_BYTES
 from ficc.protocol.connection import PeerConnection
 from ficc.protocol.events import (
     AnswerEnded,
@@ -41,12 +42,14 @@ from ficc.protocol.events import (
     RequestRefused,
     StreamEnded,
 )
-from ficc.protocol.frames import MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from ficc.protocol.frames import LENGTH_BYTES, MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from ficc.protocol.handshake import KnownPeer
 from ficc.protocol.limits import (
+    FRAME_OVERHEAD,
     MAX_PEER_STREAMS,
     MAX_UNPAIRED_ANSWER_BYTES,
     MAX_UNPAIRED_STREAMS,
+    MIN_READ_BYTES,
     OFF_LOOP_JSON_BYTES,
     READ_DEADLINE_SECONDS,
     STREAM_CREDIT_MARGIN,
@@ -193,6 +196,26 @@ def test_a_frame_must_complete_within_the_read_deadline_from_its_first_byte() ->
     error = server.read_expired(served)
     assert error.details == {"limit": "request_read_seconds", "max": READ_DEADLINE_SECONDS}
     assert server.state(served) is StreamState.FAILED
+
+
+def test_a_read_asks_for_about_one_frame_and_never_more_than_the_largest() -> None:
+    """iroh's read zero-fills a buffer of the whole ask, so asking for several frames at once
+    costs more than the reads it saves (measured in docs/benchmarks.md, bulk section)."""
+    requester, server = connected()
+    asked, served, _ = one_request(requester, server, {}, streaming=True)
+    assert requester.read_size(asked) == MIN_READ_BYTES
+    chunk_frame = server.send_chunk(served, bytes(512 * KiB))
+    frame_bytes = len(chunk_frame) - LENGTH_BYTES
+    requester.receive(asked, chunk_frame, START)
+    assert requester.read_size(asked) == frame_bytes + FRAME_OVERHEAD  # the next one, whole
+    largest = server.send_chunk(served, bytes(MAX_CHUNK_BYTES))
+    requester.receive(asked, largest[: 100 * KiB], START)
+    lacking = len(largest) - 100 * KiB
+    assert requester.read_size(asked) == lacking  # the frame under way, all it lacks
+    requester.receive(asked, largest[100 * KiB : -10], START)
+    assert requester.read_size(asked) == frame_bytes + FRAME_OVERHEAD
+    requester.receive(asked, largest[-10:], START)
+    assert requester.read_size(asked) == MAX_FRAME_BYTES + FRAME_OVERHEAD
 
 
 def test_the_next_request_deadline_runs_from_the_answer_and_not_while_answering() -> None:
