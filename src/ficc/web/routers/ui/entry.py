@@ -9,6 +9,7 @@ from ficc.base.errors import FiccError, NotFound
 from ficc.bootstrap import Cluster
 from ficc.web.auth import forget_session_cookie, public
 from ficc.web.console import ConsoleContext, console
+from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import (
     STATIC_DIRECTORY,
     STATIC_FILES,
@@ -101,7 +102,7 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
         cluster_key=ctx.cluster.cluster_key.public_text,
         federation=federation,
         services=(
-            await ctx.cluster.inference.commands.list_services(ctx.project)
+            render_services(await ctx.cluster.inference.commands.list_services(ctx.project))
             if "inference:read" in scopes
             else None
         ),

@@ -35,6 +35,7 @@ from ficc.web.console import (
     read_form,
     usage_chart,
 )
+from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
 
 router = APIRouter(include_in_schema=False)
@@ -76,7 +77,9 @@ async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
     as on the overview and GET /nodes (G14); None tells the page why the picker is empty.
     """
     return {
-        "services": await ctx.cluster.inference.commands.list_services(ctx.project),
+        "services": render_services(
+            await ctx.cluster.inference.commands.list_services(ctx.project)
+        ),
         "models": await ctx.cluster.catalogue.list_models(ctx.project),
         "nodes": (
             await ctx.cluster.nodes.list_nodes()

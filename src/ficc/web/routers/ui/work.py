@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.base.errors import InvalidInput
 from ficc.web.console import ConsoleContext, console, form_int, read_form
+from ficc.web.presenters.services import render_service, render_services
 from ficc.web.routers import inference as inference_api
 from ficc.web.routers.ui.rendering import (
     LIVE_SERVICE_STATES,
@@ -55,7 +56,7 @@ async def resume_transfer(
 
 @router.get(f"{P}/services", response_class=HTMLResponse)
 async def services(request: Request, ctx: ConsoleContext = console("inference:read")) -> Response:
-    found = await ctx.cluster.inference.commands.list_services(ctx.project)
+    found = render_services(await ctx.cluster.inference.commands.list_services(ctx.project))
     routes = await ctx.cluster.routes.list_routes(ctx.project)
     return await _listing(
         request, ctx, "services", "Services", found, LIVE_SERVICE_STATES, routes=routes
@@ -67,15 +68,15 @@ async def service(
     request: Request, service_id: str, ctx: ConsoleContext = console("inference:read")
 ) -> Response:
     """One service with its engine log, read-only (the template escapes every line)."""
-    found = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
+    view = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
     log = await ctx.cluster.service_logs.read(ctx.project, service_id)
     return await render_page(
         request,
         ctx,
         "service",
-        f"Service {found['spec']['name']}",
-        live=found["state"] in LIVE_SERVICE_STATES,
-        service=found,
+        f"Service {view.spec.name}",
+        live=view.state.value in LIVE_SERVICE_STATES,
+        service=render_service(view),
         log=log,
     )
 
