@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 
 from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
 from ficc.domain.service_records import AttemptRecord, ServiceRecord, ServiceView
+from ficc.domain.transfers import Transfer, TransferFile, TransferState, TransferView
 from ficc.web.presenters.services import render_service
+from ficc.web.presenters.transfers import render_transfer
 from ficc.web.responses import dumps
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -76,3 +78,38 @@ def test_a_service_renders_to_the_bytes_of_its_contract_object() -> None:
         ),
     ]
     assert dumps(render_service(ServiceView.of(service, attempts))) == SERVICE_JSON
+
+
+TRANSFER_JSON = (
+    b'{"id":"trf_1","peer":"peer_1","model":"mdl_1","grant":"grant_1","sha256":"ababababababab'
+    b'ababababababababababababababababababababababababab","state":"paused","bytes_done":410,"b'
+    b'ytes_total":1010,"rate_bytes_per_second":1235,"files":[{"path":"model.gguf","size":1000,'
+    b'"sha256":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","bytes_done"'
+    b':400,"verified":false},{"path":"README.md","size":10,"sha256":"efefefefefefefefefefefefe'
+    b'fefefefefefefefefefefefefefefefefefefef","bytes_done":10,"verified":true}],"local_model"'
+    b':null,"error":"FICC stopped; acquire again to resume","created_at":"2026-11-29T12:00:00Z'
+    b'","updated_at":"2026-11-29T12:00:03.250000Z"}'
+)
+
+
+def test_a_transfer_renders_to_the_bytes_of_its_contract_object() -> None:
+    transfer = Transfer(
+        id="trf_1",
+        project="default",
+        peer_id="peer_1",
+        remote_model="mdl_1",
+        grant_id="grant_1",
+        manifest={"name": "m"},
+        sha256="ab" * 32,
+        state=TransferState.PAUSED,
+        files=(
+            TransferFile("model.gguf", 1000, "cd" * 32, 400, False),
+            TransferFile("README.md", 10, "ef" * 32, 10, True),
+        ),
+        local_model=None,
+        error="FICC stopped; acquire again to resume",
+        created_at=AT,
+        updated_at=datetime(2026, 11, 29, 12, 0, 3, 250000, tzinfo=UTC),
+    )
+    view = TransferView.of(transfer, rate_bytes_per_second=round(1234.6))
+    assert dumps(render_transfer(view)) == TRANSFER_JSON

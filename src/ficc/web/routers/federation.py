@@ -15,6 +15,7 @@ from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
+from ficc.web.presenters.federation import render_federation
 from ficc.web.schemas import (
     Configuration,
     Forget,
@@ -45,9 +46,10 @@ async def overview(
     offers_limit: int = Query(DEFAULT_OFFERS_PAGE, ge=1, le=MAX_OFFERS_PAGE),
     ctx: Context = scoped("federation:read"),
 ) -> Any:
-    return await ctx.cluster.federation.overview.overview(
+    view = await ctx.cluster.federation.overview.overview(
         ctx.project, offers_after=offers_after, offers_limit=offers_limit
     )
+    return render_federation(view)
 
 
 @router.put(f"{PREFIX}/configuration", responses=answer(FederationOverview))
@@ -55,7 +57,7 @@ async def configure(
     body: Configuration, ctx: Context = scoped("federation:manage", local_owner=True)
 ) -> Any:
     await ctx.cluster.companion.configure(ctx.principal, body.agent_directory, body.label)
-    return await ctx.cluster.federation.overview.overview(ctx.project)
+    return render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
 
 
 @router.post(f"{PREFIX}/offers", status_code=201, responses=answer(Offer, 201))

@@ -9,6 +9,7 @@ from ficc.base.errors import FiccError, NotFound
 from ficc.bootstrap import Cluster
 from ficc.web.auth import forget_session_cookie, public
 from ficc.web.console import ConsoleContext, console
+from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import (
     STATIC_DIRECTORY,
@@ -90,7 +91,7 @@ async def overview(request: Request, ctx: ConsoleContext = console()) -> Respons
 async def _overview(request: Request, ctx: ConsoleContext) -> Response:
     scopes = ctx.principal.scopes
     federation = (
-        await ctx.cluster.federation.overview.overview(ctx.project)
+        render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
         if "federation:read" in scopes
         else None
     )

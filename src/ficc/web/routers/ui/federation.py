@@ -35,6 +35,7 @@ from ficc.web.console import (
     read_form,
     usage_chart,
 )
+from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
 
@@ -46,7 +47,7 @@ router = APIRouter(include_in_schema=False)
 async def federation(
     request: Request, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
-    view = await ctx.cluster.federation.overview.overview(ctx.project)
+    view = render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
     return await render_page(request, ctx, "federation", "Federation", view=view)
 
 

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from ficc.base.errors import InvalidInput
 from ficc.web.console import ConsoleContext, console, form_int, read_form
 from ficc.web.presenters.services import render_service, render_services
+from ficc.web.presenters.transfers import render_transfers
 from ficc.web.routers import inference as inference_api
 from ficc.web.routers.ui.rendering import (
     LIVE_SERVICE_STATES,
@@ -27,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 @router.get(f"{P}/transfers", response_class=HTMLResponse)
 async def transfers(request: Request, ctx: ConsoleContext = console("federation:read")) -> Response:
-    found = await ctx.cluster.transfers.list(ctx.project)
+    found = render_transfers(await ctx.cluster.transfers.list(ctx.project))
     return await _listing(request, ctx, "transfers", "Transfers", found, LIVE_TRANSFER_STATES)
 
 
@@ -45,9 +46,7 @@ async def resume_transfer(
 ) -> Response:
     """Resume is acquiring the same model from the same peer again, as the API does it."""
     found = await ctx.cluster.transfers.get(ctx.project, transfer_id)
-    await ctx.cluster.transfers.acquire(
-        ctx.principal, ctx.project, found["peer"], model=found["model"]
-    )
+    await ctx.cluster.transfers.acquire(ctx.principal, ctx.project, found.peer, model=found.model)
     return action_done("Transfer resumed.")
 
 
