@@ -229,9 +229,9 @@ async def test_the_requester_sees_what_remains_in_its_copy_and_in_openais_header
     assert copy["used"]["prompt_tokens"] == 3
     assert copy["windows"]["tokens_per_minute"]["used"] == 3
     overview = await pair.grantor.federation.overview.overview("default")
-    [given] = [g for g in overview["grants"] if g["id"] == grant_id]
-    assert (given["tokens_per_minute"], given["requests_per_minute"]) == (40, None)
-    assert given["remaining"]["tokens"] == 97
+    [given] = [g for g in overview["grants"] if g.id == grant_id]
+    assert (given.terms.tokens_per_minute, given.terms.requests_per_minute) == (40, None)
+    assert given.remaining["tokens"] == 97
 
 
 async def test_a_grant_without_metered_limits_answers_as_before(pair: Pair) -> None:
@@ -324,7 +324,7 @@ async def test_a_stream_ended_by_an_error_its_caller_relays_is_recorded_by_that_
     ) as chunks:
         await anext(chunks)
         revoked = await pair.grantor.federation.grants.revoke_grant(OWNER, "default", grant_id)
-        assert revoked["state"] == "revoked"
+        assert revoked.grant.state == "revoked"
         with pytest.raises(GrantRevoked):
             [_ async for _ in chunks]
     grantor, requester = await usage_of(pair, grant_id)

@@ -22,16 +22,16 @@ async def test_a_grant_given_since_the_last_refresh_is_selected_by_asking_the_pe
     )
     pair.channel.sent.clear()
     chosen = await pair.requester.federation.grants.refresh(
-        OWNER, "default", finished["peer"]["id"], grant=further["id"]
+        OWNER, "default", finished["peer"]["id"], grant=further.id
     )
     assert pair.channel.sent == ["grants.list"]
-    assert chosen["selected"] == further["id"]
+    assert chosen["selected"] == further.id
     assert {g["id"] for g in chosen["remote_grants"]} == {
         finished["peer"]["selected"],
-        further["id"],
+        further.id,
     }
     [requester_peer] = await peers_of(pair.requester)
-    assert requester_peer.selected_grant == further["id"]
+    assert requester_peer.selected_grant == further.id
 
 
 async def test_a_revoked_grant_cannot_be_selected_and_the_selection_stays(pair: Pair) -> None:
@@ -44,19 +44,19 @@ async def test_a_revoked_grant_cannot_be_selected_and_the_selection_stays(pair: 
     listed = await pair.requester.federation.grants.refresh(
         OWNER, "default", finished["peer"]["id"], grant=None
     )
-    assert {g["id"]: g["state"] for g in listed["remote_grants"]}[further["id"]] == "active"
+    assert {g["id"]: g["state"] for g in listed["remote_grants"]}[further.id] == "active"
     # Revoked while the grantor's companion is down: the requester is not told, and its copy
     # of the grants still says active.
     grantor_end = pair.grantor.companion._transport
     pair.grantor.companion._transport = None
-    revoked = await pair.grantor.federation.grants.revoke_grant(OWNER, "default", further["id"])
-    assert revoked["told"] is False
+    revoked = await pair.grantor.federation.grants.revoke_grant(OWNER, "default", further.id)
+    assert revoked.told is False
     pair.grantor.companion._transport = grantor_end
     with pytest.raises(Conflict) as refused:
         await pair.requester.federation.grants.refresh(
-            OWNER, "default", finished["peer"]["id"], grant=further["id"]
+            OWNER, "default", finished["peer"]["id"], grant=further.id
         )
-    assert refused.value.details == {"grant": further["id"], "state": "revoked"}
+    assert refused.value.details == {"grant": further.id, "state": "revoked"}
     [requester_peer] = await peers_of(pair.requester)
     assert requester_peer.selected_grant == first
 

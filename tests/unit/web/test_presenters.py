@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from ficc.domain.grant_views import GrantView, RevokedGrantView
+from ficc.domain.grants import Grant, GrantState, parse_grant
 from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
 from ficc.domain.service_records import AttemptRecord, ServiceRecord, ServiceView
 from ficc.domain.transfers import Transfer, TransferFile, TransferState, TransferView
+from ficc.web.presenters.grants import render_grant, render_revoked_grant
 from ficc.web.presenters.services import render_service
 from ficc.web.presenters.transfers import render_transfer
 from ficc.web.responses import dumps
@@ -113,3 +116,59 @@ def test_a_transfer_renders_to_the_bytes_of_its_contract_object() -> None:
     )
     view = TransferView.of(transfer, rate_bytes_per_second=round(1234.6))
     assert dumps(render_transfer(view)) == TRANSFER_JSON
+
+
+GRANT_JSON = (
+    b'{"id":"grt_1","peer":"peer_1","state":"active","scopes":["discover","inference:invoke"],'
+    b'"services":["svc_aaaqeayeaudaocajbifqydiob4"],"models":[],"nodes":[],"lifetime":3600,"co'
+    b'ncurrent":2,"requests":1000,"transfer_bytes":0,"request_bytes":524288,"response_bytes":6'
+    b'7108864,"stop_on_revoke":false,"tokens":1000,"tokens_per_minute":40,"requests_per_minute'
+    b'":null,"created_at":"2026-11-29T12:00:00Z","expires_at":"2026-11-29T13:00:00Z","revoked_'
+    b'at":null,"in_flight":1,"remaining":{"requests":997,"transfer_bytes":0,"tokens":993},"use'
+    b'd":{"requests":3,"prompt_tokens":2,"completion_tokens":1,"transfer_bytes":0},"windows":{'
+    b'"requests_per_minute":null,"tokens_per_minute":{"used":3,"remaining":37,"reset_seconds":'
+    b'59.5}},"created_services":["svc_a","svc_b"],"created_models":[]}'
+)
+
+
+def _grant_view() -> GrantView:
+    terms = parse_grant(
+        {
+            "scopes": ["inference:invoke", "discover"],
+            "services": ["svc_aaaqeayeaudaocajbifqydiob4"],
+            "lifetime": 3600,
+            "tokens": 1000,
+            "tokens_per_minute": 40,
+        }
+    )
+    grant = Grant(
+        id="grt_1",
+        project="default",
+        peer_id="peer_1",
+        terms=terms,
+        state=GrantState.ACTIVE,
+        created_at=AT,
+        expires_at=datetime(2026, 11, 29, 13, 0, tzinfo=UTC),
+        revoked_at=None,
+        requests_used=3,
+        transfer_bytes_used=0,
+        created_services=frozenset({"svc_b", "svc_a"}),
+        prompt_tokens_used=2,
+        completion_tokens_used=1,
+        tokens_reserved=4,
+    )
+    windows = {
+        "requests_per_minute": None,
+        "tokens_per_minute": {"used": 3, "remaining": 37, "reset_seconds": 59.5},
+    }
+    now = datetime(2026, 11, 29, 12, 30, 0, 250000, tzinfo=UTC)
+    return GrantView.of(grant, now, in_flight=1, windows=windows)
+
+
+def test_a_grant_renders_to_the_bytes_of_its_contract_object() -> None:
+    assert dumps(render_grant(_grant_view())) == GRANT_JSON
+
+
+def test_a_revoked_grant_renders_as_its_grant_and_whether_the_peer_was_told() -> None:
+    rendered = dumps(render_revoked_grant(RevokedGrantView(_grant_view(), told=False)))
+    assert rendered == GRANT_JSON[:-1] + b',"told":false}'

@@ -8,7 +8,7 @@ from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
-from ficc.domain.grants import GrantView
+from ficc.domain.grant_views import GrantView
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE, OfferView
 from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
@@ -80,6 +80,6 @@ class Overview:
             "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
             "offers": [offer_json(offer, now, me) for offer in offers[:offers_limit]],
             "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
-            "grants": [self.grants.grant_json(grant, now) for grant in grants],
+            "grants": [self.grants.view(grant, now) for grant in grants],
             "transfers": await self.transfers_of(project),
         }

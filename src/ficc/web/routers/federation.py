@@ -16,6 +16,7 @@ from ficc.web.auth import Context, scoped
 from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
 from ficc.web.presenters.federation import render_federation
+from ficc.web.presenters.grants import render_grant, render_revoked_grant
 from ficc.web.schemas import (
     Configuration,
     Forget,
@@ -99,14 +100,16 @@ async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) 
 async def create_grant(
     peer_id: str, grant: dict[str, Any] = Body(...), ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.grants.create_grant(
+    given = await ctx.cluster.federation.grants.create_grant(
         ctx.principal, ctx.project, peer_id, grant=grant
     )
+    return render_grant(given)
 
 
 @router.delete(f"{PREFIX}/grants/{{grant_id}}", responses=answer(OpenObject))
 async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
+    revoked = await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
+    return render_revoked_grant(revoked)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/refresh", responses=answer(OpenObject))
@@ -126,7 +129,8 @@ async def reconcile(peer_id: str, body: Reconcile, ctx: Context = scoped("federa
 
 @router.post(f"{PREFIX}/grants/{{grant_id}}/retire", responses=answer(Grant))
 async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
+    retired = await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
+    return render_grant(retired)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/forget", responses=answer(OpenObject))

@@ -36,6 +36,7 @@ from ficc.web.console import (
     usage_chart,
 )
 from ficc.web.presenters.federation import render_federation
+from ficc.web.presenters.grants import render_grant
 from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
 
@@ -178,13 +179,12 @@ async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    found: Mapping[str, object] | None = next(
-        (item for item in view["grants"] if item["id"] == grant_id), None
-    )
+    given = next((item for item in view["grants"] if item.id == grant_id), None)
+    found: Mapping[str, object] | None = None if given is None else render_grant(given)
     peer = (
         None
-        if found is None
-        else next((item for item in view["peers"] if item["id"] == found["peer"]), None)
+        if given is None
+        else next((item for item in view["peers"] if item["id"] == given.peer), None)
     )
     received = found is None
     if found is None:
