@@ -97,7 +97,7 @@ async def metered(pair: Pair, **terms: Any) -> tuple[str, str, str]:
     service_id = await running_service(pair)
     grant = {"scopes": ["inference:invoke"], "services": [service_id], **terms}
     finished = await paired(pair, grant)
-    return service_id, finished["peer"]["id"], finished["peer"]["selected"]
+    return service_id, finished.peer.id, finished.peer.selected
 
 
 def invocation(service_id: str, **body: Any) -> dict[str, Any]:
@@ -223,7 +223,8 @@ async def test_the_requester_sees_what_remains_in_its_copy_and_in_openais_header
     refreshed = await pair.requester.federation.grants.refresh(
         OWNER, "default", peer_id, grant=None
     )
-    [copy] = [g for g in refreshed["remote_grants"] if g["id"] == grant_id]
+    [copied] = [g for g in refreshed.remote_grants if g.id == grant_id]
+    copy: dict[str, Any] = copied.to_json()
     assert copy["tokens"] == 100
     assert copy["remaining"]["tokens"] == 97
     assert copy["used"]["prompt_tokens"] == 3

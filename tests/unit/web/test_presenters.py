@@ -10,9 +10,12 @@ from datetime import UTC, datetime
 from ficc.domain.grant_views import GrantView, RevokedGrantView
 from ficc.domain.grants import Grant, GrantState, parse_grant
 from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
+from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
+from ficc.domain.remote_grants import RemoteGrant
 from ficc.domain.service_records import AttemptRecord, ServiceRecord, ServiceView
 from ficc.domain.transfers import Transfer, TransferFile, TransferState, TransferView
 from ficc.web.presenters.grants import render_grant, render_revoked_grant
+from ficc.web.presenters.peers import render_peer
 from ficc.web.presenters.services import render_service
 from ficc.web.presenters.transfers import render_transfer
 from ficc.web.responses import dumps
@@ -172,3 +175,51 @@ def test_a_grant_renders_to_the_bytes_of_its_contract_object() -> None:
 def test_a_revoked_grant_renders_as_its_grant_and_whether_the_peer_was_told() -> None:
     rendered = dumps(render_revoked_grant(RevokedGrantView(_grant_view(), told=False)))
     assert rendered == GRANT_JSON[:-1] + b',"told":false}'
+
+
+PEER_JSON = (
+    b'{"id":"peer_1","label":"beta","hypernet_id":"hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh'
+    b'hhhhhhhhh","cluster_key":"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk","state":"paired",'
+    b'"role":"requester","generation":2,"remote_grants":[{"id":"grt_1","peer":"peer_9","state"'
+    b':"expired","services":["svc_a"],"expires_at":"2026-11-29T12:30:00Z","remaining":{"reques'
+    b'ts":997,"transfer_bytes":0,"tokens":null},"extra":[1,2.5]},{"id":"grt_2","state":"revoke'
+    b'd","expires_at":"2026-11-29T12:00:00Z"}],"selected":"grt_1","created_at":"2026-11-29T12:'
+    b'00:00Z","updated_at":"2026-11-29T12:00:00.000005Z"}'
+)
+
+
+def test_a_peer_renders_to_the_bytes_of_its_contract_object_copies_as_listed() -> None:
+    peer = Peer(
+        id="peer_1",
+        project="default",
+        label="beta",
+        hypernet_id="h" * 52,
+        cluster_key="k" * 43,
+        state=PeerState.PAIRED,
+        generation=2,
+        role=PeerRole.REQUESTER,
+        offer_id="off_1",
+        selected_grant="grt_1",
+        ticket=None,
+        created_at=AT,
+        updated_at=datetime(2026, 11, 29, 12, 0, 0, 5, tzinfo=UTC),
+    )
+    copies: list[dict[str, object]] = [
+        {
+            "id": "grt_1",
+            "peer": "peer_9",
+            "state": "active",
+            "services": ["svc_a"],
+            "expires_at": "2026-11-29T12:30:00Z",
+            "remaining": {"requests": 997, "transfer_bytes": 0, "tokens": None},
+            "extra": [1, 2.5],
+        },
+        {"id": "grt_2", "state": "revoked", "expires_at": "2026-11-29T12:00:00Z"},
+    ]
+    now = datetime(2026, 11, 29, 13, 0, tzinfo=UTC)
+    view = PeerView.of(peer, [RemoteGrant.as_of(copy, now) for copy in copies])
+    assert dumps(render_peer(view)) == PEER_JSON
+    assert [(g.id, g.state, g.services) for g in view.remote_grants] == [
+        ("grt_1", "expired", ("svc_a",)),
+        ("grt_2", "revoked", ()),
+    ]

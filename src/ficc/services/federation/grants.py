@@ -29,10 +29,10 @@ from ficc.services.federation.common import (
     check_paired,
     check_resources,
     log,
-    peer_json,
     project_grant,
     project_peer,
     tell,
+    view_of_peer,
 )
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
@@ -174,7 +174,7 @@ class Grants:
                 await uow.peers.update(peer)
                 await self.context.audit(uow, principal, project, "grant.selected", selected, peer)
                 await uow.commit()
-        return peer_json(peer, listed)
+        return view_of_peer(peer, listed)
 
     # --- the end of a grant -------------------------------------------------------------------
 

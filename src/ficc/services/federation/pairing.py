@@ -39,11 +39,11 @@ from ficc.services.federation.common import (
     my_hypernet_id,
     offer_json,
     parse_hypernet_id,
-    peer_json,
     pending_peer,
     refuse_second_pairing,
     revoke_active,
     tell,
+    view_of_peer,
     visible_offer,
 )
 from ficc.services.ports import UnitOfWork
@@ -183,7 +183,7 @@ class Pairing:
             )
             await uow.commit()
         self.context.known.remember(peer)
-        return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
+        return PairingView(self.offer_json(finished, now), view_of_peer(peer, [remote_grant]))
 
     async def _intend(
         self, offer: Offer, receipt: JSONObject, body: JSONObject, now: datetime
@@ -219,7 +219,7 @@ class Pairing:
         if peer is None:
             raise Conflict("the pairing of this offer is gone", details={"offer": offer.id})
         remote = await uow.remote_grants.of_peer(peer.id)
-        return {"offer": self.offer_json(offer, now), "peer": peer_json(peer, remote)}
+        return PairingView(self.offer_json(offer, now), view_of_peer(peer, remote))
 
     async def on_receipt(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """The service side pushes the receipt of its approval: checked, then kept."""

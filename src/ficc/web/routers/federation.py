@@ -17,6 +17,7 @@ from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
 from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.grants import render_grant, render_revoked_grant
+from ficc.web.presenters.peers import render_pairing, render_peer, render_removed_peer
 from ficc.web.schemas import (
     Configuration,
     Forget,
@@ -81,9 +82,10 @@ async def approve_offer(
 async def finish_offer(
     offer_id: str, body: OfferFinish, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.pairing.finish_offer(
+    finished = await ctx.cluster.federation.pairing.finish_offer(
         ctx.principal, ctx.project, offer_id, receipt=body.receipt
     )
+    return render_pairing(finished)
 
 
 @router.delete(f"{PREFIX}/offers/{{offer_id}}", responses=answer(OpenObject))
@@ -93,7 +95,8 @@ async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage"
 
 @router.delete(f"{PREFIX}/peers/{{peer_id}}", responses=answer(OpenObject))
 async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
+    removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
+    return render_removed_peer(removed)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201, responses=answer(Grant, 201))
@@ -114,9 +117,10 @@ async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/refresh", responses=answer(OpenObject))
 async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.refresh(
+    refreshed = await ctx.cluster.federation.grants.refresh(
         ctx.principal, ctx.project, peer_id, grant=body.grant
     )
+    return render_peer(refreshed)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/reconcile", responses=answer(Reconciliation))

@@ -37,6 +37,7 @@ from ficc.web.console import (
 )
 from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.grants import render_grant
+from ficc.web.presenters.peers import render_peer
 from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
 
@@ -153,7 +154,7 @@ async def finish_offer(
 @router.post(f"{P}/peers/{{peer_id}}/remove")
 async def remove_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
     removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
-    told = "told" if removed["told"] else "not told (telling it is best effort)"
+    told = "told" if removed.told else "not told (telling it is best effort)"
     return action_done(f"Peer removed; its grants are revoked; the peer was {told}.")
 
 
@@ -181,19 +182,19 @@ async def grant(
     view = await ctx.cluster.federation.overview.overview(ctx.project)
     given = next((item for item in view["grants"] if item.id == grant_id), None)
     found: Mapping[str, object] | None = None if given is None else render_grant(given)
-    peer = (
+    of_peer = (
         None
         if given is None
-        else next((item for item in view["peers"] if item["id"] == given.peer), None)
+        else next((item for item in view["peers"] if item.id == given.peer), None)
     )
     received = found is None
     if found is None:
         # A grant this project holds: the peer's copy, and the last reconciliation of its
         # usage receipts.
         for item in view["peers"]:
-            for copy in item.get("remote_grants", []):
-                if copy.get("id") == grant_id:
-                    found, peer = {**copy, "peer": item["id"]}, item
+            for copy in item.remote_grants:
+                if copy.id == grant_id:
+                    found, of_peer = {**copy.to_json(), "peer": item.id}, item
     if found is None:
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
     used = await ctx.cluster.federation.usage.usage(ctx.principal, ctx.project, grant_id, limit=20)
@@ -204,7 +205,7 @@ async def grant(
         "grant",
         "Grant",
         grant=found,
-        peer=peer,
+        peer=None if of_peer is None else render_peer(of_peer),
         usage=used,
         chart=usage_chart(_hours(used)[-48:]),
         received=received,
