@@ -53,7 +53,7 @@ async def test_a_finish_whose_answer_was_lost_completes_when_sent_again(
     assert (requester_peer.state, grantor_peer.state) == (PeerState.PAIRED, PeerState.PAIRED)
     assert grantor_peer.id == served.id
     assert requester_peer.generation == grantor_peer.generation
-    assert finished.offer["state"] == again.offer["state"] == "finished"
+    assert finished.offer.state == again.offer.state == "finished"
     assert pair.channel.sent.count("pairing.finish") == 2
     # The pairing works: a request under its grant is served.
     discovered = await pair.requester.remote.request(

@@ -10,11 +10,19 @@ from datetime import UTC, datetime
 from ficc.domain.grant_views import GrantView, RevokedGrantView
 from ficc.domain.grants import Grant, GrantState, parse_grant
 from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
+from ficc.domain.offers import (
+    ApprovedOfferView,
+    Offer,
+    OfferDirection,
+    OfferState,
+    OfferView,
+)
 from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.remote_grants import RemoteGrant
 from ficc.domain.service_records import AttemptRecord, ServiceRecord, ServiceView
 from ficc.domain.transfers import Transfer, TransferFile, TransferState, TransferView
 from ficc.web.presenters.grants import render_grant, render_revoked_grant
+from ficc.web.presenters.offers import render_approved_offer, render_offer
 from ficc.web.presenters.peers import render_peer
 from ficc.web.presenters.services import render_service
 from ficc.web.presenters.transfers import render_transfer
@@ -223,3 +231,42 @@ def test_a_peer_renders_to_the_bytes_of_its_contract_object_copies_as_listed() -
         ("grt_1", "expired", ("svc_a",)),
         ("grt_2", "revoked", ()),
     ]
+
+
+OFFER_JSON = (
+    b'{"id":"off_1","direction":"incoming","service":"mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm'
+    b'mmmmmmmmmmmm","requester":"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr","label"'
+    b':"alpha","cluster_key":"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk","scopes":["discover'
+    b'","inference:invoke"],"state":"approved","revision":2,"receipt":{"digest":"ddddddddddddd'
+    b'ddddddddddddddddddddddddddddddddddddddddddddddddddd","grant":"grt_1","signature":"s"},"e'
+    b'xpires_at":"2026-12-06T12:00:00.120000Z","peer":"peer_1","project":"default"}'
+)
+
+
+def _offer_view() -> OfferView:
+    offer = Offer(
+        id="off_1",
+        direction=OfferDirection.INCOMING,
+        project="default",
+        other_hypernet_id="r" * 52,
+        peer_label="alpha",
+        peer_cluster_key="k" * 43,
+        scopes=frozenset({"inference:invoke", "discover"}),
+        state=OfferState.APPROVED,
+        revision=2,
+        receipt={"digest": "d" * 64, "grant": "grt_1", "signature": "s"},
+        ticket=None,
+        created_at=AT,
+        expires_at=datetime(2026, 12, 6, 12, 0, 0, 120000, tzinfo=UTC),
+        peer_id="peer_1",
+    )
+    return OfferView.of(offer, datetime(2026, 11, 29, 13, 0, tzinfo=UTC), "m" * 52)
+
+
+def test_an_offer_renders_to_the_bytes_of_its_contract_object() -> None:
+    assert dumps(render_offer(_offer_view())) == OFFER_JSON
+
+
+def test_an_approved_offer_renders_as_its_offer_and_whether_the_receipt_arrived() -> None:
+    rendered = dumps(render_approved_offer(ApprovedOfferView(_offer_view(), True)))
+    assert rendered == OFFER_JSON[:-1] + b',"receipt_delivered":true}'

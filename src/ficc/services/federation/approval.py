@@ -27,6 +27,7 @@ from ficc.domain.offers import (
     Offer,
     OfferDirection,
     OfferState,
+    OfferView,
     clean_label,
     expiry,
     next_state,
@@ -43,7 +44,6 @@ from ficc.services.federation.common import (
     FederationContext,
     check_resources,
     my_hypernet_id,
-    offer_json,
     pending_peer,
     refuse_second_pairing,
     tell,
@@ -148,10 +148,8 @@ class Approval:
             {"offer": offer_id, "receipt": receipt},
             None,
         )
-        return {
-            **offer_json(approved, now, my_hypernet_id(self.context.link)),
-            "receipt_delivered": pushed,
-        }
+        approved_view = OfferView.of(approved, now, my_hypernet_id(self.context.link))
+        return ApprovedOfferView(approved_view, pushed)
 
     # --- what the requester asks of us ------------------------------------------------------
 

@@ -16,7 +16,7 @@ from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import Grant, GrantState, GrantTerms
-from ficc.domain.offers import Offer, OfferDirection, OfferView
+from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
@@ -236,26 +236,6 @@ def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:
 def view_of_peer(peer: Peer, copies: Iterable[Mapping[str, object]]) -> PeerView:
     """A peer with its copies of the grants it gives us, each as the peer listed it."""
     return PeerView.of(peer, (RemoteGrant.of(copy) for copy in copies))
-
-
-def offer_json(offer: Offer, now: datetime, me: str | None) -> OfferView:
-    """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
-    outgoing = offer.direction == OfferDirection.OUTGOING
-    return {
-        "id": offer.id,
-        "direction": offer.direction,
-        "service": offer.other_hypernet_id if outgoing else me,
-        "requester": me if outgoing else offer.other_hypernet_id,
-        "label": offer.peer_label,
-        "cluster_key": offer.peer_cluster_key,
-        "scopes": sorted(offer.scopes),
-        "state": offer.state_at(now),
-        "revision": offer.revision,
-        "receipt": offer.receipt,
-        "expires_at": offer.expires_at,
-        "peer": offer.peer_id,
-        "project": offer.project,
-    }
 
 
 def my_hypernet_id(link: PeerLink) -> str | None:

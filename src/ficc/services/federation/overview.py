@@ -13,7 +13,6 @@ from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE, OfferView
 from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
 from ficc.services.companion import Companion, CompanionView, IdentityView
-from ficc.services.federation.common import offer_json
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.ports import Clock, UnitOfWorkFactory
@@ -78,7 +77,7 @@ class Overview:
             "identity": identity,
             "project": project,
             "peers": [PeerView.of(peer, remote[peer.id]) for peer in peers],
-            "offers": [offer_json(offer, now, me) for offer in offers[:offers_limit]],
+            "offers": [OfferView.of(offer, now, me) for offer in offers[:offers_limit]],
             "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
             "grants": [self.grants.view(grant, now) for grant in grants],
             "transfers": await self.transfers_of(project),

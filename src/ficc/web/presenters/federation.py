@@ -5,6 +5,7 @@ from __future__ import annotations
 from ficc.base.json_types import JSONObject
 from ficc.services.federation.overview import FederationView
 from ficc.web.presenters.grants import render_grants
+from ficc.web.presenters.offers import render_offers
 from ficc.web.presenters.peers import render_peers
 from ficc.web.presenters.transfers import render_transfers
 
@@ -13,6 +14,7 @@ def render_federation(view: FederationView) -> JSONObject:
     """The overview's object in the contract's key order, each typed part rendered."""
     shown: JSONObject = dict(view)
     shown["peers"] = render_peers(view["peers"])
+    shown["offers"] = render_offers(view["offers"])
     shown["grants"] = render_grants(view["grants"])
     shown["transfers"] = render_transfers(view["transfers"])
     return shown

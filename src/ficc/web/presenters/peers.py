@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from ficc.base.json_types import JSONObject
 from ficc.base.times import format_time
 from ficc.domain.peers import PairingView, PeerView, RemovedPeerView
+from ficc.web.presenters.offers import render_offer
 
 
 def render_peer(view: PeerView) -> JSONObject:
@@ -38,4 +39,4 @@ def render_removed_peer(view: RemovedPeerView) -> JSONObject:
 
 def render_pairing(view: PairingView) -> JSONObject:
     """A finished pairing: the offer that made it and the peer it made."""
-    return {"offer": dict(view.offer), "peer": render_peer(view.peer)}
+    return {"offer": render_offer(view.offer), "peer": render_peer(view.peer)}

@@ -17,6 +17,11 @@ from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
 from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.grants import render_grant, render_revoked_grant
+from ficc.web.presenters.offers import (
+    render_approved_offer,
+    render_discarded_offer,
+    render_offer,
+)
 from ficc.web.presenters.peers import render_pairing, render_peer, render_removed_peer
 from ficc.web.schemas import (
     Configuration,
@@ -64,18 +69,20 @@ async def configure(
 
 @router.post(f"{PREFIX}/offers", status_code=201, responses=answer(Offer, 201))
 async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.pairing.create_offer(
+    sent = await ctx.cluster.federation.pairing.create_offer(
         ctx.principal, ctx.project, service=body.service, scopes=body.scopes, ticket=body.ticket
     )
+    return render_offer(sent)
 
 
 @router.post(f"{PREFIX}/offers/{{offer_id}}/approve", responses=answer(OpenObject))
 async def approve_offer(
     offer_id: str, body: OfferApprove, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.approval.approve_offer(
+    approved = await ctx.cluster.federation.approval.approve_offer(
         ctx.principal, ctx.project, offer_id, revision=body.revision, grant=body.grant
     )
+    return render_approved_offer(approved)
 
 
 @router.post(f"{PREFIX}/offers/{{offer_id}}/finish", responses=answer(OpenObject))
@@ -90,7 +97,10 @@ async def finish_offer(
 
 @router.delete(f"{PREFIX}/offers/{{offer_id}}", responses=answer(OpenObject))
 async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.pairing.discard_offer(ctx.principal, ctx.project, offer_id)
+    discarded = await ctx.cluster.federation.pairing.discard_offer(
+        ctx.principal, ctx.project, offer_id
+    )
+    return render_discarded_offer(discarded)
 
 
 @router.delete(f"{PREFIX}/peers/{{peer_id}}", responses=answer(OpenObject))

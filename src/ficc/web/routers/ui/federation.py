@@ -26,6 +26,7 @@ from ficc.domain.grants import (
     MAX_TOKENS_PER_MINUTE,
     MAX_TRANSFER_BYTES,
 )
+from ficc.domain.offers import OfferDirection
 from ficc.web.console import (
     ConsoleContext,
     console,
@@ -37,6 +38,7 @@ from ficc.web.console import (
 )
 from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.grants import render_grant
+from ficc.web.presenters.offers import render_offer
 from ficc.web.presenters.peers import render_peer
 from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
@@ -59,16 +61,17 @@ async def offer(
 ) -> Response:
     """The review page of an incoming offer (or the finish page of an outgoing one)."""
     found = await ctx.cluster.federation.pairing.get_offer(ctx.project, offer_id)
+    incoming = found.direction is OfferDirection.INCOMING
     resources: dict[str, Any] = {}
-    if found["direction"] == "incoming" and "federation:manage" in ctx.principal.scopes:
+    if incoming and "federation:manage" in ctx.principal.scopes:
         resources = await _grantable(ctx)
     return await render_page(
         request,
         ctx,
         "offer",
-        "Review offer" if found["direction"] == "incoming" else "Finish offer",
-        offer=found,
-        defaults=_grant_defaults(found["scopes"]),
+        "Review offer" if incoming else "Finish offer",
+        offer=render_offer(found),
+        defaults=_grant_defaults(list(found.scopes)),
         resources=resources,
     )
 
@@ -126,7 +129,7 @@ async def approve_offer(
         revision=form_int(form, "revision"),
         grant=grant_from_form(form),
     )
-    receipt = approved["receipt"]
+    receipt = approved.offer.receipt
     assert receipt is not None  # an approved offer carries the receipt it was signed with
     return action_done(f"Approved and signed. Receipt digest {receipt['digest']}.")
 
