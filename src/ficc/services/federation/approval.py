@@ -27,7 +27,6 @@ from ficc.domain.offers import (
     Offer,
     OfferDirection,
     OfferState,
-    OfferView,
     clean_label,
     expiry,
     next_state,
@@ -43,10 +42,10 @@ from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
     check_resources,
-    my_hypernet_id,
     pending_peer,
     refuse_second_pairing,
     tell,
+    view_of_offer,
     visible_offer,
 )
 from ficc.services.federation.grants import Grants, new_grant
@@ -148,8 +147,7 @@ class Approval:
             {"offer": offer_id, "receipt": receipt},
             None,
         )
-        approved_view = OfferView.of(approved, now, my_hypernet_id(self.context.link))
-        return ApprovedOfferView(approved_view, pushed)
+        return ApprovedOfferView(view_of_offer(approved, now, self.context.link), pushed)
 
     # --- what the requester asks of us ------------------------------------------------------
 

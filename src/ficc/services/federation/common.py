@@ -16,7 +16,7 @@ from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import Grant, GrantState, GrantTerms
-from ficc.domain.offers import Offer
+from ficc.domain.offers import Offer, OfferView
 from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
@@ -236,6 +236,11 @@ def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:
 def view_of_peer(peer: Peer, copies: Iterable[Mapping[str, object]]) -> PeerView:
     """A peer with its copies of the grants it gives us, each as the peer listed it."""
     return PeerView.of(peer, (RemoteGrant.of(copy) for copy in copies))
+
+
+def view_of_offer(offer: Offer, now: datetime, link: PeerLink) -> OfferView:
+    """An offer from this cluster's side, which the link names (no name: no companion)."""
+    return OfferView.of(offer, now, my_hypernet_id(link))
 
 
 def my_hypernet_id(link: PeerLink) -> str | None:

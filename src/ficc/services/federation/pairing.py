@@ -36,12 +36,12 @@ from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
     Verify,
-    my_hypernet_id,
     parse_hypernet_id,
     pending_peer,
     refuse_second_pairing,
     revoke_active,
     tell,
+    view_of_offer,
     view_of_peer,
     visible_offer,
 )
@@ -60,7 +60,7 @@ class Pairing:
     verify: Verify
 
     def offer_view(self, offer: Offer, now: datetime) -> OfferView:
-        return OfferView.of(offer, now, my_hypernet_id(self.context.link))
+        return view_of_offer(offer, now, self.context.link)
 
     async def get_offer(self, project: str, offer_id: str) -> OfferView:
         async with self.context.uow_factory() as uow:
