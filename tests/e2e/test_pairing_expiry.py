@@ -97,7 +97,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     assert await state_of(service, offer_id) == "expired"
     assert await state_of(requester, offer_id) == "expired"
     overview = await service.cluster.federation.overview.overview("default")
-    assert [(o.id, o.state) for o in overview["offers"]] == [(offer_id, "expired")]
+    assert [(o.id, o.state) for o in overview.offers] == [(offer_id, "expired")]
 
     with pytest.raises(Conflict) as refused:
         await service.cluster.federation.approval.approve_offer(
@@ -107,8 +107,8 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     with pytest.raises(Conflict):
         await service.cluster.federation.pairing.discard_offer(service.owner, "default", offer_id)
     overview = await service.cluster.federation.overview.overview("default")
-    assert overview["peers"] == []
-    assert overview["grants"] == []
+    assert overview.peers == ()
+    assert overview.grants == ()
     assert await state_of(service, offer_id) == "expired"
 
 

@@ -230,7 +230,7 @@ async def test_the_requester_sees_what_remains_in_its_copy_and_in_openais_header
     assert copy["used"]["prompt_tokens"] == 3
     assert copy["windows"]["tokens_per_minute"]["used"] == 3
     overview = await pair.grantor.federation.overview.overview("default")
-    [given] = [g for g in overview["grants"] if g.id == grant_id]
+    [given] = [g for g in overview.grants if g.id == grant_id]
     assert (given.terms.tokens_per_minute, given.terms.requests_per_minute) == (40, None)
     assert given.remaining["tokens"] == 97
 

@@ -72,7 +72,7 @@ async def test_the_copy_of_a_grant_is_asked_for_again_when_read_after_a_request(
             OWNER, "default", peer_id, operation="discover", body={}
         )
     view = await pair.requester.federation.overview.overview("default")
-    [shown] = [g for g in view["peers"][0].remote_grants if g.id == first]
+    [shown] = [g for g in view.peers[0].remote_grants if g.id == first]
     assert shown.listed["remaining"] == {"requests": 1000 - 3, "transfer_bytes": 0, "tokens": None}
     # Read again with nothing changed since: the copy is not asked for again.
     pair.channel.sent.clear()
@@ -85,4 +85,4 @@ async def test_a_copy_read_after_its_expiry_shows_expired(pair: Pair) -> None:
     assert [g.state for g in finished.peer.remote_grants] == ["active"]
     pair.clock.advance(timedelta(seconds=61))
     view = await pair.requester.federation.overview.overview("default")
-    assert [g.state for g in view["peers"][0].remote_grants] == ["expired"]
+    assert [g.state for g in view.peers[0].remote_grants] == ["expired"]

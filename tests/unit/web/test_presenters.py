@@ -21,6 +21,9 @@ from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.remote_grants import RemoteGrant
 from ficc.domain.service_records import AttemptRecord, ServiceRecord, ServiceView
 from ficc.domain.transfers import Transfer, TransferFile, TransferState, TransferView
+from ficc.services.companion import CompanionState
+from ficc.services.federation.overview import FederationView
+from ficc.web.presenters.federation import render_federation
 from ficc.web.presenters.grants import render_grant, render_revoked_grant
 from ficc.web.presenters.offers import render_approved_offer, render_offer
 from ficc.web.presenters.peers import render_peer
@@ -106,7 +109,7 @@ TRANSFER_JSON = (
 )
 
 
-def test_a_transfer_renders_to_the_bytes_of_its_contract_object() -> None:
+def _transfer_view() -> TransferView:
     transfer = Transfer(
         id="trf_1",
         project="default",
@@ -125,8 +128,11 @@ def test_a_transfer_renders_to_the_bytes_of_its_contract_object() -> None:
         created_at=AT,
         updated_at=datetime(2026, 11, 29, 12, 0, 3, 250000, tzinfo=UTC),
     )
-    view = TransferView.of(transfer, rate_bytes_per_second=round(1234.6))
-    assert dumps(render_transfer(view)) == TRANSFER_JSON
+    return TransferView.of(transfer, rate_bytes_per_second=round(1234.6))
+
+
+def test_a_transfer_renders_to_the_bytes_of_its_contract_object() -> None:
+    assert dumps(render_transfer(_transfer_view())) == TRANSFER_JSON
 
 
 GRANT_JSON = (
@@ -196,7 +202,7 @@ PEER_JSON = (
 )
 
 
-def test_a_peer_renders_to_the_bytes_of_its_contract_object_copies_as_listed() -> None:
+def _peer_view() -> PeerView:
     peer = Peer(
         id="peer_1",
         project="default",
@@ -225,7 +231,11 @@ def test_a_peer_renders_to_the_bytes_of_its_contract_object_copies_as_listed() -
         {"id": "grt_2", "state": "revoked", "expires_at": "2026-11-29T12:00:00Z"},
     ]
     now = datetime(2026, 11, 29, 13, 0, tzinfo=UTC)
-    view = PeerView.of(peer, [RemoteGrant.as_of(copy, now) for copy in copies])
+    return PeerView.of(peer, [RemoteGrant.as_of(copy, now) for copy in copies])
+
+
+def test_a_peer_renders_to_the_bytes_of_its_contract_object_copies_as_listed() -> None:
+    view = _peer_view()
     assert dumps(render_peer(view)) == PEER_JSON
     assert [(g.id, g.state, g.services) for g in view.remote_grants] == [
         ("grt_1", "expired", ("svc_a",)),
@@ -270,3 +280,39 @@ def test_an_offer_renders_to_the_bytes_of_its_contract_object() -> None:
 def test_an_approved_offer_renders_as_its_offer_and_whether_the_receipt_arrived() -> None:
     rendered = dumps(render_approved_offer(ApprovedOfferView(_offer_view(), True)))
     assert rendered == OFFER_JSON[:-1] + b',"receipt_delivered":true}'
+
+
+def test_the_overview_renders_each_part_in_the_contracts_key_order() -> None:
+    view = FederationView(
+        companion={
+            "configured": True,
+            "state": CompanionState.RUNNING,
+            "agent_directory": "/var/lib/ficc/agent",
+            "hypernet_id": "m" * 52,
+            "addresses": ["127.0.0.1:4433"],
+            "error": None,
+        },
+        identity={
+            "label": "alpha",
+            "cluster_key": "c" * 43,
+            "hypernet_id": "m" * 52,
+            "ticket": "t",
+        },
+        project="default",
+        peers=(_peer_view(),),
+        offers=(_offer_view(),),
+        offers_next="off_1",
+        grants=(_grant_view(),),
+        transfers=(_transfer_view(),),
+    )
+    assert dumps(render_federation(view)) == (
+        b'{"companion":{"configured":true,"state":"running","agent_directory":"/var/lib/ficc/agent",'
+        b'"hypernet_id":"' + b"m" * 52 + b'","addresses":["127.0.0.1:4433"],"error":null},'
+        b'"identity":{"label":"alpha","cluster_key":"'
+        + b"c" * 43
+        + b'","hypernet_id":"'
+        + b"m" * 52
+        + b'","ticket":"t"},"project":"default",'
+        b'"peers":[' + PEER_JSON + b'],"offers":[' + OFFER_JSON + b'],"offers_next":"off_1",'
+        b'"grants":[' + GRANT_JSON + b'],"transfers":[' + TRANSFER_JSON + b"]}"
+    )

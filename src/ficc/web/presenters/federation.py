@@ -12,9 +12,13 @@ from ficc.web.presenters.transfers import render_transfers
 
 def render_federation(view: FederationView) -> JSONObject:
     """The overview's object in the contract's key order, each typed part rendered."""
-    shown: JSONObject = dict(view)
-    shown["peers"] = render_peers(view["peers"])
-    shown["offers"] = render_offers(view["offers"])
-    shown["grants"] = render_grants(view["grants"])
-    shown["transfers"] = render_transfers(view["transfers"])
-    return shown
+    return {
+        "companion": dict(view.companion),
+        "identity": dict(view.identity),
+        "project": view.project,
+        "peers": render_peers(view.peers),
+        "offers": render_offers(view.offers),
+        "offers_next": view.offers_next,
+        "grants": render_grants(view.grants),
+        "transfers": render_transfers(view.transfers),
+    }

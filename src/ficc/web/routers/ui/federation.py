@@ -183,18 +183,18 @@ async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    given = next((item for item in view["grants"] if item.id == grant_id), None)
+    given = next((item for item in view.grants if item.id == grant_id), None)
     found: Mapping[str, object] | None = None if given is None else render_grant(given)
     of_peer = (
         None
         if given is None
-        else next((item for item in view["peers"] if item.id == given.peer), None)
+        else next((item for item in view.peers if item.id == given.peer), None)
     )
     received = found is None
     if found is None:
         # A grant this project holds: the peer's copy, and the last reconciliation of its
         # usage receipts.
-        for item in view["peers"]:
+        for item in view.peers:
             for copy in item.remote_grants:
                 if copy.id == grant_id:
                     found, of_peer = {**copy.to_json(), "peer": item.id}, item
