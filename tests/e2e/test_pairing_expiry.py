@@ -73,11 +73,11 @@ async def send(requester: InProcess, service: InProcess) -> str:
         scopes=["discover"],
         ticket=transport.ticket,
     )
-    return str(offer["id"])
+    return offer.id
 
 
 async def state_of(side: InProcess, offer_id: str) -> str:
-    return str((await side.cluster.federation.pairing.get_offer("default", offer_id))["state"])
+    return (await side.cluster.federation.pairing.get_offer("default", offer_id)).state
 
 
 async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
@@ -87,7 +87,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     offer_id = await send(requester, service)
     sent_at = clock.now
     offer = await service.cluster.federation.pairing.get_offer("default", offer_id)
-    assert offer["expires_at"] == sent_at + SEVEN_DAYS
+    assert offer.expires_at == sent_at + SEVEN_DAYS
 
     clock.advance(SEVEN_DAYS - timedelta(seconds=1))
     assert await state_of(service, offer_id) == "received"
@@ -97,7 +97,7 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     assert await state_of(service, offer_id) == "expired"
     assert await state_of(requester, offer_id) == "expired"
     overview = await service.cluster.federation.overview.overview("default")
-    assert [(o["id"], o["state"]) for o in overview["offers"]] == [(offer_id, "expired")]
+    assert [(o.id, o.state) for o in overview.offers] == [(offer_id, "expired")]
 
     with pytest.raises(Conflict) as refused:
         await service.cluster.federation.approval.approve_offer(
@@ -107,8 +107,8 @@ async def test_using_a_fake_clock_an_offer_expires_seven_days_after_it_was_sent(
     with pytest.raises(Conflict):
         await service.cluster.federation.pairing.discard_offer(service.owner, "default", offer_id)
     overview = await service.cluster.federation.overview.overview("default")
-    assert overview["peers"] == []
-    assert overview["grants"] == []
+    assert overview.peers == ()
+    assert overview.grants == ()
     assert await state_of(service, offer_id) == "expired"
 
 
@@ -121,12 +121,13 @@ async def test_using_a_fake_clock_an_offer_approved_in_time_does_not_expire(
     approved = await service.cluster.federation.approval.approve_offer(
         service.owner, "default", offer_id, revision=1, grant=DISCOVER
     )
-    assert approved["receipt_delivered"] is True
+    assert approved.receipt_delivered is True
+    assert approved.offer.receipt is not None
     clock.advance(timedelta(days=1))
     assert await state_of(service, offer_id) == "approved"
     assert await state_of(requester, offer_id) == "accepted"
     finished = await requester.cluster.federation.pairing.finish_offer(
-        requester.owner, "default", offer_id, receipt=approved["receipt"]["digest"]
+        requester.owner, "default", offer_id, receipt=approved.offer.receipt["digest"]
     )
-    assert finished["peer"]["state"] == "paired"
+    assert finished.peer.state == "paired"
     assert await state_of(service, offer_id) == "finished"

@@ -317,11 +317,7 @@ async def test_a_start_beyond_the_nodes_memory_is_refused_with_nothing_started_o
             assert isinstance(error, Conflict)
             assert [r["resource"] for r in error.details["resources"]] == ["memory_bytes"]
         unchanged = await inference.commands.get_service("default", service["id"])
-        assert (unchanged["state"], unchanged["revision"], unchanged["replicas"]) == (
-            "stopped",
-            1,
-            [],
-        )
+        assert (unchanged.state, unchanged.revision, unchanged.replicas) == ("stopped", 1, ())
         # Nothing was held by the refusals: what fitted before still fits.
         assert (await inference.admission.preview("default", fits))["fits"] is True
         assert runtime.launches == []

@@ -157,7 +157,7 @@ async def _fuzzed_pair(root: Path, portal: BlockingPortal) -> AsyncIterator[Fuzz
                 portal,
                 client,
                 app.openapi(),
-                finished["peer"]["id"],
+                finished.peer.id,
                 local_service,
                 remote_service,
             )

@@ -111,29 +111,6 @@ class GrantTermsView(_BaseTermsView):
     requests_per_minute: int | None
 
 
-class GrantView(GrantTermsView):
-    """A grant this cluster gives, as its owner (and, times formatted, its peer) sees it."""
-
-    id: str
-    peer: str
-    state: GrantState
-    created_at: datetime
-    expires_at: datetime
-    revoked_at: datetime | None
-    in_flight: int
-    remaining: dict[str, int | None]
-    used: dict[str, int]
-    windows: Mapping[str, object]
-    created_services: list[str]
-    created_models: list[str]
-
-
-class RevokedGrantView(GrantView):
-    """A revoked grant, and whether its peer acknowledged the revocation."""
-
-    told: bool
-
-
 @dataclass(frozen=True)
 class GrantTerms:
     """What a grant allows: scopes, exact resource IDs and limits."""

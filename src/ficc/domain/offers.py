@@ -7,10 +7,11 @@ Incoming (service side): received → approved (receipt signed) → finished; or
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Final, TypedDict
+from typing import Final
 
 from ficc.base.errors import Conflict
 from ficc.base.json_types import JSONObject
@@ -105,7 +106,8 @@ class Offer:
         return self.state
 
 
-class OfferView(TypedDict):
+@dataclass(frozen=True, slots=True)
+class OfferView:
     """An offer as either side shows it (``GET /offers/{id}``): its fields name the
     requester and the service whichever side this cluster is."""
 
@@ -115,24 +117,49 @@ class OfferView(TypedDict):
     requester: str | None
     label: str | None
     cluster_key: str | None
-    scopes: list[str]
+    scopes: tuple[str, ...]
     state: OfferState
     revision: int
-    receipt: JSONObject | None
+    receipt: Mapping[str, object] | None
     expires_at: datetime
     peer: str | None
     project: str | None
 
+    @classmethod
+    def of(cls, offer: Offer, now: datetime, me: str | None) -> OfferView:
+        """``offer`` from this cluster's side at ``now``; ``me`` is this cluster's HyperNet ID
+        (None: no companion runs)."""
+        outgoing = offer.direction == OfferDirection.OUTGOING
+        return cls(
+            id=offer.id,
+            direction=offer.direction,
+            service=offer.other_hypernet_id if outgoing else me,
+            requester=me if outgoing else offer.other_hypernet_id,
+            label=offer.peer_label,
+            cluster_key=offer.peer_cluster_key,
+            scopes=tuple(sorted(offer.scopes)),
+            state=offer.state_at(now),
+            revision=offer.revision,
+            receipt=offer.receipt,
+            expires_at=offer.expires_at,
+            peer=offer.peer_id,
+            project=offer.project,
+        )
 
-class ApprovedOfferView(OfferView):
+
+@dataclass(frozen=True, slots=True)
+class ApprovedOfferView:
     """An approved offer, and whether its receipt reached the requester."""
 
+    offer: OfferView
     receipt_delivered: bool
 
 
-class DiscardedOfferView(OfferView):
+@dataclass(frozen=True, slots=True)
+class DiscardedOfferView:
     """A discarded offer, and whether the other side acknowledged the discard."""
 
+    offer: OfferView
     told: bool
 
 

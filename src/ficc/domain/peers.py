@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-from ficc.base.json_types import JSONObject
 from ficc.domain.offers import OfferView
+from ficc.domain.remote_grants import RemoteGrant
 
 
 class PeerState(StrEnum):
@@ -43,9 +44,9 @@ class Peer:
     updated_at: datetime
 
 
-class PeerView(TypedDict):
-    """A pairing as this cluster shows it, with the copies of the grants the peer gives us
-    (as the peer last listed them: open JSON)."""
+@dataclass(frozen=True, slots=True)
+class PeerView:
+    """A pairing as this cluster shows it, with its copies of the grants the peer gives us."""
 
     id: str
     label: str | None
@@ -54,20 +55,38 @@ class PeerView(TypedDict):
     state: PeerState
     role: PeerRole
     generation: int
-    remote_grants: list[JSONObject]
+    remote_grants: tuple[RemoteGrant, ...]
     selected: str | None
     created_at: datetime
     updated_at: datetime
 
+    @classmethod
+    def of(cls, peer: Peer, remote_grants: Iterable[RemoteGrant]) -> PeerView:
+        return cls(
+            id=peer.id,
+            label=peer.label,
+            hypernet_id=peer.hypernet_id,
+            cluster_key=peer.cluster_key,
+            state=peer.state,
+            role=peer.role,
+            generation=peer.generation,
+            remote_grants=tuple(remote_grants),
+            selected=peer.selected_grant,
+            created_at=peer.created_at,
+            updated_at=peer.updated_at,
+        )
 
-class RemovedPeerView(TypedDict):
+
+@dataclass(frozen=True, slots=True)
+class RemovedPeerView:
     """A removed pairing, and whether the peer acknowledged its end."""
 
     peer: PeerView
     told: bool
 
 
-class PairingView(TypedDict):
+@dataclass(frozen=True, slots=True)
+class PairingView:
     """A finished pairing: the offer that made it and the peer it made."""
 
     offer: OfferView

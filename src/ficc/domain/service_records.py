@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Final, TypedDict
 
 from ficc.base.json_types import JSONObject
+from ficc.base.times import format_time
 from ficc.domain.inference import (
     ATTEMPT_FINAL_STATES,
     AttemptState,
@@ -71,41 +72,101 @@ def attempts_to_forget(attempts: list[AttemptRecord], keep: int = MAX_ENDED_ATTE
     return [a.id for a in ended[: max(len(ended) - keep, 0)]]
 
 
-class ReplicaView(TypedDict):
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
     """One replica attempt as the service's owner sees it."""
 
     attempt: str
     replica: int
-    state: str
+    state: AttemptState
     pid: int | None
     port: int | None
     exit_code: int | None
     log_tail: str | None
-    created_at: str
-    ended_at: str | None
+    created_at: datetime
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, attempt: AttemptRecord) -> ReplicaView:
+        return cls(
+            attempt=attempt.id,
+            replica=attempt.replica,
+            state=attempt.state,
+            pid=attempt.pid,
+            port=attempt.port,
+            exit_code=attempt.exit_code,
+            log_tail=attempt.log_tail,
+            created_at=attempt.created_at,
+            ended_at=attempt.ended_at,
+        )
+
+    def to_json(self) -> JSONObject:
+        """The contract's replica object, in its key order."""
+        return {
+            "attempt": self.attempt,
+            "replica": self.replica,
+            "state": self.state.value,
+            "pid": self.pid,
+            "port": self.port,
+            "exit_code": self.exit_code,
+            "log_tail": self.log_tail,
+            "created_at": format_time(self.created_at),
+            "ended_at": None if self.ended_at is None else format_time(self.ended_at),
+        }
 
 
-class ServiceView(TypedDict):
-    """A service as its owner sees it: plain JSON values only, times as RFC 3339 strings,
-    so the same object is kept in a change's receipt and replayed from there."""
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    """A service as its owner sees it (with engine log lines; peers get a filtered view)."""
 
     id: str
-    spec: JSONObject
+    spec: ServiceSpec
     node: str
-    state: str
-    desired: str
+    state: ServiceState
+    desired: DesiredState
     revision: int
     error: str | None
     created_by_grant: str | None
     unknown_attempts: int
-    replicas: list[ReplicaView]
-    created_at: str
-    updated_at: str
+    replicas: tuple[ReplicaView, ...]
+    created_at: datetime
+    updated_at: datetime
 
+    @classmethod
+    def of(cls, service: ServiceRecord, attempts: list[AttemptRecord]) -> ServiceView:
+        return cls(
+            id=service.id,
+            spec=service.spec,
+            node=service.node,
+            state=service.state,
+            desired=service.desired,
+            revision=service.revision,
+            error=service.error,
+            created_by_grant=service.created_by_grant,
+            unknown_attempts=sum(1 for a in attempts if a.state is AttemptState.UNKNOWN),
+            replicas=tuple(ReplicaView.of(attempt) for attempt in attempts),
+            created_at=service.created_at,
+            updated_at=service.updated_at,
+        )
 
-class RemovedServiceView(TypedDict):
-    id: str
-    removed: bool
+    def to_json(self) -> JSONObject:
+        """The contract's service object: plain JSON values only (times as RFC 3339 strings),
+        written once here because the same object is kept in the receipt of an idempotent
+        change, replayed from there, and filtered into what a peer is shown."""
+        return {
+            "id": self.id,
+            "spec": self.spec.to_json(),
+            "node": self.node,
+            "state": self.state.value,
+            "desired": self.desired.value,
+            "revision": self.revision,
+            "error": self.error,
+            "created_by_grant": self.created_by_grant,
+            "unknown_attempts": self.unknown_attempts,
+            "replicas": [replica.to_json() for replica in self.replicas],
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+        }
 
 
 class PreviewView(TypedDict):

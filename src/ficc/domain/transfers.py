@@ -29,32 +29,13 @@ class TransferState(StrEnum):
 
 
 class TransferFileView(TypedDict):
-    """One file of a transfer, as shown and as stored."""
+    """One file of a transfer, as shown and as stored (one shape, :meth:`TransferFile.to_json`)."""
 
     path: str
     size: int
     sha256: str
     bytes_done: int
     verified: bool
-
-
-class TransferView(TypedDict):
-    """A transfer as its project sees it (``GET /transfers/{id}``)."""
-
-    id: str
-    peer: str
-    model: str
-    grant: str
-    sha256: str
-    state: TransferState
-    bytes_done: int
-    bytes_total: int
-    rate_bytes_per_second: int
-    files: list[TransferFileView]
-    local_model: str | None
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
 
 
 @dataclass(frozen=True)
@@ -108,6 +89,46 @@ class Transfer:
     @property
     def bytes_done(self) -> int:
         return sum(f.done for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferView:
+    """A transfer as its project sees it (``GET /transfers/{id}``): its record without the
+    manifest, with the speed its task measures now."""
+
+    id: str
+    peer: str
+    model: str
+    grant: str
+    sha256: str
+    state: TransferState
+    bytes_done: int
+    bytes_total: int
+    rate_bytes_per_second: int
+    files: tuple[TransferFile, ...]
+    local_model: str | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, transfer: Transfer, rate_bytes_per_second: int) -> TransferView:
+        return cls(
+            id=transfer.id,
+            peer=transfer.peer_id,
+            model=transfer.remote_model,
+            grant=transfer.grant_id,
+            sha256=transfer.sha256,
+            state=transfer.state,
+            bytes_done=transfer.bytes_done,
+            bytes_total=transfer.bytes_total,
+            rate_bytes_per_second=rate_bytes_per_second,
+            files=transfer.files,
+            local_model=transfer.local_model,
+            error=transfer.error,
+            created_at=transfer.created_at,
+            updated_at=transfer.updated_at,
+        )
 
 
 def ranges(size: int, done: int, range_bytes: int = RANGE_BYTES) -> Iterator[tuple[int, int]]:

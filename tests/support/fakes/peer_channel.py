@@ -202,12 +202,12 @@ async def approved_offer(
         OWNER, requester_project, service=grantor_id, scopes=sorted(REMOTE_SCOPES), ticket=None
     )
     approved = await pair.grantor.federation.approval.approve_offer(
-        OWNER, project, offer["id"], revision=1, grant=grant
+        OWNER, project, offer.id, revision=1, grant=grant
     )
-    assert approved["receipt_delivered"] is True
-    receipt = approved["receipt"]
+    assert approved.receipt_delivered is True
+    receipt = approved.offer.receipt
     assert receipt is not None
-    return str(offer["id"]), str(receipt["digest"])
+    return offer.id, str(receipt["digest"])
 
 
 async def paired(

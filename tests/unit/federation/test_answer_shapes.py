@@ -40,7 +40,7 @@ async def test_every_json_answer_has_exactly_the_documented_members(pair: Pair) 
     finished = await pair.requester.federation.pairing.finish_offer(
         OWNER, "default", offer_id, receipt=digest
     )
-    peer_id = finished["peer"]["id"]
+    peer_id = finished.peer.id
     [peer] = await peers_of(pair.requester)
     answers: dict[str, dict[str, Any]] = {}
 

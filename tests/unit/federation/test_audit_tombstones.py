@@ -27,7 +27,7 @@ async def _forget_setup(pair: Pair) -> tuple[Cluster, str, set[str]]:
     await grantor.federation.peers.remove_peer(OWNER, "default", peer.id)
     await grantor.federation.grants.retire_grant(OWNER, "default", grant.id)
     assert (await _verified(grantor))["intact"] is True
-    named = {peer.id, grant.id, finished["offer"]["id"]}
+    named = {peer.id, grant.id, finished.offer.id}
     return grantor, peer.id, named
 
 

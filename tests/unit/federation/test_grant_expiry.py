@@ -43,7 +43,7 @@ def test_a_grant_is_served_until_its_lifetime_ends_then_expired_and_refused(
             finished = await paired(
                 pair, {"scopes": ["discover"], "models": [model.id], "lifetime": LIFETIME}
             )
-            peer_id = finished["peer"]["id"]
+            peer_id = finished.peer.id
             await asyncio.sleep(LIFETIME - 1)
             assert await _discover(pair, peer_id) == [model.id]
             assert await _grantor_state(pair) == GrantState.ACTIVE

@@ -49,11 +49,11 @@ async def test_a_finish_whose_answer_was_lost_completes_when_sent_again(
     )
     [requester_peer] = await peers_of(pair.requester)
     [grantor_peer] = await peers_of(pair.grantor)
-    assert requester_peer.id == intended.id == finished["peer"]["id"] == again["peer"]["id"]
+    assert requester_peer.id == intended.id == finished.peer.id == again.peer.id
     assert (requester_peer.state, grantor_peer.state) == (PeerState.PAIRED, PeerState.PAIRED)
     assert grantor_peer.id == served.id
     assert requester_peer.generation == grantor_peer.generation
-    assert finished["offer"]["state"] == again["offer"]["state"] == "finished"
+    assert finished.offer.state == again.offer.state == "finished"
     assert pair.channel.sent.count("pairing.finish") == 2
     # The pairing works: a request under its grant is served.
     discovered = await pair.requester.remote.request(
@@ -78,7 +78,7 @@ async def test_each_mutation_whose_answer_was_lost_runs_once_and_replays_its_fir
     finished = await pair.requester.federation.pairing.finish_offer(
         OWNER, "default", offer_id, receipt=digest
     )
-    peer_id = finished["peer"]["id"]
+    peer_id = finished.peer.id
     spec = {"name": "lost", "model": model.id, "runtime": "llama.cpp", "node": node.id}
     manifest = {
         "name": "peer-made",
@@ -146,7 +146,7 @@ async def test_every_mutation_replays_byte_for_byte_the_answer_its_first_call_re
             "nodes": [node.id],
         },
     )
-    peer_id = finished["peer"]["id"]
+    peer_id = finished.peer.id
     token = (pair.requester.settings.state_dir / "owner.token").read_text().strip()
     api = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=create_app(pair.requester)),
@@ -242,7 +242,7 @@ async def test_a_receipt_holding_the_owners_view_replays_and_inspects_as_the_pee
     finished = await paired(
         pair, {"scopes": ["inference:manage"], "models": [model.id], "nodes": [node.id]}
     )
-    peer_id = finished["peer"]["id"]
+    peer_id = finished.peer.id
     spec = {"name": "old", "model": model.id, "runtime": "llama.cpp", "node": node.id}
     mutation_id = secrets.token_hex(16)
 

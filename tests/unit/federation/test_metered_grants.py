@@ -97,7 +97,7 @@ async def metered(pair: Pair, **terms: Any) -> tuple[str, str, str]:
     service_id = await running_service(pair)
     grant = {"scopes": ["inference:invoke"], "services": [service_id], **terms}
     finished = await paired(pair, grant)
-    return service_id, finished["peer"]["id"], finished["peer"]["selected"]
+    return service_id, finished.peer.id, finished.peer.selected
 
 
 def invocation(service_id: str, **body: Any) -> dict[str, Any]:
@@ -223,15 +223,16 @@ async def test_the_requester_sees_what_remains_in_its_copy_and_in_openais_header
     refreshed = await pair.requester.federation.grants.refresh(
         OWNER, "default", peer_id, grant=None
     )
-    [copy] = [g for g in refreshed["remote_grants"] if g["id"] == grant_id]
+    [copied] = [g for g in refreshed.remote_grants if g.id == grant_id]
+    copy: dict[str, Any] = copied.to_json()
     assert copy["tokens"] == 100
     assert copy["remaining"]["tokens"] == 97
     assert copy["used"]["prompt_tokens"] == 3
     assert copy["windows"]["tokens_per_minute"]["used"] == 3
     overview = await pair.grantor.federation.overview.overview("default")
-    [given] = [g for g in overview["grants"] if g["id"] == grant_id]
-    assert (given["tokens_per_minute"], given["requests_per_minute"]) == (40, None)
-    assert given["remaining"]["tokens"] == 97
+    [given] = [g for g in overview.grants if g.id == grant_id]
+    assert (given.terms.tokens_per_minute, given.terms.requests_per_minute) == (40, None)
+    assert given.remaining["tokens"] == 97
 
 
 async def test_a_grant_without_metered_limits_answers_as_before(pair: Pair) -> None:
@@ -324,7 +325,7 @@ async def test_a_stream_ended_by_an_error_its_caller_relays_is_recorded_by_that_
     ) as chunks:
         await anext(chunks)
         revoked = await pair.grantor.federation.grants.revoke_grant(OWNER, "default", grant_id)
-        assert revoked["state"] == "revoked"
+        assert revoked.grant.state == "revoked"
         with pytest.raises(GrantRevoked):
             [_ async for _ in chunks]
     grantor, requester = await usage_of(pair, grant_id)

@@ -28,7 +28,7 @@ async def _peer(pair: Pair) -> tuple[str, dict[str, Any], FakeRuntime]:
         pair, {"scopes": ["inference:manage"], "models": [model.id], "nodes": [node.id]}
     )
     spec = {"name": "peer-made", "model": model.id, "runtime": "llama.cpp", "node": node.id}
-    return finished["peer"]["id"], spec, runtime
+    return finished.peer.id, spec, runtime
 
 
 async def _request(pair: Pair, peer_id: str, operation: str, body: dict[str, Any]) -> Any:

@@ -40,7 +40,7 @@ async def _two_pairings(pair: Pair) -> dict[str, Any]:
         requester_project=RED,
         project=BLUE,
     )
-    return {"models": models, "first": first["peer"], "second": second["peer"]}
+    return {"models": models, "first": first.peer, "second": second.peer}
 
 
 async def _discovered(pair: Pair, project: str, peer_id: str) -> list[str]:
@@ -69,11 +69,11 @@ async def test_two_projects_pair_with_one_cluster_each_bound_to_its_own_project(
     known = await pair.requester.federation.known.lookup(grantor_id)
     assert {k.generation for k in known} == {mine_default.generation, mine_red.generation}
     # Each project reaches exactly what its own pairing was granted.
-    assert await _discovered(pair, "default", made["first"]["id"]) == [made["models"]["default"]]
-    assert await _discovered(pair, RED, made["second"]["id"]) == [made["models"][BLUE]]
+    assert await _discovered(pair, "default", made["first"].id) == [made["models"]["default"]]
+    assert await _discovered(pair, RED, made["second"].id) == [made["models"][BLUE]]
     # A project sees only its own peer.
     with pytest.raises(NotFound):
-        await _discovered(pair, "default", made["second"]["id"])
+        await _discovered(pair, "default", made["second"].id)
 
 
 async def test_a_grant_of_one_pairing_is_not_served_under_the_other(pair: Pair) -> None:
@@ -84,7 +84,7 @@ async def test_a_grant_of_one_pairing_is_not_served_under_the_other(pair: Pair) 
         await pair.channel.request(
             grantor_id,
             "discover",
-            {"grant": made["first"]["selected"], "body": {}},
+            {"grant": made["first"].selected, "body": {}},
             generation=mine_red.generation,
         )
     # A generation neither side recorded is refused as the handshake refuses it.
@@ -92,13 +92,13 @@ async def test_a_grant_of_one_pairing_is_not_served_under_the_other(pair: Pair) 
         await pair.channel.request(
             grantor_id,
             "discover",
-            {"grant": made["first"]["selected"], "body": {}},
+            {"grant": made["first"].selected, "body": {}},
             generation=mine_red.generation + 2**60,
         )
     # Before any pairing (generation 0) no grant is served, paired cluster or not.
     with pytest.raises(PermissionDenied) as refused:
         await pair.channel.request(
-            grantor_id, "discover", {"grant": made["first"]["selected"], "body": {}}
+            grantor_id, "discover", {"grant": made["first"].selected, "body": {}}
         )
     assert refused.value.details["reason"] == "not_paired"
 
@@ -130,13 +130,13 @@ async def test_removing_one_pairing_leaves_the_other_serving(pair: Pair) -> None
     made = await _two_pairings(pair)
     [theirs_blue] = await peers_of(pair.grantor, BLUE)
     removed = await pair.grantor.federation.peers.remove_peer(OWNER, BLUE, theirs_blue.id)
-    assert removed["told"] is True
+    assert removed.told is True
     [mine_red] = await peers_of(pair.requester, RED)
     assert mine_red.state == PeerState.REMOVED
     grantor_id = pair.grantor.companion.transport.hypernet_id
     known = await pair.requester.federation.known.lookup(grantor_id)
     [mine_default] = await peers_of(pair.requester)
     assert [k.generation for k in known] == [mine_default.generation]
-    assert await _discovered(pair, "default", made["first"]["id"]) == [made["models"]["default"]]
+    assert await _discovered(pair, "default", made["first"].id) == [made["models"]["default"]]
     with pytest.raises(Conflict):
-        await _discovered(pair, RED, made["second"]["id"])
+        await _discovered(pair, RED, made["second"].id)

@@ -92,7 +92,7 @@ async def retire(pair: Pair, peer_id: str, grant_id: str) -> None:
     await pair.grantor.federation.grants.revoke_grant(OWNER, "default", grant_id)
     await pair.grantor.federation.grants.retire_grant(OWNER, "default", grant_id)
     listed = await pair.requester.federation.grants.refresh(OWNER, "default", peer_id, grant=None)
-    assert grant_id not in [item["id"] for item in listed["remote_grants"]]
+    assert grant_id not in [item.id for item in listed.remote_grants]
 
 
 async def test_a_retired_grants_chain_is_still_reconciled_and_its_gap_fetched(

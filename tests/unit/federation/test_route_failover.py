@@ -47,7 +47,7 @@ async def routed(pair: Pair, **grant: Any) -> tuple[Route, str, str, str]:
     finished = await paired(
         pair, {"scopes": ["inference:invoke"], "services": [remote_service], **grant}
     )
-    peer = str(finished["peer"]["id"])
+    peer = str(finished.peer.id)
     made = await pair.requester.routes.create_route(
         "default",
         {

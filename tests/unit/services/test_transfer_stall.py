@@ -84,13 +84,14 @@ async def _stalled(tmp_path: Path) -> None:
         model = new_id("model", secrets.token_bytes(16))
         started = await transfers.acquire(owner, "default", peer.id, model=model)
         await asyncio.sleep(STALL_SECONDS - 0.001)
-        assert (await transfers.get("default", started["id"]))["state"] == "running"
+        assert (await transfers.get("default", started.id)).state == "running"
         await asyncio.sleep(0.002)
-        view = await transfers.get("default", started["id"])
-        assert view["state"] == "paused", view
-        assert "no progress" in view["error"]
-        assert "acquire again" in view["error"]
-        assert view["bytes_done"] == 0
+        view = await transfers.get("default", started.id)
+        assert view.state == "paused", view
+        assert view.error is not None
+        assert "no progress" in view.error
+        assert "acquire again" in view.error
+        assert view.bytes_done == 0
         assert silent.ranges_asked == 1
         await transfers.close()
     finally:

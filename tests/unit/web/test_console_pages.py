@@ -1,8 +1,8 @@
 """The console's pages as rendered, fast: what a person sees of a pairing and of a grant.
 
-The templates are rendered with the values the services give (a grant as ``grant_json`` shows
-it, a peer's copy with its times as text, an offer with its signed receipt); the browser tier
-drives the same pages against two real clusters.
+The templates are rendered with the values the presenters give (a grant with the fields
+``render_grant`` shows, a peer's copy with its times as text, an offer with its signed
+receipt); the browser tier drives the same pages against two real clusters.
 """
 
 from __future__ import annotations
@@ -190,7 +190,8 @@ def test_the_approval_form_lists_no_nodes_without_resources_read() -> None:
 
 
 def _grant(state: str, **changes: Any) -> dict[str, Any]:
-    """A grant given, as ``grant_json`` shows it: created 4 min ago, expiring in 56 min."""
+    """A grant given, with the fields ``render_grant`` shows: created 4 min ago, expiring in
+    56 min."""
     return {
         "id": "grant_1",
         "peer": "peer_1",

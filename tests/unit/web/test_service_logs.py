@@ -238,8 +238,8 @@ async def test_a_peer_is_never_shown_an_engines_log_lines(setup: Setup) -> None:
         await uow.attempts.update(replace(record, log_tail="secret engine text"))
         await uow.commit()
     owners = await setup.cluster.inference.commands.get_service("default", setup.service)
-    assert owners["replicas"][0]["log_tail"] == "secret engine text"
-    assert "secret" not in json.dumps(peer_view(owners))
+    assert owners.replicas[0].log_tail == "secret engine text"
+    assert "secret" not in json.dumps(peer_view(owners.to_json()))
 
 
 def test_following_moves_to_a_newer_attempt_and_waits_only_when_nothing_is_left() -> None:

@@ -42,11 +42,10 @@ from ficc.services.federation.common import (
     ClusterSigner,
     FederationContext,
     check_resources,
-    my_hypernet_id,
-    offer_json,
     pending_peer,
     refuse_second_pairing,
     tell,
+    view_of_offer,
     visible_offer,
 )
 from ficc.services.federation.grants import Grants, new_grant
@@ -148,10 +147,7 @@ class Approval:
             {"offer": offer_id, "receipt": receipt},
             None,
         )
-        return {
-            **offer_json(approved, now, my_hypernet_id(self.context.link)),
-            "receipt_delivered": pushed,
-        }
+        return ApprovedOfferView(view_of_offer(approved, now, self.context.link), pushed)
 
     # --- what the requester asks of us ------------------------------------------------------
 

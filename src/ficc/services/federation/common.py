@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Protocol
@@ -16,10 +16,11 @@ from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.units import KiB, MiB
 from ficc.domain.grants import Grant, GrantState, GrantTerms
-from ficc.domain.offers import Offer, OfferDirection, OfferView
+from ficc.domain.offers import Offer, OfferView
 from ficc.domain.peers import Peer, PeerRole, PeerState, PeerView
 from ficc.domain.principals import Principal
 from ficc.domain.receipts import b64, unb64
+from ficc.domain.remote_grants import RemoteGrant
 from ficc.services import audit
 from ficc.services.federation.known_peers import KnownPeers
 from ficc.services.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -235,40 +236,14 @@ def _proven(about: Peer | Offer | PeerIdentity | None) -> PeerIdentity | None:
     return about
 
 
-def peer_json(peer: Peer, remote_grants: list[JSONObject]) -> PeerView:
-    return {
-        "id": peer.id,
-        "label": peer.label,
-        "hypernet_id": peer.hypernet_id,
-        "cluster_key": peer.cluster_key,
-        "state": peer.state,
-        "role": peer.role,
-        "generation": peer.generation,
-        "remote_grants": remote_grants,
-        "selected": peer.selected_grant,
-        "created_at": peer.created_at,
-        "updated_at": peer.updated_at,
-    }
+def view_of_peer(peer: Peer, copies: Iterable[Mapping[str, object]]) -> PeerView:
+    """A peer with its copies of the grants it gives us, each as the peer listed it."""
+    return PeerView.of(peer, (RemoteGrant.of(copy) for copy in copies))
 
 
-def offer_json(offer: Offer, now: datetime, me: str | None) -> OfferView:
-    """An offer from this cluster's side; ``me`` is its HyperNet ID (None: no companion)."""
-    outgoing = offer.direction == OfferDirection.OUTGOING
-    return {
-        "id": offer.id,
-        "direction": offer.direction,
-        "service": offer.other_hypernet_id if outgoing else me,
-        "requester": me if outgoing else offer.other_hypernet_id,
-        "label": offer.peer_label,
-        "cluster_key": offer.peer_cluster_key,
-        "scopes": sorted(offer.scopes),
-        "state": offer.state_at(now),
-        "revision": offer.revision,
-        "receipt": offer.receipt,
-        "expires_at": offer.expires_at,
-        "peer": offer.peer_id,
-        "project": offer.project,
-    }
+def view_of_offer(offer: Offer, now: datetime, link: PeerLink) -> OfferView:
+    """An offer from this cluster's side, which the link names (no name: no companion)."""
+    return OfferView.of(offer, now, my_hypernet_id(link))
 
 
 def my_hypernet_id(link: PeerLink) -> str | None:

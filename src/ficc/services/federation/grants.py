@@ -13,13 +13,11 @@ from datetime import datetime
 from ficc.base.errors import Conflict, FiccError, GrantExpired, GrantRevoked, NotFound
 from ficc.base.ids import new_id, parse_id
 from ficc.base.json_types import JSONObject
-from ficc.base.times import with_times_formatted
+from ficc.domain.grant_views import GrantView, RevokedGrantView
 from ficc.domain.grants import (
     Grant,
     GrantState,
     GrantTerms,
-    GrantView,
-    RevokedGrantView,
     expiry_of,
     parse_grant,
 )
@@ -31,10 +29,10 @@ from ficc.services.federation.common import (
     check_paired,
     check_resources,
     log,
-    peer_json,
     project_grant,
     project_peer,
     tell,
+    view_of_peer,
 )
 from ficc.services.federation.known_peers import paired_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
@@ -72,22 +70,14 @@ class Grants:
         for grant in grants:
             self.arm_expiry(grant)
 
-    def grant_json(self, grant: Grant, now: datetime) -> GrantView:
-        return {
-            "id": grant.id,
-            "peer": grant.peer_id,
-            "state": grant.state_at(now),
-            **grant.terms.view_json(),
-            "created_at": grant.created_at,
-            "expires_at": grant.expires_at,
-            "revoked_at": grant.revoked_at,
-            "in_flight": self.slots.in_flight(grant.id),
-            "remaining": grant.remaining(),
-            "used": grant.used(),
-            "windows": self.meter.window_state(grant),
-            "created_services": sorted(grant.created_services),
-            "created_models": sorted(grant.created_models),
-        }
+    def view(self, grant: Grant, now: datetime) -> GrantView:
+        """The grant as its owner and its peer are shown it at ``now``."""
+        return GrantView.of(
+            grant,
+            now,
+            in_flight=self.slots.in_flight(grant.id),
+            windows=self.meter.window_state(grant),
+        )
 
     async def create_grant(
         self, principal: Principal, project: str, peer_id: str, *, grant: object
@@ -105,7 +95,7 @@ class Grants:
             await self.context.audit(uow, principal, project, "grant.created", given.id, peer)
             await uow.commit()
         self.arm_expiry(given)
-        return self.grant_json(given, now)
+        return self.view(given, now)
 
     async def revoke_grant(
         self, principal: Principal, project: str, grant_id: str
@@ -124,14 +114,14 @@ class Grants:
                 None,
                 generation=peer.generation,
             )
-        return {**self.grant_json(revoked, now), "told": told}
+        return RevokedGrantView(self.view(revoked, now), told)
 
     async def retire_grant(self, principal: Principal, project: str, grant_id: str) -> GrantView:
         """A revoked or expired grant: its operation receipts go, a tombstone stays."""
         grant, _, was, now = await self._end(principal, project, grant_id, GrantState.RETIRED)
         if was == GrantState.EXPIRED:
             await self.grant_ended(grant)
-        return self.grant_json(replace(grant, state=GrantState.RETIRED), now)
+        return self.view(replace(grant, state=GrantState.RETIRED), now)
 
     async def _end(
         self, principal: Principal, project: str, grant_id: str, target: str
@@ -184,7 +174,7 @@ class Grants:
                 await uow.peers.update(peer)
                 await self.context.audit(uow, principal, project, "grant.selected", selected, peer)
                 await uow.commit()
-        return peer_json(peer, listed)
+        return view_of_peer(peer, listed)
 
     # --- the end of a grant -------------------------------------------------------------------
 
@@ -294,7 +284,7 @@ class Grants:
             grants = await uow.grants.of_peer(peer.id)
         return {
             "grants": [
-                with_times_formatted(self.grant_json(grant, now))
+                self.view(grant, now).to_json()
                 for grant in grants
                 if grant.state != GrantState.RETIRED
             ]

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypedDict
 
 from ficc.base.errors import InvalidInput
 from ficc.base.ids import parse_id
-from ficc.domain.grants import GrantView
+from ficc.domain.grant_views import GrantView
 from ficc.domain.offers import DEFAULT_OFFERS_PAGE, MAX_OFFERS_PAGE, OfferView
 from ficc.domain.peers import PeerView
 from ficc.domain.transfers import TransferView
 from ficc.services.companion import Companion, CompanionView, IdentityView
-from ficc.services.federation.common import offer_json, peer_json
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.ports import Clock, UnitOfWorkFactory
@@ -22,17 +20,19 @@ TransfersOf = Callable[[str], Awaitable[list[TransferView]]]
 """The transfers of a project, as the overview lists them."""
 
 
-class FederationView(TypedDict):
-    """What ``GET /api/v1/federation`` shows of a project."""
+@dataclass(frozen=True, slots=True)
+class FederationView:
+    """What ``GET /api/v1/federation`` shows of a project; ``offers_next`` names the last
+    offer shown when more follow."""
 
     companion: CompanionView
     identity: IdentityView
     project: str
-    peers: list[PeerView]
-    offers: list[OfferView]
+    peers: tuple[PeerView, ...]
+    offers: tuple[OfferView, ...]
     offers_next: str | None
-    grants: list[GrantView]
-    transfers: list[TransferView]
+    grants: tuple[GrantView, ...]
+    transfers: tuple[TransferView, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,13 +73,13 @@ class Overview:
         remote = {peer.id: await self.copies.current(peer, kept[peer.id]) for peer in peers}
         identity = self.companion.identity_json()
         me = identity["hypernet_id"]
-        return {
-            "companion": self.companion.companion_json(),
-            "identity": identity,
-            "project": project,
-            "peers": [peer_json(peer, remote[peer.id]) for peer in peers],
-            "offers": [offer_json(offer, now, me) for offer in offers[:offers_limit]],
-            "offers_next": offers[offers_limit - 1].id if len(offers) > offers_limit else None,
-            "grants": [self.grants.grant_json(grant, now) for grant in grants],
-            "transfers": await self.transfers_of(project),
-        }
+        return FederationView(
+            companion=self.companion.companion_json(),
+            identity=identity,
+            project=project,
+            peers=tuple(PeerView.of(peer, remote[peer.id]) for peer in peers),
+            offers=tuple(OfferView.of(offer, now, me) for offer in offers[:offers_limit]),
+            offers_next=offers[offers_limit - 1].id if len(offers) > offers_limit else None,
+            grants=tuple(self.grants.view(grant, now) for grant in grants),
+            transfers=tuple(await self.transfers_of(project)),
+        )

@@ -37,13 +37,12 @@ from ficc.services.federation.common import (
     FederationContext,
     Verify,
     end_pairing,
-    my_hypernet_id,
-    offer_json,
     parse_hypernet_id,
-    peer_json,
     pending_peer,
     refuse_second_pairing,
     tell,
+    view_of_offer,
+    view_of_peer,
     visible_offer,
 )
 from ficc.services.ports import UnitOfWork
@@ -60,13 +59,13 @@ class Pairing:
     signer: ClusterSigner
     verify: Verify
 
-    def offer_json(self, offer: Offer, now: datetime) -> OfferView:
-        return offer_json(offer, now, my_hypernet_id(self.context.link))
+    def offer_view(self, offer: Offer, now: datetime) -> OfferView:
+        return view_of_offer(offer, now, self.context.link)
 
     async def get_offer(self, project: str, offer_id: str) -> OfferView:
         async with self.context.uow_factory() as uow:
             offer = await visible_offer(uow, project, offer_id)
-        return self.offer_json(offer, self.context.clock())
+        return self.offer_view(offer, self.context.clock())
 
     async def create_offer(
         self, principal: Principal, project: str, *, service: object, scopes: object, ticket: object
@@ -114,7 +113,7 @@ class Pairing:
             await uow.offers.add(offer)
             await self.context.audit(uow, principal, project, "offer.sent", offer_id, identity)
             await uow.commit()
-        return self.offer_json(offer, now)
+        return self.offer_view(offer, now)
 
     async def finish_offer(
         self, principal: Principal, project: str, offer_id: str, *, receipt: object
@@ -183,7 +182,7 @@ class Pairing:
             )
             await uow.commit()
         self.context.known.remember(peer)
-        return {"offer": self.offer_json(finished, now), "peer": peer_json(peer, [remote_grant])}
+        return PairingView(self.offer_view(finished, now), view_of_peer(peer, [remote_grant]))
 
     async def _intend(
         self, offer: Offer, receipt: JSONObject, body: JSONObject, now: datetime
@@ -219,7 +218,7 @@ class Pairing:
         if peer is None:
             raise Conflict("the pairing of this offer is gone", details={"offer": offer.id})
         remote = await uow.remote_grants.of_peer(peer.id)
-        return {"offer": self.offer_json(offer, now), "peer": peer_json(peer, remote)}
+        return PairingView(self.offer_view(offer, now), view_of_peer(peer, remote))
 
     async def on_receipt(self, identity: PeerIdentity, body: JSONObject) -> RequestResult:
         """The service side pushes the receipt of its approval: checked, then kept."""
@@ -267,7 +266,7 @@ class Pairing:
             {"offer": offer_id},
             offer.ticket,
         )
-        return {**self.offer_json(discarded, now), "told": told}
+        return DiscardedOfferView(self.offer_view(discarded, now), told)
 
 
 async def mark_discarded(uow: UnitOfWork, offer: Offer, now: datetime) -> Offer:

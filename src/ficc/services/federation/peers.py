@@ -13,9 +13,9 @@ from ficc.domain.principals import Principal
 from ficc.services.federation.common import (
     FederationContext,
     end_pairing,
-    peer_json,
     project_peer,
     tell,
+    view_of_peer,
 )
 from ficc.services.federation.grants import Grants
 from ficc.services.federation.known_peers import paired_peer
@@ -69,7 +69,7 @@ class Peers:
         self._disconnect(peer)
         async with self.context.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
-        return {"peer": peer_json(removed, remote), "told": told}
+        return RemovedPeerView(view_of_peer(removed, remote), told)
 
     async def forget_peer(
         self, principal: Principal, project: str, peer_id: str, *, erase_audit: bool = False

@@ -8,13 +8,10 @@ still marked stale. A copy read after its expiry shows ``expired`` whatever it l
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from ficc.base.errors import Conflict, FiccError
 from ficc.base.json_types import JSONObject
-from ficc.base.times import parse_time
-from ficc.domain.grants import GrantState
 from ficc.domain.peers import Peer, PeerState
+from ficc.domain.remote_grants import RemoteGrant
 from ficc.services.federation.common import (
     GRANTS_LIST_ANSWER_BYTES,
     NOTICE_TIMEOUT_SECONDS,
@@ -64,7 +61,7 @@ class RemoteGrantCopies:
         self._stale.discard(peer.id)
         return listed
 
-    async def current(self, peer: Peer, kept: list[JSONObject]) -> list[JSONObject]:
+    async def current(self, peer: Peer, kept: list[JSONObject]) -> list[RemoteGrant]:
         """The copy to show: asked for again when stale (best effort), expiry applied."""
         if peer.id in self._stale and peer.state == PeerState.PAIRED:
             try:
@@ -72,16 +69,4 @@ class RemoteGrantCopies:
             except FiccError as exc:
                 log.info("kept the stale grants of peer %s: %s", peer.id, exc.message)
         now = self._ctx.clock()
-        return [_as_of(item, now) for item in kept]
-
-
-def _as_of(item: JSONObject, now: datetime) -> JSONObject:
-    """A copy of a grant as it stands at ``now``: an active one past its expiry is expired."""
-    expires_at = item.get("expires_at")
-    if item.get("state") != GrantState.ACTIVE or not isinstance(expires_at, str):
-        return item
-    try:
-        expired = parse_time(expires_at) <= now
-    except ValueError:
-        return item
-    return {**item, "state": GrantState.EXPIRED} if expired else item
+        return [RemoteGrant.as_of(item, now) for item in kept]

@@ -31,7 +31,6 @@ from ficc.services.inference.records import (
     AttemptFence,
     Endpoint,
     ModelPath,
-    service_json,
 )
 from ficc.services.inference.restarts import RestartCounter, Supervision
 from ficc.services.inference.router import InvocationRouter
@@ -55,7 +54,6 @@ __all__ = [
     "ServiceCommands",
     "ServiceUpkeep",
     "Supervision",
-    "service_json",
 ]
 
 

@@ -31,7 +31,7 @@ from ficc.domain.inference import (
     plan_action,
 )
 from ficc.domain.mutations import derived_entropy
-from ficc.domain.service_records import RemovedServiceView, ServiceRecord, ServiceView
+from ficc.domain.service_records import ServiceRecord, ServiceView
 from ficc.services import mutations
 from ficc.services.inference.admission import Admission
 from ficc.services.inference.records import (
@@ -103,7 +103,7 @@ class ServiceCommands:
             existing = await uow.services.get(service_id)
             if existing is not None:
                 # An earlier try of this very mutation created it; its receipt was not kept.
-                result = await view_of(uow, existing)
+                result = (await view_of(uow, existing)).to_json()
             else:
                 now = self.clock()
                 service = ServiceRecord(
@@ -119,7 +119,7 @@ class ServiceCommands:
                     updated_at=now,
                 )
                 await uow.services.add(service)
-                result = await view_of(uow, service)
+                result = (await view_of(uow, service)).to_json()
                 await record_audit(uow, self.clock, actor, project, "service.created", service_id)
             answer = await self._finish(uow, key, result)
         return answer, False
@@ -156,7 +156,7 @@ class ServiceCommands:
             )
             await uow.services.update(updated)
             await record_audit(uow, self.clock, actor, project, "service.replaced", service_id)
-            answer = await self._finish(uow, key, await view_of(uow, updated))
+            answer = await self._finish(uow, key, (await view_of(uow, updated)).to_json())
         return answer, False
 
     async def control_service(
@@ -200,7 +200,7 @@ class ServiceCommands:
                 # The answer is the service once its replicas ended; the receipt keeps that
                 # one (a retry waits on this lock, so it is answered only after it).
                 stopped = await self.get_service(project, service_id)
-                return await self._answered(key, stopped), False
+                return await self._answered(key, stopped.to_json()), False
             if op is ControlAction.DRAIN:
                 self.supervisor.drain(service_id)
             return result, False
@@ -266,7 +266,7 @@ class ServiceCommands:
             await record_audit(
                 uow, self.clock, actor, project, "service.start", service_id, details
             )
-            answer = await self._finish(uow, key, await view_of(uow, started))
+            answer = await self._finish(uow, key, (await view_of(uow, started)).to_json())
         self.supervisor.spawn(self.supervisor.launch(started, node, model_path, new_attempts))
         return answer, False
 
@@ -290,7 +290,7 @@ class ServiceCommands:
                 await uow.attempts.delete_for_service(service_id)
                 await uow.services.delete(service_id)
                 await record_audit(uow, self.clock, actor, project, "service.removed", service_id)
-                result: ServiceView | RemovedServiceView = {"id": service_id, "removed": True}
+                result: JSONObject = {"id": service_id, "removed": True}
             else:
                 changed = replace(
                     service,
@@ -302,7 +302,7 @@ class ServiceCommands:
                 await uow.services.update(changed)
                 audited = f"service.{action.value}"
                 await record_audit(uow, self.clock, actor, project, audited, service_id)
-                result = await view_of(uow, changed)
+                result = (await view_of(uow, changed)).to_json()
             answer = await self._finish(uow, key, result)
             # No new request from the commit on; those in flight finish (drain) or end (stop).
             self.router.close(service_id)

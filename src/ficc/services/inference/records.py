@@ -16,7 +16,6 @@ from typing import Final
 from ficc.base.errors import InvalidInput, NotFound, RevisionMismatch
 from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
-from ficc.base.times import format_time
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import GrantState
 from ficc.domain.inference import AttemptState, Capacity, RuntimeName, ServiceSpec, ServiceState
@@ -79,7 +78,7 @@ async def load_service(uow: UnitOfWork, project: str, service_id: str) -> Servic
 
 async def view_of(uow: UnitOfWork, service: ServiceRecord) -> ServiceView:
     """The owner's view of ``service`` with its attempts, read in the caller's transaction."""
-    return service_json(service, await uow.attempts.for_service(service.id))
+    return ServiceView.of(service, await uow.attempts.for_service(service.id))
 
 
 async def find_node(uow: UnitOfWork, node_id: str | None) -> Node | None:
@@ -191,39 +190,4 @@ def preview_json(
         "node": None if node is None else node.id,
         "spec": spec.to_json(),
         "requirements": need,
-    }
-
-
-def service_json(service: ServiceRecord, attempts: list[AttemptRecord]) -> ServiceView:
-    """A service as its owner sees it (with engine log lines; peers get a filtered view).
-
-    Plain JSON values only (times as RFC 3339 strings): the same object is kept in the
-    receipt of an idempotent change and replayed from there.
-    """
-    return {
-        "id": service.id,
-        "spec": service.spec.to_json(),
-        "node": service.node,
-        "state": service.state.value,
-        "desired": service.desired.value,
-        "revision": service.revision,
-        "error": service.error,
-        "created_by_grant": service.created_by_grant,
-        "unknown_attempts": sum(1 for a in attempts if a.state is AttemptState.UNKNOWN),
-        "replicas": [
-            {
-                "attempt": attempt.id,
-                "replica": attempt.replica,
-                "state": attempt.state.value,
-                "pid": attempt.pid,
-                "port": attempt.port,
-                "exit_code": attempt.exit_code,
-                "log_tail": attempt.log_tail,
-                "created_at": format_time(attempt.created_at),
-                "ended_at": None if attempt.ended_at is None else format_time(attempt.ended_at),
-            }
-            for attempt in attempts
-        ],
-        "created_at": format_time(service.created_at),
-        "updated_at": format_time(service.updated_at),
     }

@@ -34,6 +34,7 @@ from ficc.domain.operations import INVOKE, check_mutation_id, parse_body
 from ficc.domain.peers import Peer
 from ficc.domain.principals import Principal
 from ficc.domain.rate_limit_headers import rate_limit_headers
+from ficc.domain.remote_grants import RemoteGrant
 from ficc.services.federation.common import check_paired, project_peer
 from ficc.services.federation.remote_grants import RemoteGrantCopies
 from ficc.services.ports import PeerAsk, RoutedAsk, UnitOfWorkFactory
@@ -245,7 +246,8 @@ class RemoteClient:
         if none is kept); with ``service``, one that grant must publish."""
         principal.require_scope("federation:invoke")
         peer, remote = await self._peer_and_copies(project, peer_id)
-        if service is not None and service not in _published(peer.selected_grant, remote):
+        copies = [RemoteGrant.of(item) for item in remote]
+        if service is not None and service not in _published(peer.selected_grant, copies):
             raise unpublished(service)
         check_paired(peer)
         if peer.selected_grant is None:
@@ -319,11 +321,6 @@ async def _naming_grant(chunks: AsyncIterator[bytes], grant_id: str) -> AsyncGen
         raise type(exc)(exc.message, details={**exc.details, "grant": grant_id}) from exc
 
 
-def _published(selected: str | None, remote_grants: list[JSONObject]) -> list[str]:
-    grant = next((item for item in remote_grants if item.get("id") == selected), {})
-    return sorted({*_listed(grant.get("services")), *_listed(grant.get("created_services"))})
-
-
-def _listed(value: object) -> list[str]:
-    """The IDs a remote grant's copy lists (none when it lists none)."""
-    return [name for name in value if isinstance(name, str)] if isinstance(value, list) else []
+def _published(selected: str | None, remote_grants: list[RemoteGrant]) -> list[str]:
+    grant = next((item for item in remote_grants if item.id == selected), None)
+    return [] if grant is None else list(grant.services)

@@ -78,7 +78,8 @@ class InferenceOperations:
 
     async def get(self, call: Call) -> JSONObject:
         service_id = _service(call)
-        return peer_view(await self._inference.commands.get_service(call.grant.project, service_id))
+        found = await self._inference.commands.get_service(call.grant.project, service_id)
+        return peer_view(found.to_json())
 
     async def create(self, call: Call) -> Effect:
         await self._check_spec(call, call.body["spec"])
@@ -108,10 +109,10 @@ class InferenceOperations:
         spec_data = call.body["spec"]
         spec = await self._check_spec(call, spec_data)
         current = await self._inference.commands.get_service(call.grant.project, service_id)
-        if current["spec"]["runtime"] != spec.runtime.value:
+        if current.spec.runtime is not spec.runtime:
             raise PermissionDenied(
                 "body.spec.runtime must stay the service's runtime "
-                f"{current['spec']['runtime']}: a peer cannot change it",
+                f"{current.spec.runtime.value}: a peer cannot change it",
                 details={"field": "body.spec.runtime", "reason": "runtime_change_refused"},
             )
 

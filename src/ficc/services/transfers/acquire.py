@@ -143,18 +143,18 @@ class Transfers:
             current = await self._load(project, transfer_id)
             if current.state in (TransferState.COMPLETE, TransferState.FAILED):
                 # It finished while it was being stopped: nothing is left to pause.
-                return self._json(current)
+                return self._view(current)
             # Pausing a transfer that is paused already keeps the reason it paused for.
             error = current.error if not stopped and current.state == TransferState.PAUSED else None
             await self._set_state(transfer_id, TransferState.PAUSED, error)
         return await self.get(project, transfer_id)
 
     async def get(self, project: str, transfer_id: str) -> TransferView:
-        return self._json(await self._load(project, transfer_id))
+        return self._view(await self._load(project, transfer_id))
 
     async def list(self, project: str) -> list[TransferView]:
         async with self._uow_factory() as uow:
-            return [self._json(t) for t in await uow.transfers.in_project(project)]
+            return [self._view(t) for t in await uow.transfers.in_project(project)]
 
     async def _load(self, project: str, transfer_id: str) -> Transfer:
         async with self._uow_factory() as uow:
@@ -163,23 +163,8 @@ class Transfers:
             raise NotFound(f"no transfer {transfer_id}", details={"transfer": transfer_id})
         return transfer
 
-    def _json(self, transfer: Transfer) -> TransferView:
-        return {
-            "id": transfer.id,
-            "peer": transfer.peer_id,
-            "model": transfer.remote_model,
-            "grant": transfer.grant_id,
-            "sha256": transfer.sha256,
-            "state": transfer.state,
-            "bytes_done": transfer.bytes_done,
-            "bytes_total": transfer.bytes_total,
-            "rate_bytes_per_second": round(self._fetcher.rate(transfer.id)),
-            "files": [f.to_json() for f in transfer.files],
-            "local_model": transfer.local_model,
-            "error": transfer.error,
-            "created_at": transfer.created_at,
-            "updated_at": transfer.updated_at,
-        }
+    def _view(self, transfer: Transfer) -> TransferView:
+        return TransferView.of(transfer, round(self._fetcher.rate(transfer.id)))
 
     def _start(self, transfer_id: str, principal: Principal) -> None:
         task = asyncio.create_task(self._fetcher.run(transfer_id, principal))

@@ -24,6 +24,7 @@ from ficc.base.units import MiB
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import canonical_sha256, parse_manifest
 from ficc.domain.principals import Principal
+from ficc.domain.remote_grants import RemoteGrant
 from ficc.domain.transfers import (
     RANGE_BYTES,
     STALL_SECONDS,
@@ -200,12 +201,9 @@ class Fetcher:
         """What the peer's grant has left to send, as last refreshed; None when not known."""
         async with self.uow_factory() as uow:
             remote = await uow.remote_grants.of_peer(peer_id)
-        for grant in remote:
-            if grant.get("id") == grant_id:
-                remaining = grant.get("remaining")
-                left = remaining.get("transfer_bytes") if isinstance(remaining, dict) else None
-                if isinstance(left, int):
-                    return left
+        for grant in map(RemoteGrant.of, remote):
+            if grant.id == grant_id and grant.remaining_transfer_bytes is not None:
+                return grant.remaining_transfer_bytes
         return None
 
     async def _check_room(self, transfer: Transfer, length: int) -> None:

@@ -15,6 +15,14 @@ from ficc.web import sse
 from ficc.web.auth import Context, scoped
 from ficc.web.bodies import json_body_schema, read_json_body
 from ficc.web.fast_routes import fast_path
+from ficc.web.presenters.federation import render_federation
+from ficc.web.presenters.grants import render_grant, render_revoked_grant
+from ficc.web.presenters.offers import (
+    render_approved_offer,
+    render_discarded_offer,
+    render_offer,
+)
+from ficc.web.presenters.peers import render_pairing, render_peer, render_removed_peer
 from ficc.web.schemas import (
     Configuration,
     Forget,
@@ -45,9 +53,10 @@ async def overview(
     offers_limit: int = Query(DEFAULT_OFFERS_PAGE, ge=1, le=MAX_OFFERS_PAGE),
     ctx: Context = scoped("federation:read"),
 ) -> Any:
-    return await ctx.cluster.federation.overview.overview(
+    view = await ctx.cluster.federation.overview.overview(
         ctx.project, offers_after=offers_after, offers_limit=offers_limit
     )
+    return render_federation(view)
 
 
 @router.put(f"{PREFIX}/configuration", responses=answer(FederationOverview))
@@ -55,63 +64,73 @@ async def configure(
     body: Configuration, ctx: Context = scoped("federation:manage", local_owner=True)
 ) -> Any:
     await ctx.cluster.companion.configure(ctx.principal, body.agent_directory, body.label)
-    return await ctx.cluster.federation.overview.overview(ctx.project)
+    return render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
 
 
 @router.post(f"{PREFIX}/offers", status_code=201, responses=answer(Offer, 201))
 async def create_offer(body: OfferCreate, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.pairing.create_offer(
+    sent = await ctx.cluster.federation.pairing.create_offer(
         ctx.principal, ctx.project, service=body.service, scopes=body.scopes, ticket=body.ticket
     )
+    return render_offer(sent)
 
 
 @router.post(f"{PREFIX}/offers/{{offer_id}}/approve", responses=answer(OpenObject))
 async def approve_offer(
     offer_id: str, body: OfferApprove, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.approval.approve_offer(
+    approved = await ctx.cluster.federation.approval.approve_offer(
         ctx.principal, ctx.project, offer_id, revision=body.revision, grant=body.grant
     )
+    return render_approved_offer(approved)
 
 
 @router.post(f"{PREFIX}/offers/{{offer_id}}/finish", responses=answer(OpenObject))
 async def finish_offer(
     offer_id: str, body: OfferFinish, ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.pairing.finish_offer(
+    finished = await ctx.cluster.federation.pairing.finish_offer(
         ctx.principal, ctx.project, offer_id, receipt=body.receipt
     )
+    return render_pairing(finished)
 
 
 @router.delete(f"{PREFIX}/offers/{{offer_id}}", responses=answer(OpenObject))
 async def discard_offer(offer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.pairing.discard_offer(ctx.principal, ctx.project, offer_id)
+    discarded = await ctx.cluster.federation.pairing.discard_offer(
+        ctx.principal, ctx.project, offer_id
+    )
+    return render_discarded_offer(discarded)
 
 
 @router.delete(f"{PREFIX}/peers/{{peer_id}}", responses=answer(OpenObject))
 async def remove_peer(peer_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
+    removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
+    return render_removed_peer(removed)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/grants", status_code=201, responses=answer(Grant, 201))
 async def create_grant(
     peer_id: str, grant: dict[str, Any] = Body(...), ctx: Context = scoped("federation:manage")
 ) -> Any:
-    return await ctx.cluster.federation.grants.create_grant(
+    given = await ctx.cluster.federation.grants.create_grant(
         ctx.principal, ctx.project, peer_id, grant=grant
     )
+    return render_grant(given)
 
 
 @router.delete(f"{PREFIX}/grants/{{grant_id}}", responses=answer(OpenObject))
 async def revoke_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
+    revoked = await ctx.cluster.federation.grants.revoke_grant(ctx.principal, ctx.project, grant_id)
+    return render_revoked_grant(revoked)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/refresh", responses=answer(OpenObject))
 async def refresh(peer_id: str, body: Refresh, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.refresh(
+    refreshed = await ctx.cluster.federation.grants.refresh(
         ctx.principal, ctx.project, peer_id, grant=body.grant
     )
+    return render_peer(refreshed)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/reconcile", responses=answer(Reconciliation))
@@ -124,7 +143,8 @@ async def reconcile(peer_id: str, body: Reconcile, ctx: Context = scoped("federa
 
 @router.post(f"{PREFIX}/grants/{{grant_id}}/retire", responses=answer(Grant))
 async def retire_grant(grant_id: str, ctx: Context = scoped("federation:manage")) -> Any:
-    return await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
+    retired = await ctx.cluster.federation.grants.retire_grant(ctx.principal, ctx.project, grant_id)
+    return render_grant(retired)
 
 
 @router.post(f"{PREFIX}/peers/{{peer_id}}/forget", responses=answer(OpenObject))

@@ -10,6 +10,7 @@ from ficc.base.ids import parse_mutation_id
 from ficc.services.inference import Actor
 from ficc.services.mutations import MutationKey
 from ficc.web.auth import Context, scoped
+from ficc.web.presenters.services import render_service, render_services
 from ficc.web.schemas import PreviewRequest, ServiceControl, ServiceReplace
 from ficc.web.schemas_responses import OpenObject, Service, ServiceList, answer
 
@@ -39,7 +40,9 @@ def _answer(response: Response, result: tuple[dict[str, Any], bool]) -> dict[str
 
 @router.get("/api/v1/inference/services", responses=answer(ServiceList))
 async def list_services(ctx: Context = scoped("inference:read")) -> Any:
-    return {"services": await ctx.cluster.inference.commands.list_services(ctx.project)}
+    return {
+        "services": render_services(await ctx.cluster.inference.commands.list_services(ctx.project))
+    }
 
 
 @router.post("/api/v1/inference/services", status_code=201, responses=answer(Service, 201))
@@ -58,7 +61,7 @@ async def create_service(
 
 @router.get("/api/v1/inference/services/{service_id}", responses=answer(Service))
 async def get_service(service_id: str, ctx: Context = scoped("inference:read")) -> Any:
-    return await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
+    return render_service(await ctx.cluster.inference.commands.get_service(ctx.project, service_id))
 
 
 @router.put("/api/v1/inference/services/{service_id}", responses=answer(Service))

@@ -9,6 +9,8 @@ from ficc.base.errors import FiccError, NotFound
 from ficc.bootstrap import Cluster
 from ficc.web.auth import forget_session_cookie, public
 from ficc.web.console import ConsoleContext, console
+from ficc.web.presenters.federation import render_federation
+from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import (
     STATIC_DIRECTORY,
     STATIC_FILES,
@@ -89,7 +91,7 @@ async def overview(request: Request, ctx: ConsoleContext = console()) -> Respons
 async def _overview(request: Request, ctx: ConsoleContext) -> Response:
     scopes = ctx.principal.scopes
     federation = (
-        await ctx.cluster.federation.overview.overview(ctx.project)
+        render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
         if "federation:read" in scopes
         else None
     )
@@ -101,7 +103,7 @@ async def _overview(request: Request, ctx: ConsoleContext) -> Response:
         cluster_key=ctx.cluster.cluster_key.public_text,
         federation=federation,
         services=(
-            await ctx.cluster.inference.commands.list_services(ctx.project)
+            render_services(await ctx.cluster.inference.commands.list_services(ctx.project))
             if "inference:read" in scopes
             else None
         ),

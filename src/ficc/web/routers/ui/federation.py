@@ -26,6 +26,7 @@ from ficc.domain.grants import (
     MAX_TOKENS_PER_MINUTE,
     MAX_TRANSFER_BYTES,
 )
+from ficc.domain.offers import OfferDirection
 from ficc.web.console import (
     ConsoleContext,
     console,
@@ -35,6 +36,11 @@ from ficc.web.console import (
     read_form,
     usage_chart,
 )
+from ficc.web.presenters.federation import render_federation
+from ficc.web.presenters.grants import render_grant
+from ficc.web.presenters.offers import render_offer
+from ficc.web.presenters.peers import render_peer
+from ficc.web.presenters.services import render_services
 from ficc.web.routers.ui.rendering import P, action_done, render_page
 
 router = APIRouter(include_in_schema=False)
@@ -45,7 +51,7 @@ router = APIRouter(include_in_schema=False)
 async def federation(
     request: Request, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
-    view = await ctx.cluster.federation.overview.overview(ctx.project)
+    view = render_federation(await ctx.cluster.federation.overview.overview(ctx.project))
     return await render_page(request, ctx, "federation", "Federation", view=view)
 
 
@@ -55,16 +61,17 @@ async def offer(
 ) -> Response:
     """The review page of an incoming offer (or the finish page of an outgoing one)."""
     found = await ctx.cluster.federation.pairing.get_offer(ctx.project, offer_id)
+    incoming = found.direction is OfferDirection.INCOMING
     resources: dict[str, Any] = {}
-    if found["direction"] == "incoming" and "federation:manage" in ctx.principal.scopes:
+    if incoming and "federation:manage" in ctx.principal.scopes:
         resources = await _grantable(ctx)
     return await render_page(
         request,
         ctx,
         "offer",
-        "Review offer" if found["direction"] == "incoming" else "Finish offer",
-        offer=found,
-        defaults=_grant_defaults(found["scopes"]),
+        "Review offer" if incoming else "Finish offer",
+        offer=render_offer(found),
+        defaults=_grant_defaults(list(found.scopes)),
         resources=resources,
     )
 
@@ -76,7 +83,9 @@ async def _grantable(ctx: ConsoleContext) -> dict[str, Any]:
     as on the overview and GET /nodes (G14); None tells the page why the picker is empty.
     """
     return {
-        "services": await ctx.cluster.inference.commands.list_services(ctx.project),
+        "services": render_services(
+            await ctx.cluster.inference.commands.list_services(ctx.project)
+        ),
         "models": await ctx.cluster.catalogue.list_models(ctx.project),
         "nodes": (
             await ctx.cluster.nodes.list_nodes()
@@ -120,7 +129,7 @@ async def approve_offer(
         revision=form_int(form, "revision"),
         grant=grant_from_form(form),
     )
-    receipt = approved["receipt"]
+    receipt = approved.offer.receipt
     assert receipt is not None  # an approved offer carries the receipt it was signed with
     return action_done(f"Approved and signed. Receipt digest {receipt['digest']}.")
 
@@ -148,7 +157,7 @@ async def finish_offer(
 @router.post(f"{P}/peers/{{peer_id}}/remove")
 async def remove_peer(peer_id: str, ctx: ConsoleContext = console("federation:manage")) -> Response:
     removed = await ctx.cluster.federation.peers.remove_peer(ctx.principal, ctx.project, peer_id)
-    told = "told" if removed["told"] else "not told (telling it is best effort)"
+    told = "told" if removed.told else "not told (telling it is best effort)"
     return action_done(f"Peer removed; its grants are revoked; the peer was {told}.")
 
 
@@ -174,22 +183,21 @@ async def grant(
     request: Request, grant_id: str, ctx: ConsoleContext = console("federation:read")
 ) -> Response:
     view = await ctx.cluster.federation.overview.overview(ctx.project)
-    found: Mapping[str, object] | None = next(
-        (item for item in view["grants"] if item["id"] == grant_id), None
-    )
-    peer = (
+    given = next((item for item in view.grants if item.id == grant_id), None)
+    found: Mapping[str, object] | None = None if given is None else render_grant(given)
+    of_peer = (
         None
-        if found is None
-        else next((item for item in view["peers"] if item["id"] == found["peer"]), None)
+        if given is None
+        else next((item for item in view.peers if item.id == given.peer), None)
     )
     received = found is None
     if found is None:
         # A grant this project holds: the peer's copy, and the last reconciliation of its
         # usage receipts.
-        for item in view["peers"]:
-            for copy in item.get("remote_grants", []):
-                if copy.get("id") == grant_id:
-                    found, peer = {**copy, "peer": item["id"]}, item
+        for item in view.peers:
+            for copy in item.remote_grants:
+                if copy.id == grant_id:
+                    found, of_peer = {**copy.to_json(), "peer": item.id}, item
     if found is None:
         raise NotFound(f"no grant {grant_id} in project {ctx.project}", details={"grant": grant_id})
     used = await ctx.cluster.federation.usage.usage(ctx.principal, ctx.project, grant_id, limit=20)
@@ -200,7 +208,7 @@ async def grant(
         "grant",
         "Grant",
         grant=found,
-        peer=peer,
+        peer=None if of_peer is None else render_peer(of_peer),
         usage=used,
         chart=usage_chart(_hours(used)[-48:]),
         received=received,

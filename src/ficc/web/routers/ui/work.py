@@ -10,6 +10,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from ficc.base.errors import InvalidInput
 from ficc.web.console import ConsoleContext, console, form_int, read_form
+from ficc.web.presenters.services import render_service, render_services
+from ficc.web.presenters.transfers import render_transfers
 from ficc.web.routers import inference as inference_api
 from ficc.web.routers.ui.rendering import (
     LIVE_SERVICE_STATES,
@@ -26,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 @router.get(f"{P}/transfers", response_class=HTMLResponse)
 async def transfers(request: Request, ctx: ConsoleContext = console("federation:read")) -> Response:
-    found = await ctx.cluster.transfers.list(ctx.project)
+    found = render_transfers(await ctx.cluster.transfers.list(ctx.project))
     return await _listing(request, ctx, "transfers", "Transfers", found, LIVE_TRANSFER_STATES)
 
 
@@ -44,9 +46,7 @@ async def resume_transfer(
 ) -> Response:
     """Resume is acquiring the same model from the same peer again, as the API does it."""
     found = await ctx.cluster.transfers.get(ctx.project, transfer_id)
-    await ctx.cluster.transfers.acquire(
-        ctx.principal, ctx.project, found["peer"], model=found["model"]
-    )
+    await ctx.cluster.transfers.acquire(ctx.principal, ctx.project, found.peer, model=found.model)
     return action_done("Transfer resumed.")
 
 
@@ -55,7 +55,7 @@ async def resume_transfer(
 
 @router.get(f"{P}/services", response_class=HTMLResponse)
 async def services(request: Request, ctx: ConsoleContext = console("inference:read")) -> Response:
-    found = await ctx.cluster.inference.commands.list_services(ctx.project)
+    found = render_services(await ctx.cluster.inference.commands.list_services(ctx.project))
     routes = await ctx.cluster.routes.list_routes(ctx.project)
     return await _listing(
         request, ctx, "services", "Services", found, LIVE_SERVICE_STATES, routes=routes
@@ -67,15 +67,15 @@ async def service(
     request: Request, service_id: str, ctx: ConsoleContext = console("inference:read")
 ) -> Response:
     """One service with its engine log, read-only (the template escapes every line)."""
-    found = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
+    view = await ctx.cluster.inference.commands.get_service(ctx.project, service_id)
     log = await ctx.cluster.service_logs.read(ctx.project, service_id)
     return await render_page(
         request,
         ctx,
         "service",
-        f"Service {found['spec']['name']}",
-        live=found["state"] in LIVE_SERVICE_STATES,
-        service=found,
+        f"Service {view.spec.name}",
+        live=view.state.value in LIVE_SERVICE_STATES,
+        service=render_service(view),
         log=log,
     )
 
