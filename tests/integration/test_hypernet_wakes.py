@@ -12,6 +12,7 @@ import asyncio
 import iroh
 
 from ficc.adapters.hypernet import wakefix
+from ficc.adapters.hypernet.binding import claim_event_loop
 
 ALPN = b"ficc-test/wakes"
 ROUND_TRIPS = 100
@@ -29,6 +30,7 @@ def _options() -> iroh.EndpointOptions:
 
 async def test_reads_woken_from_irohs_threads_keep_one_thread_state_per_thread() -> None:
     assert wakefix.apply_wake_fix()
+    claim_event_loop()  # iroh resumes its calls on the loop that owns it: this test's
     server, client = await iroh.Endpoint.bind(_options()), await iroh.Endpoint.bind(_options())
 
     async def accepted() -> iroh.Connection:
