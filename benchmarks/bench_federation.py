@@ -202,6 +202,14 @@ class Target:
     model: str
 
 
+def federated_target(alpha: Cluster, beta: Cluster, services: list[str]) -> Target:
+    """alpha's OpenAI URL for beta's first of ``services``, once alpha is paired with beta over
+    a grant of them all (:func:`_pair`), with alpha's owner token."""
+    peer = _pair(alpha, beta, services)
+    auth = {"Authorization": dict(alpha.client.headers)["authorization"]}
+    return Target("federated", f"{alpha.url}{API}/peers/{peer}/v1", auth, services[0])
+
+
 def _streamed_chat(client: httpx.Client, target: Target) -> tuple[float, float]:
     """(time to first byte, total) in ms of one streamed chat, checked to end with [DONE]."""
     body = {**CHAT, "model": target.model, "stream": True}

@@ -73,12 +73,9 @@ def measure() -> dict[str, Any]:
             beta.client,
             {**spec, "name": "paced", "options": {"base_url": engine.url + PACED_PREFIX}},
         )
-        peer = federation._pair(alpha, beta, [service["id"], paced["id"]])
-        alpha_auth = {"Authorization": dict(alpha.client.headers)["authorization"]}
+        federated = federation.federated_target(alpha, beta, [service["id"], paced["id"]])
+        alpha_auth = federated.headers
         beta_auth = {"Authorization": dict(beta.client.headers)["authorization"]}
-        federated = federation.Target(
-            "federated", f"{alpha.url}{federation.API}/peers/{peer}/v1", alpha_auth, service["id"]
-        )
         local = federation.Target("local", beta.url + federation.LOCAL_V1, beta_auth, service["id"])
         direct = federation.Target("direct", f"{engine.url}/v1", {}, MOCK_MODEL)
         found: dict[str, Any] = {}

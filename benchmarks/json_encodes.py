@@ -106,13 +106,9 @@ def measure() -> dict[str, Any]:
         service = federation._running_service(
             beta.client, {**spec, "options": {"base_url": engine.url}}
         )
-        peer = federation._pair(alpha, beta, [service["id"]])
-        headers = {"Authorization": dict(alpha.client.headers)["authorization"]}
-        target = federation.Target(
-            "federated", f"{alpha.url}{federation.API}/peers/{peer}/v1", headers, service["id"]
-        )
+        target = federation.federated_target(alpha, beta, [service["id"]])
         pids = {"alpha": alpha.pid, "beta": beta.pid}
-        with httpx.Client(base_url=target.base_url, headers=headers, timeout=60) as http:
+        with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60) as http:
             for _ in range(WARM_UP):
                 federation._streamed_chat(http, target)
             _counts_now(pids, work)

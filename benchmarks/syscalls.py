@@ -62,11 +62,7 @@ def measure() -> dict[str, Any]:
         service = federation._running_service(
             beta.client, {**spec, "options": {"base_url": upstream}}
         )
-        peer = federation._pair(alpha, beta, [service["id"]])
-        headers = {"Authorization": dict(alpha.client.headers)["authorization"]}
-        target = federation.Target(
-            "federated", f"{alpha.url}{federation.API}/peers/{peer}/v1", headers, service["id"]
-        )
+        target = federation.federated_target(alpha, beta, [service["id"]])
         pids = {"alpha": alpha.pid, "beta": beta.pid}
         body = federation.history_body(8, PACED_TOKENS)
         chats, chunks = (PACED_CHATS, 0) if PACED_TOKENS else (CHATS, 1)
@@ -77,7 +73,7 @@ def measure() -> dict[str, Any]:
             federation._streamed_chat(http, target)
             return 0
 
-        with httpx.Client(base_url=target.base_url, headers=headers, timeout=120) as http:
+        with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=120) as http:
             for _ in range(WARM_UP if not PACED_TOKENS else 2):
                 chat(http)
             tracers = {
