@@ -25,7 +25,7 @@ from ficc.domain import peers as p
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import GrantState
 from ficc.domain.inference import RuntimeName, ServiceState
-from ficc.domain.manifests import build_manifest, canonical_sha256
+from ficc.domain.manifests import build_manifest
 from ficc.domain.nodes import Node
 from ficc.domain.peers import PeerRole, PeerState
 from ficc.domain.receipts import b64
@@ -195,14 +195,8 @@ async def record_model(
         digests = [await _small_blob(cluster) for _ in sizes]
     files = [(f"part{index}.gguf", size, digests[index]) for index, size in enumerate(sizes)]
     manifest = build_manifest("declared", "gguf", files, metadata or {})
-    model = CatalogueModel(
-        id=new_id("model", secrets.token_bytes(16)),
-        project=project,
-        name=manifest.name,
-        format=manifest.format,
-        manifest=manifest.to_json(),
-        sha256=canonical_sha256(manifest),
-        created_at=NOW,
+    model = CatalogueModel.of_manifest(
+        new_id("model", secrets.token_bytes(16)), project, manifest, NOW
     )
     async with cluster.uow_factory() as uow:
         if not await uow.projects.exists(project):

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
+from ficc.domain.manifests import Manifest, canonical_sha256
+
 
 class ModelView(TypedDict):
     """A catalogue record as the API shows it."""
@@ -33,6 +35,28 @@ class CatalogueModel:
     created_at: datetime
     provenance: dict[str, Any] | None = None
     created_by_grant: str | None = None
+
+    @classmethod
+    def of_manifest(
+        cls,
+        model_id: str,
+        project: str,
+        manifest: Manifest,
+        created_at: datetime,
+        *,
+        created_by_grant: str | None = None,
+    ) -> CatalogueModel:
+        """The record of ``manifest``: its name, format and canonical SHA-256 taken from it."""
+        return cls(
+            id=model_id,
+            project=project,
+            name=manifest.name,
+            format=manifest.format,
+            manifest=manifest.to_json(),
+            sha256=canonical_sha256(manifest),
+            created_at=created_at,
+            created_by_grant=created_by_grant,
+        )
 
     def blob_digests(self) -> list[str]:
         return [str(entry["sha256"]) for entry in self.manifest["files"]]

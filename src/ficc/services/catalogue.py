@@ -18,7 +18,6 @@ from ficc.domain.catalogue import CatalogueModel, ModelView
 from ficc.domain.manifests import (
     Manifest,
     build_manifest,
-    canonical_sha256,
     parse_safe_relative_path,
 )
 from ficc.domain.mutations import derived_entropy
@@ -91,14 +90,8 @@ class Catalogue:
             )
             entries.append((str(names[index]), size, str(digest)))
         manifest = build_manifest(model_name, _format_of(files), entries, {})
-        model = CatalogueModel(
-            id=new_id("model", secrets.token_bytes(16)),
-            project=project,
-            name=model_name,
-            format=manifest.format,
-            manifest=manifest.to_json(),
-            sha256=canonical_sha256(manifest),
-            created_at=self.clock(),
+        model = CatalogueModel.of_manifest(
+            new_id("model", secrets.token_bytes(16)), project, manifest, self.clock()
         )
         async with self.uow_factory() as uow:
             await uow.models.add(model)
@@ -168,15 +161,8 @@ class Catalogue:
                         f"a grant can create at most {max_created} models",
                         details={"limit": "created_models", "allowed": max_created},
                     )
-                existing = CatalogueModel(
-                    id=model_id,
-                    project=project,
-                    name=manifest.name,
-                    format=manifest.format,
-                    manifest=manifest.to_json(),
-                    sha256=canonical_sha256(manifest),
-                    created_at=self.clock(),
-                    created_by_grant=created_by_grant,
+                existing = CatalogueModel.of_manifest(
+                    model_id, project, manifest, self.clock(), created_by_grant=created_by_grant
                 )
                 await uow.models.add(existing)
                 await audit.record(

@@ -23,7 +23,7 @@ from ficc.base.ids import new_id
 from ficc.base.units import GiB
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import RestartPolicy, RuntimeName
-from ficc.domain.manifests import build_manifest, canonical_sha256
+from ficc.domain.manifests import build_manifest
 from ficc.domain.nodes import Node
 from ficc.domain.service_records import ServiceRecord
 from ficc.services.inference import Actor, InferenceServices, Supervision
@@ -277,15 +277,7 @@ class Bench:
         digest = secrets.token_hex(32)
         model_id = model_id or new_id("model", secrets.token_bytes(16))
         manifest = build_manifest("tiny", "gguf", [("tiny.gguf", size, digest)], {})
-        model = CatalogueModel(
-            id=model_id,
-            project=PROJECT,
-            name=manifest.name,
-            format=manifest.format,
-            manifest=manifest.to_json(),
-            sha256=canonical_sha256(manifest),
-            created_at=self.clock(),
-        )
+        model = CatalogueModel.of_manifest(model_id, PROJECT, manifest, self.clock())
         self.store.models[model.id] = model
         self.store.blob_refs.add((PROJECT, digest))
         (self.models_dir / model.id).write_bytes(b"gguf")

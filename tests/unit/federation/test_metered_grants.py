@@ -21,7 +21,7 @@ from ficc.base.request_ids import current_request_id
 from ficc.base.units import GiB
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.inference import ServiceState
-from ficc.domain.manifests import build_manifest, canonical_sha256
+from ficc.domain.manifests import build_manifest
 from ficc.domain.nodes import Node
 from ficc.domain.openai_requests import COMPLETIONS_PATH
 
@@ -58,14 +58,8 @@ async def running_service(pair: Pair) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     manifest = build_manifest("tiny", "gguf", [("tiny.gguf", len(data), digest)], {})
-    model = CatalogueModel(
-        id=new_id("model", secrets.token_bytes(16)),
-        project="default",
-        name="tiny",
-        format="gguf",
-        manifest=manifest.to_json(),
-        sha256=canonical_sha256(manifest),
-        created_at=pair.clock(),
+    model = CatalogueModel.of_manifest(
+        new_id("model", secrets.token_bytes(16)), "default", manifest, pair.clock()
     )
     store.models[model.id] = model
     store.blob_refs.add(("default", digest))
