@@ -190,12 +190,22 @@ class Committed:
 
 
 class LoopConnection:
-    """A synchronous SQLite connection behind the async interface, on the loop's thread."""
+    """A synchronous SQLite connection behind the async interface, on the loop's thread.
 
-    def __init__(self, connection: Connection, committed: Committed | None = None) -> None:
+    ``keep``: offered the connection when it closes, says whether it took it (to begin the
+    next transaction on); one it does not take is closed.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        committed: Committed | None = None,
+        keep: Callable[[Connection], bool] | None = None,
+    ) -> None:
         self._connection = connection
         self._committed = committed if committed is not None else Committed()
         self._noted: dict[tuple[str, ...], object] = {}
+        self._keep = keep
 
     def known(self, key: tuple[str, ...]) -> object:
         """``key``'s value as this transaction sees it: noted in it, else committed (None:
@@ -247,7 +257,12 @@ class LoopConnection:
         self._connection.rollback()
 
     async def close(self) -> None:
-        self._connection.close()
+        connection = self._connection
+        if connection.in_transaction():
+            self._noted.clear()
+            connection.rollback()
+        if self._keep is None or not self._keep(connection):
+            connection.close()
 
     def in_transaction(self) -> bool:
         return self._connection.in_transaction()
@@ -270,6 +285,8 @@ class Database:
         self._sync: Engine | None = None
         self._async: AsyncEngine | None = None
         self._committed = Committed()
+        self._idle: Connection | None = None
+        """SQLite: the connection the last transaction ended on, for the next to begin on."""
         if self.url.startswith("sqlite"):
             self._sync = create_sync_engine(self.url)
             event.listen(self._sync, "connect", _sqlite_pragmas)
@@ -283,9 +300,13 @@ class Database:
     async def connect(self) -> SqlConnection:
         """A connection inside a transaction (begun)."""
         if self._sync is not None:
-            connection = self._sync.connect()
+            # The connection the last transaction left, if any: a pool's checkout and
+            # check-in (with its reset) cost more than a small transaction's statements.
+            connection, self._idle = self._idle, None
+            if connection is None or connection.closed or connection.invalidated:
+                connection = self._sync.connect()
             connection.begin()
-            return LoopConnection(connection, self._committed)
+            return LoopConnection(connection, self._committed, self._keep_idle)
         assert self._async is not None
         async_connection = await self._async.connect()
         await async_connection.begin()
@@ -320,7 +341,17 @@ class Database:
                 await connection.execute(text("SELECT pg_advisory_unlock(:key)"), lock)
                 await connection.commit()
 
+    def _keep_idle(self, connection: Connection) -> bool:
+        """Keep ``connection`` (out of any transaction) for the next; one is kept at most."""
+        if self._idle is not None or connection.invalidated or connection.in_transaction():
+            return False
+        self._idle = connection
+        return True
+
     async def dispose(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.close()
         if self._sync is not None:
             self._sync.dispose()
         if self._async is not None:
