@@ -10,7 +10,7 @@ loads it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -126,15 +126,13 @@ class RayNodes:
     def as_nodes(self, observed: list[RayNode], now: datetime) -> list[Node]:
         """The FICC nodes of ``observed``; the one FICC's driver runs on is the local node."""
         return [
-            Node(
-                id=ficc_node_id(node.ray_node_id),
-                name=f"{node.hostname or node.address}-{node.ray_node_id[:8]}",
-                cpu_count=node.capacity.cpu_count,
-                memory_bytes=node.capacity.memory_bytes,
-                memory_available_bytes=node.capacity.memory_available_bytes if node.alive else 0,
-                gpus=node.capacity.gpus,
+            Node.of_capacity(
+                ficc_node_id(node.ray_node_id),
+                f"{node.hostname or node.address}-{node.ray_node_id[:8]}",
+                # A node that left has no memory to give, whatever Ray last measured.
+                node.capacity if node.alive else replace(node.capacity, memory_available_bytes=0),
+                now,
                 is_local=node.ray_node_id == self._driver_node_id,
-                updated_at=now,
                 ray_node_id=node.ray_node_id,
                 labels=node.labels,
                 available=node.alive,

@@ -58,6 +58,19 @@ class CatalogueModel:
             created_by_grant=created_by_grant,
         )
 
+    def view(self) -> ModelView:
+        """The record as the API shows it: the owner's API, and a peer that created it."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "format": self.format,
+            "manifest": self.manifest,
+            "sha256": self.sha256,
+            "size_bytes": self.total_bytes(),
+            "provenance": self.provenance,
+            "created_at": self.created_at,
+        }
+
     def blob_digests(self) -> list[str]:
         return [str(entry["sha256"]) for entry in self.manifest["files"]]
 

@@ -1,13 +1,17 @@
-"""Exactly-once mutations: the digest that tells a retry from a different request, and the
-states a mutation's receipt goes through."""
+"""Exactly-once mutations: the digest that tells a retry from a different request, a
+mutation's receipt, and the states it goes through."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 import rfc8785
+
+from ficc.base.json_types import JSONObject
 
 
 class ReceiptState(StrEnum):
@@ -22,6 +26,23 @@ class ReceiptState(StrEnum):
     NOT_APPLIED = "not_applied"
     """Inspected while uncertain with nothing of it in flight: certainly nothing happened.
     It holds no capacity, and a retry with the same ID and arguments applies it once."""
+
+
+@dataclass(frozen=True)
+class MutationReceipt:
+    """What a mutation_id did: ``uncertain`` until its effect is known, then ``completed``.
+
+    ``scope`` is where the mutation_id lives (a project locally, a grant remotely); ``state``
+    is a :class:`ReceiptState` value."""
+
+    scope: str
+    mutation_id: str
+    operation: str
+    arguments_sha256: str
+    state: str
+    result: JSONObject | None
+    created_at: datetime
+    completed_at: datetime | None = None
 
 
 def arguments_sha256(operation: str, arguments: Any) -> str:

@@ -42,6 +42,37 @@ class Node:
     """False once the node left (its Ray node died): nothing is scheduled on it."""
     unavailable_reason: str | None = None
 
+    @classmethod
+    def of_capacity(
+        cls,
+        node_id: str,
+        name: str,
+        capacity: Capacity,
+        updated_at: datetime,
+        *,
+        is_local: bool,
+        ray_node_id: str | None = None,
+        labels: tuple[tuple[str, str], ...] = (),
+        available: bool = True,
+        unavailable_reason: str | None = None,
+    ) -> Node:
+        """The node whose machine a probe found to have ``capacity``: this machine, or a node
+        Ray reports."""
+        return cls(
+            id=node_id,
+            name=name,
+            cpu_count=capacity.cpu_count,
+            memory_bytes=capacity.memory_bytes,
+            memory_available_bytes=capacity.memory_available_bytes,
+            gpus=capacity.gpus,
+            is_local=is_local,
+            updated_at=updated_at,
+            ray_node_id=ray_node_id,
+            labels=labels,
+            available=available,
+            unavailable_reason=unavailable_reason,
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

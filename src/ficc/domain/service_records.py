@@ -178,17 +178,3 @@ class PreviewView(TypedDict):
     node: str | None
     spec: JSONObject
     requirements: dict[str, int]
-
-
-@dataclass(frozen=True)
-class MutationReceipt:
-    """What a mutation_id did: ``uncertain`` until its effect is known, then ``completed``."""
-
-    scope: str
-    mutation_id: str
-    operation: str
-    arguments_sha256: str
-    state: str
-    result: JSONObject | None
-    created_at: datetime
-    completed_at: datetime | None = None

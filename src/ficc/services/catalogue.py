@@ -14,7 +14,7 @@ from ficc.base.ids import new_id
 from ficc.base.json_types import JSONObject
 from ficc.base.text import parse_short_text
 from ficc.base.times import with_times_formatted
-from ficc.domain.catalogue import CatalogueModel, ModelView
+from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.manifests import (
     Manifest,
     build_manifest,
@@ -176,9 +176,7 @@ class Catalogue:
                     peer_hypernet_id=peer[0],
                     peer_cluster_key=peer[1],
                 )
-            answer = await mutation.complete(
-                with_times_formatted(model_json(existing)), self.clock()
-            )
+            answer = await mutation.complete(with_times_formatted(existing.view()), self.clock())
             await uow.commit()
         return answer, False
 
@@ -296,16 +294,3 @@ async def _granted_blobs(uow: UnitOfWork, grant_id: str, project: str) -> set[st
         if model is not None and model.project == project and model.created_by_grant is None:
             digests.update(model.blob_digests())
     return digests
-
-
-def model_json(model: CatalogueModel) -> ModelView:
-    return {
-        "id": model.id,
-        "name": model.name,
-        "format": model.format,
-        "manifest": model.manifest,
-        "sha256": model.sha256,
-        "size_bytes": model.total_bytes(),
-        "provenance": model.provenance,
-        "created_at": model.created_at,
-    }

@@ -24,8 +24,7 @@ from typing import Final
 
 from ficc.base.errors import ErrorShape, FiccError, MutationConflict, error_from_code, render
 from ficc.base.json_types import JSONObject
-from ficc.domain.mutations import ReceiptState, arguments_sha256
-from ficc.domain.service_records import MutationReceipt
+from ficc.domain.mutations import MutationReceipt, ReceiptState, arguments_sha256
 from ficc.services.ports import Clock, UnitOfWork
 
 UNCERTAIN: Final = ReceiptState.UNCERTAIN

@@ -32,16 +32,7 @@ class Nodes:
                 node_id = stored
             else:
                 await uow.settings.put(LOCAL_NODE_SETTING, node_id)
-            node = Node(
-                id=node_id,
-                name=name,
-                cpu_count=capacity.cpu_count,
-                memory_bytes=capacity.memory_bytes,
-                memory_available_bytes=capacity.memory_available_bytes,
-                gpus=capacity.gpus,
-                is_local=True,
-                updated_at=self.clock(),
-            )
+            node = Node.of_capacity(node_id, name, capacity, self.clock(), is_local=True)
             await uow.nodes.upsert(node)
             await uow.commit()
         return node

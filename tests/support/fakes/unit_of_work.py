@@ -46,11 +46,12 @@ from ficc.domain.metering import (
     bucketed,
     empty_totals,
 )
+from ficc.domain.mutations import MutationReceipt
 from ficc.domain.nodes import Node
 from ficc.domain.offers import PURGEABLE_STATES, Offer, OfferDirection, OfferState
 from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
-from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.domain.token_limits import TokenLimit, TokenRestrictions
 from ficc.domain.transfers import Transfer
 from ficc.domain.usage_receipts import EMPTY_HEAD, Head, StoredReceipt, head_after

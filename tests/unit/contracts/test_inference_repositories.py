@@ -14,8 +14,9 @@ from tests.support.fakes.clock import FakeClock
 
 from ficc.base.ids import new_id
 from ficc.domain.inference import AttemptState, DesiredState, ServiceState, parse_service_spec
+from ficc.domain.mutations import MutationReceipt
 from ficc.domain.nodes import Node
-from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.services.ports import UnitOfWorkFactory
 
 CLOCK = FakeClock()

@@ -46,15 +46,11 @@ def test_every_operation_has_its_body_and_answer_in_the_generated_catalogue() ->
         assert f"| `{name}` |" not in after, f"{name} is documented beside the catalogue"
 
 
-def test_every_body_field_has_its_meaning_and_no_other_is_described() -> None:
-    """A row's ``about`` names exactly its body's fields, optional ones as optional, and says
-    what each means."""
+def test_every_body_field_has_its_meaning() -> None:
+    """A row's ``about`` is where its body's fields are named (optional ones as optional), so
+    each must say what it means."""
     for name, row in OPERATIONS.items():
-        body = row.about.body
-        required = row.fields if row.required is None else row.required
-        assert body.names == row.fields, name
-        assert body.required == required, name
-        assert all(meaning for _, meaning in body.members), name
+        assert all(meaning for _, meaning in row.about.body.members), name
 
 
 def test_a_streamed_answer_says_what_its_chunks_are_and_a_json_answer_names_its_members() -> None:

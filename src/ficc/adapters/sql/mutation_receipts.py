@@ -6,7 +6,7 @@ from sqlalchemy import delete, func, insert, select, update
 
 from ficc.adapters.sql import tables as t
 from ficc.adapters.sql.repository import _record, _Repository, _row_values
-from ficc.domain.service_records import MutationReceipt
+from ficc.domain.mutations import MutationReceipt
 
 
 class SqlReceipts(_Repository):

@@ -3,10 +3,11 @@ the proven identities the audit log records, and the checks pairing and grants b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Protocol
@@ -56,6 +57,15 @@ class FederationContext:
     clock: Clock
     link: PeerLink
     known: KnownPeers
+
+    @contextlib.asynccontextmanager
+    async def managing(self, principal: Principal) -> AsyncIterator[tuple[UnitOfWork, datetime]]:
+        """The opening of an owner's change to a pairing or grant: ``federation:manage``
+        required, the one time the change happens at, and the transaction it runs in."""
+        principal.require_scope("federation:manage")
+        now = self.clock()
+        async with self.uow_factory() as uow:
+            yield uow, now
 
     async def audit(
         self,

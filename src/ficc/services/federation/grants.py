@@ -128,9 +128,7 @@ class Grants:
     ) -> tuple[Grant, Peer | None, str, datetime]:
         """Move a grant to ``target`` (revoked or retired) in one transaction, audited: the
         grant as it was, its peer, its state then, and when."""
-        principal.require_scope("federation:manage")
-        now = self.context.clock()
-        async with self.context.uow_factory() as uow:
+        async with self.context.managing(principal) as (uow, now):
             grant = await project_grant(uow, project, grant_id)
             was = grant.state_at(now)
             if target == GrantState.REVOKED:

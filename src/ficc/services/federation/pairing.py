@@ -251,9 +251,7 @@ class Pairing:
     async def discard_offer(
         self, principal: Principal, project: str, offer_id: str
     ) -> DiscardedOfferView:
-        principal.require_scope("federation:manage")
-        now = self.context.clock()
-        async with self.context.uow_factory() as uow:
+        async with self.context.managing(principal) as (uow, now):
             offer = await visible_offer(uow, project, offer_id)
             next_state(offer, "discard", now)
             discarded = await mark_discarded(uow, offer, now)

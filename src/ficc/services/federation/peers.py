@@ -33,9 +33,7 @@ class Peers:
         self, principal: Principal, project: str, peer_id: str
     ) -> RemovedPeerView:
         """Revoke every grant given to the peer and remove the pairing, reachable or not."""
-        principal.require_scope("federation:manage")
-        now = self.context.clock()
-        async with self.context.uow_factory() as uow:
+        async with self.context.managing(principal) as (uow, now):
             peer = await project_peer(uow, project, peer_id)
             if peer.state == PeerState.REMOVED:
                 raise Conflict(f"peer {peer_id} is removed already", details={"state": peer.state})

@@ -18,11 +18,12 @@ from ficc.domain.audit_chain import ChainRow, SignedHead
 from ficc.domain.catalogue import CatalogueModel
 from ficc.domain.grants import Grant, GrantState
 from ficc.domain.lease import Lease
+from ficc.domain.mutations import MutationReceipt
 from ficc.domain.nodes import Node
 from ficc.domain.offers import Offer
 from ficc.domain.peers import Peer
 from ficc.domain.routes import Route
-from ficc.domain.service_records import AttemptRecord, MutationReceipt, ServiceRecord
+from ficc.domain.service_records import AttemptRecord, ServiceRecord
 from ficc.domain.transfers import Transfer, TransferState
 
 R = TypeVar("R")

@@ -2,8 +2,9 @@
 
 Every row of :data:`~ficc.services.remote.table.OPERATIONS` names its :class:`About`
 (:mod:`ficc.services.remote.meanings`); ``scripts/make-catalogue`` renders them into
-``docs/protocol.md`` §5, and the catalogue tests hold a body's members to the row's fields
-and an answer's members to what the handlers answer. An independent implementation had to
+``docs/protocol.md`` §5. A body's members are the fields its row takes (the server checks
+requests against them), and the catalogue tests hold an answer's members to what the handlers
+answer. An independent implementation had to
 guess these meanings from prose (the interop review), so they are stated once, beside the
 table the server dispatches by. The shapes named here recur in several answers.
 """

@@ -2,7 +2,8 @@
 
 A row says everything about an operation: the scopes a grant needs for it (none: it travels
 outside any grant, like pairing), whether it mutates (then it needs a mutation_id and runs
-exactly once), whether it answers with a stream, the body's fields, and its handler. Adding an
+exactly once), whether it answers with a stream, its handler, and what its body and answer
+mean (its :class:`About`, whose body shape is also the fields the operation takes). Adding an
 operation is one row. The requester checks its requests against the same rows.
 
 The operation's real name travels on the wire; an operation under a grant carries
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Final, Protocol
 
 from ficc.base.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PermissionDenied
@@ -98,9 +100,6 @@ class OperationRow:
 
     scopes: frozenset[str] | None
     """At least one of these must be in the grant; None: no grant (pairing, notices)."""
-    fields: frozenset[str] = frozenset()
-    required: frozenset[str] | None = None
-    """The body's required fields; None: every field is required."""
     streaming: Streaming = Streaming.NEVER
     octets: bool = False
     """Its stream is raw bytes (``application/octet-stream``), not server-sent events."""
@@ -109,7 +108,16 @@ class OperationRow:
     stream: Callable[[Handlers], Stream] | None = None
     peer: Callable[[Handlers], PeerHandler] | None = None
     about: About = field(kw_only=True)
-    """What its body fields and answer mean (rendered into docs/protocol.md §5)."""
+    """What its body fields and answer mean (rendered into docs/protocol.md §5): the body's
+    members are the fields the operation takes, ``x?`` the optional ones."""
+
+    @cached_property
+    def fields(self) -> frozenset[str]:
+        return self.about.body.names
+
+    @cached_property
+    def required(self) -> frozenset[str]:
+        return self.about.body.required
 
     @property
     def mutation(self) -> bool:
@@ -120,14 +128,12 @@ class OperationRow:
         return self.scopes is not None
 
     def check_fields(self, body: JSONObject) -> None:
-        required = self.fields if self.required is None else self.required
-        only_fields(body, set(self.fields), set(required))
+        only_fields(body, set(self.fields), set(self.required))
 
     def check_own_fields(self, operation: str, body: JSONObject) -> None:
         """A body outside any grant is the operation's own: its fields are named bare, as
         its handler names them."""
-        required = self.fields if self.required is None else self.required
-        _exact_fields(body, self.fields, required, f"of {operation}")
+        _exact_fields(body, self.fields, self.required, f"of {operation}")
 
 
 def _f(*names: str) -> frozenset[str]:
@@ -135,40 +141,25 @@ def _f(*names: str) -> frozenset[str]:
 
 
 MANAGE: Final = _f("inference:manage")
-OFFER_AND_RECEIPT: Final = _f("offer", "receipt")
 
 OPERATIONS: Final[Mapping[str, OperationRow]] = {
     # Pairing and notices: outside any grant, the proven peer checked by each handler.
-    "pairing.offer": OperationRow(
-        None,
-        _f("offer", "scopes", "label", "expires_at"),
-        _f("offer", "scopes"),
-        peer=lambda h: h.approval.on_offer,
-        about=PAIRING_OFFER,
-    ),
+    "pairing.offer": OperationRow(None, peer=lambda h: h.approval.on_offer, about=PAIRING_OFFER),
     "pairing.receipt": OperationRow(
-        None, OFFER_AND_RECEIPT, peer=lambda h: h.pairing.on_receipt, about=PAIRING_RECEIPT
+        None, peer=lambda h: h.pairing.on_receipt, about=PAIRING_RECEIPT
     ),
-    "pairing.fetch": OperationRow(
-        None, _f("offer"), peer=lambda h: h.approval.on_fetch, about=PAIRING_FETCH
-    ),
-    "pairing.finish": OperationRow(
-        None, OFFER_AND_RECEIPT, peer=lambda h: h.approval.on_finish, about=PAIRING_FINISH
-    ),
+    "pairing.fetch": OperationRow(None, peer=lambda h: h.approval.on_fetch, about=PAIRING_FETCH),
+    "pairing.finish": OperationRow(None, peer=lambda h: h.approval.on_finish, about=PAIRING_FINISH),
     "pairing.discard": OperationRow(
-        None, _f("offer"), peer=lambda h: h.approval.on_discard, about=PAIRING_DISCARD
+        None, peer=lambda h: h.approval.on_discard, about=PAIRING_DISCARD
     ),
     "peer.removed": OperationRow(None, peer=lambda h: h.peers.on_peer_removed, about=PEER_REMOVED),
     "grant.revoked": OperationRow(
-        None, _f("grant"), peer=lambda h: h.grants.on_grant_revoked, about=GRANT_REVOKED
+        None, peer=lambda h: h.grants.on_grant_revoked, about=GRANT_REVOKED
     ),
     "grants.list": OperationRow(None, peer=lambda h: h.grants.on_grants_list, about=GRANTS_LIST),
     "usage.receipts": OperationRow(
-        None,
-        _f("grant", "after", "limit"),
-        _f("grant"),
-        peer=lambda h: h.receipts.on_usage_receipts,
-        about=USAGE_RECEIPTS,
+        None, peer=lambda h: h.receipts.on_usage_receipts, about=USAGE_RECEIPTS
     ),
     # Under a grant.
     "discover": OperationRow(_f("discover"), answer=lambda h: h.inference.discover, about=DISCOVER),
@@ -176,33 +167,24 @@ OPERATIONS: Final[Mapping[str, OperationRow]] = {
         MANAGE, answer=lambda h: h.inference.prepare, about=INFERENCE_PREPARE
     ),
     "inference.preview": OperationRow(
-        MANAGE, _f("spec"), answer=lambda h: h.inference.preview, about=INFERENCE_PREVIEW
+        MANAGE, answer=lambda h: h.inference.preview, about=INFERENCE_PREVIEW
     ),
     "inference.get": OperationRow(
         _f("inference:invoke", "inference:manage"),
-        _f("service"),
         answer=lambda h: h.inference.get,
         about=INFERENCE_GET,
     ),
     "inference.create": OperationRow(
-        MANAGE, _f("spec"), mutate=lambda h: h.inference.create, about=INFERENCE_CREATE
+        MANAGE, mutate=lambda h: h.inference.create, about=INFERENCE_CREATE
     ),
     "inference.replace": OperationRow(
-        MANAGE,
-        _f("service", "revision", "spec"),
-        mutate=lambda h: h.inference.replace,
-        about=INFERENCE_REPLACE,
+        MANAGE, mutate=lambda h: h.inference.replace, about=INFERENCE_REPLACE
     ),
     "inference.control": OperationRow(
-        MANAGE,
-        _f("service", "revision", "operation", "acknowledge_unknown"),
-        _f("service", "revision", "operation"),
-        mutate=lambda h: h.inference.control,
-        about=INFERENCE_CONTROL,
+        MANAGE, mutate=lambda h: h.inference.control, about=INFERENCE_CONTROL
     ),
     "inference.invoke": OperationRow(
         _f("inference:invoke"),
-        _f("service", "path", "body"),
         streaming=Streaming.WHEN_ASKED,
         answer=lambda h: h.inference.invoke,
         stream=lambda h: h.inference.invoke_stream,
@@ -210,29 +192,27 @@ OPERATIONS: Final[Mapping[str, OperationRow]] = {
     ),
     "models.manifest": OperationRow(
         _f("models:read", "models:transfer"),
-        _f("model"),
         answer=lambda h: h.models.manifest,
         about=MODELS_MANIFEST,
     ),
     "models.range": OperationRow(
         _f("models:transfer"),
-        _f("model", "file", "offset", "length", "digest"),
         streaming=Streaming.ALWAYS,
         octets=True,
         stream=lambda h: h.transfers.serve_range,
         about=MODELS_RANGE,
     ),
     "models.create": OperationRow(
-        _f("models:manage"), _f("manifest"), mutate=lambda h: h.models.create, about=MODELS_CREATE
+        _f("models:manage"), mutate=lambda h: h.models.create, about=MODELS_CREATE
     ),
     "models.remove": OperationRow(
-        _f("models:manage"), _f("model"), mutate=lambda h: h.models.remove, about=MODELS_REMOVE
+        _f("models:manage"), mutate=lambda h: h.models.remove, about=MODELS_REMOVE
     ),
     "resources": OperationRow(
         _f("resources:read"), answer=lambda h: h.models.resources, about=RESOURCES
     ),
     "operation.status": OperationRow(
-        ANY_SCOPE, _f("id"), answer=lambda h: h.models.status, about=OPERATION_STATUS
+        ANY_SCOPE, answer=lambda h: h.models.status, about=OPERATION_STATUS
     ),
 }
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from ficc.services.catalogue import model_json
 from ficc.web.auth import Context, scoped
 from ficc.web.schemas import ModelCreate
 from ficc.web.schemas_responses import NO_CONTENT, Model, ModelList, answer
@@ -17,13 +16,13 @@ router = APIRouter()
 @router.get("/api/v1/models", responses=answer(ModelList))
 async def list_models(ctx: Context = scoped("models:read")) -> Any:
     models = await ctx.cluster.catalogue.list_models(ctx.project)
-    return {"models": [model_json(model) for model in models]}
+    return {"models": [model.view() for model in models]}
 
 
 @router.get("/api/v1/models/{model_id}", responses=answer(Model))
 async def get_model(model_id: str, ctx: Context = scoped("models:read")) -> Any:
     model = await ctx.cluster.catalogue.get_model(ctx.project, model_id)
-    return model_json(model)
+    return model.view()
 
 
 @router.post("/api/v1/models", status_code=201, responses=answer(Model, 201))
@@ -33,7 +32,7 @@ async def add_model(
     model = await ctx.cluster.catalogue.add_model(
         ctx.principal, ctx.project, name=body.name, paths=body.paths
     )
-    return model_json(model)
+    return model.view()
 
 
 @router.delete("/api/v1/models/{model_id}", status_code=204, responses=NO_CONTENT)
