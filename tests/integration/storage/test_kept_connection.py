@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from tests.unit.contracts.records import project
+from sqlalchemy.exc import ResourceClosedError
+from tests.unit.contracts.records import NOW, project
 
 from ficc.adapters.sql.database import Database, LoopConnection, default_url
 from ficc.adapters.sql.schema import upgrade
@@ -91,5 +92,26 @@ async def test_two_units_of_work_open_at_once_have_two_connections(database: Dat
             # One of the two was kept for the next transaction; the other was closed.
             assert id(_driver(again.connection)) in drivers
             assert await again.projects.exists("default")
+    finally:
+        await database.dispose()
+
+
+async def test_a_repository_kept_past_its_transaction_reaches_no_later_one(
+    database: Database,
+) -> None:
+    factory = SqlUnitOfWorkFactory(database)
+    try:
+        async with factory() as uow:
+            stale = uow.projects
+        async with factory() as later:
+            # The later transaction runs on the kept connection; the stale repository may not.
+            with pytest.raises(ResourceClosedError):
+                await stale.add("intruder", NOW)
+            await project(later)
+            await later.commit()
+            with pytest.raises(RuntimeError, match="not open"):
+                await uow.commit()
+        async with factory() as uow:
+            assert not await uow.projects.exists("intruder")
     finally:
         await database.dispose()

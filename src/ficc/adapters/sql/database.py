@@ -22,7 +22,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, CursorResult, Engine, Executable, event, text
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, ResourceClosedError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -206,6 +206,9 @@ class LoopConnection:
         self._committed = committed if committed is not None else Committed()
         self._noted: dict[tuple[str, ...], object] = {}
         self._keep = keep
+        self._open = True
+        """Until :meth:`close`: a kept connection then serves another transaction, which a
+        statement through this one must never reach."""
 
     def known(self, key: tuple[str, ...]) -> object:
         """``key``'s value as this transaction sees it: noted in it, else committed (None:
@@ -223,6 +226,8 @@ class LoopConnection:
         (pysqlite begins it at the first write either way). Where anything listens to the
         engine's statements (a count, a trace), it goes through SQLAlchemy instead, so that
         every statement is seen."""
+        if not self._open:
+            raise ResourceClosedError("this transaction's connection is closed")
         connection = self._connection
         if connection._has_events or connection.engine._has_events:
             assert isinstance(statement.statement, Executable)
@@ -244,9 +249,13 @@ class LoopConnection:
     async def execute(
         self, statement: Executable, parameters: dict[str, Any] | None = None
     ) -> CursorResult[Any]:
+        if not self._open:
+            raise ResourceClosedError("this transaction's connection is closed")
         return self._connection.execute(statement, parameters)
 
     async def commit(self) -> None:
+        if not self._open:
+            raise ResourceClosedError("this transaction's connection is closed")
         self._connection.commit()
         if self._noted:
             noted, self._noted = self._noted, {}
@@ -254,9 +263,13 @@ class LoopConnection:
 
     async def rollback(self) -> None:
         self._noted.clear()
-        self._connection.rollback()
+        if self._open:
+            self._connection.rollback()
 
     async def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
         connection = self._connection
         if connection.in_transaction():
             self._noted.clear()
@@ -265,7 +278,7 @@ class LoopConnection:
             connection.close()
 
     def in_transaction(self) -> bool:
-        return self._connection.in_transaction()
+        return self._open and self._connection.in_transaction()
 
 
 def _upgrade(connection: Connection) -> None:

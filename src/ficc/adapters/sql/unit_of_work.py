@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Final, Self
 
 from ficc.adapters.sql.accounts import SqlLoginLinks, SqlProjects, SqlSessions, SqlTokens, SqlUsers
 from ficc.adapters.sql.audit import SqlChainedAudit
@@ -27,52 +27,103 @@ from ficc.adapters.sql.usage_records import SqlUsage
 from ficc.protocol.signing import Signer
 from ficc.services import ports as p
 
+_REPOSITORIES: Final[dict[str, Callable[[SqlConnection], object]]] = {
+    "users": SqlUsers,
+    "tokens": SqlTokens,
+    "sessions": SqlSessions,
+    "login_links": SqlLoginLinks,
+    "projects": SqlProjects,
+    "settings": SqlSettings,
+    "nodes": SqlNodes,
+    "models": SqlModels,
+    "model_usage": SqlModelUsage,
+    "services": SqlServices,
+    "attempts": SqlAttempts,
+    "receipts": SqlReceipts,
+    "peers": SqlPeers,
+    "offers": SqlOffers,
+    "grants": SqlGrants,
+    "remote_grants": SqlRemoteGrants,
+    "transfers": SqlTransfers,
+    "leases": SqlLeases,
+    "routes": SqlRoutes,
+    "usage": SqlUsage,
+    "token_limits": SqlTokenLimits,
+    "usage_receipts": SqlUsageReceipts,
+    "receipt_chains": SqlReceiptChains,
+}
+"""Each repository by its name on the unit of work, made from the transaction's connection."""
 
-@dataclass(eq=False)
+
 class SqlUnitOfWork:
-    """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine."""
+    """Implements ``ficc.services.ports.UnitOfWork`` on an async SQLAlchemy engine.
 
-    database: Database
-    lock: WriterLock
-    guard: p.CommitGuard | None = None
-    audit_signer: Signer | None = None
-    _connection: SqlConnection | None = field(default=None, init=False)
+    A repository is made the first time the transaction uses it: a request's transaction
+    touches two or three of the twenty-four.
+    """
+
+    users: p.UsersRepository
+    tokens: p.TokensRepository
+    sessions: p.SessionsRepository
+    login_links: p.LoginLinksRepository
+    projects: p.ProjectsRepository
+    audit: p.AuditRepository
+    settings: p.SettingsRepository
+    nodes: p.NodesRepository
+    models: p.ModelsRepository
+    model_usage: p.ModelUsage
+    services: p.ServicesRepository
+    attempts: p.AttemptsRepository
+    receipts: p.ReceiptsRepository
+    peers: p.PeersRepository
+    offers: p.OffersRepository
+    grants: p.GrantsRepository
+    remote_grants: p.RemoteGrantsRepository
+    transfers: p.TransfersRepository
+    leases: p.LeasesRepository
+    routes: p.RoutesRepository
+    usage: p.UsageRepository
+    token_limits: p.TokenLimitsRepository
+    usage_receipts: p.UsageReceiptsRepository
+    receipt_chains: p.ReceiptChainsRepository
+
+    def __init__(
+        self,
+        database: Database,
+        lock: WriterLock,
+        guard: p.CommitGuard | None = None,
+        audit_signer: Signer | None = None,
+    ) -> None:
+        self.database = database
+        self.lock = lock
+        self.guard = guard
+        self.audit_signer = audit_signer
+        self._connection: SqlConnection | None = None
+        self._made: list[str] = []
 
     async def __aenter__(self) -> Self:
         await self.lock.__aenter__()
         try:
-            connection = await self.database.connect()
+            self._connection = await self.database.connect()
         except BaseException:
             await self.lock.__aexit__()
             raise
-        self._connection = connection
-        self.users: p.UsersRepository = SqlUsers(connection)
-        self.tokens: p.TokensRepository = SqlTokens(connection)
-        self.sessions: p.SessionsRepository = SqlSessions(connection)
-        self.login_links: p.LoginLinksRepository = SqlLoginLinks(connection)
-        self.projects: p.ProjectsRepository = SqlProjects(connection)
-        self.audit: p.AuditRepository = SqlChainedAudit(
-            connection, postgres=not self.database.is_sqlite, signer=self.audit_signer
-        )
-        self.settings: p.SettingsRepository = SqlSettings(connection)
-        self.nodes: p.NodesRepository = SqlNodes(connection)
-        self.models: p.ModelsRepository = SqlModels(connection)
-        self.model_usage: p.ModelUsage = SqlModelUsage(connection)
-        self.services: p.ServicesRepository = SqlServices(connection)
-        self.attempts: p.AttemptsRepository = SqlAttempts(connection)
-        self.receipts: p.ReceiptsRepository = SqlReceipts(connection)
-        self.peers: p.PeersRepository = SqlPeers(connection)
-        self.offers: p.OffersRepository = SqlOffers(connection)
-        self.grants: p.GrantsRepository = SqlGrants(connection)
-        self.remote_grants: p.RemoteGrantsRepository = SqlRemoteGrants(connection)
-        self.transfers: p.TransfersRepository = SqlTransfers(connection)
-        self.leases: p.LeasesRepository = SqlLeases(connection)
-        self.routes: p.RoutesRepository = SqlRoutes(connection)
-        self.usage: p.UsageRepository = SqlUsage(connection)
-        self.token_limits: p.TokenLimitsRepository = SqlTokenLimits(connection)
-        self.usage_receipts: p.UsageReceiptsRepository = SqlUsageReceipts(connection)
-        self.receipt_chains: p.ReceiptChainsRepository = SqlReceiptChains(connection)
         return self
+
+    def __getattr__(self, name: str) -> object:
+        """The repository ``name``, made on first use from this transaction's connection."""
+        if name == "audit":
+            repository: object = SqlChainedAudit(
+                self.connection, postgres=not self.database.is_sqlite, signer=self.audit_signer
+            )
+        else:
+            make = _REPOSITORIES.get(name)
+            if make is None:
+                raise AttributeError(name)
+            repository = make(self.connection)
+        setattr(self, name, repository)
+        self._made.append(name)
+        return repository
 
     @property
     def connection(self) -> SqlConnection:
@@ -94,6 +145,9 @@ class SqlUnitOfWork:
         tb: TracebackType | None,
     ) -> None:
         connection, self._connection = self._connection, None
+        for name in self._made:
+            delattr(self, name)  # made on that connection: the next transaction makes its own
+        self._made.clear()
         try:
             if connection is not None:
                 if connection.in_transaction():
