@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, TypeVar
 
@@ -46,6 +46,58 @@ async def wait_for_disconnect(receive: Receive) -> None:
             return
 
 
+class CallerWatch:
+    """One listener for a request's whole life: the caller leaving cancels the work it guards.
+
+    The work runs in the request's own task, not in one of its own per phase raced against the
+    listener (a task, a wait and a gather each time): the listener's callback cancels that task,
+    and :meth:`run` tells its own cancel from any other (a server shutting down still unwinds).
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        self._listen = asyncio.create_task(wait_for_disconnect(receive))
+        self._listen.add_done_callback(self._heard)
+        self._guarded: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self.gone = False
+        """The caller left (or its connection failed)."""
+
+    def _heard(self, listen: asyncio.Task[None]) -> None:
+        if listen.cancelled():
+            return
+        listen.exception()  # retrieved: a failed receive counts as the caller gone
+        self.gone = True
+        if self._guarded is not None and not self._cancelled:
+            self._cancelled = True
+            self._guarded.cancel()
+
+    async def run(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result; None if the caller left first (``work`` is then cancelled)."""
+        if self.gone:
+            if isinstance(work, Coroutine):
+                work.close()
+            return None
+        task = asyncio.current_task()
+        assert task is not None
+        self._guarded, self._cancelled = task, False
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            if self._cancelled and task.uncancel() == 0:
+                return None
+            raise
+        finally:
+            self._guarded = None
+        if self._cancelled:
+            task.uncancel()  # the work finished regardless; nothing is left to cancel
+        return result
+
+    def close(self) -> None:
+        """Stop listening (the response is over)."""
+        self._listen.remove_done_callback(self._heard)
+        self._listen.cancel()
+
+
 class EventStreamResponse(Response):
     """Relays server-sent events as they come; ``close`` runs on every exit path.
 
@@ -60,41 +112,32 @@ class EventStreamResponse(Response):
         close: Callable[[], Awaitable[None]],
         *,
         octets: bool = False,
+        watch: CallerWatch | None = None,
     ) -> None:
         super().__init__(status_code=200)
         self._chunks = chunks
         self._close = close
         self._octets = octets
+        self._watch = watch
+        """The listener that watched the stream being opened, kept for its relay."""
         self.extra_headers: list[tuple[bytes, bytes]] = []
         """Sent with the stream's own headers (a route's ``x-ficc-route-target``, a federated
         answer's rate limits)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = self._watch if self._watch is not None else CallerWatch(receive)
         try:
             # OSError: the caller is gone; closing (below) is all that is left to do.
             with contextlib.suppress(OSError):
-                await self._stream(send, receive)
+                await watch.run(self._relay(send))
+        except FiccError:
+            # Raised only by a stream of octets: cut off unfinished. Any other failure is a
+            # fault, not a refusal (those end in an error event): the server logs it and cuts
+            # the response, rather than the stream ending as if it were whole.
+            pass
         finally:
+            watch.close()
             await self._close()
-
-    async def _stream(self, send: Send, receive: Receive) -> None:
-        relay = asyncio.create_task(self._relay(send))
-        listen = asyncio.create_task(wait_for_disconnect(receive))
-        try:
-            await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (relay, listen):
-                task.cancel()
-            await asyncio.gather(relay, listen, return_exceptions=True)
-        if not relay.done() or relay.cancelled():
-            return
-        failure = relay.exception()
-        if isinstance(failure, FiccError):
-            return  # a stream of octets, cut off unfinished
-        if failure is not None:
-            # A fault, not a refusal (those end in an error event): the server logs it and
-            # cuts the response, rather than the stream ending as if it were whole.
-            raise failure
 
     async def _relay(self, send: Send) -> None:
         """The head, the pieces and the end, each sent in the step that has it: a piece
@@ -122,20 +165,11 @@ def add_header(response: Response, name: str, value: str) -> None:
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     """Run ``work``; if the caller disconnects first, cancel it and return None."""
-    task = asyncio.ensure_future(work)
-    listen = asyncio.create_task(wait_for_disconnect(request.receive))
+    watch = CallerWatch(request.receive)
     try:
-        await asyncio.wait({task, listen}, return_when=asyncio.FIRST_COMPLETED)
+        return await watch.run(work)
     finally:
-        listen.cancel()
-        if not task.done():
-            task.cancel()
-        # Wait for the cancelled work to unwind (it closes the engine's stream on its way out):
-        # until then the task is not done, and asking for its result would raise.
-        await asyncio.gather(task, listen, return_exceptions=True)
-    if task.cancelled():
-        return None
-    return task.result()
+        watch.close()
 
 
 async def open_unless_disconnected(
@@ -148,15 +182,21 @@ async def open_unless_disconnected(
 
     Opening a remote stream waits for its first chunk, which can take long (prompt processing,
     a queue). Until the response starts nothing else notices the caller leaving, so without
-    this race an abandoned request would keep its slot and its engine request on the peer
-    until the first byte.
+    this watch an abandoned request would keep its slot and its engine request on the peer
+    until the first byte. The same watch then guards the relay.
     """
     stack = contextlib.AsyncExitStack()
-    chunks = await unless_disconnected(request, stack.enter_async_context(opening))
+    watch = CallerWatch(request.receive)
+    try:
+        chunks = await watch.run(stack.enter_async_context(opening))
+    except BaseException:
+        watch.close()
+        raise
     if chunks is None:
+        watch.close()
         await stack.aclose()
         return None
-    return EventStreamResponse(chunks, stack.aclose, octets=octets)
+    return EventStreamResponse(chunks, stack.aclose, octets=octets, watch=watch)
 
 
 def add_headers(response: Response, headers: dict[str, str]) -> None:
