@@ -93,11 +93,16 @@ class Cluster:
     pid: int
 
 
-def _cluster(stack: ExitStack, work: Path, name: str, *extra: str) -> Cluster:
+def _cluster(
+    stack: ExitStack, work: Path, name: str, *extra: str, source: Path | None = None
+) -> Cluster:
+    """``ficc serve`` in ``work / name``; with ``source``, that tree's ``src`` runs instead of
+    the installed one (a baseline measured beside this tree)."""
     state = work / name
     argv = [sys.executable, "-m", "ficc", "serve", "--state-dir", str(state)]
     argv += ["--listen", "127.0.0.1:0", "--hypernet-bind", "127.0.0.1:0", *extra]
-    process = stack.enter_context(running_process(argv, work / f"{name}.log"))
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    process = stack.enter_context(running_process(argv, work / f"{name}.log", env))
     server_json = state / "server.json"
 
     def serving() -> bool:
