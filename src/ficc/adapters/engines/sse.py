@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -109,6 +109,10 @@ class EngineStream(ClosedOnExit):
         self._buffer = bytearray()
         self._offset = 0
         """Where the line just handed out ends in ``_buffer``: what follows is unread."""
+        self._data: list[str] = []
+        self._size = 0
+        self._event: str | None = None
+        """The event being read: its data lines, their size, its name."""
         self._clean = False
         """``[DONE]`` arrived and the body ended right after it: the connection can be reused."""
         self._ended = False
@@ -161,28 +165,48 @@ class EngineStream(ClosedOnExit):
         async for item in self._events_left:
             yield item
 
-    async def _lines(self) -> AsyncIterator[str]:
-        """The stream's lines, each at most :data:`MAX_LINE_BYTES`; raw bytes, never decoded
-        by content encoding (the request asks for ``identity``), so nothing inflates."""
+    def _complete_lines(self) -> Generator[str, None, None]:
+        """The lines the buffer holds whole, each handed out with ``_offset`` at its end; what
+        they took leaves the buffer once they are all taken or this is closed (a line not yet
+        ended stays). Raw bytes, never decoded by content encoding (the request asks for
+        ``identity``), so nothing inflates; a generator, not an async one: a piece's lines
+        are split without a trip through the event loop's machinery each."""
         buffer = self._buffer
-        async for piece in self._response.aiter_raw():
-            buffer += piece
-            start = self._offset = 0
+        start = self._offset = 0
+        try:
             while (end := _LINE_END.search(buffer, start)) is not None:
                 if end.group() == b"\r" and end.end() == len(buffer):
                     break  # the "\n" of a "\r\n" may come with the next piece
                 self._offset = end.end()
-                yield buffer[start : end.start()].decode("utf-8", "replace")
+                line = buffer[start : end.start()].decode("utf-8", "replace")
                 start = end.end()
+                yield line
+        finally:
             del buffer[:start]
             self._offset = 0
-            if len(buffer) > MAX_LINE_BYTES:
-                raise EngineUnavailable(
-                    f"the engine sent a line longer than {MAX_LINE_BYTES} bytes"
-                )
-        self._ended = True
-        if buffer:
-            yield buffer.decode("utf-8", "replace")
+
+    def _take(self, line: str) -> SseEvent | None:
+        """One line into the event being read; the event, when ``line`` is the blank line
+        that ends one with data."""
+        if line:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "data":
+                self._data.append(value)
+                self._size += len(value) + 1
+                if self._size > MAX_EVENT_BYTES:
+                    raise EngineUnavailable(
+                        f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
+                    )
+            elif name == "event":
+                self._event = value
+            return None
+        event, self._event = self._event, None
+        if not self._data:
+            return None
+        item = SseEvent("\n".join(self._data), event, self._last_event(event))
+        self._data, self._size = [], 0
+        return item
 
     async def _events(self) -> AsyncGenerator[SseEvent, None]:
         """Each event as soon as its closing blank line arrives; ends after ``[DONE]``.
@@ -191,53 +215,47 @@ class EngineStream(ClosedOnExit):
         message; so does a stream that ends without ``[DONE]``, and an event or line over its
         bound (the connection is closed: a hostile upstream cannot fill FICC's memory).
         """
-        data: list[str] = []
-        size = 0
-        event: str | None = None
         received = False
         kept: list[SseEvent] = []
         """The events a usage count may need, kept as they came: decoded only at ``[DONE]``,
         and only when no usage chunk arrived (an engine that streams usage costs nothing)."""
         has_usage = False
-        lines = self._lines()
+        pieces = self._response.aiter_raw()
         try:
-            async for line in lines:
-                if line:
-                    name, _, value = line.partition(":")
-                    value = value.removeprefix(" ")
-                    if name == "data":
-                        data.append(value)
-                        size += len(value) + 1
-                        if size > MAX_EVENT_BYTES:
-                            raise EngineUnavailable(
-                                f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
-                            )
-                    elif name == "event":
-                        event = value
-                    continue
-                if not data:
-                    event = None
-                    continue
-                item = SseEvent("\n".join(data), event, self._last_event(event))
-                data, size, event = [], 0, None
-                if item.done:
+            async for piece in pieces:
+                self._buffer += piece
+                lines = self._complete_lines()
+                for line in lines:
+                    item = self._take(line)
+                    if item is None:
+                        continue
+                    if item.done:
+                        if self._count_usage is not None and not has_usage:
+                            usage_chunk = await self._usage_chunk([e.payload() for e in kept])
+                            if usage_chunk is not None:
+                                yield usage_chunk
+                        self._done = True
+                        yield item
+                        lines.close()
+                        self._clean = await self._ends_after_done(pieces)
+                        return
+                    _raise_for_error_event(item)
+                    received = True
                     if self._count_usage is not None and not has_usage:
-                        usage_chunk = await self._usage_chunk([e.payload() for e in kept])
-                        if usage_chunk is not None:
-                            yield usage_chunk
-                    self._done = True
+                        if _names_usage(item):
+                            has_usage = True
+                            kept.clear()
+                        elif len(kept) < MAX_ASSEMBLED_EVENTS:
+                            kept.append(item)
                     yield item
-                    self._clean = await _ends_after_done(lines)
-                    return
-                _raise_for_error_event(item)
-                received = True
-                if self._count_usage is not None and not has_usage:
-                    if _names_usage(item):
-                        has_usage = True
-                        kept.clear()
-                    elif len(kept) < MAX_ASSEMBLED_EVENTS:
-                        kept.append(item)
-                yield item
+                if len(self._buffer) > MAX_LINE_BYTES:
+                    raise EngineUnavailable(
+                        f"the engine sent a line longer than {MAX_LINE_BYTES} bytes"
+                    )
+            self._ended = True
+            if self._buffer:
+                # A last line with no end: it ends no event, but it counts against the bound.
+                self._take(self._buffer.decode("utf-8", "replace"))
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc) from exc
         finally:
@@ -249,6 +267,23 @@ class EngineStream(ClosedOnExit):
                 raise await self._why_empty()
             raise EngineUnavailable(EMPTY_STREAM)
         raise EngineUnavailable("the engine ended the stream before it was complete")
+
+    async def _ends_after_done(self, pieces: AsyncIterator[bytes]) -> bool:
+        """Whether the body ends, with nothing but blank lines, soon after ``[DONE]``.
+
+        Only then is the connection left as HTTP expects it, ready for the next request.
+        """
+        if self._buffer.strip(b"\r\n"):
+            return False
+        try:
+            async with asyncio.timeout(END_DRAIN_SECONDS):
+                async for piece in pieces:
+                    if piece.strip(b"\r\n"):
+                        return False
+        except (TimeoutError, aiohttp.ClientError, EngineUnavailable):
+            return False
+        self._ended = True
+        return True
 
     def ready(self) -> bool:
         """Whether the engine has already sent the end of another event: the next one is
@@ -282,21 +317,6 @@ class EngineStream(ClosedOnExit):
             "usage": usage,
         }
         return SseEvent(json.dumps(chunk, separators=(",", ":")))
-
-
-async def _ends_after_done(lines: AsyncIterator[str]) -> bool:
-    """Whether the body ends, with nothing but blank lines, soon after ``[DONE]``.
-
-    Only then is the connection left as HTTP expects it, ready for the next request.
-    """
-    try:
-        async with asyncio.timeout(END_DRAIN_SECONDS):
-            async for line in lines:
-                if line:
-                    return False
-    except (TimeoutError, aiohttp.ClientError, EngineUnavailable):
-        return False
-    return True
 
 
 def _names_usage(item: SseEvent) -> bool:
