@@ -94,12 +94,18 @@ class Cluster:
 
 
 def _cluster(
-    stack: ExitStack, work: Path, name: str, *extra: str, source: Path | None = None
+    stack: ExitStack,
+    work: Path,
+    name: str,
+    *extra: str,
+    source: Path | None = None,
+    module: str = "ficc",
 ) -> Cluster:
     """``ficc serve`` in ``work / name``; with ``source``, that tree's ``src`` runs instead of
-    the installed one (a baseline measured beside this tree)."""
+    the installed one (a baseline measured beside this tree); ``module`` runs FICC's command
+    line (a profiling wrapper's)."""
     state = work / name
-    argv = [sys.executable, "-m", "ficc", "serve", "--state-dir", str(state)]
+    argv = [sys.executable, "-m", module, "serve", "--state-dir", str(state)]
     argv += ["--listen", "127.0.0.1:0", "--hypernet-bind", "127.0.0.1:0", *extra]
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     process = stack.enter_context(running_process(argv, work / f"{name}.log", env))
