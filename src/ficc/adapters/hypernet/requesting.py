@@ -13,6 +13,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ficc.adapters import metrics
+from ficc.adapters.hypernet.deadlines import Deadline
 from ficc.adapters.hypernet.streams import FrameStream
 from ficc.adapters.logs import current_request_id
 from ficc.base.errors import FiccError, PeerUnreachable, ProtocolError, error_from_code
@@ -127,7 +128,7 @@ class Exchange:
     async def _next_event(self) -> Event:
         """What the peer's next bytes on the stream come to."""
         while not self._events:
-            async with asyncio.timeout(self.message_timeout):
+            with Deadline.after(self.message_timeout):
                 data = await self.read(self.stream_id, self.stream)
             self._events = self.protocol.receive(self.stream_id, data, self.now())[::-1]
         return self._events.pop()

@@ -23,6 +23,7 @@ from iroh import Connection, IrohError
 
 from ficc.adapters import metrics
 from ficc.adapters.hypernet.accounting import counted
+from ficc.adapters.hypernet.deadlines import Deadline
 from ficc.adapters.hypernet.errors import describe
 from ficc.adapters.hypernet.requesting import Exchange
 from ficc.adapters.hypernet.serving import answer
@@ -97,7 +98,7 @@ class PeerSession:
         self._control = control
         self._on_closed = on_closed
         self._streams: dict[int, FrameStream] = {}
-        self._read_timers: dict[int, asyncio.Timeout] = {}
+        self._read_timers: dict[int, Deadline] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -176,7 +177,7 @@ class PeerSession:
     async def _read(self, stream_id: int, stream: FrameStream) -> bytes:
         """The stream's next bytes, within the read deadline the connection sets for it."""
         try:
-            async with asyncio.timeout_at(self.protocol.read_deadline(stream_id)) as timer:
+            with Deadline(self.protocol.read_deadline(stream_id)) as timer:
                 self._read_timers[stream_id] = timer
                 return await stream.read(self.protocol.read_size(stream_id))
         except TimeoutError:

@@ -18,6 +18,7 @@ from typing import Final
 
 from iroh import BiStream, IrohError
 
+from ficc.adapters.hypernet.deadlines import Deadline
 from ficc.adapters.hypernet.errors import translate
 from ficc.base.errors import (
     FiccError,
@@ -80,7 +81,7 @@ class FrameStream:
                     if len(frames) <= WRITE_PIECE_BYTES
                     else frames[start : start + WRITE_PIECE_BYTES]
                 )
-                async with asyncio.timeout(stall):
+                with Deadline.after(stall):
                     await self._send.write_all(piece)
         except TimeoutError:
             # Only our sending half: a read of this stream may be pending, and stopping the
