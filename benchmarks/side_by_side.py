@@ -5,8 +5,11 @@
 engine, and alternates blocks of streamed 2-token federated chats between the two pairs
 (:data:`BLOCKS` blocks of :data:`BLOCK` chats, the order swapped each block), then the
 8-client throughput of each pair beside the engine called directly, alternated the same way.
-It prints one JSON object: CPU ms per chat by process and tree, this tree's over the
-baseline's, and each round's 8-client ratio.
+Then real answer lengths: streamed chats of 128 and 512 tokens from the paced mock engine (a
+token a millisecond, 8 KiB bodies with floats set), alternated the same way, give each tree's
+CPU per request and its growth per chunk from the shorter to the longer. It prints one JSON
+object: CPU ms per chat by process and tree, this tree's over the baseline's, each round's
+8-client ratio, and the paced streams' figures.
 
 Why this and not two runs: the same tree measured on two machines of this workplace differed
 by more than two times, and on one machine from one run to the next by a third; a change worth
@@ -30,7 +33,7 @@ from typing import Any, Final
 import httpx
 
 from benchmarks import bench_federation as federation
-from benchmarks.bench_inference import MOCK_MODEL
+from benchmarks.bench_inference import MOCK_MODEL, PACED_PREFIX
 from benchmarks.processes import cpu_seconds, mock_engine_running
 
 BLOCK: Final = int(os.environ.get("FICC_SIDE_BY_SIDE_BLOCK", "50"))
@@ -39,6 +42,10 @@ ROUNDS: Final = int(os.environ.get("FICC_SIDE_BY_SIDE_ROUNDS", "4"))
 """8-client rounds: the engine direct, then each tree (in turn first)."""
 EACH: Final = 40
 """Chats per client in an 8-client round."""
+PACED_BLOCKS: Final = int(os.environ.get("FICC_SIDE_BY_SIDE_PACED_BLOCKS", "6"))
+"""Blocks of paced streams: each tree streams one answer of each length per block."""
+PACED_TOKENS: Final = (128, 512)
+PACED_BODY_KIB: Final = 8
 TREES: Final = ("baseline", "this")
 
 
@@ -62,6 +69,7 @@ def measure(revision: str) -> dict[str, Any]:
         engine = mock_engine_running(stack, work)
         spec = {"name": "mock", "model": MOCK_MODEL, "runtime": "openai"}
         pairs: dict[str, tuple[int, int, federation.Target, httpx.Client]] = {}
+        paced_targets: dict[str, federation.Target] = {}
         for tree in TREES:
             source = sources[tree]
             alpha = federation._cluster(stack, work, f"alpha-{tree}", source=source)
@@ -71,7 +79,14 @@ def measure(revision: str) -> dict[str, Any]:
             service = federation._running_service(
                 beta.client, {**spec, "options": {"base_url": engine.url}}
             )
-            target = federation.federated_target(alpha, beta, [service["id"]])
+            paced = federation._running_service(
+                beta.client,
+                {**spec, "name": "paced", "options": {"base_url": engine.url + PACED_PREFIX}},
+            )
+            target = federation.federated_target(alpha, beta, [service["id"], paced["id"]])
+            paced_targets[tree] = federation.Target(
+                "paced", target.base_url, target.headers, paced["id"]
+            )
             http = stack.enter_context(
                 httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60)
             )
@@ -101,7 +116,40 @@ def measure(revision: str) -> dict[str, Any]:
                 rate = federation._concurrent(pairs[tree][2], federation.CLIENTS, EACH).per_second
                 ratios[tree].append(rate / alone)
         found["c8_ratio"] = ratios
+        found["paced_8k"] = _paced(pairs, paced_targets)
         return found
+
+
+def _paced(
+    pairs: dict[str, tuple[int, int, federation.Target, httpx.Client]],
+    targets: dict[str, federation.Target],
+) -> dict[str, Any]:
+    """Each tree's CPU ms per paced streamed chat of each length (both clusters), and its
+    growth per chunk from the shorter to the longer; blocks alternated as the chats are."""
+    bodies = {tokens: federation.history_body(PACED_BODY_KIB, tokens) for tokens in PACED_TOKENS}
+    used = {tree: dict.fromkeys(PACED_TOKENS, 0.0) for tree in TREES}
+    chunks = dict.fromkeys(PACED_TOKENS, 0)
+    for tree in TREES:
+        http, target = pairs[tree][3], targets[tree]
+        for tokens in PACED_TOKENS:
+            federation._counted_stream(http, target, bodies[tokens])  # warm-up
+    for block in range(PACED_BLOCKS):
+        for tree in TREES if block % 2 == 0 else TREES[::-1]:
+            alpha_pid, beta_pid, _, http = pairs[tree]
+            for tokens in PACED_TOKENS:
+                before = cpu_seconds(alpha_pid) + cpu_seconds(beta_pid)
+                chunks[tokens], _ = federation._counted_stream(http, targets[tree], bodies[tokens])
+                used[tree][tokens] += cpu_seconds(alpha_pid) + cpu_seconds(beta_pid) - before
+    short, long = PACED_TOKENS
+    found: dict[str, Any] = {"chunks": chunks}
+    for tree in TREES:
+        per_request = {tokens: used[tree][tokens] * 1000 / PACED_BLOCKS for tokens in PACED_TOKENS}
+        found[tree] = {
+            "both_ms": per_request,
+            "growth_per_chunk_ms": (per_request[long] - per_request[short])
+            / (chunks[long] - chunks[short]),
+        }
+    return found
 
 
 if __name__ == "__main__":
