@@ -1,5 +1,6 @@
 """An engine's events are the same however its body is cut into reads: every line ending
-(LF, CRLF, a lone CR) and a CRLF split between two reads; after ``[DONE]`` only blank lines
+(LF, CRLF, a lone CR, mixed) and a CRLF split between two reads, read by the one-line
+event's match or line by line; after ``[DONE]`` only blank lines
 leave the connection clean, anything else has it closed; a line past its bound is refused."""
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from ficc.domain.openai_requests import CHAT_COMPLETIONS_PATH
 
 BODY = (
     b'data: {"a":1}\r\n\r\nevent: x\rdata: {"b":2}\r\r: note\n'
-    b'data: {"c":\ndata: 3}\n\ndata: [DONE]\r\n\r\n'
+    b'data: {"c":\ndata: 3}\n\ndata:{"d":4}\r\rdata: {"e":5}\r\r\ndata: {"f":6}\r\n\n'
+    b"data: [DONE]\r\n\r\n"
 )
-EVENTS = ['{"a":1}', '{"b":2}', '{"c":\n3}', "[DONE]"]
+EVENTS = ['{"a":1}', '{"b":2}', '{"c":\n3}', '{"d":4}', '{"e":5}', '{"f":6}', "[DONE]"]
 
 
 class _Body:

@@ -165,22 +165,38 @@ class EngineStream(ClosedOnExit):
         async for item in self._events_left:
             yield item
 
-    def _complete_lines(self) -> Generator[str, None, None]:
-        """The lines the buffer holds whole, each handed out with ``_offset`` at its end; what
+    def _complete_events(self) -> Generator[SseEvent, None, None]:
+        """The events the buffer holds whole, each handed out with ``_offset`` at its end; what
         they took leaves the buffer once they are all taken or this is closed (a line not yet
-        ended stays). Raw bytes, never decoded by content encoding (the request asks for
-        ``identity``), so nothing inflates; a generator, not an async one: a piece's lines
-        are split without a trip through the event loop's machinery each."""
+        ended stays). An event of one data line, as engines stream every chunk, is read by one
+        match; any other is read line by line. Raw bytes, never decoded by content encoding
+        (the request asks for ``identity``), so nothing inflates; a generator, not an async
+        one: a piece's events are split without a trip through the event loop's machinery
+        each."""
         buffer = self._buffer
         start = self._offset = 0
         try:
-            while (end := _LINE_END.search(buffer, start)) is not None:
-                if end.group() == b"\r" and end.end() == len(buffer):
-                    break  # the "\n" of a "\r\n" may come with the next piece
+            while True:
+                if not self._data and self._event is None:
+                    simple = _SIMPLE_EVENT.match(buffer, start)
+                    if simple is not None:
+                        value = simple.group(1).decode("utf-8", "replace")
+                        if len(value) + 1 > MAX_EVENT_BYTES:
+                            raise EngineUnavailable(
+                                f"the engine sent an event larger than {MAX_EVENT_BYTES} bytes"
+                            )
+                        start = self._offset = simple.end()
+                        yield SseEvent(value, None, self._last_event(None))
+                        continue
+                end = _LINE_END.search(buffer, start)
+                if end is None or (end.group() == b"\r" and end.end() == len(buffer)):
+                    break  # not ended yet (the "\n" of a "\r\n" may come with the next piece)
                 self._offset = end.end()
                 line = buffer[start : end.start()].decode("utf-8", "replace")
                 start = end.end()
-                yield line
+                item = self._take(line)
+                if item is not None:
+                    yield item
         finally:
             del buffer[:start]
             self._offset = 0
@@ -224,11 +240,8 @@ class EngineStream(ClosedOnExit):
         try:
             async for piece in pieces:
                 self._buffer += piece
-                lines = self._complete_lines()
-                for line in lines:
-                    item = self._take(line)
-                    if item is None:
-                        continue
+                events = self._complete_events()
+                for item in events:
                     if item.done:
                         if self._count_usage is not None and not has_usage:
                             usage_chunk = await self._usage_chunk([e.payload() for e in kept])
@@ -236,7 +249,7 @@ class EngineStream(ClosedOnExit):
                                 yield usage_chunk
                         self._done = True
                         yield item
-                        lines.close()
+                        events.close()
                         self._clean = await self._ends_after_done(pieces)
                         return
                     _raise_for_error_event(item)
@@ -326,6 +339,8 @@ def _names_usage(item: SseEvent) -> bool:
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_SIMPLE_EVENT = re.compile(rb"data: ?([^\r\n]*)(?:\r\n\r\n|\n\n|\r\r(?!\n))")
+"""An event of one data line and the blank line after it, both ended alike."""
 _EVENT_END = re.compile(rb"(?m)^data[^\r\n]*(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 """A data line and the blank line after it: an event complete in the buffer (a comment, or
 an event whose lines end in a lone CR, is not counted: then the relay does not wait)."""
