@@ -6,7 +6,9 @@ loop's thread, and prints one JSON object: calls per chat on each side after a w
 and by part (a package, or a module of FICC's; a built-in call counts for its caller's part).
 A diagnostic that counts: a machine's speed moves CPU figures by a factor of two from one
 machine to the next, a call count not at all, and each call costs about the same anywhere.
-(The profiler slows what it watches: its times are not the servers'.)
+(The profiler slows what it watches: its times are not the servers'.) With
+``FICC_CALL_COUNTS_TOKENS`` set (say 512), the chats are instead streamed answers of that many
+tokens from the paced mock engine (8 KiB bodies), counted per chunk.
 
 Each server runs as ``python -m benchmarks.call_counts serve …``: FICC's own command line
 with the profiler on; ``SIGUSR1`` writes what it counted since the last signal and starts
@@ -32,11 +34,13 @@ from typing import Any, Final
 import httpx
 
 from benchmarks import bench_federation as federation
-from benchmarks.bench_inference import MOCK_MODEL
+from benchmarks.bench_inference import MOCK_MODEL, PACED_PREFIX
 from benchmarks.processes import mock_engine_running
 
 CHATS: Final = 200
 WARM_UP: Final = 30
+PACED_TOKENS: Final = int(os.environ.get("FICC_CALL_COUNTS_TOKENS", "0"))
+PACED_CHATS: Final = 10
 DUMP_VARIABLE: Final = "FICC_CALL_COUNTS_DUMP"
 """Where a profiled server writes its counts (``PATH.N`` at the N-th signal)."""
 
@@ -82,7 +86,7 @@ def _part(filename: str) -> str:
     return tail.split("/")[0]
 
 
-def _counted(path: str, chats: int) -> dict[str, Any]:
+def _counted(path: str, per: int) -> dict[str, Any]:
     stats: Any = pstats.Stats(path)
     parts: collections.Counter[str] = collections.Counter()
     for (filename, _line, _name), (_, calls, _, _, callers) in stats.stats.items():
@@ -93,8 +97,8 @@ def _counted(path: str, chats: int) -> dict[str, Any]:
             parts[_part(filename)] += calls
     total = sum(parts.values())
     return {
-        "calls_per_chat": total / chats,
-        "by_part": {part: calls / chats for part, calls in parts.most_common(25)},
+        "calls": total / per,
+        "by_part": {part: calls / per for part, calls in parts.most_common(25)},
     }
 
 
@@ -110,26 +114,38 @@ def measure() -> dict[str, Any]:
             stack, work, "beta", "--upstream-allow", engine.url, module=module
         )
         spec = {"name": "mock", "model": MOCK_MODEL, "runtime": "openai"}
+        base_url = engine.url + (PACED_PREFIX if PACED_TOKENS else "")
         service = federation._running_service(
-            beta.client, {**spec, "options": {"base_url": engine.url}}
+            beta.client, {**spec, "options": {"base_url": base_url}}
         )
         target = federation.federated_target(alpha, beta, [service["id"]])
         servers = {"alpha": alpha.pid, "beta": beta.pid}
-        with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=60) as http:
-            for _ in range(WARM_UP):
+        body = federation.history_body(8, PACED_TOKENS) if PACED_TOKENS else None
+        chats = PACED_CHATS if PACED_TOKENS else CHATS
+        chunks = 0
+
+        def chat(http: httpx.Client) -> int:
+            if body is None:
                 federation._streamed_chat(http, target)
+                return 1
+            return federation._counted_stream(http, target, body)[0]
+
+        with httpx.Client(base_url=target.base_url, headers=target.headers, timeout=120) as http:
+            for _ in range(3 if PACED_TOKENS else WARM_UP):
+                chat(http)
             time.sleep(1.0)  # what the warm-up left (a usage record's settling) is done
             for pid in servers.values():
                 os.kill(pid, signal.SIGUSR1)
             time.sleep(0.5)
-            for _ in range(CHATS):
-                federation._streamed_chat(http, target)
+            for _ in range(chats):
+                chunks += chat(http)
             time.sleep(0.5)
             for pid in servers.values():
                 os.kill(pid, signal.SIGUSR1)
             time.sleep(1.0)
-        counts = {name: _counted(f"{dump}.{pid}.2", CHATS) for name, pid in servers.items()}
-        return {**counts, "chats": CHATS}
+        per = chunks if PACED_TOKENS else chats
+        counts = {name: _counted(f"{dump}.{pid}.2", per) for name, pid in servers.items()}
+        return {**counts, "per": "chunk" if PACED_TOKENS else "chat", "counted": per}
 
 
 if __name__ == "__main__":
